@@ -1,0 +1,45 @@
+# edgewatch: the two Quick-start commands and the steps behind them.
+#   make demo   set everything up and run the main job (the local playground)
+#   make test   set everything up and run the whole suite
+# Every install step lives here (a fresh machine must pass `make test`).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test setup system-deps binaries unit clean-lab
+
+demo: setup binaries
+	$(VENV)/bin/edgewatch playground smoke
+
+test: setup binaries
+	$(VENV)/bin/pytest
+
+# Python 3.11+ virtualenv with the pinned dependencies (reinstalled when pyproject.toml changes).
+setup: system-deps $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,plot]'
+	touch $(STAMP)
+
+# The network lab needs nftables and iproute2 from Debian's packages (root).
+system-deps:
+	@command -v nft >/dev/null && command -v ip >/dev/null || { \
+	  echo "installing nftables and iproute2 (Debian packages)"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iproute2 >/dev/null; }
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from the Go module proxy,
+# cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores).
+binaries:
+	@bash hack/binaries/build.sh >/dev/null
+
+unit: setup
+	$(VENV)/bin/pytest tests/unit
+
+# Remove network namespaces and control planes left by a crashed run.
+clean-lab: setup
+	$(PY) -m edgewatch.testing.netlab cleanup
+	$(PY) -c "from edgewatch.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"

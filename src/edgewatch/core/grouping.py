@@ -1,0 +1,244 @@
+"""Groups (multi-region): which nodes check and vote on each other.
+
+What it is for
+    Nodes at one site reach each other over a LAN; nodes at different sites
+    may not reach each other at all. Agents therefore check, and vote on,
+    only the members of their own group, and a node is judged by a majority
+    of its group (:mod:`edgewatch.core.quorum`). The rules (seed 003):
+
+    * grouping **off**: every node is in one group holding all nodes, even
+      if nodes carry the label;
+    * grouping **on**: nodes with the same non-empty value of the label
+      ``label_key`` (default ``edgewatch.io/topology-zone``) form a group; a
+      node without the label, or with an empty value, is a group of just
+      itself (it only checks itself).
+
+    A node is always a member of its own group, membership is symmetric, and
+    the groups partition the node set. Regrouping needs no redeploy: the
+    groups are recomputed from the current node list and ConfigMap.
+
+Limits
+    Pure functions of the node list the caller passes in; a node missing from
+    that list has no group (ValueError), because giving it one would break
+    symmetry. Label values are compared exactly (Kubernetes label values are
+    case-sensitive). Group size is not bounded here; large groups are the
+    business of the gossip layer (:mod:`edgewatch.core.wire`).
+
+Sources
+    Seed 003 (TKE Edge multi-region: ``tencent.tkeedgehealth/topology-zone``
+    label; without the label a node only checks itself; with the feature off
+    all nodes check each other). SuperEdge edge-health silently ignored
+    unknown or mistyped flags; :func:`parse_grouping_config` refuses them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from edgewatch.core.types import NodeName
+
+__all__ = [
+    "CONFIG_KEY_GROUPING",
+    "CONFIG_KEY_GROUP_LABEL",
+    "DEFAULT_LABEL_KEY",
+    "GroupingConfig",
+    "group_of",
+    "groups",
+    "is_label_key",
+    "parse_grouping_config",
+]
+
+DEFAULT_LABEL_KEY: Final = "edgewatch.io/topology-zone"
+"""Node label that names a node's group when grouping is on."""
+
+CONFIG_KEY_GROUPING: Final = "grouping"
+"""ConfigMap key turning grouping on or off."""
+
+CONFIG_KEY_GROUP_LABEL: Final = "groupLabel"
+"""ConfigMap key naming the grouping label."""
+
+_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL)
+_TRUE: Final = frozenset({"on", "true"})
+_FALSE: Final = frozenset({"off", "false"})
+
+_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def is_label_key(key: object) -> bool:
+    """Whether ``key`` is a valid Kubernetes label key: an optional DNS-1123
+    subdomain prefix (<= 253 chars) and ``/``, then a name of 1-63
+    alphanumerics, ``-``, ``_`` or ``.``, starting and ending alphanumeric.
+    Never raises."""
+    if not isinstance(key, str) or not key.isascii():
+        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash:
+        if not (0 < len(prefix) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+            return False
+    return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
+
+
+def _check_args(*, enabled: object, label_key: object) -> None:
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled must be a bool, got {type(enabled).__name__}")
+    if not is_label_key(label_key):
+        raise ValueError(f"label_key is not a valid Kubernetes label key: {label_key!r:.300}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupingConfig:
+    """How nodes are grouped. Usually parsed from the edgewatch ConfigMap
+    with :func:`parse_grouping_config`.
+
+    Raises:
+        ValueError: on construction, if ``enabled`` is not a bool or
+            ``label_key`` is not a valid Kubernetes label key.
+    """
+
+    enabled: bool = False
+    """Group by label (``True``) or put all nodes in one group (``False``).
+    Default off, as in TKE Edge: one group is the right answer for a single
+    site, and turning grouping on with unlabelled nodes would make every
+    node a group of one that no peer can vouch for."""
+
+    label_key: str = DEFAULT_LABEL_KEY
+    """Node label whose value names the group when ``enabled``. Default
+    ``edgewatch.io/topology-zone`` (TKE's ``tencent.tkeedgehealth/
+    topology-zone`` under our own domain). Must be a valid label key."""
+
+    def __post_init__(self) -> None:
+        _check_args(enabled=self.enabled, label_key=self.label_key)
+
+    def group_of(self, node: NodeName, *, node_labels: Mapping[NodeName, Mapping[str, str]]) -> frozenset[NodeName]:
+        """:func:`group_of` with this configuration."""
+        return group_of(node, node_labels=node_labels, enabled=self.enabled, label_key=self.label_key)
+
+    def groups(self, *, node_labels: Mapping[NodeName, Mapping[str, str]]) -> dict[NodeName, frozenset[NodeName]]:
+        """:func:`groups` with this configuration."""
+        return groups(node_labels=node_labels, enabled=self.enabled, label_key=self.label_key)
+
+
+def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
+    """Parse the ``data`` of the edgewatch ConfigMap into a
+    :class:`GroupingConfig`.
+
+    Keys (both optional; a missing key keeps the default):
+        ``grouping``: ``on`` / ``true`` or ``off`` / ``false``
+            (case-insensitive, surrounding whitespace ignored).
+        ``groupLabel``: the label key to group by.
+
+    Raises:
+        ValueError: an unknown key (a misspelt flag is never silently
+            ignored), a value that is not a string, or a bad value; the
+            message names the offending key.
+    """
+    unknown = sorted(str(k) for k in data if k not in _KNOWN_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown grouping config key(s) {unknown!r:.300}; known keys: {list(_KNOWN_KEYS)}"
+        )
+    enabled = GroupingConfig.enabled
+    label_key = GroupingConfig.label_key
+    if CONFIG_KEY_GROUPING in data:
+        raw = data[CONFIG_KEY_GROUPING]
+        if not isinstance(raw, str):
+            raise ValueError(f"config key {CONFIG_KEY_GROUPING!r} must be a string, got {type(raw).__name__}")
+        value = raw.strip().lower()
+        if value in _TRUE:
+            enabled = True
+        elif value in _FALSE:
+            enabled = False
+        else:
+            raise ValueError(
+                f"config key {CONFIG_KEY_GROUPING!r} must be one of on/off/true/false, got {raw!r:.100}"
+            )
+    if CONFIG_KEY_GROUP_LABEL in data:
+        raw = data[CONFIG_KEY_GROUP_LABEL]
+        if not isinstance(raw, str):
+            raise ValueError(
+                f"config key {CONFIG_KEY_GROUP_LABEL!r} must be a string, got {type(raw).__name__}"
+            )
+        label_key = raw.strip()
+        if not is_label_key(label_key):
+            raise ValueError(
+                f"config key {CONFIG_KEY_GROUP_LABEL!r} is not a valid Kubernetes label key: {raw!r:.300}"
+            )
+    return GroupingConfig(enabled=enabled, label_key=label_key)
+
+
+def _zone(node: NodeName, labels: Mapping[str, str], label_key: str) -> str | None:
+    value = labels.get(label_key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"label {label_key!r} of node {node!r} must be a string, got {type(value).__name__}")
+    return value or None
+
+
+def groups(
+    *,
+    node_labels: Mapping[NodeName, Mapping[str, str]],
+    enabled: bool,
+    label_key: str = DEFAULT_LABEL_KEY,
+) -> dict[NodeName, frozenset[NodeName]]:
+    """Every node's group, in O(number of nodes).
+
+    Args:
+        node_labels: node name -> that node's labels, from the cloud's node
+            list.
+        enabled: grouping on (group by label) or off (one group).
+        label_key: the label naming the group when ``enabled``.
+
+    Returns:
+        node -> its group. Members of one group share one frozenset.
+
+    Raises:
+        ValueError: ``enabled`` is not a bool, ``label_key`` is not a valid
+            label key, or a label value is not a string.
+    """
+    _check_args(enabled=enabled, label_key=label_key)
+    if not enabled:
+        everyone = frozenset(node_labels)
+        return {node: everyone for node in node_labels}
+    members: dict[str, set[NodeName]] = {}
+    zone_of: dict[NodeName, str | None] = {}
+    for node, labels in node_labels.items():
+        zone = _zone(node, labels, label_key)
+        zone_of[node] = zone
+        if zone is not None:
+            members.setdefault(zone, set()).add(node)
+    frozen = {zone: frozenset(nodes) for zone, nodes in members.items()}
+    return {
+        node: frozenset({node}) if zone is None else frozen[zone]
+        for node, zone in zone_of.items()
+    }
+
+
+def group_of(
+    node: NodeName,
+    *,
+    node_labels: Mapping[NodeName, Mapping[str, str]],
+    enabled: bool,
+    label_key: str = DEFAULT_LABEL_KEY,
+) -> frozenset[NodeName]:
+    """The group of ``node`` (always contains ``node``).
+
+    Same arguments as :func:`groups`.
+
+    Raises:
+        ValueError: ``node`` is not in ``node_labels``, or any reason of
+            :func:`groups`.
+    """
+    _check_args(enabled=enabled, label_key=label_key)
+    if node not in node_labels:
+        raise ValueError(f"node {node!r:.300} is not in the node list")
+    if not enabled:
+        return frozenset(node_labels)
+    zone = _zone(node, node_labels[node], label_key)
+    if zone is None:
+        return frozenset({node})
+    return frozenset(n for n, labels in node_labels.items() if _zone(n, labels, label_key) == zone)

@@ -1,0 +1,42 @@
+"""Shared fixtures: the real control plane (session-scoped) and API clients.
+
+The binaries are built on first use (cached in ~/.cache/edgewatch) or taken from
+KUBEBUILDER_ASSETS; see edgewatch.testing.binaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from edgewatch.testing.binaries import Binaries, ensure_binaries
+from edgewatch.testing.controlplane import ClusterTimings, ControlPlane
+from edgewatch.testing.kubeletsim import make_client
+
+TEST_TIMINGS = ClusterTimings(node_monitor_grace_s=20, node_monitor_period_s=2,
+                              not_ready_toleration_s=30, unreachable_toleration_s=30)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> Binaries:
+    """The control-plane binaries (built once per machine)."""
+    return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
+    """One control plane for the session on 127.0.0.1, at the short test timings."""
+    with ControlPlane(binaries=binaries, timings=TEST_TIMINGS) as cp:
+        yield cp
+
+
+@pytest.fixture
+async def kube(control_plane: ControlPlane) -> AsyncIterator:
+    """An admin lightkube AsyncClient for the session control plane (one per test)."""
+    assert control_plane.kubeconfig is not None
+    client = make_client(str(control_plane.kubeconfig), timeout_s=10)
+    try:
+        yield client
+    finally:
+        await client.close()
