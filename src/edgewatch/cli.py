@@ -7,10 +7,12 @@ and a subcommand that is not built yet says so and exits non-zero instead of pre
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from edgewatch import __version__
+from edgewatch.names import DEFAULT_PEER_PORT
 
 NOT_BUILT_EXIT = 3
 
@@ -33,10 +35,35 @@ def main() -> None:
     """
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def agent() -> None:
-    """Run the edge agent on this node."""
-    _not_built("agent", "see the edge agent issue")
+@main.command()
+@click.option("--node", envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="HMAC key file from a Secret: 'key_id:base64secret' per line, primary first.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--listen-address", default="0.0.0.0", show_default=True, help="Address of the peer/ops server.")
+@click.option("--port", type=int, default=DEFAULT_PEER_PORT, show_default=True, help="Peer port (also /metrics).")
+@click.option("--namespace", default="edgewatch", show_default=True, help="Namespace of the edgewatch-config ConfigMap.")
+@click.option("--kubelet-healthz-url", default="http://127.0.0.1:10248/healthz", show_default=True)
+@click.option("--coordinator", "coordinator_url", default=None, help="Pool coordinator (etcd) URL; off by default.")
+@click.option("--pool", default=None, help="Node pool name for the coordinator (default: the edgewatch.io/pool label).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Persist the node list here (survives restarts during a cut).")
+@click.option("--exchange-period", type=float, default=1.0, show_default=True, help="Seconds between exchanges.")
+@click.option("--vote-ttl", type=float, default=5.0, show_default=True, help="Seconds a vote counts (>= 3 periods).")
+@click.option("--probe-timeout", type=float, default=0.8, show_default=True, help="Seconds per peer exchange.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def agent(**opts: object) -> None:
+    """Run the edge agent on this node: peer checks, signed votes, verdicts, heartbeat carrying.
+
+    Example (what the DaemonSet runs):
+
+    \b
+      edgewatch agent --node "$NODE_NAME" --key-file /etc/edgewatch/keys/keys
+    """
+    from edgewatch.agent.main import run_agent
+
+    sys.exit(run_agent(**opts))  # type: ignore[arg-type]
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -1,0 +1,73 @@
+"""The agent's settings, one frozen object passed explicitly (no globals). Every field documents
+its default and why; the CLI (``edgewatch agent --help``) maps one flag to each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgewatch.agent.cloudlink import CloudLinkConfig
+from edgewatch.core.detector import DetectorConfig
+from edgewatch.core.quorum import VoteConfig
+from edgewatch.core.types import NodeName
+from edgewatch.core.wire import WireConfig
+from edgewatch.names import DEFAULT_PEER_PORT
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """Settings of one agent.
+
+    Attributes:
+        node: this node's name (the downward API's spec.nodeName in the DaemonSet).
+        key_file: HMAC key file mounted from a Secret (``key_id:base64`` per line, primary first).
+        listen_address: address the peer/ops server binds (default 0.0.0.0; the playground binds
+            the node's own address).
+        port: peer port (seed 003: 51005), also serving /healthz, /readyz, /metrics.
+        namespace: where the ``edgewatch-config`` ConfigMap lives (default "edgewatch").
+        kubelet_healthz_url: the local kubelet's health endpoint (kubelet's default
+            http://127.0.0.1:10248/healthz).
+        probe_timeout_s: timeout of one peer exchange, seconds (default 0.8 s: a LAN answers in
+            milliseconds; the slack absorbs a busy node without calling it dead).
+        full_mesh_max: groups up to this many peers are probed all-to-all every period (exact
+            majority with direct evidence). Larger groups switch to gossip: ``wire.fanout`` random
+            peers per period, relayed heartbeats as evidence, timeouts scaled by log10(n) — so a
+            1,000-node group costs each node ``fanout`` messages per period, not 1,000.
+        publish_refresh_s: rewrite an unchanged EdgeHealthy condition this often, seconds
+            (default 15 s: well inside the controller's 60 s edge-view TTL, so a live writer never
+            looks stale, at one small write per node per 15 s).
+        carry_interval_s: renew a carried Lease this often, seconds (default 5 s: the kubelet renews
+            every 10 s; half that leaves margin for a lost write inside the 40 s Lease).
+        state_dir: where to persist the node list for restarts during a cut (None = memory only).
+        coordinator_url: the pool coordinator (etcd) URL, or None (peer path only).
+        pool: this node's pool (for the coordinator's keys); default: the ``edgewatch.io/pool`` label.
+        kubeconfig: kubeconfig path (None = in-cluster ServiceAccount).
+    """
+
+    node: NodeName
+    key_file: Path
+    listen_address: str = "0.0.0.0"
+    port: int = DEFAULT_PEER_PORT
+    namespace: str = "edgewatch"
+    kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
+    probe_timeout_s: float = 0.8
+    full_mesh_max: int = 64
+    publish_refresh_s: float = 15.0
+    carry_interval_s: float = 5.0
+    state_dir: Path | None = None
+    coordinator_url: str | None = None
+    pool: str | None = None
+    kubeconfig: str | None = None
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    votes: VoteConfig = field(default_factory=VoteConfig)
+    wire: WireConfig = field(default_factory=WireConfig)
+    cloud_link: CloudLinkConfig = field(default_factory=CloudLinkConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port out of range: {self.port}")
+        if self.probe_timeout_s <= 0 or self.probe_timeout_s >= self.votes.exchange_period_s * 2:
+            raise ValueError("probe_timeout_s must be > 0 and below two exchange periods")
+        if self.full_mesh_max < 1:
+            raise ValueError("full_mesh_max must be >= 1")

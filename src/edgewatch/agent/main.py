@@ -1,0 +1,60 @@
+"""``edgewatch agent``: build the configuration from flags and run the agent until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from lightkube import AsyncClient, KubeConfig
+
+from edgewatch.agent.agent import Agent, configure_logging
+from edgewatch.agent.config import AgentConfig
+from edgewatch.core.quorum import VoteConfig
+from edgewatch.core.types import node_name
+
+log = logging.getLogger(__name__)
+
+
+def make_api_client(kubeconfig: str | None, *, timeout_s: float = 5.0) -> AsyncClient:
+    """An API client from a kubeconfig file, or in-cluster; every request has ``timeout_s``."""
+    import httpx2 as httpx
+
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+    return AsyncClient(config, timeout=httpx.Timeout(timeout_s))
+
+
+async def _run(config: AgentConfig) -> None:
+    client = make_api_client(config.kubeconfig)
+    agent = Agent(config=config, client=client)
+    task = asyncio.create_task(agent.run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await client.close()
+    log.info("agent stopped")
+
+
+def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_address: str, port: int,
+              namespace: str, kubelet_healthz_url: str, coordinator_url: str | None, pool: str | None,
+              state_dir: Path | None, exchange_period: float, vote_ttl: float, probe_timeout: float,
+              log_level: str, log_format: str) -> int:
+    """Run the agent; returns the exit code (2 for invalid settings)."""
+    configure_logging(level=log_level, json_logs=log_format == "json")
+    try:
+        config = AgentConfig(node=node_name(node), key_file=key_file, kubeconfig=kubeconfig,
+                             listen_address=listen_address, port=port, namespace=namespace,
+                             kubelet_healthz_url=kubelet_healthz_url, coordinator_url=coordinator_url, pool=pool,
+                             state_dir=state_dir, probe_timeout_s=probe_timeout,
+                             votes=VoteConfig(exchange_period_s=exchange_period, vote_ttl_s=vote_ttl))
+    except ValueError as exc:
+        log.error("invalid settings: %s", exc)
+        return 2
+    if state_dir is not None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_run(config))
+    return 0

@@ -1,0 +1,272 @@
+"""Peer checks and vote exchange over the node network (port 51005): the I/O around
+``edgewatch.core.detector``, ``edgewatch.core.wire`` and ``edgewatch.core.quorum``.
+
+Every exchange period (1 s) the agent signs its heartbeat — its own kubelet's health, its own cloud
+link, and its vote: which peers its failure detector sees alive and dead — and POSTs an envelope
+(its heartbeat plus a few relayed ones) to each target peer; the peer answers with its own
+envelope. A target counts alive only if it answers with a valid, signed envelope whose own
+heartbeat reports its kubelet healthy; a timeout, a refused connection or a rejected answer is a
+failed probe. Inbound envelopes are evidence too (the sender reached us).
+
+Targets: every peer of the group while the group has at most ``full_mesh_max`` peers (direct
+evidence, exact majority); beyond that ``wire.fanout`` random peers per period, with relayed
+heartbeats as evidence of their origins and detector timeouts scaled by log10(n) (van Renesse et
+al. 1998 gossip-style failure detection; memberlist/Lifeguard scaling) — messages per node per
+period stay constant as the group grows.
+
+Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC, schema,
+receiver, replay window, nonce cache, sender bound to the source address = the sender Node's
+InternalIP). A rejection is a log line, a metric (``edgewatch_agent_messages_received_total
+{result=<reason>}``) and a 400/403 answer; never a crash and never a state change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.membership import Membership
+from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.core.detector import PeerDetector
+from edgewatch.core.quorum import Decision, decide_all
+from edgewatch.core.signing import Keyring
+from edgewatch.core.types import Health, NodeName
+from edgewatch.core.wire import (
+    DecodedEnvelope,
+    Freshness,
+    Heartbeat,
+    HeartbeatBook,
+    NonceCache,
+    Rejected,
+    decode_envelope,
+    encode_envelope,
+    select_relays,
+    sign_heartbeat,
+)
+
+log = logging.getLogger(__name__)
+
+EXCHANGE_PATH = "/v1/exchange"
+
+
+class PeerExchange:
+    """Failure detectors, the heartbeat book and the exchange protocol of one agent.
+
+    Args:
+        me: this node.
+        config: agent settings.
+        keyring: returns the current keyring (re-read from the Secret file on rotation).
+        membership: the group and the peers' addresses.
+        metrics: where to count.
+        cloud_ok: this node's own cloud link state.
+        rng: randomness for target and relay choice (seedable in tests).
+    """
+
+    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Keyring],
+                 membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
+                 rng: random.Random | None = None) -> None:
+        self.me = me
+        self.config = config
+        self._keyring = keyring
+        self.membership = membership
+        self.metrics = metrics
+        self._cloud_ok = cloud_ok
+        self.rng = rng or random.Random()
+        wire = config.wire
+        self.book = HeartbeatBook(max_origins=wire.book_max_origins, forget_after_s=wire.book_forget_after_s)
+        self.nonces = NonceCache(max_entries=wire.nonce_cache_entries)
+        self.detectors: dict[NodeName, PeerDetector] = {}
+        self.incarnation = time.time_ns()
+        self.seq = 0
+        self.kubelet_ok = False
+        self.own: Heartbeat | None = None
+        self.decisions: dict[NodeName, Decision] = {}
+        self.group: frozenset[NodeName] = frozenset({me})
+        self.periods = 0
+        self._direct_this_period: set[NodeName] = set()
+
+    # -- evidence ----------------------------------------------------------------------------------
+
+    def _gossip_mode(self) -> bool:
+        return len(self.group) - 1 > self.config.full_mesh_max
+
+    def _detector(self, peer: NodeName, now: float) -> PeerDetector:
+        detector = self.detectors.get(peer)
+        if detector is None:
+            cfg = self.config.detector
+            if self._gossip_mode():
+                cfg = cfg.scaled_for(group_size=len(self.group))
+            detector = self.detectors[peer] = PeerDetector(config=cfg, now=now)
+        return detector
+
+    def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
+        """Feed one piece of evidence about a group peer into its detector."""
+        if peer == self.me or peer not in self.group:
+            return
+        self._detector(peer, now).record(ok, now=now)
+
+    def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
+        """Offer an accepted envelope's heartbeats to the book; count direct/relayed evidence."""
+        own = env.own
+        if self.book.offer(own, now=now_mono) is Freshness.NEW and not direct:
+            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
+        if direct:
+            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
+            self._direct_this_period.add(own.origin)
+        gossip = self._gossip_mode()
+        for result in env.relayed:
+            if result.heartbeat is None:
+                self.metrics.relayed.labels(result=str(result.reason)).inc()
+                continue
+            hb = result.heartbeat
+            freshness = self.book.offer(hb, now=now_mono)
+            self.metrics.relayed.labels(result=str(freshness)).inc()
+            if gossip and freshness is Freshness.NEW and hb.origin in self.group:
+                self.record(hb.origin, ok=hb.kubelet_ok, now=now_mono)
+
+    # -- the period ----------------------------------------------------------------------------------
+
+    def refresh_group(self, *, now: float) -> None:
+        """Re-read the group (relabelling regroups here) and drop detectors of non-members."""
+        self.group = self.membership.group_of(self.me)
+        for peer in list(self.detectors):
+            if peer not in self.group:
+                del self.detectors[peer]
+        self.book.retain(self.group)
+
+    def sign_own(self, *, now_mono: float, now_wall: float) -> Heartbeat:
+        """Sign this period's heartbeat (vote) and put it in the book."""
+        alive, dead = [], []
+        for peer in self.group:
+            if peer == self.me:
+                (alive if self.kubelet_ok else dead).append(peer)
+                continue
+            health = self._detector(peer, now_mono).state(now=now_mono)
+            if health is Health.ALIVE:
+                alive.append(peer)
+            elif health is Health.DEAD:
+                dead.append(peer)
+        self.seq += 1
+        self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq, sent_at=now_wall,
+                                  kubelet_ok=self.kubelet_ok, cloud_ok=self._cloud_ok(), alive=alive, dead=dead,
+                                  keyring=self._keyring())
+        self.book.offer(self.own, now=now_mono)
+        return self.own
+
+    def targets(self) -> list[NodeName]:
+        """The peers to exchange with this period."""
+        peers = sorted(self.group - {self.me})
+        if len(peers) <= self.config.full_mesh_max:
+            return peers
+        return self.rng.sample(peers, self.config.wire.fanout)
+
+    def envelope_for(self, peer: NodeName, *, now_mono: float, now_wall: float) -> bytes:
+        """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it."""
+        assert self.own is not None
+        wire = self.config.wire
+        relays = select_relays(self.book, for_peer=peer, now=now_mono, max_count=wire.max_relays,
+                               max_age_s=wire.relay_max_age_s, rng=self.rng, exclude=(self.me,))
+        raw = encode_envelope(sender=self.me, receiver=peer, nonce=secrets.token_hex(16), sent_at=now_wall,
+                              own=self.own, relayed=relays, keyring=self._keyring(), max_bytes=wire.max_bytes)
+        self.book.mark_relayed(relays)
+        return raw
+
+    def decode(self, raw: bytes, *, sender_allowed: Callable[[NodeName], bool]) -> DecodedEnvelope:
+        """Decode an inbound envelope addressed to us. Raises ``Rejected``."""
+        wire = self.config.wire
+        return decode_envelope(raw, keyring=self._keyring(), receiver=self.me, now=time.time(),
+                               max_bytes=wire.max_bytes, replay_window_s=wire.replay_window_s,
+                               nonce_cache=self.nonces, heartbeat_max_age_s=wire.heartbeat_max_age_s,
+                               sender_allowed=sender_allowed)
+
+    async def exchange(self, session: aiohttp.ClientSession, peer: NodeName) -> bool:
+        """One probe: POST our envelope to ``peer`` and absorb its answer. Returns success."""
+        address = self.membership.address_of(peer)
+        now_mono = time.monotonic()
+        if address is None:
+            self.record(peer, ok=False, now=now_mono)
+            self.metrics.probes.labels(result="no_address").inc()
+            return False
+        body = self.envelope_for(peer, now_mono=now_mono, now_wall=time.time())
+        url = f"http://{_host(address)}:{self.config.port}{EXCHANGE_PATH}"
+        try:
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"},
+                                    timeout=aiohttp.ClientTimeout(total=self.config.probe_timeout_s)) as resp:
+                raw = await resp.content.read(self.config.wire.max_bytes + 1)
+                if resp.status != 200:
+                    raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
+            env = self.decode(raw, sender_allowed=lambda s: s == peer)
+        except Rejected as exc:
+            log.warning("answer from %s rejected: %s", peer, exc, extra={"event": "rejected", "peer": peer,
+                                                                        "reason": str(exc.reason)})
+            self.metrics.messages.labels(result=str(exc.reason)).inc()
+            self.metrics.probes.labels(result="rejected").inc()
+            self.record(peer, ok=False, now=time.monotonic())
+            return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError) as exc:
+            log.debug("probe of %s failed: %s", peer, exc or type(exc).__name__)
+            self.metrics.probes.labels(result="failed").inc()
+            self.record(peer, ok=False, now=time.monotonic())
+            return False
+        self.metrics.messages.labels(result="accepted").inc()
+        self.metrics.probes.labels(result="ok").inc()
+        self._absorb(env, now_mono=time.monotonic(), direct=True)
+        return True
+
+    async def run_period(self, session: aiohttp.ClientSession) -> dict[NodeName, Decision]:
+        """One exchange period: sign, exchange with the targets, decide. Returns the decisions."""
+        now_mono, now_wall = time.monotonic(), time.time()
+        self.refresh_group(now=now_mono)
+        self._direct_this_period = set()
+        self.sign_own(now_mono=now_mono, now_wall=now_wall)
+        targets = self.targets()
+        if targets:
+            await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
+        self.decisions = decide_all(group=self.group, votes=self.book.votes(), now=time.monotonic(),
+                                    vote_ttl_s=self.config.votes.vote_ttl_s)
+        self.periods += 1
+        return self.decisions
+
+    # -- the server side -------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """POST /v1/exchange: absorb the sender's envelope and answer with ours."""
+        limit = self.config.wire.max_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)
+        raw = await request.content.read(limit + 1)
+        peer_address = request.remote or ""
+
+        def bound(sender: NodeName) -> bool:
+            # The sender must be a member of our group, talking from its own InternalIP.
+            return sender in self.group and self.membership.address_of(sender) == peer_address
+
+        try:
+            env = self.decode(raw, sender_allowed=bound)
+        except Rejected as exc:
+            status = 403 if exc.reason.value in ("bad_signature", "unknown_key", "unsigned", "sender_mismatch") else 400
+            return self._reject(request, exc.reason.value, exc.detail, status=status)
+        self.metrics.messages.labels(result="accepted").inc()
+        self._absorb(env, now_mono=time.monotonic(), direct=True)
+        if self.own is None:
+            return web.Response(status=503, text="not ready")
+        answer = self.envelope_for(env.sender, now_mono=time.monotonic(), now_wall=time.time())
+        return web.Response(body=answer, content_type="application/json")
+
+    def _reject(self, request: web.Request, reason: str, detail: str, *, status: int) -> web.Response:
+        log.warning("message from %s rejected: %s (%s)", request.remote, reason, detail,
+                    extra={"event": "rejected", "remote": request.remote, "reason": reason})
+        self.metrics.messages.labels(result=reason).inc()
+        return web.Response(status=status, text=f"rejected: {reason}\n")
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
