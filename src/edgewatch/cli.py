@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from edgewatch import __version__
+from edgewatch.controller.decision import UnknownPolicy
 from edgewatch.names import DEFAULT_PEER_PORT
 
 NOT_BUILT_EXIT = 3
@@ -66,16 +67,38 @@ def agent(**opts: object) -> None:
     sys.exit(run_agent(**opts))  # type: ignore[arg-type]
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def controller() -> None:
-    """Run the cloud controller."""
-    _not_built("controller", "see the cloud controller issue")
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--namespace", default="edgewatch", show_default=True, help="Namespace of the leader-election Lease.")
+@click.option("--identity", envvar="POD_NAME", default=None, help="Leader-election identity (default host-pid).")
+@click.option("--confirm", type=float, default=20.0, show_default=True,
+              help="Seconds a disconnected state must last before the NoSchedule taint.")
+@click.option("--edge-ttl", type=float, default=60.0, show_default=True,
+              help="Seconds after which an EdgeHealthy verdict counts as unknown.")
+@click.option("--unknown-policy", type=click.Choice([p.value for p in UnknownPolicy]), default="autonomy",
+              show_default=True, help="What to do without edge evidence.")
+@click.option("--autonomy", type=float, default=300.0, show_default=True,
+              help="Seconds pods are kept without edge evidence (per node: edgewatch.io/autonomy-duration).")
+@click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.option("--metrics-port", type=int, default=8080, show_default=True, help="/healthz, /readyz, /metrics.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def controller(**opts: object) -> None:
+    """Run the cloud controller: the node status decision table (taints, evictions, Events)."""
+    from edgewatch.controller.main import run_controller
+
+    sys.exit(run_controller(**opts))  # type: ignore[arg-type]
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def status() -> None:
-    """Show every node's cloud view, edge view and state."""
-    _not_built("status", "see the cloud controller issue")
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def status(kubeconfig: str | None, output: str) -> None:
+    """Show every node's pool, cloud view, edge view, state, delegate, role, taints and age."""
+    from edgewatch.status import run_status
+
+    sys.exit(run_status(kubeconfig=kubeconfig, output=output))
 
 
 @main.group()

@@ -1,0 +1,30 @@
+"""The controller's Prometheus metrics, on a registry passed in (no global registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ControllerMetrics:
+    """Every metric the controller exports.
+
+    Attributes:
+        nodes: nodes by enforced ``state`` (normal, disconnected, failed, unknown).
+        transitions: state transitions recorded (one Event each), by target ``to``.
+        evictions: pod evictions by ``result`` (evicted, blocked by a PodDisruptionBudget).
+        reconciles: reconciles by ``result`` (ok, error).
+        reconcile_seconds: duration of one node's reconcile, seconds.
+        leader: 1 while this replica holds the controller Lease.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.nodes = Gauge("edgewatch_controller_nodes", "Nodes by enforced state.", ["state"], registry=registry)
+        self.transitions = Counter("edgewatch_controller_transitions", "State transitions.", ["to"], registry=registry)
+        self.evictions = Counter("edgewatch_controller_evictions", "Pod evictions by result.", ["result"],
+                                 registry=registry)
+        self.reconciles = Counter("edgewatch_controller_reconciles", "Reconciles by result.", ["result"],
+                                  registry=registry)
+        self.reconcile_seconds = Histogram("edgewatch_controller_reconcile_seconds", "One reconcile, seconds.",
+                                           registry=registry)
+        self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)

@@ -1,0 +1,101 @@
+"""The manifests users apply: they apply cleanly to the real apiserver, and the RBAC they grant is
+least privilege (checked with `kubectl auth can-i` impersonating the ServiceAccounts)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgewatch.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+AGENT = "system:serviceaccount:edgewatch:edgewatch-agent"
+CONTROLLER = "system:serviceaccount:edgewatch:edgewatch-controller"
+
+
+def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: str | None = None) -> bool:
+    subresource = None
+    if resource in ("nodes/status", "pods/eviction"):  # "kind/sub" means a subresource, not a name
+        resource, subresource = resource.split("/")
+    args = ["auth", "can-i", verb, resource, f"--as={who}"]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    if namespace:
+        args.append(f"--namespace={namespace}")
+    try:
+        return cp.kubectl(*args).strip() == "yes"
+    except subprocess.CalledProcessError as exc:
+        if exc.stdout.strip() == "no":
+            return False
+        raise
+
+
+@pytest.fixture(scope="module")
+def applied(control_plane: ControlPlane):  # type: ignore[no-untyped-def]
+    secret = subprocess.run(["bash", str(DEPLOY / "make-key-secret.sh"), "k-test"], capture_output=True,
+                            text=True, check=True).stdout
+    out = control_plane.kubectl("apply", "-f", str(DEPLOY))
+    control_plane.kubectl("apply", "-f", "-", input_text=secret)
+    yield out
+    control_plane.kubectl("delete", "-f", str(DEPLOY), "--ignore-not-found", "--wait=false", timeout_s=60)
+
+
+def test_manifests_apply_and_create_every_object(applied: str, control_plane: ControlPlane) -> None:
+    docs = [d for f in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    assert len(docs) >= 15
+    for doc in docs:
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        ns = doc["metadata"].get("namespace")
+        args = ["get", kind.lower(), name, "-o", "name"] + ([f"--namespace={ns}"] if ns else [])
+        assert control_plane.kubectl(*args).strip(), f"{kind}/{name} missing after apply"
+    ds = yaml.safe_load(control_plane.kubectl("get", "daemonset", "edgewatch-agent", "-n", "edgewatch", "-o", "yaml"))
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["containers"][0]["ports"][0]["containerPort"] == 51005
+    keys = control_plane.kubectl("get", "secret", "edgewatch-keys", "-n", "edgewatch", "-o", "jsonpath={.data.keys}")
+    assert keys  # the key comes from make-key-secret.sh, never from a default shipped in the manifests
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    ("list", "nodes", None, True),
+    ("watch", "nodes", None, True),
+    ("patch", "nodes/status", None, True),
+    ("patch", "nodes", None, False),            # cannot taint or label nodes
+    ("delete", "nodes", None, False),
+    ("update", "leases", "kube-node-lease", True),
+    ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
+    ("delete", "leases", "kube-node-lease", False),
+    ("update", "leases", "default", False),
+    ("get", "configmaps/edgewatch-config", "edgewatch", True),
+    ("get", "configmaps/other", "edgewatch", False),
+    ("list", "secrets", "edgewatch", False),
+    ("delete", "pods", "default", False),
+    ("create", "pods/eviction", "default", False),
+])
+def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
+                                       namespace: str | None, allowed: bool) -> None:
+    assert can_i(control_plane, AGENT, verb, resource, namespace=namespace) is allowed
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    ("patch", "nodes", None, True),
+    ("delete", "nodes", None, False),
+    ("list", "pods", "default", True),
+    ("create", "pods/eviction", "default", True),
+    ("delete", "pods", "default", False),        # evicts through the Eviction API (PDBs apply), never deletes
+    ("watch", "leases", "kube-node-lease", True),
+    ("update", "leases", "kube-node-lease", False),  # reads heartbeats, never writes them
+    ("update", "leases/edgewatch-controller", "edgewatch", True),
+    ("update", "leases/other", "edgewatch", False),
+    ("create", "events", "default", True),
+    ("list", "secrets", "edgewatch", False),
+    ("patch", "nodes/status", None, False),      # the edge view is the agents' to write
+])
+def test_controller_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
+                                            namespace: str | None, allowed: bool) -> None:
+    assert can_i(control_plane, CONTROLLER, verb, resource, namespace=namespace) is allowed
