@@ -10,7 +10,9 @@ heartbeat. edgewatch combines two views of each node:
 
   - ``OK``: the Lease is fresh and was renewed by the node itself;
   - ``DELEGATED``: the Lease is fresh but carries ``edgewatch.io/delegate-heartbeat: "true"``, i.e. a peer
-    (the pool leader) renewed it on the node's behalf because the node cannot reach the cloud;
+    (the pool leader) renewed it on the node's behalf because the node cannot reach the cloud (a mark
+    whose ``edgewatch.io/delegated-renew-time`` no longer equals ``renewTime`` is stale: the kubelet
+    renewed by itself since);
   - ``LOST``: no fresh Lease at all.
 
 * the **edge view**, from the ``EdgeHealthy`` Node condition that the node's peers publish from their
@@ -35,6 +37,13 @@ What each state means on the API (we manage exactly two taints and never touch a
 * ``FAILED``: the NoSchedule taint plus ``edgewatch.io/failed:NoExecute`` (the stock taint manager evicts
   pods that do not tolerate it), and ``evict_pods`` so the reconciler evicts the pods itself through the
   Eviction API, honouring each pod's own toleration of the failed taint (:func:`pod_eviction_due`).
+
+Two rules on top of the table:
+
+* Confirmation: nothing is enforced (no taint, no eviction, no event) until the outage has lasted
+  ``confirm_s``; until then ``effective_state`` is NORMAL while ``state`` already says what is coming.
+* A node once FAILED stays FAILED while the edge view is merely unknown (losing the verdict is no
+  evidence of life); a HEALTHY verdict (DISCONNECTED) or the node's own heartbeat (NORMAL) ends it.
 
 Level-triggered and restart-safe
 --------------------------------
@@ -90,7 +99,18 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from types import MappingProxyType
 
+from edgewatch.names import (
+    AUTONOMY_DURATION_ANNOTATION,
+    CLOUD_UNREACHABLE_TAINT_KEY,
+    DELEGATE_HEARTBEAT_ANNOTATION,
+    DELEGATED_RENEW_TIME_ANNOTATION,
+    DOMAIN,
+    EDGE_CONDITION_TYPE,
+    FAILED_TAINT_KEY,
+)
+
 __all__ = [
+    "DELEGATED_RENEW_TIME_ANNOTATION",
     "AUTONOMY_DURATION_ANNOTATION",
     "CLOUD_UNREACHABLE_TAINT",
     "CLOUD_UNREACHABLE_TAINT_KEY",
@@ -141,21 +161,21 @@ __all__ = [
 # Names on the API
 # --------------------------------------------------------------------------------------------------
 
-#: Lease annotation set (value exactly ``"true"``) when a peer renewed the Lease on the node's behalf.
-DELEGATE_HEARTBEAT_ANNOTATION = "edgewatch.io/delegate-heartbeat"
-#: Node annotation (user-owned, read only): per-node autonomy time, Go duration, ``"0"`` or ``"unlimited"``.
-AUTONOMY_DURATION_ANNOTATION = "edgewatch.io/autonomy-duration"
+# Shared names (edgewatch.names): DELEGATE_HEARTBEAT_ANNOTATION (Lease, "true" when a peer renewed it
+# on the node's behalf), DELEGATED_RENEW_TIME_ANNOTATION (Lease, the renewTime the delegate wrote),
+# AUTONOMY_DURATION_ANNOTATION (Node, user-owned, read only), EDGE_CONDITION_TYPE ("EdgeHealthy"),
+# CLOUD_UNREACHABLE_TAINT_KEY, FAILED_TAINT_KEY. The two node annotations below are written only here.
+
 #: Node annotation (controller-owned): RFC 3339 start of the current outage; absent while NORMAL.
-UNREACHABLE_SINCE_ANNOTATION = "edgewatch.io/unreachable-since"
+UNREACHABLE_SINCE_ANNOTATION = f"{DOMAIN}/unreachable-since"
 #: Node annotation (controller-owned): the state last acted on (a :class:`NodeState` value); absent = normal.
-STATE_ANNOTATION = "edgewatch.io/state"
+STATE_ANNOTATION = f"{DOMAIN}/state"
 #: The node annotations this module writes (a plan gives a desired value, or None = absent, for each).
 MANAGED_ANNOTATIONS: tuple[str, ...] = (UNREACHABLE_SINCE_ANNOTATION, STATE_ANNOTATION)
-#: Type of the Node condition carrying the edge view.
-EDGE_CONDITION_TYPE = "EdgeHealthy"
 
-CLOUD_UNREACHABLE_TAINT_KEY = "edgewatch.io/cloud-unreachable"
-FAILED_TAINT_KEY = "edgewatch.io/failed"
+#: How far (seconds) ``delegated-renew-time`` may be from ``renewTime`` and still name the same
+#: renewal: both come from one MicroTime (microseconds); float conversions differ by far less.
+_MARK_MATCH_S = 0.001
 
 #: Smallest requeue delay, seconds. A boundary reached exactly at ``now`` whose change takes effect just
 #: after it (a Lease is still fresh at ``renewTime + grace`` and stale right after) yields this, so the
@@ -411,11 +431,15 @@ class NodePlan:
     * ``event``: Event to record because ``effective_state`` differs from the node's recorded state, or
       None.
     * ``unreachable_since``: start of the outage (seconds since the epoch) or None when NORMAL.
-      ``confirm_at``: when the outage counts as confirmed. ``fail_at``: when an UNKNOWN node becomes
-      FAILED (None = never or not applicable). ``autonomy_s``: the autonomy time in force (seconds, None
-      = unlimited).
-    * ``requeue_after_s``: seconds until the plan would next change with time alone (always > 0), or
-      None when nothing is pending (only an API change can change it).
+      ``confirm_at``: when the outage counts as confirmed. ``fail_at``: when a node without edge
+      evidence becomes (or became) FAILED by its autonomy time running out (None = unlimited or the
+      edge view is not unknown); a node judged FAILED before stays FAILED even earlier.
+      ``autonomy_s``: the autonomy time in force (seconds, None = unlimited).
+    * ``requeue_after_s``: seconds until the decision (state, confirmation, taints, eviction,
+      annotations, deadlines) would next change with time alone, always > 0; None when nothing is
+      pending (only an API change can change it). Informational fields may change earlier without a
+      requeue (e.g. the edge view of a NORMAL node going stale). Pods' own eviction times
+      (:func:`pod_eviction_due`) are not included.
     * ``explanation``: one human-readable line; ``warnings``: problems found in annotations (a plan is
       still made, never an exception).
     """
@@ -651,8 +675,26 @@ def lease_grace_s(*, lease: LeaseSnapshot | None, config: ControllerConfig) -> f
 
 
 def is_delegated(lease: LeaseSnapshot | None) -> bool:
-    """True iff the Lease carries ``edgewatch.io/delegate-heartbeat: "true"`` (exactly ``"true"``)."""
-    return lease is not None and lease.annotations.get(DELEGATE_HEARTBEAT_ANNOTATION) == "true"
+    """True iff the Lease's last renewal was made by a delegate on the node's behalf.
+
+    That is: ``edgewatch.io/delegate-heartbeat`` is exactly ``"true"`` and, when the delegate also wrote
+    ``edgewatch.io/delegated-renew-time``, it still names the current ``renewTime`` (within 1 ms). The
+    kubelet keeps a Lease's annotations when it renews, so once it renews by itself the mark is stale
+    and the renewal is the node's own (see ``edgewatch.agent.delegation``). An unparseable
+    ``delegated-renew-time`` cannot vouch for the renewal: not delegated. Without
+    ``delegated-renew-time`` the mark alone counts (seed 002's convention).
+    """
+    if lease is None or lease.annotations.get(DELEGATE_HEARTBEAT_ANNOTATION) != "true":
+        return False
+    written = lease.annotations.get(DELEGATED_RENEW_TIME_ANNOTATION)
+    if written is None:
+        return True
+    if lease.renew_time is None:
+        return False
+    try:
+        return abs(parse_rfc3339(written) - lease.renew_time) <= _MARK_MATCH_S
+    except ValueError:
+        return False
 
 
 def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float) -> CloudView:
@@ -940,8 +982,11 @@ def plan(
         assert lease is not None and lease.renew_time is not None
         pending.append((lease.renew_time + grace, True))
 
-    renew_text = _fmt_time(lease.renew_time) if lease is not None and lease.renew_time else "never"
-    views = f"cloud view {cloud.value} (lease renewed {renew_text}, grace {grace:g} s), edge view {edge.value}"
+    renew_text = _fmt_time(lease.renew_time if lease is not None else None)
+    views = (
+        f"cloud view {cloud.value} (lease renewed {renew_text}, grace {grace:g} s), "
+        f"edge view {edge.value}"
+    )
 
     since: float | None = None
     since_text: str | None = None
@@ -958,29 +1003,26 @@ def plan(
         if warning:
             warnings.append(warning)
         previous = recorded if trusted else NodeState.NORMAL
+        confirm_at = since + config.confirm_s
+        confirmed = now >= confirm_at
         state = table_state
         if table_state is NodeState.UNKNOWN:
             edge_since = _edge_unknown_since(node.edge_condition, config.edge_view_ttl_s)
             clock_start = since if edge_since is None else max(since, edge_since)
-            if previous is NodeState.FAILED:
-                state = NodeState.FAILED
-                detail = "judged failed earlier and no new edge evidence since"
-            elif autonomy is None:
-                detail = f"no edge evidence since {_fmt_time(clock_start)}; autonomy unlimited"
+            detail = f"no edge evidence since {_fmt_time(clock_start)}"
+            if autonomy is None:
+                detail += "; autonomy unlimited"
             else:
                 fail_at = clock_start + autonomy
-                if now >= fail_at:
-                    state = NodeState.FAILED
-                    detail = (
-                        f"no edge evidence since {_fmt_time(clock_start)}; autonomy "
-                        f"{_fmt_duration(autonomy)} ran out at {_fmt_time(fail_at)}"
-                    )
-                else:
-                    pending.append((fail_at, False))
-                    detail = (
-                        f"no edge evidence since {_fmt_time(clock_start)}; pods kept until "
-                        f"{_fmt_time(fail_at)} (autonomy {_fmt_duration(autonomy)})"
-                    )
+                detail += f"; autonomy {_fmt_duration(autonomy)} ends {_fmt_time(fail_at)}"
+            # The last evidence said failed; an unknown edge view is no evidence of life.
+            sticky = confirmed and previous is NodeState.FAILED
+            if sticky:
+                detail += "; judged failed before, so it stays failed"
+            if sticky or (fail_at is not None and now >= fail_at):
+                state = NodeState.FAILED
+            elif fail_at is not None:
+                pending.append((fail_at, False))
         elif table_state is NodeState.FAILED:
             detail = "its peers see it unhealthy"
         else:
@@ -990,8 +1032,6 @@ def plan(
             heartbeat = _condition_heartbeat(node.edge_condition)
             assert heartbeat is not None
             pending.append((heartbeat + config.edge_view_ttl_s, True))
-        confirm_at = since + config.confirm_s
-        confirmed = now >= confirm_at
         if not confirmed:
             pending.append((confirm_at, False))
             detail += f"; not acted on before {_fmt_time(confirm_at)} (confirmation)"
@@ -1028,7 +1068,7 @@ def plan(
         event=event,
         unreachable_since=since,
         confirm_at=confirm_at,
-        fail_at=fail_at if state is NodeState.UNKNOWN else None,
+        fail_at=fail_at,
         autonomy_s=autonomy,
         requeue_after_s=requeue,
         explanation=explanation,
