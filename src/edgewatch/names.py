@@ -13,7 +13,7 @@ DOMAIN = "edgewatch.io"
 DELEGATE_HEARTBEAT_ANNOTATION = f"{DOMAIN}/delegate-heartbeat"   # "true"
 DELEGATED_BY_ANNOTATION = f"{DOMAIN}/delegated-by"               # node name of the delegate
 DELEGATED_RENEW_TIME_ANNOTATION = f"{DOMAIN}/delegated-renew-time"  # the renewTime the delegate wrote
-DELEGATED_VIA_ANNOTATION = f"{DOMAIN}/delegated-via"             # "peer" or "coordinator"
+DELEGATED_VIA_ANNOTATION = f"{DOMAIN}/delegated-via"             # "peer", "coordinator" or "autonomy"
 
 # Node condition the agents publish: the edge view (seed 003 vote), visible in `kubectl describe node`.
 EDGE_CONDITION_TYPE = "EdgeHealthy"

@@ -89,7 +89,9 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("create", "pods/eviction", "default", True),
     ("delete", "pods", "default", False),        # evicts through the Eviction API (PDBs apply), never deletes
     ("watch", "leases", "kube-node-lease", True),
-    ("update", "leases", "kube-node-lease", False),  # reads heartbeats, never writes them
+    ("update", "leases", "kube-node-lease", True),   # the autonomy hold
+    ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
+    ("delete", "leases", "kube-node-lease", False),
     ("update", "leases/edgewatch-controller", "edgewatch", True),
     ("update", "leases/other", "edgewatch", False),
     ("create", "events", "default", True),

@@ -104,6 +104,7 @@ from edgewatch.names import (
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_RENEW_TIME_ANNOTATION,
+    DELEGATED_VIA_ANNOTATION,
     DOMAIN,
     EDGE_CONDITION_TYPE,
     FAILED_TAINT_KEY,
@@ -146,6 +147,7 @@ __all__ = [
     "format_go_duration",
     "format_rfc3339",
     "is_delegated",
+    "is_held_by_controller",
     "is_fresh",
     "lease_grace_s",
     "merge_taints",
@@ -378,13 +380,20 @@ class ControllerConfig:
     #: publications (assumes the publisher refreshes it at least every ~20 s), yet short enough that a
     #: verdict from agents that died is trusted for one minute at most.
     edge_view_ttl_s: float = 60.0
-    #: How long a non-NORMAL state must persist before we act on it (taints, eviction, event): 20 s, two
-    #: kubelet renew intervals. A kubelet that misses heartbeats never even leaves OK before 40 s (the
-    #: grace); a single delegated renewal (one period cut off, 10 s) is followed by an unmarked one
-    #: before 20 s have passed, so it never taints either. Longer would leave a cut-off node open to new
-    #: pods and a dead node's pods in place for longer (a dead node is evicted ~40 + 20 = 60 s after its
-    #: last renewal, against ~350 s in stock Kubernetes).
+    #: How long a DISCONNECTED or UNKNOWN state must persist before we act on it (taint, event): 20 s,
+    #: two kubelet renew intervals. The cloud view leaves OK 12 s after the last renewal (see
+    #: :func:`lease_grace_s`); one late or missed renewal is followed by the next within 10 s, so it
+    #: never taints. FAILED uses ``failed_confirm_s`` instead (the peers' verdict is its confirmation).
     confirm_s: float = 20.0
+    #: Slack after the kubelet's expected next renewal (a quarter of leaseDurationSeconds) before the
+    #: cloud view counts a heartbeat as missed: 2 s, above the apiserver latency and scheduling jitter
+    #: of a renewal, so a punctual kubelet is never overdue (see :func:`lease_grace_s`).
+    overdue_slack_s: float = 2.0
+    #: How long a FAILED verdict (cloud view not OK and a majority of peers see the node dead) must last
+    #: before pods are evicted: 0 s. The peers' verdict is already confirmed — a strict majority, each
+    #: behind a failure detector with hysteresis (``edgewatch.core.detector``) — so waiting longer only
+    #: keeps a dead node's pods out of service.
+    failed_confirm_s: float = 0.0
     #: What to do without edge evidence. Default AUTONOMY: keep pods for ``autonomy_s``, then fail.
     unknown_policy: UnknownPolicy = UnknownPolicy.AUTONOMY
     #: Default autonomy time under AUTONOMY: 300 s, the same as the 300 s ``tolerationSeconds`` that the
@@ -398,6 +407,8 @@ class ControllerConfig:
         _check_seconds("default_lease_duration_s", self.default_lease_duration_s, allow_zero=False)
         _check_seconds("edge_view_ttl_s", self.edge_view_ttl_s, allow_zero=False)
         _check_seconds("confirm_s", self.confirm_s, allow_zero=True)
+        _check_seconds("overdue_slack_s", self.overdue_slack_s, allow_zero=True)
+        _check_seconds("failed_confirm_s", self.failed_confirm_s, allow_zero=True)
         _check_seconds("autonomy_s", self.autonomy_s, allow_zero=True)
         object.__setattr__(self, "unknown_policy", UnknownPolicy(self.unknown_policy))
 
@@ -668,10 +679,20 @@ def is_fresh(*, timestamp: float | None, now: float, grace_s: float) -> bool:
 
 
 def lease_grace_s(*, lease: LeaseSnapshot | None, config: ControllerConfig) -> float:
-    """Seconds a Lease renewal stays fresh: its ``leaseDurationSeconds`` if positive, else the default."""
+    """Seconds a Lease renewal stays fresh for the cloud view: one renew interval plus a slack.
+
+    The kubelet renews its Lease every quarter of ``leaseDurationSeconds`` (10 s of 40 s; kubelet's
+    ``renewInterval``), so a renewal more than ``renew interval + overdue_slack_s`` old (12 s by
+    default) is *overdue*: the cloud has missed a heartbeat. That, not the Lease's expiry (40 s), is
+    when the cloud view stops being OK — one missed heartbeat alone never acts (the DISCONNECTED taint
+    waits for ``confirm_s``, FAILED needs the peers' verdict as well), but a dead node is seen 28 s
+    sooner. Never longer than the duration itself; the default duration applies when the Lease has
+    none.
+    """
+    duration = float(config.default_lease_duration_s)
     if lease is not None and lease.duration_s is not None and lease.duration_s > 0:
-        return float(lease.duration_s)
-    return float(config.default_lease_duration_s)
+        duration = float(lease.duration_s)
+    return min(duration, duration / 4 + config.overdue_slack_s)
 
 
 def is_delegated(lease: LeaseSnapshot | None) -> bool:
@@ -697,9 +718,21 @@ def is_delegated(lease: LeaseSnapshot | None) -> bool:
         return False
 
 
+def is_held_by_controller(lease: LeaseSnapshot | None) -> bool:
+    """True iff the Lease's last renewal was the controller's own autonomy hold
+    (``edgewatch.io/delegated-via: autonomy``): it keeps kube-controller-manager from marking the
+    node NotReady during the autonomy time, and is no evidence of life."""
+    if lease is None or not is_delegated(lease):
+        return False
+    return lease.annotations.get(DELEGATED_VIA_ANNOTATION) == "autonomy"
+
+
 def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float) -> CloudView:
-    """The cloud view of a node from its Lease (``now`` and ``grace_s`` in seconds)."""
+    """The cloud view of a node from its Lease (``now`` and ``grace_s`` in seconds). A renewal by the
+    controller's own autonomy hold is not a heartbeat: LOST."""
     if lease is None or not is_fresh(timestamp=lease.renew_time, now=now, grace_s=grace_s):
+        return CloudView.LOST
+    if is_held_by_controller(lease):
         return CloudView.LOST
     return CloudView.DELEGATED if is_delegated(lease) else CloudView.OK
 
@@ -1003,8 +1036,13 @@ def plan(
         if warning:
             warnings.append(warning)
         previous = recorded if trusted else NodeState.NORMAL
-        confirm_at = since + config.confirm_s
-        confirmed = now >= confirm_at
+        wait_s = config.failed_confirm_s if table_state is NodeState.FAILED else config.confirm_s
+        confirm_at = since + wait_s
+        # Confirmation is of the outage, not of one state: once this outage has been acted on (a trusted
+        # recorded state other than normal), it stays confirmed. Otherwise a FAILED node acted on after
+        # failed_confirm_s whose verdict turns unknown or healthy before confirm_s would drop back to
+        # NORMAL (taints removed, its sticky FAILED forgotten).
+        confirmed = now >= confirm_at or previous is not NodeState.NORMAL
         state = table_state
         if table_state is NodeState.UNKNOWN:
             edge_since = _edge_unknown_since(node.edge_condition, config.edge_view_ttl_s)

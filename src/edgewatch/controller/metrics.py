@@ -14,6 +14,7 @@ class ControllerMetrics:
         evictions: pod evictions by ``result`` (evicted, blocked by a PodDisruptionBudget).
         reconciles: reconciles by ``result`` (ok, error).
         reconcile_seconds: duration of one node's reconcile, seconds.
+        holds: autonomy-hold Lease renewals by ``outcome``.
         leader: 1 while this replica holds the controller Lease.
     """
 
@@ -27,4 +28,6 @@ class ControllerMetrics:
                                   registry=registry)
         self.reconcile_seconds = Histogram("edgewatch_controller_reconcile_seconds", "One reconcile, seconds.",
                                            registry=registry)
+        self.holds = Counter("edgewatch_controller_autonomy_holds", "Autonomy-hold Lease renewals by outcome.",
+                             ["outcome"], registry=registry)
         self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)

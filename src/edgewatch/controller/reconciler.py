@@ -13,6 +13,8 @@ What it writes (and nothing else):
   state of an outage lives in the API, not in memory (OpenYurt kept taint counters in memory and a
   restart left taints stuck);
 - Events on the Node for each state transition;
+- the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
+  heartbeat (``_hold``), marked ``delegated-via: autonomy``;
 - evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
   node that do not tolerate the failed taint long enough; DaemonSet and mirror pods are left alone
   as ``kubectl drain`` does.
@@ -39,8 +41,11 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
+from edgewatch.agent.delegation import RenewOutcome, renew_on_behalf
 from edgewatch.controller.decision import (
+    CloudView,
     ControllerConfig,
+    NodeState,
     NodePlan,
     annotation_patch,
     merge_taints,
@@ -78,15 +83,19 @@ class Reconciler:
         config: the decision's settings.
         metrics: where to count.
         resync_s: full resync period, seconds (default 30 s).
+        hold_interval_s: how often an autonomy-held Lease is renewed, seconds (default 5 s: half the
+            kubelet's 10 s, so kube-controller-manager never sees it stale).
         clock: wall clock, seconds since the epoch (injectable for tests).
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
-                 resync_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+                 resync_s: float = 30.0, hold_interval_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.config = config
         self.metrics = metrics
         self.resync_s = resync_s
+        self.hold_interval_s = hold_interval_s
         self.clock = clock
         self.plans: dict[str, NodePlan] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -228,11 +237,26 @@ class Reconciler:
             self.metrics.transitions.labels(to=p.effective_state.value).inc()
 
         requeue = p.requeue_after_s
+        if lease is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED, NodeState.UNKNOWN):
+            await self._hold(name)
+            requeue = self.hold_interval_s if requeue is None else min(requeue, self.hold_interval_s)
         if p.evict_pods:
             pod_requeue = await self._evict(name, p, now)
             if pod_requeue is not None:
                 requeue = pod_requeue if requeue is None else min(requeue, pod_requeue)
         return requeue
+
+    async def _hold(self, name: str) -> None:
+        """Autonomy hold: renew the Lease of a node we keep pods on although nobody can carry its
+        heartbeat (e.g. a whole pool cut off), so kube-controller-manager does not mark it NotReady,
+        pull its pods from the endpoints and evict them before our own policy says so. Marked
+        ``delegated-via: autonomy``, which the cloud view reads as no heartbeat (LOST)."""
+        now = dt.datetime.fromtimestamp(self.clock(), dt.timezone.utc)
+        result = await renew_on_behalf(client=self.client, node=name, delegate="edgewatch-controller",
+                                       via="autonomy", alive_at=now)
+        self.metrics.holds.labels(outcome=result.outcome.value).inc()
+        if result.outcome is not RenewOutcome.RENEWED:
+            log.info("autonomy hold of %s: %s %s", name, result.outcome.value, result.detail)
 
     async def _evict(self, name: str, p: NodePlan, now: float) -> float | None:
         """Evict the due pods of a FAILED node; returns seconds until the next pod is due."""
