@@ -1,7 +1,6 @@
 """The ``edgewatch`` command line: ``agent``, ``controller``, ``status`` and ``playground``.
 
-Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast
-and a subcommand that is not built yet says so and exits non-zero instead of pretending.
+Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -14,14 +13,6 @@ import click
 from edgewatch import __version__
 from edgewatch.controller.decision import UnknownPolicy
 from edgewatch.names import DEFAULT_PEER_PORT
-
-NOT_BUILT_EXIT = 3
-
-
-def _not_built(name: str, issue: str) -> None:
-    click.echo(f"edgewatch {name}: not built yet ({issue}).", err=True)
-    sys.exit(NOT_BUILT_EXIT)
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="edgewatch")
@@ -116,7 +107,60 @@ def playground_smoke(keep_seconds: float) -> None:
     sys.exit(run_smoke(keep_seconds=keep_seconds))
 
 
-@playground.command("run", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def playground_run() -> None:
-    """Play a scenario with edgewatch (and --baseline without)."""
-    _not_built("playground run", "see the playground issue")
+@playground.command("list")
+def playground_list() -> None:
+    """List the built-in scenarios."""
+    from edgewatch.playground.scenario import builtin_scenarios, load_scenario
+
+    for name in sorted(builtin_scenarios()):
+        click.echo(f"{name:18} {load_scenario(name).description}")
+
+
+@playground.command("run")
+@click.argument("scenario")
+@click.option("--baseline", is_flag=True, help="Stock Kubernetes: no agents, no controller.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw the timeline (.svg or .png).")
+@click.option("--live/--no-live", default=True, show_default=True, help="Live table while it runs.")
+@click.option("--keep-logs", is_flag=True, help="Keep the run's logs even when every expectation held.")
+def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
+                   keep_logs: bool) -> None:
+    """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
+
+    Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
+    """
+    from edgewatch.playground.cli import run_one
+
+    sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs))
+
+
+@playground.command("compare")
+@click.argument("scenario")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where to write both JSON reports.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw both timelines (.svg/.png).")
+@click.option("--live/--no-live", default=True, show_default=True)
+def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool) -> None:
+    """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
+    from edgewatch.playground.cli import compare
+
+    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live))
+
+
+@playground.command("up")
+@click.argument("scenario", default="cloud-partition")
+@click.option("--baseline", is_flag=True, help="Without edgewatch.")
+def playground_up(scenario: str, baseline: bool) -> None:
+    """Start SCENARIO's cluster (no faults) and keep it running until Ctrl-C, for kubectl and
+    `edgewatch status`."""
+    from edgewatch.playground.cli import up
+
+    sys.exit(up(scenario, baseline=baseline))
+
+
+@playground.command("down")
+def playground_down() -> None:
+    """Remove what a crashed or killed playground left behind (namespaces, processes, folders)."""
+    from edgewatch.playground.cli import down
+
+    sys.exit(down())

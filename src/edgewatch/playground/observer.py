@@ -1,0 +1,144 @@
+"""What the real apiserver shows, recorded over time: node states, Ready, taints, pod evictions and
+endpoint removals, for the report (``edgewatch.playground.report``) and the live table.
+
+The observer polls (every ``interval_s``, default 0.25 s) the Nodes, the workload's Pods and its
+Service's EndpointSlices and appends every change it sees, with times in seconds from the
+scenario's start. Polling keeps it simple and restart-proof; the resolution of every figure in a
+report is therefore ``interval_s`` (plus one API round trip).
+
+Definitions (the report's vocabulary):
+- state: with edgewatch, the controller's ``edgewatch.io/state`` node annotation (normal when
+  absent); in the baseline, ``normal`` while the Node's Ready condition is True, else ``not_ready``;
+- eviction: a workload pod bound to the node gets a deletionTimestamp;
+- endpoint removal: a workload pod bound to the node stops being a ready endpoint while it has no
+  deletionTimestamp (its node went NotReady and kube-controller-manager marked it not ready).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch.playground.report import NodeRecord, Recording
+
+STATE_ANNOTATION = "edgewatch.io/state"
+
+
+@dataclass
+class NodeView:
+    """The newest look at one node, for the live table."""
+
+    state: str = "normal"
+    ready: str = "?"
+    edge: str = "-"
+    pods: int = 0
+    taints: frozenset[str] = frozenset()
+    delegate: str = "-"
+
+
+@dataclass
+class Observer:
+    """Polls the API and fills a ``Recording``.
+
+    Args:
+        client: admin API client.
+        recording: where to append (its ``nodes`` must hold a NodeRecord per node).
+        namespace: the workload's namespace; service: its Service name.
+        edgewatch: False in baseline runs (state comes from Ready then).
+        t0: monotonic time of the scenario's start.
+    """
+
+    client: AsyncClient
+    recording: Recording
+    namespace: str
+    service: str
+    edgewatch: bool
+    t0: float
+    views: dict[str, NodeView] = field(default_factory=dict)
+    _ready_eps: set[str] = field(default_factory=set)
+    _deleting: set[str] = field(default_factory=set)
+    _pod_node: dict[str, str] = field(default_factory=dict)
+    errors: int = 0
+
+    def now(self) -> float:
+        """Seconds since the scenario's start."""
+        return round(time.monotonic() - self.t0, 3)
+
+    async def poll(self) -> None:
+        """Look once and record what changed. API errors are counted, never raised."""
+        try:
+            nodes = [n async for n in self.client.list(Node)]
+            pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
+            slices = [s async for s in self.client.list(
+                EndpointSlice, namespace=self.namespace, labels={"kubernetes.io/service-name": self.service})]
+        except (ApiError, httpx.HTTPError, OSError):
+            self.errors += 1
+            return
+        t = self.now()
+        for node in nodes:
+            self._node(node, t)
+        counts: dict[str, int] = {}
+        for pod in pods:
+            name, node_name = pod.metadata.name, (pod.spec.nodeName if pod.spec else None) or ""
+            if node_name:
+                self._pod_node[name] = node_name
+                if pod.metadata.deletionTimestamp is None:
+                    counts[node_name] = counts.get(node_name, 0) + 1
+            if pod.metadata.deletionTimestamp is not None and name not in self._deleting:
+                self._deleting.add(name)
+                record = self.recording.nodes.get(node_name)
+                if record is not None:
+                    record.evictions.append({"t": t, "pod": name})
+        ready = set()
+        for sl in slices:
+            for ep in sl.endpoints or []:
+                if ep.targetRef is not None and ep.conditions is not None and ep.conditions.ready:
+                    ready.add(ep.targetRef.name)
+        existing = {p.metadata.name for p in pods}
+        for name in self._ready_eps - ready:
+            if name in existing and name not in self._deleting:
+                record = self.recording.nodes.get(self._pod_node.get(name, ""))
+                if record is not None:
+                    record.endpoint_removals.append({"t": t, "pod": name})
+        self._ready_eps = ready
+        for name, view in self.views.items():
+            view.pods = counts.get(name, 0)
+            record = self.recording.nodes.get(name)
+            if record is not None and view.pods:
+                record.had_pods = True
+
+    def _node(self, node: Node, t: float) -> None:
+        name = node.metadata.name
+        record = self.recording.nodes.get(name)
+        if record is None:
+            return
+        view = self.views.setdefault(name, NodeView())
+        ready = "Unknown"
+        edge = "-"
+        for cond in (node.status.conditions or []) if node.status else []:
+            if cond.type == "Ready":
+                ready = cond.status
+            elif cond.type == EDGE_CONDITION_TYPE:
+                edge = {"True": "healthy", "False": "unhealthy"}.get(cond.status, "unknown")
+        if ready != "True" and (not record.not_ready or record.not_ready[-1][1] is not None):
+            record.not_ready.append([t, None])
+        elif ready == "True" and record.not_ready and record.not_ready[-1][1] is None:
+            record.not_ready[-1][1] = t
+        if self.edgewatch:
+            state = (node.metadata.annotations or {}).get(STATE_ANNOTATION, "normal")
+        else:
+            state = "normal" if ready == "True" else "not_ready"
+        if not record.states or record.states[-1][1] != state:
+            record.states.append((t, state))
+        taints = frozenset(f"{tt.key}:{tt.effect}" for tt in ((node.spec.taints or []) if node.spec else []))
+        for taint in sorted(taints - view.taints):
+            record.taints.append((t, taint, "added"))
+        for taint in sorted(view.taints - taints):
+            record.taints.append((t, taint, "removed"))
+        view.state, view.ready, view.edge, view.taints = state, ready, edge, taints
