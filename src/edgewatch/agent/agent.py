@@ -35,6 +35,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.coordinator import PoolCoordinator
 from edgewatch.agent.delegation import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
@@ -43,6 +44,7 @@ from edgewatch.agent.publisher import ConditionPublisher
 from edgewatch.core.duties import Duties, PeerReport, assign_duties
 from edgewatch.core.signing import Keyring, load_keyring
 from edgewatch.core.types import Health, NodeName, Verdict
+from edgewatch.names import POOL_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +125,7 @@ class Agent:
         self.publisher = ConditionPublisher(client=client, me=config.node, membership=self.membership,
                                             metrics=self.metrics, refresh_s=config.publish_refresh_s)
         self.duties: Duties | None = None
-        self.coordinator = None
-        if config.coordinator_url:
-            from edgewatch.agent.coordinator import PoolCoordinator
-
-            self.coordinator = PoolCoordinator(
-                url=config.coordinator_url, pool=config.pool or "default", node=config.node, kube=client,
-                cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of, registry=self.registry)
+        self.coordinator: PoolCoordinator | None = None
         self._carried_at: dict[NodeName, float] = {}
         self._check_own_mark = True
         self.started = asyncio.Event()
@@ -167,11 +163,26 @@ class Agent:
                     tg.create_task(self._exchange_loop(session))
                     tg.create_task(self._cloud_loop())
                     tg.create_task(self._keyring_loop())
-                    if self.coordinator is not None:
-                        tg.create_task(self.coordinator.run())
+                    if self.config.coordinator_url:
+                        tg.create_task(self._run_coordinator(self.config.coordinator_url))
                     self.started.set()
             finally:
                 await runner.cleanup()
+
+    async def _run_coordinator(self, url: str) -> None:
+        """Join the pool coordinator; the pool is ``--pool`` or this node's ``edgewatch.io/pool`` label."""
+        pool = self.config.pool
+        while pool is None:
+            info = self.membership.nodes.get(self.config.node)
+            if info is not None:
+                pool = info.labels.get(POOL_LABEL) or "default"
+            else:
+                await asyncio.sleep(1)
+        self.coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
+                                           cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
+                                           registry=self.registry)
+        log.info("joining pool %s through coordinator %s", pool, url)
+        await self.coordinator.run()
 
     async def _start_server(self) -> web.AppRunner:
         app = web.Application(client_max_size=self.config.wire.max_bytes + 1024)

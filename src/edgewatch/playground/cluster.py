@@ -73,6 +73,7 @@ class PlaygroundCluster:
         self.key_file: Path | None = None
         self.kubeconfig: Path | None = None
         self.controller_port = 0
+        self.cloud_kubelet: subprocess.Popen[bytes] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ class PlaygroundCluster:
         self.cp = ControlPlane(address=self.lab.cloud_address, timings=timings,
                                binaries=self.binaries or ensure_binaries()).start()
         self.kubeconfig = self.cp.kubeconfig
+        self.start_cloud_node()
         self.cp.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
         if self.edgewatch:
             self.cp.kubectl("create", "namespace", EDGEWATCH_NAMESPACE)
@@ -130,6 +132,9 @@ class PlaygroundCluster:
                 if proc is not None:
                     _terminate(proc)
             node.agent = node.kubelet = None
+        if self.cloud_kubelet is not None:
+            _terminate(self.cloud_kubelet)
+            self.cloud_kubelet = None
         for etcd in self.coordinators.values():
             with contextlib.suppress(Exception):
                 etcd.stop()
@@ -147,6 +152,21 @@ class PlaygroundCluster:
         assert self.workdir is not None
         return open(self.workdir / f"{name}.log", "ab")
 
+    def start_cloud_node(self) -> None:
+        """The cloud's own node (``cloud-1``, a control-plane node in zone ``cloud``, tainted so the
+        workload does not land on it), never faulted. Real clusters have one; without it a whole
+        pool cut would leave *every* node NotReady, and kube-controller-manager then assumes its
+        own network is at fault and stops evicting ("master disruption mode") — the baseline would
+        show less than stock Kubernetes really does."""
+        assert self.kubeconfig is not None and self.lab is not None and self.cp is not None
+        with self._log("cloud-1-kubelet") as out:
+            self.cloud_kubelet = subprocess.Popen([
+                sys.executable, "-m", "edgewatch.testing.kubeletsim", "--kubeconfig", str(self.kubeconfig),
+                "--node", "cloud-1", "--address", self.lab.cloud_address, "--index", "250", "--healthz-port", "0",
+                "--label", "topology.kubernetes.io/zone=cloud", "--label", "node-role.kubernetes.io/control-plane=",
+                "--taint", "node-role.kubernetes.io/control-plane:NoSchedule"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
     def start_node(self, name: str) -> None:
         """Start the kubelet simulator and (with edgewatch) the agent inside the node's namespace."""
         assert self.kubeconfig is not None
@@ -157,7 +177,8 @@ class PlaygroundCluster:
             node.kubelet = host.popen([
                 sys.executable, "-m", "edgewatch.testing.kubeletsim", "--kubeconfig", str(self.kubeconfig),
                 "--node", name, "--address", host.address, "--index", str(node.index),
-                "--label", f"{POOL_LABEL}={pool}"], stdout=out, stderr=subprocess.STDOUT)
+                "--label", f"{POOL_LABEL}={pool}", "--label", f"topology.kubernetes.io/zone={pool}"],
+                stdout=out, stderr=subprocess.STDOUT)
         if not self.edgewatch:
             return
         argv = [sys.executable, "-m", "edgewatch", "agent", "--node", name, "--key-file", str(self.key_file),

@@ -96,6 +96,20 @@ class ScenarioPlayer:
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, verdicts are published)."""
         replicas = 2 * len(self.scenario.node_names())
+        wanted = set(self.scenario.node_names())
+
+        async def nodes_schedulable() -> bool:
+            # New Nodes carry node.kubernetes.io/not-ready until kube-controller-manager sees them
+            # Ready; a workload created before that would pile onto the first node cleared.
+            ok = set()
+            async for node in self.client.list(Node):
+                taints = {t.key for t in (node.spec.taints or [])} if node.spec else set()
+                ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+                if ready and not any(k.startswith("node.kubernetes.io/") for k in taints):
+                    ok.add(node.metadata.name)
+            return wanted <= ok
+
+        await wait_for(nodes_schedulable, timeout_s=90, what="every node Ready and schedulable")
         await self.client.create(sample_service(namespace=WORKLOAD_NAMESPACE))
         await self.client.create(sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas))
 
@@ -166,12 +180,13 @@ class ScenarioPlayer:
             fault.update(nodes=targets, percent=step.percent)
         elif action in ("kill", "kill-leader"):
             node = step.node if action == "kill" else await self._leader_or_first(step.pool)
+            pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
             await loop.run_in_executor(None, cluster.kill_node, node)
-            self.recording.nodes[node].killed_at.append(t)
+            self.recording.nodes[node].record_kill(t, pods=pods)
             fault["node"] = node
         elif action == "revive":
             await loop.run_in_executor(None, cluster.revive_node, step.node)
-            self.recording.nodes[step.node].revived_at.append(t)
+            self.recording.nodes[step.node].record_revive(t)
             fault["node"] = step.node
         elif action == "kill-coordinator":
             if step.pool in cluster.coordinators:
@@ -191,12 +206,17 @@ class ScenarioPlayer:
         log.info("t=%.1f %s %s", t, action, {k: v for k, v in fault.items() if k not in ("t", "action")})
 
     async def _leader_or_first(self, pool: str) -> str:
-        """The pool's leader (baseline or no coordinator: the pool's first node, deterministic)."""
+        """The pool's leader. Without one (baseline, or none elected) the pool's last node that is
+        neither killed nor cut from the cloud — the node a leader would be — deterministic."""
         with contextlib.suppress(Exception):
             leader = await _leader_of(self.cluster, pool)
             if leader:
                 return leader
-        return f"{pool}-1"
+        lab = self.cluster.lab
+        assert lab is not None
+        nodes = [n for n in self.scenario.node_names() if self.scenario.pool_of(n) == pool]
+        able = [n for n in nodes if not lab.faults(n).killed and not lab.faults(n).cloud_cut]
+        return (able or nodes)[-1]
 
     async def _display(self, stop: asyncio.Event) -> None:
         with Live(self._render(), console=self.console, refresh_per_second=2, transient=False) as live:

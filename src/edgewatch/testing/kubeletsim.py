@@ -85,12 +85,14 @@ class SimNode:
         address: InternalIP, and the address /healthz binds.
         index: small integer used to make up pod IPs 10.244.<index>.<n> (0..255).
         labels: extra Node labels (e.g. the pool or topology-zone label).
+        taints: (key, effect) taints registered with the Node (like kubelet --register-with-taints).
     """
 
     name: str
     address: str
     index: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str], ...] = ()
 
 
 def node_manifest(node: SimNode) -> dict[str, Any]:
@@ -101,7 +103,8 @@ def node_manifest(node: SimNode) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": node.name, "labels": labels},
-        "spec": {"podCIDR": f"10.244.{node.index}.0/24"},
+        "spec": {"podCIDR": f"10.244.{node.index}.0/24",
+                 "taints": [{"key": k, "effect": e} for k, e in node.taints]},
         "status": {
             "capacity": capacity,
             "allocatable": capacity,
@@ -348,10 +351,12 @@ def make_client(kubeconfig: str, *, timeout_s: float) -> AsyncClient:
 
 async def _main(args: argparse.Namespace) -> None:
     labels = dict(kv.split("=", 1) for kv in args.label)
-    config = KubeletSimConfig(healthz_port=args.healthz_port)
+    config = KubeletSimConfig(healthz_port=args.healthz_port or None)
+    taints = tuple(tuple(t.rsplit(":", 1)) for t in args.taint)
     client = make_client(args.kubeconfig, timeout_s=config.request_timeout_s)
     fleet = KubeletFleet(client=client, config=config,
-                         nodes=[SimNode(name=args.node, address=args.address, index=args.index, labels=labels)])
+                         nodes=[SimNode(name=args.node, address=args.address, index=args.index, labels=labels,
+                                        taints=taints)])  # type: ignore[arg-type]
     task = asyncio.create_task(fleet.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -369,7 +374,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--address", required=True, help="InternalIP; /healthz binds it")
     parser.add_argument("--index", type=int, default=0, help="pod IPs are 10.244.<index>.<n>")
     parser.add_argument("--label", action="append", default=[], help="extra Node label k=v (repeatable)")
-    parser.add_argument("--healthz-port", type=int, default=10248)
+    parser.add_argument("--taint", action="append", default=[], help="register with taint key:Effect (repeatable)")
+    parser.add_argument("--healthz-port", type=int, default=10248, help="0 = no /healthz endpoint")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(_main(args))
