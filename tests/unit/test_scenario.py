@@ -96,7 +96,7 @@ def test_cut_and_kill_targets():
     live = _entry(s, ["a-1", "a-2", "a-3", "a-4"])
     assert live["evictions"] == 0 and live["endpoint_removals"] == 0 and live["never_not_ready"] is True
     dead = _entry(s, ["a-5"])
-    assert dead == {"detected_within_s": 10, "evicted_within_s": 15, "state_at_end": "failed"}
+    assert dead == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed"}
     stock = _entry(s, ["a-1", "a-2", "a-3", "a-4"], baseline=True)
     assert Comparison.parse(stock["evictions"]) == Comparison(">", 0)
 
@@ -104,7 +104,7 @@ def test_cut_and_kill_targets():
 def test_node_failure_and_pool_split_targets():
     nf = load_scenario("node-failure")
     assert not nf.pool("a").coordinator
-    assert _entry(nf, ["a-3"]) == {"detected_within_s": 10, "evicted_within_s": 15, "state_at_end": "failed"}
+    assert _entry(nf, ["a-3"]) == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed"}
     assert _entry(nf, ["a-1", "a-2", "a-4", "a-5"])["evictions"] == 0
 
     ps = load_scenario("pool-split")
