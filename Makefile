@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test setup system-deps binaries unit clean-lab
 
 demo: setup binaries
-	$(VENV)/bin/edgewatch playground smoke
+	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
 
 test: setup binaries
 	$(VENV)/bin/pytest

@@ -281,7 +281,7 @@ class Agent:
     async def _carry(self, carry: frozenset[NodeName]) -> None:
         now = time.monotonic()
         for gone in set(self._carried_at) - carry:
-            log.info("stopped carrying %s", gone, extra={"event": "carry_stop", "peer": gone})
+            log.info("stopped carrying %s", gone, extra={"kind": "carry_stop", "peer": gone})
             del self._carried_at[gone]
         for peer in sorted(carry):
             last = self._carried_at.get(peer)
@@ -297,7 +297,7 @@ class Agent:
             self.metrics.delegations.labels(outcome=result.outcome.value).inc()
             if result.outcome is RenewOutcome.RENEWED:
                 if last is None:
-                    log.info("carrying the heartbeat of %s", peer, extra={"event": "carry_start", "peer": peer})
+                    log.info("carrying the heartbeat of %s", peer, extra={"kind": "carry_start", "peer": peer})
                 self._carried_at[peer] = now
             else:
                 log.info("carrying %s: %s %s", peer, result.outcome.value, result.detail)

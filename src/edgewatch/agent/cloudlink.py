@@ -107,7 +107,7 @@ class CloudLinkMonitor:
         if self.state.up != before:
             self.changed_at = time.time()
             log.warning("cloud link %s", "up" if self.state.up else "DOWN",
-                        extra={"event": "cloud_link", "up": self.state.up})
+                        extra={"kind": "cloud_link", "up": self.state.up})
             if self._on_change is not None:
                 self._on_change(self.state.up)
         return ok

@@ -156,12 +156,12 @@ class Membership:
             config = parse_grouping_config(data or {})
         except ValueError as exc:
             log.error("refusing %s: %s; keeping the previous configuration", CONFIGMAP_NAME, exc,
-                      extra={"event": "config_rejected"})
+                      extra={"kind": "config_rejected"})
             self._on_reject("invalid_config")
             return False
         if config != self.grouping:
             log.info("grouping %s (label %s)", "on" if config.enabled else "off", config.label_key,
-                     extra={"event": "regrouped"})
+                     extra={"kind": "regrouped"})
         self.grouping = config
         return True
 

@@ -205,7 +205,7 @@ class PeerExchange:
                     raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
             env = self.decode(raw, sender_allowed=lambda s: s == peer)
         except Rejected as exc:
-            log.warning("answer from %s rejected: %s", peer, exc, extra={"event": "rejected", "peer": peer,
+            log.warning("answer from %s rejected: %s", peer, exc, extra={"kind": "rejected", "peer": peer,
                                                                         "reason": str(exc.reason)})
             self.metrics.messages.labels(result=str(exc.reason)).inc()
             self.metrics.probes.labels(result="rejected").inc()
@@ -263,7 +263,7 @@ class PeerExchange:
 
     def _reject(self, request: web.Request, reason: str, detail: str, *, status: int) -> web.Response:
         log.warning("message from %s rejected: %s (%s)", request.remote, reason, detail,
-                    extra={"event": "rejected", "remote": request.remote, "reason": reason})
+                    extra={"kind": "rejected", "remote": request.remote, "reason": reason})
         self.metrics.messages.labels(result=reason).inc()
         return web.Response(status=status, text=f"rejected: {reason}\n")
 

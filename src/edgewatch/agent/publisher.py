@@ -101,4 +101,4 @@ class ConditionPublisher:
         self._written[subject] = (value, time.monotonic())
         self.metrics.condition_writes.labels(result="ok").inc()
         log.info("published %s=%s for %s: %s", EDGE_CONDITION_TYPE, value.status, subject, value.message,
-                 extra={"event": "published", "subject": subject, "status": value.status})
+                 extra={"kind": "published", "subject": subject, "status": value.status})

@@ -152,5 +152,5 @@ class LeaderElector:
     def _set(self, leading: bool) -> None:
         self.leading = leading
         log.warning("%s leadership of %s/%s", "acquired" if leading else "LOST", self.namespace, self.name,
-                    extra={"event": "leader", "leading": leading})
+                    extra={"kind": "leader", "leading": leading})
         self._on_change(leading)

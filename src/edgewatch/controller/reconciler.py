@@ -213,7 +213,7 @@ class Reconciler:
         self.plans[name] = p
         if previous is None or previous.effective_state != p.effective_state:
             log.info("node %s: %s", name, p.explanation,
-                     extra={"event": "state", "node": name, "state": p.effective_state.value,
+                     extra={"kind": "state", "node": name, "state": p.effective_state.value,
                             "cloud": p.cloud.value, "edge": p.edge.value})
 
         merged = merge_taints(current=snap.taints, managed=p.taints)
@@ -285,7 +285,7 @@ class Reconciler:
                 raise
             self.metrics.evictions.labels(result="evicted").inc()
             log.info("evicted %s/%s from failed node %s", meta.namespace, meta.name, name,
-                     extra={"event": "evicted", "node": name, "pod": f"{meta.namespace}/{meta.name}"})
+                     extra={"kind": "evicted", "node": name, "pod": f"{meta.namespace}/{meta.name}"})
         return next_due
 
     async def _record_event(self, node: Node, *, reason: str, message: str, type_: str) -> None:
