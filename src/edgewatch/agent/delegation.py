@@ -47,6 +47,7 @@ class RenewOutcome(enum.StrEnum):
     RENEWED = "renewed"            # renewTime written with the mark
     NODE_RENEWED_ITSELF = "self"   # the kubelet renewed in the meantime; nothing written
     NO_LEASE = "no_lease"          # the node has no Lease; nothing written
+    NOT_DUE = "not_due"            # renewed recently enough (``min_age_s``); nothing written
     CONFLICT = "conflict"          # still conflicting after the retries
     FAILED = "failed"              # the API could not be reached or refused
 
@@ -82,6 +83,7 @@ async def renew_on_behalf(
     via: str,
     alive_at: dt.datetime,
     max_conflict_retries: int = 3,
+    min_age_s: float = 0.0,
 ) -> DelegatedRenewal:
     """Renew ``node``'s Lease with the delegate mark.
 
@@ -93,6 +95,9 @@ async def renew_on_behalf(
         alive_at: when the node was last seen alive (its newest signed heartbeat, in UTC); written
             as renewTime, so the cloud never sees a fresher life sign than there was.
         max_conflict_retries: re-reads after a 409 Conflict.
+        min_age_s: write only if the current renewTime is at least this many seconds older than
+            ``alive_at`` (the controller's autonomy hold uses it so it never overwrites a renewal that
+            just landed, e.g. the kubelet's own when the link comes back).
 
     Returns:
         A ``DelegatedRenewal``; never raises for API errors (they come back as FAILED).
@@ -111,6 +116,8 @@ async def renew_on_behalf(
             # Nothing newer to report; if the kubelet wrote it, the node is back on its own.
             return DelegatedRenewal(RenewOutcome.NODE_RENEWED_ITSELF if not is_marked(lease) else RenewOutcome.RENEWED,
                                     renew_time=current)
+        if current is not None and (alive_at - current).total_seconds() < min_age_s:
+            return DelegatedRenewal(RenewOutcome.NOT_DUE, renew_time=current)
         text = format_micro_time(alive_at)
         lease.spec.renewTime = alive_at
         annotations = dict(lease.metadata.annotations or {})

@@ -253,9 +253,9 @@ class Reconciler:
         ``delegated-via: autonomy``, which the cloud view reads as no heartbeat (LOST)."""
         now = dt.datetime.fromtimestamp(self.clock(), dt.timezone.utc)
         result = await renew_on_behalf(client=self.client, node=name, delegate="edgewatch-controller",
-                                       via="autonomy", alive_at=now)
+                                       via="autonomy", alive_at=now, min_age_s=self.hold_interval_s)
         self.metrics.holds.labels(outcome=result.outcome.value).inc()
-        if result.outcome is not RenewOutcome.RENEWED:
+        if result.outcome not in (RenewOutcome.RENEWED, RenewOutcome.NOT_DUE):
             log.info("autonomy hold of %s: %s %s", name, result.outcome.value, result.detail)
 
     async def _evict(self, name: str, p: NodePlan, now: float) -> float | None:

@@ -1,0 +1,92 @@
+"""Memory and CPU of the agent for a group of N nodes, on the real control plane.
+
+All N agents (and N simulated kubelets) share this one process, each on its own loopback address
+(127.0.1.<i>), exchanging real signed messages over TCP every second, all-to-all (the full-mesh
+mode of groups up to 64 peers). The kubelets run alone first, so their share can be subtracted:
+
+    agent CPU   = (CPU seconds with agents - CPU seconds without) / N / window      [cores per agent]
+    agent RSS   = (RSS with agents - RSS without) / N                               [MiB per agent]
+
+Usage: .venv/bin/python bench/agent_cost.py 5 50 [--window 60]   (prints one JSON line per N)
+
+Limits: one Python process, so per-agent memory excludes the interpreter and libraries a
+separate agent process would load once (about 60 MiB, measured separately below with N=1 process
+figures from the playground); CPU includes the API writes of the group's publishers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+from edgewatch.agent.agent import Agent
+from edgewatch.agent.config import AgentConfig
+from edgewatch.core.types import NodeName
+from edgewatch.testing.controlplane import ControlPlane
+from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def measure(cp: ControlPlane, n: int, window_s: float, key: Path) -> dict[str, float]:
+    client = make_client(str(cp.kubeconfig), timeout_s=10)
+    nodes = [SimNode(name=f"b{n}-{i}", address=f"127.0.1.{i}", index=i) for i in range(1, n + 1)]
+    fleet = KubeletFleet(client=client, nodes=nodes, config=KubeletSimConfig(healthz_port=10248))
+    async with asyncio.TaskGroup() as tg:
+        fleet_task = tg.create_task(fleet.run())
+        await fleet.registered.wait()
+        await asyncio.sleep(10)
+        rss0, cpu0, t0 = rss_mib(), cpu_s(), time.monotonic()
+        await asyncio.sleep(window_s / 2)
+        kubelet_cpu_rate = (cpu_s() - cpu0) / (time.monotonic() - t0)
+        agents = [Agent(config=AgentConfig(node=NodeName(s.name), key_file=key, listen_address=s.address,
+                                           kubelet_healthz_url=f"http://{s.address}:10248/healthz",
+                                           namespace="default"), client=client) for s in nodes]
+        tasks = [tg.create_task(a.run()) for a in agents]
+        await asyncio.sleep(15)  # warm-up: every agent has a full view
+        healthy = sum(1 for a in agents if len([v for v in a.snapshot().verdicts.values() if v.value == "healthy"]) == n)
+        cpu1, t1 = cpu_s(), time.monotonic()
+        await asyncio.sleep(window_s)
+        agents_cpu_rate = (cpu_s() - cpu1) / (time.monotonic() - t1) - kubelet_cpu_rate
+        rss1 = rss_mib()
+        probes = sum(a.peers.periods for a in agents)
+        for t in [*tasks, fleet_task]:
+            t.cancel()
+    await client.close()
+    return {"agents": n, "agents_with_full_healthy_view": healthy,
+            "cpu_cores_per_agent": round(agents_cpu_rate / n, 4),
+            "rss_mib_per_agent": round((rss1 - rss0) / n, 2), "process_rss_mib": round(rss1, 1),
+            "periods_completed": probes, "messages_per_agent_per_s": n - 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", type=int, nargs="+")
+    parser.add_argument("--window", type=float, default=60.0, help="measurement window, seconds")
+    args = parser.parse_args()
+    key = Path(tempfile.mkdtemp()) / "keys"
+    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    with ControlPlane() as cp:
+        for n in args.sizes:
+            print(json.dumps(asyncio.run(measure(cp, n, args.window, key))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The agent on real parts: five nodes in network namespaces (kubelet simulator + the real agent
+process each), the real control plane on the lab's cloud address, real faults from nftables.
+
+Covers: hostile messages are rejected (forged, replayed, oversized, malformed, unsigned) with a
+metric and no harm; a node cut from the cloud keeps its Lease renewed with the delegate mark and
+its EdgeHealthy condition; a killed node turns unhealthy within a few probe periods; a 3|2 split
+judges the minority and never the majority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import secrets
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, DELEGATED_VIA_ANNOTATION, EDGE_CONDITION_TYPE
+from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch.playground.scenario import parse_scenario
+from edgewatch.testing.kubeletsim import make_client
+
+pytestmark = [pytest.mark.root, pytest.mark.controlplane]
+
+NODES = [f"a-{i}" for i in range(1, 6)]
+
+
+@pytest.fixture(scope="module")
+def cluster(binaries) -> Iterator[PlaygroundCluster]:  # type: ignore[no-untyped-def]
+    scenario = parse_scenario({"name": "agent-test", "topology": {"pools": [{"name": "a", "nodes": 5}]},
+                               "steps": [{"at": 1, "action": "end"}]})
+    with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=binaries) as c:
+        _wait(lambda: all(_edge(c, n) == "True" for n in NODES), 90, "EdgeHealthy=True everywhere")
+        yield c
+    c.remove_workdir()
+
+
+def _wait(predicate, timeout_s: float, what: str, interval_s: float = 0.25) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+    return time.monotonic() - start
+
+
+def _node(c: PlaygroundCluster, name: str) -> dict:  # type: ignore[type-arg]
+    assert c.cp is not None
+    return json.loads(c.cp.kubectl("get", "node", name, "-o", "json"))
+
+
+def _edge(c: PlaygroundCluster, name: str) -> str | None:
+    try:
+        conds = _node(c, name)["status"].get("conditions", [])
+    except Exception:
+        return None
+    return next((x["status"] for x in conds if x["type"] == EDGE_CONDITION_TYPE), None)
+
+
+def _lease(c: PlaygroundCluster, name: str) -> dict:  # type: ignore[type-arg]
+    assert c.cp is not None
+    return json.loads(c.cp.kubectl("get", "lease", name, "-n", "kube-node-lease", "-o", "json"))
+
+
+def _url(c: PlaygroundCluster, name: str, path: str) -> str:
+    return f"http://{c.nodes[name].host.address}:51005{path}"
+
+
+def _post(url: str, body: bytes) -> int:
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _metric(c: PlaygroundCluster, name: str, metric: str, labels: str) -> float:
+    with urllib.request.urlopen(_url(c, name, "/metrics"), timeout=5) as resp:
+        text = resp.read().decode()
+    m = re.search(rf"^{re.escape(metric)}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+SEND = """
+import sys, time, secrets, urllib.request, urllib.error
+from edgewatch.core.signing import load_keyring
+from edgewatch.core.wire import encode_envelope, sign_heartbeat
+keyring = load_keyring(sys.argv[1])
+own = sign_heartbeat(origin="a-2", incarnation=1, seq=1, sent_at=time.time(), kubelet_ok=True, cloud_ok=True,
+                     alive=["a-2"], dead=[], keyring=keyring)
+raw = encode_envelope(sender="a-2", receiver="a-1", nonce=secrets.token_hex(16), sent_at=time.time(), own=own,
+                      keyring=keyring)
+for _ in range(2):  # the same bytes twice: the second is a replay
+    try:
+        with urllib.request.urlopen(urllib.request.Request(sys.argv[2], data=raw, method="POST"), timeout=5) as r:
+            print(r.status)
+    except urllib.error.HTTPError as e:
+        print(e.code, e.read().decode().strip())
+"""
+
+
+def test_hostile_messages_are_rejected_counted_and_harmless(cluster: PlaygroundCluster) -> None:
+    url = _url(cluster, "a-1", "/v1/exchange")
+    before = {r: _metric(cluster, "a-1", "edgewatch_agent_messages_received_total", f'result="{r}"')
+              for r in ("malformed", "unsigned", "bad_signature", "unknown_key", "oversized", "replayed",
+                        "sender_mismatch")}
+    assert _post(url, b"\xff not json") == 400
+    assert _post(url, b'{"v": 1, "sender": "a-2"}') == 403
+    # Forged: a well-formed envelope signed with a key the cluster does not have.
+    forged_key = cluster.workdir / "forged-keys"  # type: ignore[operator]
+    forged_key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    from edgewatch.core.signing import load_keyring
+    from edgewatch.core.wire import encode_envelope, sign_heartbeat
+
+    bad = load_keyring(forged_key)
+    own = sign_heartbeat(origin="a-2", incarnation=1, seq=1, sent_at=time.time(), kubelet_ok=True, cloud_ok=True,
+                         alive=["a-2"], dead=["a-1"], keyring=bad)
+    forged = encode_envelope(sender="a-2", receiver="a-1", nonce=secrets.token_hex(16), sent_at=time.time(),
+                             own=own, keyring=bad)
+    assert _post(url, forged) == 403
+    assert _post(url, b"{" + b" " * 300_000 + b"}") == 413
+    # Signed with the real key but sent from the wrong address (the test runs in the cloud
+    # namespace, not on a-2): the sender is bound to its InternalIP.
+    real = load_keyring(cluster.key_file)  # type: ignore[arg-type]
+    own = sign_heartbeat(origin="a-2", incarnation=1, seq=1, sent_at=time.time(), kubelet_ok=True, cloud_ok=True,
+                         alive=["a-2"], dead=["a-1"], keyring=real)
+    spoofed = encode_envelope(sender="a-2", receiver="a-1", nonce=secrets.token_hex(16), sent_at=time.time(),
+                              own=own, keyring=real)
+    assert _post(url, spoofed) == 403
+    # A valid envelope from a-2's own address, sent twice: accepted, then refused as a replay.
+    done = cluster.nodes["a-2"].host.run([sys.executable, "-c", SEND, str(cluster.key_file), url], timeout=30)
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "200", done.stdout + done.stderr
+    assert lines[1].startswith("403") and "replayed" in lines[1], lines
+    after = {r: _metric(cluster, "a-1", "edgewatch_agent_messages_received_total", f'result="{r}"') for r in before}
+    for reason in before:
+        assert after[reason] >= before[reason] + 1, f"{reason} not counted: {before[reason]} -> {after[reason]}"
+    # No harm: the agent is healthy and a-1 is still judged healthy by the group.
+    with urllib.request.urlopen(_url(cluster, "a-1", "/healthz"), timeout=5) as resp:
+        assert resp.status == 200
+    time.sleep(3)
+    assert _edge(cluster, "a-1") == "True"
+
+
+def test_cut_node_keeps_its_heartbeat_through_a_peer(cluster: PlaygroundCluster) -> None:
+    lab = cluster.lab
+    assert lab is not None
+    lab.cut_cloud(["a-2"])
+    try:
+        def marked() -> bool:
+            ann = _lease(cluster, "a-2")["metadata"].get("annotations", {})
+            return ann.get(DELEGATE_HEARTBEAT_ANNOTATION) == "true" and ann.get(DELEGATED_VIA_ANNOTATION) == "peer"
+
+        took = _wait(marked, 30, "the delegate mark on a-2's Lease")
+        print(f"\ncut -> first delegated renewal: {took:.1f} s")
+        # For longer than kube-controller-manager's grace (20 s): renewTime keeps moving, node stays
+        # Ready, and the group keeps judging it healthy.
+        renewals = set()
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            renewals.add(_lease(cluster, "a-2")["spec"]["renewTime"])
+            node = _node(cluster, "a-2")
+            ready = next(x for x in node["status"]["conditions"] if x["type"] == "Ready")
+            assert ready["status"] == "True", "a cut-off node whose heartbeat is carried must stay Ready"
+            assert _edge(cluster, "a-2") == "True"
+            time.sleep(2)
+        assert len(renewals) >= 4, f"the carried Lease was renewed only {len(renewals)} times in 30 s"
+    finally:
+        lab.restore_cloud(["a-2"])
+
+    def unmarked() -> bool:
+        return DELEGATE_HEARTBEAT_ANNOTATION not in _lease(cluster, "a-2")["metadata"].get("annotations", {})
+
+    _wait(unmarked, 40, "the mark to go once a-2's kubelet renews by itself")
+
+
+def test_killed_node_is_judged_unhealthy_within_a_few_periods(cluster: PlaygroundCluster) -> None:
+    cluster.kill_node("a-5")
+    try:
+        took = _wait(lambda: _edge(cluster, "a-5") == "False", 30, "EdgeHealthy=False on a-5", interval_s=0.1)
+        print(f"\nkill -> unhealthy verdict published: {took:.1f} s")
+        assert took < 12  # detector: 5 s of silence and 3 failed probes, then one exchange period
+        assert all(_edge(cluster, n) == "True" for n in NODES[:4])
+    finally:
+        cluster.revive_node("a-5")
+    _wait(lambda: _edge(cluster, "a-5") == "True", 60, "a-5 healthy again after revive")
+
+
+def test_split_3_2_judges_the_minority_never_the_majority(cluster: PlaygroundCluster) -> None:
+    lab = cluster.lab
+    assert lab is not None
+    lab.split("a", [NODES[:3], NODES[3:]])
+    try:
+        _wait(lambda: _edge(cluster, "a-4") == "False" and _edge(cluster, "a-5") == "False", 30,
+              "the 2-node side judged unhealthy")
+        for _ in range(10):  # and the 3-node side is never judged anything but healthy
+            assert all(_edge(cluster, n) == "True" for n in NODES[:3])
+            time.sleep(1)
+    finally:
+        lab.unsplit("a")
+    _wait(lambda: all(_edge(cluster, n) == "True" for n in NODES), 40, "everyone healthy after the heal")
+
+
+def test_kubectl_describe_shows_the_verdict(cluster: PlaygroundCluster) -> None:
+    assert cluster.cp is not None
+    out = cluster.cp.kubectl("describe", "node", "a-1")
+    assert re.search(r"EdgeHealthy\s+True\s.*PeersSeeAlive\s+healthy: \d of 5 peers see it alive", out), out
+
+
+def test_agent_status_command_lists_every_node(cluster: PlaygroundCluster) -> None:
+    from edgewatch.status import collect
+
+    async def rows() -> list[dict]:  # type: ignore[type-arg]
+        client = make_client(str(cluster.kubeconfig), timeout_s=5)
+        try:
+            return await collect(client)
+        finally:
+            await client.close()
+
+    table = {r["node"]: r for r in asyncio.run(rows())}
+    assert set(NODES) <= set(table)
+    assert all(table[n]["edge"] == "healthy" and table[n]["pool"] == "a" for n in NODES)
