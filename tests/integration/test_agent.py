@@ -126,7 +126,14 @@ def test_hostile_messages_are_rejected_counted_and_harmless(cluster: PlaygroundC
                          alive=["a-2"], dead=["a-1"], keyring=bad)
     forged = encode_envelope(sender="a-2", receiver="a-1", nonce=secrets.token_hex(16), sent_at=time.time(),
                              own=own, keyring=bad)
-    assert _post(url, forged) == 403
+    assert _post(url, forged) == 403          # same key id, wrong secret: bad signature
+    other = cluster.workdir / "other-keys"  # type: ignore[operator]
+    other.write_text("evil:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    evil = load_keyring(other)
+    own = sign_heartbeat(origin="a-2", incarnation=1, seq=1, sent_at=time.time(), kubelet_ok=True, cloud_ok=True,
+                         alive=["a-2"], dead=["a-1"], keyring=evil)
+    assert _post(url, encode_envelope(sender="a-2", receiver="a-1", nonce=secrets.token_hex(16),
+                                      sent_at=time.time(), own=own, keyring=evil)) == 403  # unknown key
     assert _post(url, b"{" + b" " * 300_000 + b"}") == 413
     # Signed with the real key but sent from the wrong address (the test runs in the cloud
     # namespace, not on a-2): the sender is bound to its InternalIP.

@@ -239,3 +239,24 @@ def test_relabelling_one_node_only_touches_its_old_and_new_groups(
     for m in node_labels:
         if m != node and node not in before[m] and node not in after[m]:
             assert before[m] == after[m]
+
+
+# --------------------------------------------------------------------------- coverLabel
+
+
+def test_cover_label_keeps_uncovered_nodes_out_of_every_group() -> None:
+    labels = {NodeName("a-1"): {"edgewatch.io/pool": "a"}, NodeName("a-2"): {"edgewatch.io/pool": "a"},
+              NodeName("cloud-1"): {"node-role.kubernetes.io/control-plane": ""}}
+    covered = parse_grouping_config({"coverLabel": "edgewatch.io/pool"})
+    assert covered.group_of(NodeName("a-1"), node_labels=labels) == {"a-1", "a-2"}
+    assert set(covered.groups(node_labels=labels)) == {"a-1", "a-2"}
+    # An uncovered node asking for its own group is alone in it.
+    assert covered.group_of(NodeName("cloud-1"), node_labels=labels) == {"cloud-1"}
+    everyone = parse_grouping_config({})
+    assert everyone.group_of(NodeName("a-1"), node_labels=labels) == {"a-1", "a-2", "cloud-1"}
+
+
+@pytest.mark.parametrize("bad", ["not a label!", "/x", "a" * 300])
+def test_cover_label_must_be_a_label_key(bad: str) -> None:
+    with pytest.raises(ValueError, match="coverLabel"):
+        parse_grouping_config({"coverLabel": bad})

@@ -252,7 +252,7 @@ class PeerExchange:
         try:
             env = self.decode(raw, sender_allowed=bound)
         except Rejected as exc:
-            status = 403 if exc.reason.value in ("bad_signature", "unknown_key", "unsigned", "sender_mismatch") else 400
+            status = 403 if exc.reason.value in ("bad_signature", "unknown_key", "unsigned", "sender_mismatch", "replayed") else 400
             return self._reject(request, exc.reason.value, exc.detail, status=status)
         self.metrics.messages.labels(result="accepted").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)

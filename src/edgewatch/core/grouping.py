@@ -60,7 +60,10 @@ CONFIG_KEY_GROUPING: Final = "grouping"
 CONFIG_KEY_GROUP_LABEL: Final = "groupLabel"
 """ConfigMap key naming the grouping label."""
 
-_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL)
+CONFIG_KEY_COVER_LABEL: Final = "coverLabel"
+"""ConfigMap key: only nodes with this label key are covered (see :attr:`GroupingConfig.cover_label`)."""
+
+_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL)
 _TRUE: Final = frozenset({"on", "true"})
 _FALSE: Final = frozenset({"off", "false"})
 
@@ -110,16 +113,35 @@ class GroupingConfig:
     ``edgewatch.io/topology-zone`` (TKE's ``tencent.tkeedgehealth/
     topology-zone`` under our own domain). Must be a valid label key."""
 
+    cover_label: str = ""
+    """Only nodes that carry this label key (any value) are covered by
+    edgewatch: members of groups, checked and voted on. Default empty: every
+    node. Set it to the label the agent DaemonSet's nodeSelector uses, so
+    cloud nodes without an agent never count in an edge group's size (they
+    would always look dead and could deny every majority)."""
+
     def __post_init__(self) -> None:
         _check_args(enabled=self.enabled, label_key=self.label_key)
+        if self.cover_label and not is_label_key(self.cover_label):
+            raise ValueError(f"cover_label is not a valid Kubernetes label key: {self.cover_label!r:.300}")
+
+    def covered(self, node_labels: Mapping[NodeName, Mapping[str, str]]) -> dict[NodeName, Mapping[str, str]]:
+        """The nodes edgewatch covers (all of them when ``cover_label`` is empty)."""
+        if not self.cover_label:
+            return dict(node_labels)
+        return {n: labels for n, labels in node_labels.items() if self.cover_label in labels}
 
     def group_of(self, node: NodeName, *, node_labels: Mapping[NodeName, Mapping[str, str]]) -> frozenset[NodeName]:
-        """:func:`group_of` with this configuration."""
-        return group_of(node, node_labels=node_labels, enabled=self.enabled, label_key=self.label_key)
+        """:func:`group_of` with this configuration, over the covered nodes; an uncovered ``node`` is
+        a group of one."""
+        covered = self.covered(node_labels)
+        if self.cover_label and node not in covered:
+            return frozenset({node})  # not covered: nobody checks it, it checks nobody
+        return group_of(node, node_labels=covered, enabled=self.enabled, label_key=self.label_key)
 
     def groups(self, *, node_labels: Mapping[NodeName, Mapping[str, str]]) -> dict[NodeName, frozenset[NodeName]]:
-        """:func:`groups` with this configuration."""
-        return groups(node_labels=node_labels, enabled=self.enabled, label_key=self.label_key)
+        """:func:`groups` with this configuration, over the covered nodes."""
+        return groups(node_labels=self.covered(node_labels), enabled=self.enabled, label_key=self.label_key)
 
 
 def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
@@ -130,6 +152,7 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
         ``grouping``: ``on`` / ``true`` or ``off`` / ``false``
             (case-insensitive, surrounding whitespace ignored).
         ``groupLabel``: the label key to group by.
+        ``coverLabel``: only nodes with this label key are covered (empty: all).
 
     Raises:
         ValueError: an unknown key (a misspelt flag is never silently
@@ -167,7 +190,17 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
             raise ValueError(
                 f"config key {CONFIG_KEY_GROUP_LABEL!r} is not a valid Kubernetes label key: {raw!r:.300}"
             )
-    return GroupingConfig(enabled=enabled, label_key=label_key)
+    cover_label = ""
+    if CONFIG_KEY_COVER_LABEL in data:
+        raw = data[CONFIG_KEY_COVER_LABEL]
+        if not isinstance(raw, str):
+            raise ValueError(f"config key {CONFIG_KEY_COVER_LABEL!r} must be a string, got {type(raw).__name__}")
+        cover_label = raw.strip()
+        if cover_label and not is_label_key(cover_label):
+            raise ValueError(
+                f"config key {CONFIG_KEY_COVER_LABEL!r} is not a valid Kubernetes label key: {raw!r:.300}"
+            )
+    return GroupingConfig(enabled=enabled, label_key=label_key, cover_label=cover_label)
 
 
 def _zone(node: NodeName, labels: Mapping[str, str], label_key: str) -> str | None:

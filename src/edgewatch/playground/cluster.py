@@ -111,7 +111,7 @@ class PlaygroundCluster:
             self.cp.kubectl("create", "namespace", EDGEWATCH_NAMESPACE)
             self.cp.kubectl("-n", EDGEWATCH_NAMESPACE, "create", "configmap", "edgewatch-config",
                             f"--from-literal=grouping={'on' if sc.topology.grouping else 'off'}",
-                            f"--from-literal=groupLabel={POOL_LABEL}")
+                            f"--from-literal=groupLabel={POOL_LABEL}", f"--from-literal=coverLabel={POOL_LABEL}")
             self.key_file = self.workdir / "keys"
             self.key_file.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
             self.key_file.chmod(0o600)
