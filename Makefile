@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries unit clean-lab
+.PHONY: demo test setup system-deps binaries unit bench clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -38,6 +38,10 @@ binaries:
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit
+
+# Agent memory and CPU for groups of 5 and 50 on the real control plane (about 5 minutes).
+bench: setup binaries
+	$(PY) bench/agent_cost.py 5 50
 
 # Remove network namespaces and control planes left by a crashed run.
 clean-lab: setup
