@@ -17,6 +17,9 @@ DELEGATED_VIA_ANNOTATION = f"{DOMAIN}/delegated-via"             # "peer", "coor
 
 # Node condition the agents publish: the edge view (seed 003 vote), visible in `kubectl describe node`.
 EDGE_CONDITION_TYPE = "EdgeHealthy"
+# Node condition each agent with --coordinator writes on its own node: its pool-coordinator role
+# (reason Leader / Follower / Pending) and the coordinator's state.
+ROLE_CONDITION_TYPE = "EdgePoolCoordinator"
 
 # Label that groups nodes (multi-region, seed 003); the node pool label for the coordinator.
 DEFAULT_GROUP_LABEL = f"{DOMAIN}/topology-zone"

@@ -29,10 +29,18 @@ from edgewatch.names import (
     DELEGATED_VIA_ANNOTATION,
     NODE_LEASE_NAMESPACE,
     POOL_LABEL,
+    ROLE_CONDITION_TYPE,
 )
 
-ROLE_ANNOTATION = "edgewatch.io/coordinator-role"
 STATE_ANNOTATION = "edgewatch.io/state"
+
+
+def role_of(node: Node) -> str | None:
+    """The node's pool-coordinator role from its ``EdgePoolCoordinator`` condition (None: no coordinator)."""
+    for cond in (node.status.conditions or []) if node.status else []:
+        if cond.type == ROLE_CONDITION_TYPE:
+            return (cond.reason or "").lower() or None
+    return None
 
 
 def _age(seconds: float) -> str:
@@ -71,7 +79,7 @@ async def collect(client: AsyncClient, *, config: ControllerConfig | None = None
             "state": snap.annotations.get(STATE_ANNOTATION, "normal"),
             "computed_state": p.effective_state.value,
             "delegate": delegate,
-            "role": snap.annotations.get(ROLE_ANNOTATION),
+            "role": role_of(node),
             "taints": taints,
             "age_s": round(now - created.timestamp(), 1) if created else None,
         })

@@ -30,6 +30,7 @@ import aiohttp
 import httpx2 as httpx
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -44,7 +45,7 @@ from edgewatch.agent.publisher import ConditionPublisher
 from edgewatch.core.duties import Duties, PeerReport, assign_duties
 from edgewatch.core.signing import Keyring, load_keyring
 from edgewatch.core.types import Health, NodeName, Verdict
-from edgewatch.names import POOL_LABEL
+from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class Agent:
         self.coordinator: PoolCoordinator | None = None
         self._carried_at: dict[NodeName, float] = {}
         self._check_own_mark = True
+        self._role_written: tuple[tuple[object, ...], float] | None = None
         self.started = asyncio.Event()
 
     # -- queries --------------------------------------------------------------------------------------
@@ -272,11 +274,36 @@ class Agent:
                 continue
             await self.publisher.publish(duties.publish, self.peers.decisions)
             await self._carry(duties.carry)
+            await self._publish_role()
             if self._check_own_mark:
                 with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
                     if await clear_stale_mark(client=self.client, node=self.config.node):
                         log.info("removed the stale delegate mark from our own Lease")
                     self._check_own_mark = False
+
+    async def _publish_role(self) -> None:
+        """Show this node's pool-coordinator role on its own Node (condition ``EdgePoolCoordinator``,
+        for ``kubectl describe node`` and ``edgewatch status``): on change, else every minute."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return
+        role = str(coordinator.role)
+        value = (role, coordinator.healthy, coordinator.ready, coordinator.leader)
+        now = time.monotonic()
+        if self._role_written is not None and self._role_written[0] == value and now - self._role_written[1] < 60:
+            return
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state = "ready" if coordinator.ready else ("healthy" if coordinator.healthy else "unreachable")
+        body = {"status": {"conditions": [{
+            "type": ROLE_CONDITION_TYPE, "status": "True" if coordinator.healthy else "False",
+            "reason": role.capitalize(), "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
+            "message": f"pool {coordinator.pool}: {role}; leader {coordinator.leader or 'none'}; coordinator {state}",
+        }]}}
+        try:
+            await self.client.patch(Node.Status, self.config.node, body)
+            self._role_written = (value, now)
+        except (ApiError, httpx.HTTPError, OSError) as exc:
+            log.info("writing %s failed: %s", ROLE_CONDITION_TYPE, exc or type(exc).__name__)
 
     async def _carry(self, carry: frozenset[NodeName]) -> None:
         now = time.monotonic()
