@@ -38,11 +38,23 @@ def main() -> None:
 @click.option("--kubelet-healthz-url", default="http://127.0.0.1:10248/healthz", show_default=True)
 @click.option("--coordinator", "coordinator_url", default=None, help="Pool coordinator (etcd) URL; off by default.")
 @click.option("--pool", default=None, help="Node pool name for the coordinator (default: the edgewatch.io/pool label).")
+@click.option("--coordinator-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="CA of the coordinator's serving certificate (https:// URLs).")
+@click.option("--coordinator-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Client certificate for the coordinator (etcd --client-cert-auth).")
+@click.option("--coordinator-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Client key for the coordinator.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Persist the node list here (survives restarts during a cut).")
 @click.option("--exchange-period", type=float, default=1.0, show_default=True, help="Seconds between exchanges.")
 @click.option("--vote-ttl", type=float, default=5.0, show_default=True, help="Seconds a vote counts (>= 3 periods).")
 @click.option("--probe-timeout", type=float, default=0.8, show_default=True, help="Seconds per peer exchange.")
+@click.option("--cloud-interval", type=float, default=2.0, show_default=True, help="Seconds between cloud-link probes.")
+@click.option("--cloud-timeout", type=float, default=2.0, show_default=True, help="Seconds per cloud-link probe.")
+@click.option("--cloud-down-after", type=int, default=3, show_default=True,
+              help="Failed probes in a row before the cloud link counts as down (one slow request never does).")
+@click.option("--cloud-up-after", type=int, default=2, show_default=True,
+              help="Good probes in a row before it counts as up again.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 def agent(**opts: object) -> None:

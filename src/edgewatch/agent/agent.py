@@ -182,7 +182,7 @@ class Agent:
                 await asyncio.sleep(1)
         self.coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
                                            cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
-                                           registry=self.registry)
+                                           tls=self.config.coordinator_tls, registry=self.registry)
         log.info("joining pool %s through coordinator %s", pool, url)
         await self.coordinator.run()
 

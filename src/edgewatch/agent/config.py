@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgewatch.agent.cloudlink import CloudLinkConfig
+from edgewatch.agent.coordinator import CoordinatorTLS
 from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import NodeName
@@ -41,6 +42,8 @@ class AgentConfig:
             every 10 s; half that leaves margin for a lost write inside the 40 s Lease).
         state_dir: where to persist the node list for restarts during a cut (None = memory only).
         coordinator_url: the pool coordinator (etcd) URL, or None (peer path only).
+        coordinator_tls: client certificates for an https:// coordinator (production etcd with
+            --client-cert-auth), or None.
         pool: this node's pool (for the coordinator's keys); default: the ``edgewatch.io/pool`` label.
         kubeconfig: kubeconfig path (None = in-cluster ServiceAccount).
     """
@@ -57,6 +60,7 @@ class AgentConfig:
     carry_interval_s: float = 5.0
     state_dir: Path | None = None
     coordinator_url: str | None = None
+    coordinator_tls: CoordinatorTLS | None = None
     pool: str | None = None
     kubeconfig: str | None = None
     detector: DetectorConfig = field(default_factory=DetectorConfig)

@@ -11,7 +11,9 @@ from pathlib import Path
 from lightkube import AsyncClient, KubeConfig
 
 from edgewatch.agent.agent import Agent, configure_logging
+from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.coordinator import CoordinatorTLS
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
 
@@ -42,15 +44,27 @@ async def _run(config: AgentConfig) -> None:
 def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_address: str, port: int,
               namespace: str, kubelet_healthz_url: str, coordinator_url: str | None, pool: str | None,
               state_dir: Path | None, exchange_period: float, vote_ttl: float, probe_timeout: float,
-              log_level: str, log_format: str) -> int:
+              log_level: str, log_format: str, coordinator_ca: Path | None = None,
+              coordinator_cert: Path | None = None, coordinator_key: Path | None = None,
+              cloud_interval: float = 2.0, cloud_timeout: float = 2.0, cloud_down_after: int = 3,
+              cloud_up_after: int = 2) -> int:
     """Run the agent; returns the exit code (2 for invalid settings)."""
     configure_logging(level=log_level, json_logs=log_format == "json")
+    tls_files = (coordinator_ca, coordinator_cert, coordinator_key)
+    if any(tls_files) and not all(tls_files):
+        log.error("invalid settings: --coordinator-ca, --coordinator-cert and --coordinator-key go together")
+        return 2
     try:
+        tls = CoordinatorTLS(ca_file=coordinator_ca, cert_file=coordinator_cert, key_file=coordinator_key) \
+            if all(tls_files) else None
         config = AgentConfig(node=node_name(node), key_file=key_file, kubeconfig=kubeconfig,
                              listen_address=listen_address, port=port, namespace=namespace,
                              kubelet_healthz_url=kubelet_healthz_url, coordinator_url=coordinator_url, pool=pool,
                              state_dir=state_dir, probe_timeout_s=probe_timeout,
-                             votes=VoteConfig(exchange_period_s=exchange_period, vote_ttl_s=vote_ttl))
+                             votes=VoteConfig(exchange_period_s=exchange_period, vote_ttl_s=vote_ttl),
+                             cloud_link=CloudLinkConfig(interval_s=cloud_interval, timeout_s=cloud_timeout,
+                                                        down_after=cloud_down_after, up_after=cloud_up_after),
+                             coordinator_tls=tls)
     except ValueError as exc:
         log.error("invalid settings: %s", exc)
         return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -14,6 +15,31 @@ from rich.console import Console
 from edgewatch.playground.report import format_summary_table
 from edgewatch.playground.runner import RunResult, run_scenario
 from edgewatch.playground.scenario import ScenarioError, load_scenario
+
+
+#: A progress line of hack/binaries/build.sh: "[edgewatch build] <label>: <n>/<total> packages compiled, ...".
+BUILD_PROGRESS = re.compile(r"\] (?P<label>.+?): (?P<n>\d+)/(?P<total>\d+) packages")
+
+
+def binaries_with_progress(console: Console):  # type: ignore[no-untyped-def]
+    """The control-plane binaries; a first build shows a progress bar (packages compiled)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from edgewatch.testing.binaries import ensure_binaries
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("control-plane binaries", total=None)
+
+        def on_line(line: str) -> None:
+            m = BUILD_PROGRESS.search(line)
+            if m:
+                progress.update(task, description=f"building {m['label']}", completed=int(m["n"]),
+                                total=int(m["total"]))
+            elif line.strip():
+                progress.console.print(line)
+
+        return ensure_binaries(on_progress=on_line)
 
 
 def _print_result(console: Console, result: RunResult, *, label: str) -> None:
@@ -33,7 +59,9 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
     except ScenarioError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
-    result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs)
+    binaries = binaries_with_progress(console)
+    result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
+                          binaries=binaries)
     label = "stock Kubernetes" if baseline else "edgewatch"
     console.print(f"[bold]{scenario.name} ({label})[/]: summary {json.dumps(result.report['summary'])}")
     _print_result(console, result, label=label)
@@ -58,10 +86,12 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool) -> in
         console.print(f"[red]{exc}[/]")
         return 2
     results = {}
+    binaries = binaries_with_progress(console)
     for baseline in (False, True):
         label = "stock Kubernetes" if baseline else "edgewatch"
         console.rule(f"{scenario.name}: {label}")
-        results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live)
+        results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live,
+                                         binaries=binaries)
         _print_result(console, results[baseline], label=label)
     report_dir.mkdir(parents=True, exist_ok=True)
     for baseline, result in results.items():
@@ -85,7 +115,8 @@ def up(name: str, *, baseline: bool) -> int:
     console = Console()
     scenario = load_scenario(name)
     with console.status("starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline)
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline,
+                                    binaries=binaries_with_progress(console))
         cluster.__enter__()
     try:
         console.print(f"cluster up: export KUBECONFIG={cluster.kubeconfig}")

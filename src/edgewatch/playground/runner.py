@@ -31,6 +31,7 @@ from edgewatch.playground.cluster import WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch.playground.observer import Observer
 from edgewatch.playground.report import NodeRecord, Recording, build_report, check_expectations
 from edgewatch.playground.scenario import Scenario
+from edgewatch.testing.binaries import Binaries
 from edgewatch.testing.kubeletsim import make_client
 from edgewatch.testing.smoke import ready_endpoints, wait_for
 from edgewatch.testing.workload import sample_deployment, sample_service
@@ -264,11 +265,12 @@ async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Co
 
 
 def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
-                 keep_logs: bool = False) -> RunResult:
-    """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``)."""
+                 keep_logs: bool = False, binaries: Binaries | None = None) -> RunResult:
+    """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
+    default to ``ensure_binaries()``."""
     kind = "stock Kubernetes" if baseline else "edgewatch"
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline)
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries)
         cluster.__enter__()
     try:
         recording = asyncio.run(_run_async(scenario, cluster, console, live))

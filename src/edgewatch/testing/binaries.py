@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,12 +85,15 @@ def _from_env(env: os._Environ[str] | dict[str, str]) -> Binaries | None:
     return Binaries(**paths)
 
 
-def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float = 3600.0) -> Binaries:
+def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float = 3600.0,
+                    on_progress: Callable[[str], None] | None = None) -> Binaries:
     """Return the control-plane binaries, building them on first use.
 
     Args:
         env: environment to read the envtest variables from (default: ``os.environ``).
-        build_timeout_s: upper bound for a cold build, in seconds (about 10 min on 2 cores).
+        build_timeout_s: upper bound for a cold build, in seconds (about 5-10 min on 2 cores).
+        on_progress: called with each progress line of the build (``[edgewatch build] ...``,
+            including "N/M packages compiled"); default: the lines go to stderr.
 
     Raises:
         BinariesError: an environment variable names a missing binary, there is no checkout to
@@ -101,14 +108,21 @@ def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float
         raise BinariesError(
             "no control-plane binaries: set KUBEBUILDER_ASSETS (or TEST_ASSET_*) or run from a checkout"
         )
-    try:
-        done = subprocess.run(
-            ["bash", str(root / "hack" / "binaries" / "build.sh")],
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=build_timeout_s,
-            check=True,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        raise BinariesError(f"building the control-plane binaries failed: {exc}") from exc
-    return Binaries.from_folder(Path(done.stdout.strip().splitlines()[-1]))
+    report = on_progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    with tempfile.TemporaryFile(mode="w+") as out:
+        proc = subprocess.Popen(["bash", str(root / "hack" / "binaries" / "build.sh")], stdout=out,
+                                stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(build_timeout_s, proc.kill)
+        watchdog.start()
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                report(line.rstrip())
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+        out.seek(0)
+        folder = out.read().strip().splitlines()
+    if code != 0 or not folder:
+        raise BinariesError(f"building the control-plane binaries failed (exit {code}); see the lines above")
+    return Binaries.from_folder(Path(folder[-1]))
