@@ -84,7 +84,8 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log file (for error messages)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -315,7 +316,7 @@ class ControlPlane:
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
                 raise ControlPlaneError(
-                    f"{proc.name} exited with {proc.popen.returncode}; log tail:\n{_tail(proc.log_path)}"
+                    f"{proc.name} exited with {proc.popen.returncode}; log tail:\n{log_tail(proc.log_path)}"
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2, context=context) as resp:
@@ -326,7 +327,7 @@ class ControlPlane:
             time.sleep(0.25)
         raise ControlPlaneError(
             f"{proc.name} not healthy at {url} after {self.start_timeout_s} s ({last_error}); "
-            f"log tail:\n{_tail(proc.log_path)}"
+            f"log tail:\n{log_tail(proc.log_path)}"
         )
 
     def _ca_context(self) -> ssl.SSLContext:

@@ -43,7 +43,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -52,6 +51,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from edgewatch.testing.controlplane import free_port, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -77,19 +78,6 @@ class EtcdServerTLS:
     key_file: Path
     trusted_ca_file: Path
     client_cert_auth: bool = True
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 class EtcdServer:
@@ -132,9 +120,9 @@ class EtcdServer:
     ) -> None:
         self.binary = Path(binary)
         self.address = address
-        self.client_port = client_port or _free_port(address)
-        self.peer_port = peer_port or _free_port(address)
-        self.metrics_port = metrics_port or _free_port(address)
+        self.client_port = client_port or free_port(address)
+        self.peer_port = peer_port or free_port(address)
+        self.metrics_port = metrics_port or free_port(address)
         self._own_dir = data_dir is None
         self.run_dir = Path(tempfile.mkdtemp(prefix="edgewatch-etcd-")) if data_dir is None else data_dir.parent
         self.data_dir = (self.run_dir / "data") if data_dir is None else data_dir
@@ -236,7 +224,7 @@ class EtcdServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 code = None if self._proc is None else self._proc.returncode
-                raise EtcdError(f"etcd exited with {code}; log tail:\n{_tail(self.log_path)}")
+                raise EtcdError(f"etcd exited with {code}; log tail:\n{log_tail(self.log_path)}")
             try:
                 with urllib.request.urlopen(self.health_url, timeout=2) as resp:
                     body = resp.read().decode(errors="replace")
@@ -247,7 +235,7 @@ class EtcdServer:
                 last = str(exc)
             time.sleep(0.1)
         raise EtcdError(f"etcd not healthy at {self.health_url} after {self.start_timeout_s} s ({last}); "
-                        f"log tail:\n{_tail(self.log_path)}")
+                        f"log tail:\n{log_tail(self.log_path)}")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop gracefully: SIGTERM to its process group, SIGKILL after ``timeout_s``. Data is kept."""
