@@ -122,7 +122,8 @@ def test_flaky_link_and_leader_failover_targets():
     assert losses == [(10, 30), (100, 0)] and fl.end_time == 130
     assert _entry(fl, fl.node_names())["evictions"] == 0
     lf = load_scenario("leader-failover")
-    assert [st.action for st in lf.steps] == ["cut-cloud", "kill-leader", "restore-cloud", "end"]
+    assert [st.action for st in lf.steps] == ["cut-cloud", "kill-leader", "kill-coordinator", "revive-coordinator",
+                                             "restore-cloud", "end"]
     assert _entry(lf, ["a-1"]) == {"evictions": 0, "endpoint_removals": 0, "never_not_ready": True}
 
 

@@ -36,7 +36,6 @@ from collections.abc import Callable
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.models.policy_v1 import Eviction
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
@@ -174,6 +173,10 @@ class Reconciler:
                 log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
                 self.metrics.reconciles.labels(result="error").inc()
                 requeue = 1.0
+            except Exception:  # a bug must cost one node a retry, never the whole controller
+                log.exception("reconcile %s crashed; retrying in 5 s", name)
+                self.metrics.reconciles.labels(result="crash").inc()
+                requeue = 5.0
             self.metrics.reconcile_seconds.observe(time.monotonic() - started)
             if requeue is not None:
                 self._enqueue_after(name, requeue)
@@ -273,7 +276,7 @@ class Reconciler:
                 continue
             meta = pod.metadata
             try:
-                await self.client.create(Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
+                await self.client.create(Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
                                          name=meta.name, namespace=meta.namespace)
             except ApiError as exc:
                 if exc.status.code == 429:  # a PodDisruptionBudget says not now
