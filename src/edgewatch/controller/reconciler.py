@@ -32,6 +32,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
@@ -122,35 +123,34 @@ class Reconciler:
         """Watch, resync and work until cancelled."""
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._watch_nodes())
-                tg.create_task(self._watch_leases())
+                tg.create_task(self._watch(Node, namespace=None, on_event=self._on_node))
+                tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, on_event=self._on_lease))
                 tg.create_task(self._resync())
                 tg.create_task(self._worker())
         finally:
             for timer in self._timers.values():
                 timer.cancel()
 
-    async def _watch_nodes(self) -> None:
+    async def _watch(self, resource: Any, *, namespace: str | None, on_event: Callable[[str, Any], None]) -> None:
+        """Watch ``resource`` forever, re-establishing the watch after any API error."""
+        kind = resource.__name__.lower()
         while True:
             try:
-                async for op, node in self.client.watch(Node, server_timeout=120):
-                    if op == "DELETED":
-                        self.plans.pop(node.metadata.name, None)
-                    else:
-                        self.enqueue(node.metadata.name)
+                async for op, obj in self.client.watch(resource, namespace=namespace, server_timeout=120):
+                    on_event(op, obj)
             except _API_ERRORS as exc:
-                log.info("node watch interrupted: %s", exc or type(exc).__name__)
+                log.info("%s watch interrupted: %s", kind, exc or type(exc).__name__)
             await asyncio.sleep(1)
 
-    async def _watch_leases(self) -> None:
-        while True:
-            try:
-                async for op, lease in self.client.watch(Lease, namespace=NODE_LEASE_NAMESPACE, server_timeout=120):
-                    if op != "DELETED":
-                        self.enqueue(lease.metadata.name)
-            except _API_ERRORS as exc:
-                log.info("lease watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(1)
+    def _on_node(self, op: str, node: Node) -> None:
+        if op == "DELETED":
+            self.plans.pop(node.metadata.name, None)
+        else:
+            self.enqueue(node.metadata.name)
+
+    def _on_lease(self, op: str, lease: Lease) -> None:
+        if op != "DELETED":
+            self.enqueue(lease.metadata.name)
 
     async def _resync(self) -> None:
         while True:
