@@ -23,6 +23,7 @@ from rich.table import Table
 from edgewatch.agent.delegation import is_marked
 from edgewatch.controller.decision import ControllerConfig, plan
 from edgewatch.controller.snapshots import lease_snapshot, node_snapshot
+from edgewatch.runtime import api_client
 from edgewatch.names import (
     DEFAULT_GROUP_LABEL,
     DELEGATED_BY_ANNOTATION,
@@ -102,10 +103,8 @@ def render(rows: list[dict[str, Any]], console: Console) -> None:
 
 def run_status(*, kubeconfig: str | None, output: str) -> int:
     """``edgewatch status``; returns the exit code."""
-    from edgewatch.agent.main import make_api_client
-
     async def main() -> list[dict[str, Any]]:
-        client = make_api_client(kubeconfig)
+        client = api_client(kubeconfig)
         try:
             return await collect(client)
         finally:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from pathlib import Path
 
-from lightkube import AsyncClient, KubeConfig
 
 from edgewatch.agent.agent import Agent, configure_logging
 from edgewatch.agent.cloudlink import CloudLinkConfig
@@ -16,27 +13,14 @@ from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinator import CoordinatorTLS
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
+from edgewatch.runtime import api_client, run_until_signalled
 
 log = logging.getLogger(__name__)
 
 
-def make_api_client(kubeconfig: str | None, *, timeout_s: float = 5.0) -> AsyncClient:
-    """An API client from a kubeconfig file, or in-cluster; every request has ``timeout_s``."""
-    import httpx2 as httpx
-
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-    return AsyncClient(config, timeout=httpx.Timeout(timeout_s))
-
-
 async def _run(config: AgentConfig) -> None:
-    client = make_api_client(config.kubeconfig)
-    agent = Agent(config=config, client=client)
-    task = asyncio.create_task(agent.run())
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    client = api_client(config.kubeconfig)
+    await run_until_signalled(Agent(config=config, client=client).run())
     await client.close()
     log.info("agent stopped")
 

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 
 from aiohttp import web
@@ -15,11 +13,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from edgewatch.agent.agent import configure_logging
-from edgewatch.agent.main import make_api_client
 from edgewatch.controller.decision import ControllerConfig, UnknownPolicy
 from edgewatch.controller.leader import ElectionConfig, LeaderElector
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.reconciler import Reconciler
+from edgewatch.runtime import api_client, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
                                metrics_address: str, metrics_port: int, resync_s: float,
                                election: ElectionConfig) -> None:
     """Run until cancelled: campaign for the controller Lease, reconcile while leading."""
-    client = make_api_client(kubeconfig)
+    client = api_client(kubeconfig)
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry)
     runner = await serve_ops(address=metrics_address, port=metrics_port, registry=registry)
@@ -77,15 +75,7 @@ def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | No
         return 2
     identity = identity or f"{socket.gethostname()}-{os.getpid()}"
 
-    async def main() -> None:
-        task = asyncio.create_task(run_controller_async(
-            kubeconfig=kubeconfig, namespace=namespace, identity=identity, config=config,
-            metrics_address=metrics_address, metrics_port=metrics_port, resync_s=resync, election=ElectionConfig()))
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    asyncio.run(run_until_signalled(run_controller_async(
+        kubeconfig=kubeconfig, namespace=namespace, identity=identity, config=config,
+        metrics_address=metrics_address, metrics_port=metrics_port, resync_s=resync, election=ElectionConfig())))
     return 0

@@ -50,6 +50,13 @@ def _print_result(console: Console, result: RunResult, *, label: str) -> None:
         console.print(f"  logs of the {label} run: {result.logs[0].parent}")
 
 
+def _write_plot(reports: list[dict], plot: Path) -> None:  # type: ignore[type-arg]
+    from edgewatch.playground.plot import plot_runs
+
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    plot_runs(reports, plot)
+
+
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
             keep_logs: bool) -> int:
     """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario."""
@@ -69,10 +76,7 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps(result.report, indent=2))
     if plot is not None:
-        from edgewatch.playground.plot import plot_runs
-
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_runs([result.report], plot)
+        _write_plot([result.report], plot)
     return 0 if result.passed else 1
 
 
@@ -100,10 +104,7 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool) -> in
     console.print(format_summary_table(results[False].report, results[True].report))
     console.print(f"reports: {report_dir}/{scenario.name}.json, {report_dir}/{scenario.name}-baseline.json")
     if plot is not None:
-        from edgewatch.playground.plot import plot_runs
-
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_runs([results[False].report, results[True].report], plot)
+        _write_plot([results[False].report, results[True].report], plot)
         console.print(f"timeline: {plot}")
     return 0 if all(r.passed for r in results.values()) else 1
 

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import logging
-import signal
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import httpx2 as httpx
 from aiohttp import web
-from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
+
+from edgewatch.runtime import api_client, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class KubeletFleet:
 
 def make_client(kubeconfig: str, *, timeout_s: float) -> AsyncClient:
     """An AsyncClient for ``kubeconfig`` with a timeout on every request (watches excepted)."""
-    return AsyncClient(KubeConfig.from_file(kubeconfig), timeout=httpx.Timeout(timeout_s))
+    return api_client(kubeconfig, timeout_s=timeout_s)
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -357,12 +357,7 @@ async def _main(args: argparse.Namespace) -> None:
     fleet = KubeletFleet(client=client, config=config,
                          nodes=[SimNode(name=args.node, address=args.address, index=args.index, labels=labels,
                                         taints=taints)])  # type: ignore[arg-type]
-    task = asyncio.create_task(fleet.run())
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await run_until_signalled(fleet.run())
     await client.close()
 
 
