@@ -17,11 +17,25 @@ import httpx2 as httpx
 from lightkube import AsyncClient, KubeConfig
 
 
-def api_client(kubeconfig: str | None, *, timeout_s: float = 5.0) -> AsyncClient:
-    """An AsyncClient from a kubeconfig file, or in-cluster (None); every request has ``timeout_s``
-    seconds."""
+def user_agent(component: str) -> str:
+    """The User-Agent edgewatch sends as ``component`` (``agent``, ``controller``, ...):
+    ``edgewatch-<component>/<version>``, so the apiserver's audit log tells whose request it was."""
+    from edgewatch import __version__
+
+    return f"edgewatch-{component}/{__version__}"
+
+
+def api_client(kubeconfig: str | None, *, timeout_s: float = 5.0, component: str | None = None) -> AsyncClient:
+    """An AsyncClient from a kubeconfig file, or in-cluster (None: the pod's ServiceAccount token,
+    re-read as the kubelet rotates it); every request has ``timeout_s`` seconds; with ``component``
+    its requests carry ``user_agent(component)`` (lightkube has no option for it, so the header is
+    set on its HTTP client)."""
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-    return AsyncClient(config, timeout=httpx.Timeout(timeout_s))
+    client = AsyncClient(config, timeout=httpx.Timeout(timeout_s))
+    http = getattr(getattr(client, "_client", None), "_client", None)
+    if component and http is not None and hasattr(http, "headers"):
+        http.headers["User-Agent"] = user_agent(component)
+    return client
 
 
 async def run_until_signalled(main: Coroutine[Any, Any, None]) -> None:

@@ -39,14 +39,16 @@ def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: st
 def applied(control_plane: ControlPlane):  # type: ignore[no-untyped-def]
     secret = subprocess.run(["bash", str(DEPLOY / "make-key-secret.sh"), "k-test"], capture_output=True,
                             text=True, check=True).stdout
-    out = control_plane.kubectl("apply", "-f", str(DEPLOY))
+    out = control_plane.kubectl("apply", "-k", str(DEPLOY))  # the kustomize base, as the README says
     control_plane.kubectl("apply", "-f", "-", input_text=secret)
     yield out
-    control_plane.kubectl("delete", "-f", str(DEPLOY), "--ignore-not-found", "--wait=false", timeout_s=60)
+    control_plane.kubectl("delete", "-k", str(DEPLOY), "--ignore-not-found", "--wait=false", timeout_s=60)
 
 
 def test_manifests_apply_and_create_every_object(applied: str, control_plane: ControlPlane) -> None:
-    docs = [d for f in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    resources = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+    assert sorted(resources) == sorted(f.name for f in DEPLOY.glob("*.yaml") if f.name != "kustomization.yaml")
+    docs = [d for f in resources for d in yaml.safe_load_all((DEPLOY / f).read_text()) if d]
     assert len(docs) >= 15
     for doc in docs:
         kind, name = doc["kind"], doc["metadata"]["name"]
@@ -68,6 +70,8 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("patch", "nodes", None, False),            # cannot taint or label nodes
     ("delete", "nodes", None, False),
     ("update", "leases", "kube-node-lease", True),
+    ("list", "leases", "kube-node-lease", True),     # the coordinator leader's pool sync
+    ("watch", "leases", "kube-node-lease", True),
     ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
     ("delete", "leases", "kube-node-lease", False),
     ("update", "leases", "default", False),

@@ -127,7 +127,8 @@ def test_report_shape():
     assert rep["faults"][1] == {"t": 5, "action": "cut-cloud", "pool": "a", "detail": "nft drop"}
     assert list(rep["nodes"]) == NODES
     n1 = rep["nodes"]["a-1"]
-    assert set(n1) == {"pool", "killed_at", "states", "not_ready", "evictions", "endpoint_removals", "taints",
+    assert set(n1) == {"pool", "covered", "touched", "killed_at", "states", "not_ready", "evictions",
+                       "endpoint_removals", "taints",
                        "kills"}
     assert n1["killed_at"] is None
     assert n1["states"] == [[0.0, "normal"]]
@@ -138,7 +139,8 @@ def test_report_shape():
     assert n5["killed_at"] == 40
     assert n5["kills"] == [{"t": 40, "revived_at": 50, "pods": None}, {"t": 60, "revived_at": None, "pods": 0}]
     assert set(rep["summary"]) == {"evictions_on_live_nodes", "endpoint_removals_on_live_nodes",
-                                   "killed_nodes_not_evicted", "max_detection_s", "max_eviction_s", "undetected"}
+                                   "killed_nodes_not_evicted", "max_detection_s", "max_eviction_s", "undetected",
+                                   "max_not_ready_after_kill_s"}
 
 
 def test_recorded_end_fault_is_not_duplicated():
@@ -162,7 +164,7 @@ def test_report_orders_nodes_numerically():
 def test_quiet_run():
     assert summary(recording()) == {
         "evictions_on_live_nodes": 0, "endpoint_removals_on_live_nodes": 0, "killed_nodes_not_evicted": [],
-        "max_detection_s": None, "max_eviction_s": None, "undetected": [],
+        "max_detection_s": None, "max_eviction_s": None, "undetected": [], "max_not_ready_after_kill_s": None,
     }
 
 
@@ -491,11 +493,12 @@ def test_summary_rows_and_markdown():
         ("killed nodes not evicted", "0", "1 (a-5)"),
         ("max detection s", "4.2", "90.0 (undetected: a-5)"),
         ("max eviction s", "6.0", "-"),
+        ("uncovered node: kill -> NotReady s", "-", "-"),
     ]
     md = summary_markdown(ew, base)
     assert md.splitlines()[0] == "| | edgewatch | stock Kubernetes |"
     assert "| killed nodes not evicted | 0 | 1 (a-5) |" in md
-    assert len(md.splitlines()) == 2 + 5
+    assert len(md.splitlines()) == 2 + 6
     assert summary_rows(ew, None)[0] == ("evictions on live nodes", "0", "-")
 
 
@@ -503,8 +506,43 @@ def test_rich_table():
     ew, base = pair()
     table = format_summary_table(ew, base)
     assert [c.header for c in table.columns] == ["", "edgewatch", "stock Kubernetes"]
-    assert table.row_count == 5
+    assert table.row_count == 6
     console = Console(record=True, width=120)
     console.print(table)
     text = console.export_text()
     assert "max detection s" in text and "undetected: a-5" in text and "scenario t" in text
+
+
+def test_uncovered_node_is_judged_by_stock_not_ready_and_reported_apart():
+    r = Recording(scenario="mixed", baseline=False)
+    edge = r.add_node("a-1", "a")
+    cloud = r.add_node("cloud-2", "cloud")
+    cloud.covered = False
+    edge.observe_state(0, "normal")
+    cloud.observe_state(0, "normal")
+    cloud.record_kill(10, pods=2)
+    cloud.observe_state(31.5, "not_ready")
+    cloud.record_eviction(62, "web-c")
+    cloud.record_eviction(62.5, "web-d")
+    r.add_fault(80, "end")
+    rep = build_report(r)
+    assert rep["nodes"]["cloud-2"]["covered"] is False
+    assert rep["summary"]["max_not_ready_after_kill_s"] == 21.5
+    assert rep["summary"]["max_detection_s"] is None  # no covered node was killed
+    assert rep["summary"]["undetected"] == []
+
+
+def test_untouched_expectation_fails_on_any_mark():
+    sc = parse_scenario({
+        "name": "t", "topology": {"pools": [{"name": "a", "nodes": 1}], "cloud_nodes": 2},
+        "steps": [{"at": 5, "action": "kill", "node": "cloud-2"}, {"at": 60, "action": "end"}],
+        "expect": [{"nodes": ["cloud-2"], "untouched": True}]})
+    r = Recording(scenario="t", baseline=False)
+    r.add_node("a-1", "a")
+    c = r.add_node("cloud-2", "cloud")
+    c.covered = False
+    r.add_fault(60, "end")
+    assert all(e.passed for e in check_expectations(sc, build_report(r)))
+    c.touched.append((12.0, "lease mark autonomy"))
+    results = check_expectations(sc, build_report(r))
+    assert not results[0].passed and "lease mark autonomy at 12" in results[0].detail

@@ -8,7 +8,10 @@ report is therefore ``interval_s`` (plus one API round trip).
 
 Definitions (the report's vocabulary):
 - state: with edgewatch, the controller's ``edgewatch.io/state`` node annotation (normal when
-  absent); in the baseline, ``normal`` while the Node's Ready condition is True, else ``not_ready``;
+  absent) of a covered node; in the baseline, and for nodes edgewatch does not cover, ``normal``
+  while the Node's Ready condition is True, else ``not_ready``;
+- touched: edgewatch left a mark on a node — its state annotation, one of its taints, or a
+  delegated-heartbeat mark on the node's Lease — recorded once per kind of mark;
 - eviction: a workload pod bound to the node gets a deletionTimestamp;
 - endpoint removal: a workload pod bound to the node stops being a ready endpoint while it has no
   deletionTimestamp (its node went NotReady and kube-controller-manager marked it not ready).
@@ -21,10 +24,17 @@ from dataclasses import dataclass, field
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch.names import (
+    DELEGATE_HEARTBEAT_ANNOTATION,
+    DELEGATED_VIA_ANNOTATION,
+    DOMAIN,
+    EDGE_CONDITION_TYPE,
+    NODE_LEASE_NAMESPACE,
+)
 from edgewatch.playground.report import NodeRecord, Recording
 
 STATE_ANNOTATION = "edgewatch.io/state"
@@ -77,12 +87,17 @@ class Observer:
             pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
             slices = [s async for s in self.client.list(
                 EndpointSlice, namespace=self.namespace, labels={"kubernetes.io/service-name": self.service})]
+            leases = [x async for x in self.client.list(Lease, namespace=NODE_LEASE_NAMESPACE)]
         except (ApiError, httpx.HTTPError, OSError):
             self.errors += 1
             return
         t = self.now()
         for node in nodes:
             self._node(node, t)
+        for lease in leases:
+            ann = lease.metadata.annotations or {}
+            if DELEGATE_HEARTBEAT_ANNOTATION in ann or DELEGATED_VIA_ANNOTATION in ann:
+                self._touch(lease.metadata.name, t, f"lease mark {ann.get(DELEGATED_VIA_ANNOTATION, '?')}")
         counts: dict[str, int] = {}
         for pod in pods:
             name, node_name = pod.metadata.name, (pod.spec.nodeName if pod.spec else None) or ""
@@ -130,15 +145,26 @@ class Observer:
             record.not_ready.append([t, None])
         elif ready == "True" and record.not_ready and record.not_ready[-1][1] is None:
             record.not_ready[-1][1] = t
-        if self.edgewatch:
-            state = (node.metadata.annotations or {}).get(STATE_ANNOTATION, "normal")
+        annotations = node.metadata.annotations or {}
+        if self.edgewatch and record.covered:
+            state = annotations.get(STATE_ANNOTATION, "normal")
         else:
             state = "normal" if ready == "True" else "not_ready"
+        if STATE_ANNOTATION in annotations:
+            self._touch(name, t, f"state {annotations[STATE_ANNOTATION]}")
         if not record.states or record.states[-1][1] != state:
             record.states.append((t, state))
         taints = frozenset(f"{tt.key}:{tt.effect}" for tt in ((node.spec.taints or []) if node.spec else []))
         for taint in sorted(taints - view.taints):
             record.taints.append((t, taint, "added"))
+            if taint.startswith(DOMAIN + "/"):
+                self._touch(name, t, f"taint {taint}")
         for taint in sorted(view.taints - taints):
             record.taints.append((t, taint, "removed"))
         view.state, view.ready, view.edge, view.taints = state, ready, edge, taints
+
+    def _touch(self, name: str, t: float, what: str) -> None:
+        """Record edgewatch's mark ``what`` on node ``name`` the first time it is seen."""
+        record = self.recording.nodes.get(name)
+        if record is not None and what not in {w for _t, w in record.touched}:
+            record.touched.append((t, what))

@@ -15,7 +15,10 @@ Definitions used by the summary (one place, so the README and the tests agree):
   an event at the exact kill time happened while the node was down, one at the exact revive time
   while it was up;
 * an eviction or endpoint removal **on a live node** is one at a time its node was not down;
-* **detection** of a kill is the first state transition to ``failed`` (baseline: ``not_ready``) at or after
+* a node is **covered** when edgewatch runs on it (edge nodes); cloud nodes are not, and must get
+  stock Kubernetes behaviour: their detection target is ``not_ready`` in every run, and the summary
+  reports their kills apart (``max_not_ready_after_kill_s``) so stock timing can be compared;
+* **detection** of a kill is the first state transition to ``failed`` (baseline or not covered: ``not_ready``) at or after
   the kill and before the revive; if the node was already in that state at the kill, detection is 0 s; if
   it never got there, the kill counts as undetected and its detection time is the time until the revive
   (or the end of the run);
@@ -50,7 +53,7 @@ __all__ = [
     "summary_rows",
 ]
 
-REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary")
+REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities")
 
 
 def _r(x: float) -> float:
@@ -68,6 +71,11 @@ class NodeRecord:
 
     name: str
     pool: str
+    #: Whether edgewatch covers the node (an agent runs there); cloud nodes are not covered.
+    covered: bool = True
+    #: ``(t, what)`` each time edgewatch left a mark on the node: its state annotation, one of its
+    #: taints, or a delegated-heartbeat mark on its Lease (what an uncovered node must never get).
+    touched: list[tuple[float, str]] = field(default_factory=list)
     #: Each kill of the node (the runner's own action, or kill-leader resolved to this node).
     killed_at: list[float] = field(default_factory=list)
     #: Each revive.
@@ -152,6 +160,9 @@ class Recording:
     started_at: float = 0.0
     #: Scenario seconds at which the recording ended; None: the last time seen in the recording.
     ended_at: float | None = None
+    #: Who edgewatch's processes were to the apiserver (from its audit log):
+    #: ``{"username", "component", "requests", "node_names"}`` per identity.
+    identities: list[dict[str, Any]] = field(default_factory=list)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -174,6 +185,7 @@ class Recording:
             rec = dict(rec)
             rec["states"] = [(float(t), s) for t, s in rec.get("states", [])]
             rec["taints"] = [(float(t), k, c) for t, k, c in rec.get("taints", [])]
+            rec["touched"] = [(float(t), w) for t, w in rec.get("touched", [])]
             rec["pods_at_kill"] = {float(k): int(v) for k, v in rec.get("pods_at_kill", {}).items()}
             nodes[name] = NodeRecord(**rec)
         return cls(**{**data, "nodes": nodes})
@@ -236,6 +248,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         ]
         nodes[name] = {
             "pool": n.pool,
+            "covered": n.covered,
+            "touched": [[t, w] for t, w in sorted(n.touched, key=lambda x: x[0])],
             "killed_at": min(n.killed_at) if n.killed_at else None,
             "states": [[t, s] for t, s in sorted(n.states, key=lambda x: x[0])],
             "not_ready": [list(iv) for iv in sorted(n.not_ready, key=lambda iv: iv[0])],
@@ -251,6 +265,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "faults": faults,
         "nodes": nodes,
         "summary": {},
+        "identities": [dict(i) for i in recording.identities],
     }
     report["summary"] = _summarize(report)
     return report
@@ -266,8 +281,12 @@ def report_end(report: dict[str, Any], default: float | None = None) -> float:
     return max([0.0] + [float(f["t"]) for f in report.get("faults", [])])
 
 
-def _detection_target(report: dict[str, Any]) -> str:
-    return "not_ready" if report["baseline"] else "failed"
+def _detection_target(report: dict[str, Any], node: dict[str, Any] | None = None) -> str:
+    """``failed`` for a covered node in an edgewatch run; ``not_ready`` in the baseline and for
+    nodes edgewatch does not cover (stock Kubernetes judges those)."""
+    if report["baseline"] or (node is not None and not node.get("covered", True)):
+        return "not_ready"
+    return "failed"
 
 
 def _in(t: float, start: float, end: float | None) -> bool:
@@ -301,13 +320,15 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
     not_evicted: list[str] = []
     undetected: list[str] = []
     detections: list[float] = []
+    uncovered_not_ready: list[float] = []
     eviction_times: list[float] = []
     for name, node in report["nodes"].items():
         live_evictions += sum(1 for e in node["evictions"] if _is_live(node, e["t"]))
         live_removals += sum(1 for e in node["endpoint_removals"] if _is_live(node, e["t"]))
+        covered = node.get("covered", True)
         for kill in node["kills"]:
-            secs, detected = _detection(node, kill, target, end)
-            detections.append(secs)
+            secs, detected = _detection(node, kill, target if covered else "not_ready", end)
+            (detections if covered else uncovered_not_ready).append(secs)
             if not detected and name not in undetected:
                 undetected.append(name)
             evs = _evictions_after(node, kill)
@@ -322,6 +343,7 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
         "max_detection_s": max(detections) if detections else None,
         "max_eviction_s": max(eviction_times) if eviction_times else None,
         "undetected": undetected,
+        "max_not_ready_after_kill_s": max(uncovered_not_ready) if uncovered_not_ready else None,
     }
 
 
@@ -405,7 +427,7 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
 
     if key in ("evicted_within_s", "detected_within_s"):
         limit = float(value)
-        target_state = _detection_target(report)
+        target_state = _detection_target(report, nodes[targets[0]] if targets and targets[0] in nodes else None)
         if key == "evicted_within_s":
             desc = f"{label}: pods evicted within {_fmt_s(limit)} s of a kill"
         else:
@@ -453,6 +475,17 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
         return ExpectationResult(desc, ok, f"expected {label} {what} within {_fmt_s(limit)} s of each kill, "
                                            f"saw {'; '.join(seen)}")
 
+    if key == "untouched":
+        desc = f"{label}: {'never touched' if value else 'touched'} by edgewatch"
+        if missing:
+            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
+        marks = {n: nodes[n].get("touched", []) for n in targets}
+        seen_m = "; ".join(f"{n}: " + ", ".join(f"{w} at {_fmt_s(t)} s" for t, w in m[:3]) for n, m in marks.items() if m)
+        observed = not seen_m
+        return ExpectationResult(desc, observed == value,
+                                 f"expected {label} {'untouched' if value else 'touched'}, "
+                                 + ("saw no mark" if observed else f"saw {seen_m}"))
+
     if key == "state_at_end":
         desc = f"{label}: state {value} at the end"
         if missing:
@@ -478,6 +511,7 @@ SUMMARY_ROWS = (
     ("killed nodes not evicted", "killed_nodes_not_evicted"),
     ("max detection s", "max_detection_s"),
     ("max eviction s", "max_eviction_s"),
+    ("uncovered node: kill -> NotReady s", "max_not_ready_after_kill_s"),
 )
 
 
@@ -488,7 +522,7 @@ def _cell(summary: dict[str, Any] | None, key: str) -> str:
     if key == "killed_nodes_not_evicted":
         v = v or []
         return f"{len(v)} ({', '.join(v)})" if v else "0"
-    if key in ("max_detection_s", "max_eviction_s"):
+    if key in ("max_detection_s", "max_eviction_s", "max_not_ready_after_kill_s"):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
         text = f"{v:.1f}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Node
 from rich.console import Console, Group
 from rich.live import Live
@@ -27,7 +28,8 @@ from rich.table import Table
 from rich.text import Text
 
 from edgewatch.names import EDGE_CONDITION_TYPE
-from edgewatch.playground.cluster import WORKLOAD_NAMESPACE, PlaygroundCluster
+from edgewatch.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
+from edgewatch.playground.identities import read_identities
 from edgewatch.playground.observer import Observer
 from edgewatch.playground.report import NodeRecord, Recording, build_report, check_expectations
 from edgewatch.playground.scenario import Scenario
@@ -90,14 +92,16 @@ class ScenarioPlayer:
         self.recording = Recording(
             scenario=scenario.name, baseline=not cluster.edgewatch,
             timings=scenario.timings.model_dump(), faults=[],
-            nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n)) for n in scenario.node_names()},
+            nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n))
+                   for n in scenario.all_node_names()},
             started_at=time.time(), ended_at=0.0)
         self.observer: Observer | None = None
 
     async def prepare(self) -> None:
-        """Create the workload and wait until it serves (and, with edgewatch, verdicts are published)."""
-        replicas = 2 * len(self.scenario.node_names())
-        wanted = set(self.scenario.node_names())
+        """Create the workload and wait until it serves (and, with edgewatch, the agents and the
+        controller run and verdicts are published)."""
+        replicas = 2 * len(self.scenario.worker_node_names())
+        wanted = set(self.scenario.all_node_names())
 
         async def nodes_schedulable() -> bool:
             # New Nodes carry node.kubernetes.io/not-ready until kube-controller-manager sees them
@@ -119,13 +123,22 @@ class ScenarioPlayer:
 
         await wait_for(serving, timeout_s=120, what=f"{replicas} ready endpoints")
         if self.cluster.edgewatch:
+            async def edgewatch_running() -> bool:
+                ds = await self.client.get(DaemonSet, "edgewatch-agent", namespace=EDGEWATCH_NAMESPACE)
+                dep = await self.client.get(Deployment, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
+                agents = ds.status is not None and ds.status.numberReady == len(self.scenario.node_names())
+                return agents and dep.status is not None and (dep.status.readyReplicas or 0) >= 1
+
+            await wait_for(edgewatch_running, timeout_s=120,
+                           what="every agent pod Ready and a controller pod Ready (as shipped)")
+
             async def verdicts_published() -> bool:
                 healthy = 0
                 async for node in self.client.list(Node):
                     for cond in (node.status.conditions or []) if node.status else []:
                         if cond.type == EDGE_CONDITION_TYPE and cond.status == "True":
                             healthy += 1
-                return healthy == len(self.scenario.node_names())
+                return healthy == len(self.scenario.node_names())  # covered nodes only
 
             await wait_for(verdicts_published, timeout_s=90, what="EdgeHealthy=True on every node")
 
@@ -197,9 +210,12 @@ class ScenarioPlayer:
             if step.pool in cluster.coordinators:
                 await loop.run_in_executor(None, cluster.start_coordinator, step.pool)
             fault["pool"] = step.pool
+        elif action == "skew":
+            await loop.run_in_executor(None, cluster.skew, step.node, step.seconds)
+            fault.update(node=step.node, seconds=step.seconds)
         elif action == "restart-controller":
             if cluster.edgewatch:
-                await loop.run_in_executor(None, cluster.restart_controller)
+                fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
         elif action == "heal":
             await loop.run_in_executor(None, lab.heal)
         fault["done_at"] = self.observer.now() if self.observer else t
@@ -233,7 +249,7 @@ class ScenarioPlayer:
         for col in ("node", "pool", "state", "Ready", "edge view", "pods", "evicted", "taints"):
             table.add_column(col)
         views = self.observer.views if self.observer else {}
-        for name in self.scenario.node_names():
+        for name in self.scenario.all_node_names():
             v = views.get(name)
             rec = self.recording.nodes[name]
             if v is None:
@@ -274,6 +290,7 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
         cluster.__enter__()
     try:
         recording = asyncio.run(_run_async(scenario, cluster, console, live))
+        recording.identities = read_identities(cluster.cp.audit_log if cluster.cp else None)
     finally:
         with console.status("stopping everything"):
             logs = cluster.log_files()

@@ -7,6 +7,7 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
     topology:
       pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1
       grouping: false
+      cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
     timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
     steps:                                   # times are seconds from the scenario's start
       - {at: 10, action: cut-cloud, pool: a}                 # or nodes: [a-1, a-2]
@@ -14,7 +15,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 140, action: split, pool: a, sides: [[a-1, a-2, a-3], [a-4, a-5]]}
       - {at: 150, action: loss, nodes: [a-1], percent: 30}   # or pool; percent 0 removes the loss
       - {at: 160, action: kill, node: a-2}
-      - {at: 170, action: revive, node: a-2}
+      - {at: 170, action: revive, node: a-2}               # kill/revive also cloud-2..cloud-N
+      - {at: 175, action: skew, node: a-4, seconds: -40}     # a-4's clock (kubelet, agent) 40 s slow; 0 ends it
       - {at: 180, action: kill-leader, pool: a}              # pools with coordinator: true only
       - {at: 185, action: kill-coordinator, pool: a}         # pools with coordinator: true only
       - {at: 190, action: revive-coordinator, pool: a}
@@ -37,13 +39,21 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   this many seconds after each of its kills;
 * ``state_at_end``: every targeted node's last recorded state. edgewatch runs: normal, disconnected,
   failed, unknown; baseline runs (stock Kubernetes): normal, not_ready;
+* ``untouched``: true = edgewatch never tainted, annotated or held (Lease mark) any targeted node
+  (what a node edgewatch does not cover must get);
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
+
+Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
+edgewatch): ``cloud-1`` is the tainted control-plane node and cannot be faulted; the others are
+ordinary workers that also get pods of the sample workload. Expectations may target them by name;
+their detection state is ``not_ready`` (stock), in edgewatch runs too.
 
 Validation: unknown keys are errors with their path; steps are sorted by time (stably); exactly one
 ``end`` step, strictly after every other step; no two identical actions on the same target at the same
 time; every node and pool referenced exists; ``split`` sides are non-empty, disjoint and in the pool;
 ``percent`` in 0..100; coordinator actions and ``kill-leader`` only for pools with ``coordinator: true``;
-``kill`` only of a node that is up and ``revive`` only of one that was killed (likewise for coordinators).
+``kill`` only of a node that is up and ``revive`` only of one that was killed (likewise for coordinators);
+``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock); no pool named ``cloud``.
 Every problem is reported as a :class:`ScenarioError` naming the step (or expectation) index as written
 in the file and the field.
 
@@ -90,6 +100,7 @@ __all__ = [
     "ReviveCoordinator",
     "Scenario",
     "ScenarioError",
+    "Skew",
     "Split",
     "Step",
     "Timings",
@@ -195,15 +206,27 @@ class Pool(_Model):
         return [f"{self.name}-{i}" for i in range(1, self.nodes + 1)]
 
 
+CLOUD_POOL: Final = "cloud"
+
+
 class Topology(_Model):
     pools: Annotated[list[Pool], Field(min_length=1)]
     #: Whether nodes are grouped by pool (each pool checks only itself) or all check each other.
     grouping: StrictBool = False
+    #: Cloud nodes ``cloud-1..cloud-N`` (zone ``cloud``, no agent): cloud-1 is the tainted
+    #: control-plane node, the others ordinary workers. Real clusters have at least the first.
+    cloud_nodes: Annotated[int, Field(ge=1, le=20)] = 1
+
+    def cloud_node_names(self) -> list[str]:
+        """``cloud-1`` .. ``cloud-<cloud_nodes>``."""
+        return [f"{CLOUD_POOL}-{i}" for i in range(1, self.cloud_nodes + 1)]
 
     @model_validator(mode="after")
     def _unique(self) -> Topology:
         seen: set[str] = set()
         for i, p in enumerate(self.pools):
+            if p.name == CLOUD_POOL:
+                raise ValueError(f"pools[{i}].name: {CLOUD_POOL!r} is reserved for the cloud nodes")
             if p.name in seen:
                 raise ValueError(f"pools[{i}].name: pool {p.name!r} is defined twice")
             seen.add(p.name)
@@ -352,6 +375,17 @@ class Revive(_NodeStep):
     action: Literal["revive"]
 
 
+class Skew(_NodeStep):
+    """From now on the node's clock (its kubelet's and its agent's) is off by ``seconds``
+    (negative: slow); 0 ends the skew. ``heal`` does not end it."""
+
+    action: Literal["skew"]
+    seconds: Annotated[float, Field(ge=-3600, le=3600)]
+
+    def describe(self) -> str:
+        return f"skew {self.node} {self.seconds:+g} s"
+
+
 class _CoordinatorPoolStep(_Step):
     pool: str
 
@@ -402,13 +436,13 @@ class End(_Step):
 
 
 Step = Annotated[
-    Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, KillLeader, KillCoordinator,
+    Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
           ReviveCoordinator, RestartController, Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
-    "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "kill-leader", "kill-coordinator",
+    "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
     "revive-coordinator", "restart-controller", "heal", "end",
 )
 
@@ -418,7 +452,7 @@ ACTIONS: Final = (
 
 CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
-    "state_at_end",
+    "state_at_end", "untouched",
 )
 
 
@@ -435,6 +469,7 @@ class Expectation(_Model):
     evicted_within_s: Annotated[float, Field(gt=0)] | None = None
     detected_within_s: Annotated[float, Field(gt=0)] | None = None
     state_at_end: str | None = None
+    untouched: StrictBool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -481,8 +516,24 @@ class Scenario(_Model):
     # -- helpers ---------------------------------------------------------------------------------
 
     def node_names(self) -> list[str]:
-        """Every node, pool by pool in topology order, ``<pool>-1`` first."""
+        """Every edge node (covered by edgewatch), pool by pool in topology order, ``<pool>-1`` first."""
         return [n for p in self.topology.pools for n in p.node_names()]
+
+    def cloud_node_names(self) -> list[str]:
+        """The cloud nodes ``cloud-1`` .. ``cloud-N`` (no agent; not covered by edgewatch)."""
+        return self.topology.cloud_node_names()
+
+    def all_node_names(self) -> list[str]:
+        """Edge nodes, then cloud nodes."""
+        return self.node_names() + self.cloud_node_names()
+
+    def worker_node_names(self) -> list[str]:
+        """The nodes that take workload pods: edge nodes and cloud workers (not cloud-1)."""
+        return self.node_names() + self.cloud_node_names()[1:]
+
+    def is_covered(self, node: str) -> bool:
+        """Whether edgewatch covers ``node`` (edge nodes; cloud nodes are not)."""
+        return node in self.node_names()
 
     def pool(self, name: str) -> Pool:
         for p in self.topology.pools:
@@ -494,10 +545,12 @@ class Scenario(_Model):
         return self.pool(pool).node_names() if pool is not None else []
 
     def pool_of(self, node: str) -> str:
-        """The pool of ``node``; ``KeyError`` if it is not in the topology."""
+        """The pool of ``node`` (``cloud`` for cloud nodes); ``KeyError`` if it is not in the topology."""
         for p in self.topology.pools:
             if node in p.node_names():
                 return p.name
+        if node in self.cloud_node_names():
+            return CLOUD_POOL
         raise KeyError(f"no node {node!r} in scenario {self.name!r}")
 
     @property
@@ -514,8 +567,9 @@ class Scenario(_Model):
     def _cross_check(self) -> Scenario:
         problems: list[str] = []
         pools = {p.name: p for p in self.topology.pools}
-        nodes = set(self.node_names())
-        all_nodes = compact_node_names(self.node_names())
+        nodes = set(self.all_node_names())
+        all_nodes = compact_node_names(self.all_node_names())
+        fixed = self.cloud_node_names()[0]
 
         def where(i: int, step: Any) -> str:
             return f"steps[{i}] ({step.action})"
@@ -527,11 +581,15 @@ class Scenario(_Model):
                 problems.append(f"{where(i, s)}.pool: no pool {pool!r} in the topology "
                                 f"(pools: {', '.join(pools)})")
                 continue
-            field = {"split": "sides", "kill": "node", "revive": "node"}.get(s.action, "nodes")
+            field = {"split": "sides", "kill": "node", "revive": "node", "skew": "node"}.get(s.action, "nodes")
             unknown = [n for n in s.referenced_nodes() if n not in nodes]
             if unknown:
                 problems.append(f"{where(i, s)}.{field}: no node {', '.join(map(repr, unknown))} in the "
                                 f"topology (nodes: {all_nodes})")
+                continue
+            if fixed in s.referenced_nodes():
+                problems.append(f"{where(i, s)}.{field}: {fixed} is the control-plane node (this machine); "
+                                "it cannot be faulted")
                 continue
             if s.action == "split":
                 outside = [n for n in s.referenced_nodes() if n not in pools[s.pool].node_names()]

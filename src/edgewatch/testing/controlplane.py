@@ -126,6 +126,8 @@ class ControlPlane:
         runs_root: parent of the per-run folder (logs, data, certs, kubeconfig).
         start_timeout_s: how long each component may take to become healthy, in seconds.
         extra_controller_manager_args: more kube-controller-manager flags.
+        audit: write the apiserver's audit log (every request at level Metadata, JSON lines) to
+            ``audit_log``; read it before ``stop()``, which removes the run folder.
 
     Raises (from ``start``):
         ControlPlaneError: a process exited or did not become healthy in time.
@@ -137,8 +139,10 @@ class ControlPlane:
     runs_root: Path = DEFAULT_RUNS_ROOT
     start_timeout_s: float = 90.0
     extra_controller_manager_args: tuple[str, ...] = ()
+    audit: bool = False
 
     def __post_init__(self) -> None:
+        self.audit_log: Path | None = None
         self.run_dir: Path | None = None
         self.kubeconfig: Path | None = None
         self.apiserver_url: str = ""
@@ -354,6 +358,15 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         assert self.run_dir is not None and self.binaries is not None and self.ca_file is not None
         t = self.timings
+        audit_args: list[str] = []
+        if self.audit:
+            policy = self.run_dir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump({
+                "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata"}]}))
+            self.audit_log = self.run_dir / "audit.log"
+            audit_args = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                          "--audit-log-format=json", "--audit-log-maxsize=1024", "--audit-log-mode=batch"]
         proc = self._spawn("kube-apiserver", [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers={self.etcd_url}",
@@ -370,6 +383,7 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--default-not-ready-toleration-seconds={t.not_ready_toleration_s}",
             f"--default-unreachable-toleration-seconds={t.unreachable_toleration_s}",
+            *audit_args,
             "--v=1",
         ])
         self._wait_healthy(proc, f"{self.apiserver_url}/readyz", context=self._ca_context())

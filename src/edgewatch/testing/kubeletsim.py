@@ -11,9 +11,16 @@ Many nodes fit in one process (``KubeletFleet`` shares one API client and one po
 runs; the playground runs one fleet of one node per network namespace
 (``python -m edgewatch.testing.kubeletsim``).
 
-Limits: no containers, no probes, no volumes, no CRI; pod IPs are made up (10.244.<node>.<n>) and
-never contacted; no node-status fields beyond what the node lifecycle, scheduler and EndpointSlice
-controllers read.
+Pods of edgewatch's own image (``--run-image``) really run: ``edgewatch.testing.podrunner`` starts
+their containers as local processes with the volumes, environment, user and probes a kubelet would
+give them (the agent DaemonSet and the controller Deployment as shipped). Every other pod is only
+reported Running and Ready.
+
+A node's clock can be skewed (``--clock-dir``): the simulator writes its Lease ``renewTime`` and
+NodeStatus times with the node's clock, and its containers see the same clock (libfaketime).
+
+Limits: no CRI; other pods' IPs are made up (10.244.<node>.<n>) and never contacted; no node-status
+fields beyond what the node lifecycle, scheduler and EndpointSlice controllers read.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
 from edgewatch.runtime import api_client, run_until_signalled
+from edgewatch.testing.podrunner import PodRunner, PodRunnerConfig, read_clock_offset, runs_here
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +47,7 @@ KUBELET_VERSION = "v1.36.3"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
-def micro_time(when: dt.datetime | None = None) -> str:
+def micro_time(when: dt.datetime | None = None) -> str:  # noqa: D401
     """RFC 3339 with microseconds, the format of Kubernetes MicroTime (Lease renewTime)."""
     return (when or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -95,8 +103,8 @@ class SimNode:
     taints: tuple[tuple[str, str], ...] = ()
 
 
-def node_manifest(node: SimNode) -> dict[str, Any]:
-    """The Node object a kubelet registers, with a Ready condition."""
+def node_manifest(node: SimNode, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The Node object a kubelet registers, with a Ready condition (heartbeat ``now``, node clock)."""
     labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", **node.labels}
     capacity = {"cpu": "4", "memory": "8Gi", "pods": "110"}
     return {
@@ -110,7 +118,7 @@ def node_manifest(node: SimNode) -> dict[str, Any]:
             "allocatable": capacity,
             "addresses": [{"type": "InternalIP", "address": node.address},
                           {"type": "Hostname", "address": node.name}],
-            "conditions": node_conditions(),
+            "conditions": node_conditions(now=now),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "", "architecture": "amd64",
@@ -122,9 +130,9 @@ def node_manifest(node: SimNode) -> dict[str, Any]:
     }
 
 
-def node_conditions() -> list[dict[str, str]]:
-    """The five conditions a healthy kubelet reports, heartbeat now."""
-    now = rfc3339()
+def node_conditions(*, now: dt.datetime | None = None) -> list[dict[str, str]]:
+    """The five conditions a healthy kubelet reports, heartbeat ``now`` (default: the true clock)."""
+    now = rfc3339(now)
     ok = {"status": "False", "lastHeartbeatTime": now, "lastTransitionTime": now}
     return [
         {"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -175,19 +183,26 @@ def running_status(pod: Pod, *, host_ip: str, pod_ip: str) -> dict[str, Any]:
 class _SimKubelet:
     """The loops of one simulated node. Not public: use ``KubeletFleet``."""
 
-    def __init__(self, *, node: SimNode, client: AsyncClient, config: KubeletSimConfig) -> None:
+    def __init__(self, *, node: SimNode, client: AsyncClient, config: KubeletSimConfig,
+                 runner: PodRunner | None = None, clock_dir: Any = None) -> None:
         self.node = node
         self.client = client
         self.config = config
+        self.runner = runner
+        self.clock_dir = clock_dir
         self.alive = asyncio.Event()
         self.alive.set()
         self._pod_ips: dict[str, str] = {}
         self._last_status_post = 0.0
 
-    def _pod_ip(self, uid: str) -> str:
+    def _pod_ip(self, uid: str) -> str:  # noqa: D401
         if uid not in self._pod_ips:
             self._pod_ips[uid] = f"10.244.{self.node.index}.{len(self._pod_ips) % 250 + 2}"
         return self._pod_ips[uid]
+
+    def now(self) -> dt.datetime:
+        """The node's wall clock: the true time plus its skew (``--clock-dir``), if any."""
+        return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=read_clock_offset(self.clock_dir))
 
     async def register(self) -> None:
         """Create the Node, or make an existing one match (labels, addresses, Ready)."""
@@ -201,7 +216,7 @@ class _SimKubelet:
         await self.post_status()
 
     async def post_status(self) -> None:
-        manifest = node_manifest(self.node)
+        manifest = node_manifest(self.node, now=self.now())
         body = {"status": {k: manifest["status"][k] for k in ("conditions", "addresses", "capacity", "allocatable")}}
         await self.client.patch(Node.Status, self.node.name, body)
         self._last_status_post = asyncio.get_running_loop().time()
@@ -209,7 +224,7 @@ class _SimKubelet:
     async def renew_lease(self) -> None:
         """Create or renew the node's Lease (holderIdentity = node name)."""
         spec = {"holderIdentity": self.node.name, "leaseDurationSeconds": self.config.lease_duration_s,
-                "renewTime": micro_time()}
+                "renewTime": micro_time(self.now())}
         try:
             await self.client.patch(Lease, self.node.name, {"spec": spec}, namespace=NODE_LEASE_NAMESPACE)
         except ApiError as exc:
@@ -250,6 +265,9 @@ class _SimKubelet:
         if not self.alive.is_set():
             return
         meta = pod.metadata
+        if self.runner is not None and runs_here(pod.to_dict(), image_prefix=self.runner.config.image_prefix):
+            await self.runner.sync(pod)
+            return
         try:
             if meta.deletionTimestamp is not None:
                 await self.client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
@@ -276,10 +294,14 @@ class KubeletFleet:
     status, pod handling or /healthz); ``revive(name)`` starts it again.
     """
 
-    def __init__(self, *, client: AsyncClient, nodes: Sequence[SimNode], config: KubeletSimConfig) -> None:
+    def __init__(self, *, client: AsyncClient, nodes: Sequence[SimNode], config: KubeletSimConfig,
+                 runners: Mapping[str, PodRunner] | None = None, clock_dirs: Mapping[str, Any] | None = None) -> None:
         self.client = client
         self.config = config
-        self.kubelets = {n.name: _SimKubelet(node=n, client=client, config=config) for n in nodes}
+        runners, clock_dirs = runners or {}, clock_dirs or {}
+        self.kubelets = {n.name: _SimKubelet(node=n, client=client, config=config, runner=runners.get(n.name),
+                                             clock_dir=clock_dirs.get(n.name))
+                         for n in nodes}
         self.registered = asyncio.Event()
 
     def kill(self, name: str) -> None:
@@ -300,6 +322,9 @@ class KubeletFleet:
                 tg.create_task(kubelet.lease_loop())
                 tg.create_task(kubelet.status_loop())
             tg.create_task(self._pod_loop())
+            for kubelet in self.kubelets.values():
+                if kubelet.runner is not None:
+                    tg.create_task(kubelet.runner.run())
             if self.config.healthz_port is not None:
                 tg.create_task(self._serve_healthz())
 
@@ -321,6 +346,8 @@ class KubeletFleet:
                     kubelet = self.kubelets.get(pod.spec.nodeName if pod.spec else "")
                     if kubelet is not None and _op != "DELETED":
                         await kubelet.handle_pod(pod)
+                    elif kubelet is not None and kubelet.runner is not None:
+                        await kubelet.runner.forget(pod)
             except (ApiError, httpx.HTTPError, OSError) as exc:
                 log.info("kubelet sim: pod watch broke: %s", exc)
             await asyncio.sleep(self.config.lease_retry_s)
@@ -336,7 +363,10 @@ class KubeletFleet:
                 app.router.add_get("/healthz", healthz)
                 runner = web.AppRunner(app, access_log=None)
                 await runner.setup()
-                await web.TCPSite(runner, kubelet.node.address, self.config.healthz_port).start()
+                # kubelet's --healthz-bind-address is 127.0.0.1; one node per process (the
+                # playground) also binds its loopback, where the agent pod asks.
+                hosts = [kubelet.node.address] + (["127.0.0.1"] if len(self.kubelets) == 1 else [])
+                await web.TCPSite(runner, hosts, self.config.healthz_port).start()
                 runners.append(runner)
             await asyncio.Event().wait()
         finally:
@@ -350,11 +380,24 @@ def make_client(kubeconfig: str, *, timeout_s: float) -> AsyncClient:
 
 
 async def _main(args: argparse.Namespace) -> None:
+    from pathlib import Path
+    from urllib.parse import urlsplit
+
+    import yaml
+
     labels = dict(kv.split("=", 1) for kv in args.label)
     config = KubeletSimConfig(healthz_port=args.healthz_port or None)
     taints = tuple(tuple(t.rsplit(":", 1)) for t in args.taint)
     client = make_client(args.kubeconfig, timeout_s=config.request_timeout_s)
-    fleet = KubeletFleet(client=client, config=config,
+    clock_dir = Path(args.clock_dir) if args.clock_dir else None
+    runners = {}
+    if args.run_image:
+        server = urlsplit(yaml.safe_load(Path(args.kubeconfig).read_text())["clusters"][0]["cluster"]["server"])
+        runners[args.node] = PodRunner(client=client, config=PodRunnerConfig(
+            node_name=args.node, node_address=args.address, node_root=Path(args.node_root),
+            image_prefix=args.run_image, apiserver_host=server.hostname or "", apiserver_port=server.port or 443,
+            clock_dir=clock_dir))
+    fleet = KubeletFleet(client=client, config=config, runners=runners, clock_dirs={args.node: clock_dir},
                          nodes=[SimNode(name=args.node, address=args.address, index=args.index, labels=labels,
                                         taints=taints)])  # type: ignore[arg-type]
     await run_until_signalled(fleet.run())
@@ -371,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--label", action="append", default=[], help="extra Node label k=v (repeatable)")
     parser.add_argument("--taint", action="append", default=[], help="register with taint key:Effect (repeatable)")
     parser.add_argument("--healthz-port", type=int, default=10248, help="0 = no /healthz endpoint")
+    parser.add_argument("--run-image", default="", help="run the pods whose image starts with this as processes")
+    parser.add_argument("--node-root", default="", help="the node's root folder (hostPath volumes, pod folders)")
+    parser.add_argument("--clock-dir", default="", help="folder of the node's clock skew file (faketime)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(_main(args))
