@@ -25,11 +25,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,plot]'
 	touch $(STAMP)
 
-# The network lab needs nftables and iproute2 from Debian's packages (root).
+# The network lab needs nftables and iproute2, the clock-skew fault libfaketime, from Debian's
+# packages (root).
+FAKETIME := /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 system-deps:
-	@command -v nft >/dev/null && command -v ip >/dev/null || { \
-	  echo "installing nftables and iproute2 (Debian packages)"; \
-	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iproute2 >/dev/null; }
+	@command -v nft >/dev/null && command -v ip >/dev/null && [ -e $(FAKETIME) ] || { \
+	  echo "installing nftables, iproute2 and libfaketime (Debian packages)"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iproute2 libfaketime >/dev/null; }
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from the Go module proxy,
 # cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores).

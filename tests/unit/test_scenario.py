@@ -24,7 +24,7 @@ from edgewatch.playground.scenario import (
 )
 
 EXPECTED_BUILTINS = {"cut-and-kill", "cloud-partition", "node-failure", "pool-split", "flaky-link",
-                     "leader-failover"}
+                     "leader-failover", "clock-skew", "mixed-cluster"}
 
 
 def base() -> dict[str, Any]:
@@ -63,7 +63,7 @@ def problems_of(data: dict[str, Any]) -> str:
 # built-ins
 
 
-def test_builtins_are_the_six_scenarios():
+def test_builtins_are_the_eight_scenarios():
     assert set(builtin_scenarios()) == EXPECTED_BUILTINS
     for path in builtin_scenarios().values():
         assert path.suffix == ".yaml" and path.is_file()
@@ -349,3 +349,49 @@ def test_comparison_agrees_with_python(op, value, observed):
     if op == "<" and value == 0:
         return
     assert Comparison.parse(f"{op}{value}")(observed) == OPS[op](observed, value)
+
+
+def test_cloud_nodes_default_to_the_control_plane_node_only():
+    sc = parse_scenario(base())
+    assert sc.cloud_node_names() == ["cloud-1"]
+    assert sc.worker_node_names() == sc.node_names()          # cloud-1 is tainted: no workload
+    assert sc.pool_of("cloud-1") == "cloud" and not sc.is_covered("cloud-1") and sc.is_covered("a-1")
+
+
+def test_cloud_workers_can_be_killed_skewed_and_expected_on():
+    d = with_steps({"at": 10, "action": "kill", "node": "cloud-2"},
+                   {"at": 20, "action": "skew", "node": "cloud-3", "seconds": 30},
+                   {"at": 30, "action": "skew", "node": "a-1", "seconds": -45},
+                   {"at": 40, "action": "skew", "node": "a-1", "seconds": 0},
+                   expect=[{"nodes": ["cloud-2"], "untouched": True, "detected_within_s": 35},
+                           {"nodes": ["a-1"], "never_tainted": True}])
+    d["topology"]["cloud_nodes"] = 3
+    sc = parse_scenario(d)
+    assert sc.all_node_names()[-3:] == ["cloud-1", "cloud-2", "cloud-3"]
+    assert sc.worker_node_names()[-2:] == ["cloud-2", "cloud-3"]
+    assert [s.describe() for s in sc.steps][:4] == ["kill cloud-2", "skew cloud-3 +30 s", "skew a-1 -45 s",
+                                                   "skew a-1 +0 s"]
+
+
+@pytest.mark.parametrize(("data", "needle"), [
+    (with_steps({"at": 10, "action": "kill", "node": "cloud-1"}), "cloud-1 is the control-plane node"),
+    (with_steps({"at": 10, "action": "skew", "node": "cloud-1", "seconds": 5}), "cannot be faulted"),
+    (with_steps({"at": 10, "action": "skew", "node": "a-1", "seconds": 4000}), "less than or equal to 3600"),
+    (with_steps({"at": 10, "action": "skew", "node": "a-1"}), "seconds"),
+    (with_steps({"at": 10, "action": "skew", "node": "z-9", "seconds": 1}), "no node 'z-9'"),
+    (with_steps({"at": 10, "action": "kill", "node": "cloud-2"}), "no node 'cloud-2'"),  # one cloud node only
+])
+def test_skew_and_cloud_node_validation(data: dict[str, Any], needle: str):
+    assert needle in problems_of(data)
+
+
+def test_pool_named_cloud_is_reserved():
+    d = base()
+    d["topology"]["pools"][1]["name"] = "cloud"
+    assert "reserved for the cloud nodes" in problems_of(d)
+
+
+def test_cloud_nodes_bounds():
+    d = base()
+    d["topology"]["cloud_nodes"] = 0
+    assert "cloud_nodes" in problems_of(d)

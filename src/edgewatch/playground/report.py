@@ -486,6 +486,16 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
                                  f"expected {label} {'untouched' if value else 'touched'}, "
                                  + ("saw no mark" if observed else f"saw {seen_m}"))
 
+    if key == "never_tainted":
+        desc = f"{label}: {'never' if value else 'at some point'} tainted by edgewatch"
+        if missing:
+            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
+        added = [f"{n}: {k} at {_fmt_s(t)} s" for n in targets for t, k, c in nodes[n]["taints"]
+                 if c == "added" and k.startswith("edgewatch.io/")]
+        return ExpectationResult(desc, (not added) == value,
+                                 f"expected {label} {'never' if value else 'at some point'} tainted by edgewatch, "
+                                 + ("saw no taint" if not added else "saw " + "; ".join(added[:4])))
+
     if key == "state_at_end":
         desc = f"{label}: state {value} at the end"
         if missing:

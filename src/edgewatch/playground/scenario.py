@@ -41,6 +41,7 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   failed, unknown; baseline runs (stock Kubernetes): normal, not_ready;
 * ``untouched``: true = edgewatch never tainted, annotated or held (Lease mark) any targeted node
   (what a node edgewatch does not cover must get);
+* ``never_tainted``: true = no targeted node ever got one of edgewatch's taints;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -452,7 +453,7 @@ ACTIONS: Final = (
 
 CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
-    "state_at_end", "untouched",
+    "state_at_end", "untouched", "never_tainted",
 )
 
 
@@ -470,6 +471,7 @@ class Expectation(_Model):
     detected_within_s: Annotated[float, Field(gt=0)] | None = None
     state_at_end: str | None = None
     untouched: StrictBool | None = None
+    never_tainted: StrictBool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
