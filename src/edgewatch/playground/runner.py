@@ -114,14 +114,16 @@ class ScenarioPlayer:
                     ok.add(node.metadata.name)
             return wanted <= ok
 
-        await wait_for(nodes_schedulable, timeout_s=90, what="every node Ready and schedulable")
+        # Start-up work grows with the node count on this one machine (every node's processes start at once).
+        slack = 4.0 * len(wanted)
+        await wait_for(nodes_schedulable, timeout_s=90 + slack, what="every node Ready and schedulable")
         await self.client.create(sample_service(namespace=WORKLOAD_NAMESPACE))
         await self.client.create(sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas))
 
         async def serving() -> bool:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas
 
-        await wait_for(serving, timeout_s=120, what=f"{replicas} ready endpoints")
+        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
         if self.cluster.edgewatch:
             async def edgewatch_running() -> bool:
                 ds = await self.client.get(DaemonSet, "edgewatch-agent", namespace=EDGEWATCH_NAMESPACE)
@@ -129,7 +131,7 @@ class ScenarioPlayer:
                 agents = ds.status is not None and ds.status.numberReady == len(self.scenario.node_names())
                 return agents and dep.status is not None and (dep.status.readyReplicas or 0) >= 1
 
-            await wait_for(edgewatch_running, timeout_s=120,
+            await wait_for(edgewatch_running, timeout_s=120 + slack,
                            what="every agent pod Ready and a controller pod Ready (as shipped)")
 
             async def verdicts_published() -> bool:
@@ -140,7 +142,7 @@ class ScenarioPlayer:
                             healthy += 1
                 return healthy == len(self.scenario.node_names())  # covered nodes only
 
-            await wait_for(verdicts_published, timeout_s=90, what="EdgeHealthy=True on every node")
+            await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
 
     async def play(self) -> Recording:
         """Run the steps on time while the observer records; returns the recording."""

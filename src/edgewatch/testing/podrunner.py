@@ -58,7 +58,7 @@ CLOCK_MOUNT = "/run/edgewatch-lab-clock"
 BACKOFF_START_S = 10.0
 BACKOFF_MAX_S = 300.0
 SETUP_RETRY_S = 2.0
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 def format_rfc3339() -> str:
@@ -135,8 +135,10 @@ def runs_here(pod: dict[str, Any], *, image_prefix: str) -> bool:
 def expand(text: str, env: dict[str, str]) -> str:
     """Kubernetes ``$(VAR)`` expansion: known names are replaced, unknown ones left as they are,
     ``$$`` escapes a dollar."""
-    out = _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text.replace("$$", "\0"))
-    return out.replace("\0", "$")
+    def one(m: re.Match[str]) -> str:
+        return "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(one, text)
 
 
 def field_value(pod: dict[str, Any], path: str, *, host_ip: str) -> str:
@@ -183,6 +185,9 @@ class _Container:
     waiting: str | None = None
     last_exit: int | None = None
     live_failures: int = 0
+    startup_failures: int = 0
+    startup_ok: bool = False
+    started_mono: float | None = None
     ready_streak: int = 0
     unready_streak: int = 0
 
@@ -329,8 +334,10 @@ class PodRunner:
                 sys.executable, "-m", "edgewatch.testing.podexec", str(spec_file),
                 stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
         c.started_at = format_rfc3339()
+        c.started_mono = asyncio.get_running_loop().time()
         c.waiting = None
-        c.live_failures = c.ready_streak = c.unready_streak = 0
+        c.live_failures = c.ready_streak = c.unready_streak = c.startup_failures = 0
+        c.startup_ok = "startupProbe" not in c.spec
         c.ready = not c.init and "readinessProbe" not in c.spec
         await self._post_status(p)
         code = await c.proc.wait()
@@ -338,31 +345,57 @@ class PodRunner:
         return code
 
     async def _probe_loop(self, p: _Pod, c: _Container) -> None:
-        live, ready = c.spec.get("livenessProbe"), c.spec.get("readinessProbe")
-        if not live and not ready:
-            return
-        period = min(float((ready or live).get("periodSeconds", 10)), float((live or ready).get("periodSeconds", 10)))
+        """The container's probes, each on its own period (kubelet semantics): the startup probe
+        first (liveness and readiness wait for it; failureThreshold failures kill the container),
+        then readiness (Ready after successThreshold successes, unready after failureThreshold
+        failures) and liveness (failureThreshold failures in a row kill the container)."""
+        startup, ready, live = (c.spec.get(k) for k in ("startupProbe", "readinessProbe", "livenessProbe"))
+        grace = float(p.pod["spec"].get("terminationGracePeriodSeconds", 30))
+
+        async def on_startup(ok: bool) -> None:
+            c.startup_failures = 0 if ok else c.startup_failures + 1
+            if ok:
+                c.startup_ok = True
+            elif c.startup_failures >= int(startup.get("failureThreshold", 3)):
+                log.info("pod %s: container %s failed its startup probe; killing it",
+                         p.pod["metadata"]["name"], c.spec["name"])
+                await self._kill(c, grace_s=grace)
+
+        async def on_ready(ok: bool) -> None:
+            c.ready_streak, c.unready_streak = (c.ready_streak + 1, 0) if ok else (0, c.unready_streak + 1)
+            was = c.ready
+            if ok and c.ready_streak >= int(ready.get("successThreshold", 1)):
+                c.ready = True
+            elif not ok and c.unready_streak >= int(ready.get("failureThreshold", 3)):
+                c.ready = False
+            if was != c.ready:
+                await self._post_status(p)
+
+        async def on_live(ok: bool) -> None:
+            c.live_failures = 0 if ok else c.live_failures + 1
+            if c.live_failures >= int(live.get("failureThreshold", 3)):
+                log.info("pod %s: container %s failed liveness; killing it", p.pod["metadata"]["name"], c.spec["name"])
+                await self._kill(c, grace_s=grace)
+
+        async with asyncio.TaskGroup() as tg:
+            if startup:
+                tg.create_task(self._every(p, c, startup, on_startup, phase="startup"))
+            if ready:
+                tg.create_task(self._every(p, c, ready, on_ready, phase="after-startup"))
+            if live:
+                tg.create_task(self._every(p, c, live, on_live, phase="after-startup"))
+
+    async def _every(self, p: _Pod, c: _Container, probe: dict[str, Any], on_result: Any, *, phase: str) -> None:
+        period = float(probe.get("periodSeconds", 10))
+        delay = float(probe.get("initialDelaySeconds", 0))
+        loop = asyncio.get_running_loop()
         while not p.deleting:
             await asyncio.sleep(period)
-            if c.proc is None or c.started_at is None:
+            if c.proc is None or c.started_mono is None or loop.time() - c.started_mono < delay:
                 continue
-            if ready:
-                ok = await self._probe(ready)
-                c.ready_streak, c.unready_streak = (c.ready_streak + 1, 0) if ok else (0, c.unready_streak + 1)
-                was = c.ready
-                if ok and c.ready_streak >= int(ready.get("successThreshold", 1)):
-                    c.ready = True
-                elif not ok and c.unready_streak >= int(ready.get("failureThreshold", 3)):
-                    c.ready = False
-                if was != c.ready:
-                    await self._post_status(p)
-            if live:
-                ok = await self._probe(live)
-                c.live_failures = 0 if ok else c.live_failures + 1
-                if c.live_failures >= int(live.get("failureThreshold", 3)) and c.proc is not None:
-                    log.info("pod %s: container %s failed liveness; killing it", p.pod["metadata"]["name"],
-                             c.spec["name"])
-                    await self._kill(c, grace_s=float(p.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+            if (phase == "startup") == c.startup_ok:  # startup probes until it passes; others after
+                continue
+            await on_result(await self._probe(probe))
 
     async def _probe(self, probe: dict[str, Any]) -> bool:
         timeout = min(float(probe.get("timeoutSeconds", 1)), self.config.probe_timeout_cap_s)
