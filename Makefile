@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries unit bench clean-lab
+.PHONY: demo test setup system-deps binaries unit bench bench-lab clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -44,6 +44,10 @@ unit: setup
 # Agent memory and CPU for groups of 5 and 50 on the real control plane (about 5 minutes).
 bench: setup binaries
 	$(PY) bench/agent_cost.py 5 50
+
+# CPU and RSS of one pool as shipped (agents as pods in namespaces), for pools of 10 and 15 nodes.
+bench-lab: setup binaries
+	$(PY) bench/lab_cost.py 10 15
 
 # Remove network namespaces and control planes left by a crashed run.
 clean-lab: setup

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from edgewatch import __version__
-from edgewatch.controller.decision import UnknownPolicy
+from edgewatch.controller.model import UnknownPolicy
 from edgewatch.names import DEFAULT_PEER_PORT
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -31,12 +31,21 @@ def main() -> None:
 @click.option("--node", envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
 @click.option("--key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="HMAC key file from a Secret: 'key_id:base64secret' per line, primary first.")
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
-@click.option("--listen-address", default="0.0.0.0", show_default=True, help="Address of the peer/ops server.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
+              help="Kubeconfig (env KUBECONFIG; default: in-cluster, the pod's ServiceAccount and "
+                   "KUBERNETES_SERVICE_HOST/PORT).")
+@click.option("--listen-address", default="0.0.0.0", show_default=True,
+              help="Address of the peer/ops server. With 0.0.0.0 (hostNetwork) peer traffic is sent from this "
+                   "node's InternalIP, which peers require.")
 @click.option("--port", type=int, default=DEFAULT_PEER_PORT, show_default=True, help="Peer port (also /metrics).")
 @click.option("--namespace", default="edgewatch", show_default=True, help="Namespace of the edgewatch-config ConfigMap.")
-@click.option("--kubelet-healthz-url", default="http://127.0.0.1:10248/healthz", show_default=True)
-@click.option("--coordinator", "coordinator_url", default=None, help="Pool coordinator (etcd) URL; off by default.")
+@click.option("--kubelet-healthz-url", default="http://127.0.0.1:10248/healthz", show_default=True,
+              help="This node's kubelet health endpoint (the kubelet's default healthz address; on the host's "
+                   "loopback, so the agent needs hostNetwork).")
+@click.option("--coordinator", "coordinator_url", default=None,
+              help="Pool coordinator (etcd) URL, http(s)://HOST:PORT. Default: this node's pool's entry in the "
+                   "edgewatch-config ConfigMap key poolCoordinators (YAML 'pool: URL'), followed live; no entry: "
+                   "no coordinator (peer path only).")
 @click.option("--pool", default=None, help="Node pool name for the coordinator (default: the edgewatch.io/pool label).")
 @click.option("--coordinator-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="CA of the coordinator's serving certificate (https:// URLs).")
@@ -45,7 +54,8 @@ def main() -> None:
 @click.option("--coordinator-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Client key for the coordinator.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Persist the node list here (survives restarts during a cut).")
+              help="Persist the node list here (survives restarts during a cut). If it cannot be written the "
+                   "agent logs it once, counts edgewatch_agent_state_save_failures_total and runs from memory.")
 @click.option("--exchange-period", type=float, default=1.0, show_default=True, help="Seconds between exchanges.")
 @click.option("--vote-ttl", type=float, default=5.0, show_default=True, help="Seconds a vote counts (>= 3 periods).")
 @click.option("--probe-timeout", type=float, default=0.8, show_default=True, help="Seconds per peer exchange.")
@@ -60,10 +70,11 @@ def main() -> None:
 def agent(**opts: object) -> None:
     """Run the edge agent on this node: peer checks, signed votes, verdicts, heartbeat carrying.
 
-    Example (what the DaemonSet runs):
+    Example (what the DaemonSet runs, hostNetwork, NODE_NAME from the downward API, in-cluster
+    credentials, the pool coordinator from the ConfigMap):
 
     \b
-      edgewatch agent --node "$NODE_NAME" --key-file /etc/edgewatch/keys/keys
+      edgewatch agent --key-file /etc/edgewatch/keys/keys --state-dir /var/lib/edgewatch
     """
     from edgewatch.agent.main import run_agent
 
@@ -72,23 +83,33 @@ def agent(**opts: object) -> None:
 
 @main.command()
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
-@click.option("--namespace", default="edgewatch", show_default=True, help="Namespace of the leader-election Lease.")
+@click.option("--namespace", default="edgewatch", show_default=True,
+              help="Namespace of the leader-election Lease and of the edgewatch-config ConfigMap.")
 @click.option("--identity", envvar="POD_NAME", default=None, help="Leader-election identity (default host-pid).")
 @click.option("--confirm", type=float, default=20.0, show_default=True,
               help="Seconds a disconnected state must last before the NoSchedule taint.")
 @click.option("--edge-ttl", type=float, default=60.0, show_default=True,
-              help="Seconds after which an EdgeHealthy verdict counts as unknown.")
+              help="Seconds an EdgeHealthy verdict counts after the controller last saw it refreshed.")
 @click.option("--unknown-policy", type=click.Choice([p.value for p in UnknownPolicy]), default="autonomy",
               show_default=True, help="What to do without edge evidence.")
 @click.option("--autonomy", type=float, default=300.0, show_default=True,
               help="Seconds pods are kept without edge evidence (per node: edgewatch.io/autonomy-duration).")
 @click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")
+@click.option("--workers", type=int, default=8, show_default=True,
+              help="Nodes reconciled at once (one node is never handled by two at a time).")
+@click.option("--api-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds every API call may take (watches are re-established after 150 s).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/healthz, /readyz, /metrics.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 def controller(**opts: object) -> None:
-    """Run the cloud controller: the node status decision table (taints, evictions, Events)."""
+    """Run the cloud controller: the node status decision table (taints, evictions, Events).
+
+    Only nodes covered by the edgewatch-config ConfigMap (label key coverLabel; empty = all) are
+    handled; freshness is judged by when the controller saw each Lease renewal and verdict change,
+    never by the nodes' clocks (docs/clock-skew.md).
+    """
     from edgewatch.controller.main import run_controller
 
     sys.exit(run_controller(**opts))  # type: ignore[arg-type]
@@ -96,12 +117,14 @@ def controller(**opts: object) -> None:
 
 @main.command()
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--namespace", default="edgewatch", show_default=True,
+              help="Namespace of the edgewatch-config ConfigMap (for the COVERED column).")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(kubeconfig: str | None, output: str) -> None:
-    """Show every node's pool, cloud view, edge view, state, delegate, role, taints and age."""
+def status(kubeconfig: str | None, namespace: str, output: str) -> None:
+    """Show every node's pool, coverage, heartbeat, edge verdict, state, delegate, role, taints and age."""
     from edgewatch.status import run_status
 
-    sys.exit(run_status(kubeconfig=kubeconfig, output=output))
+    sys.exit(run_status(kubeconfig=kubeconfig, namespace=namespace, output=output))
 
 
 @main.group()

@@ -32,7 +32,7 @@ from edgewatch.agent.coordinator import (
     PoolCoordinator,
     Role,
 )
-from edgewatch.agent.delegation import format_micro_time
+from edgewatch.timefmt import format_micro_time
 from edgewatch.names import (
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_BY_ANNOTATION,
@@ -436,3 +436,113 @@ async def test_untrusted_values_in_etcd_are_rejected_not_fatal(kube: AsyncClient
     finally:
         await pool.close()
         await raw.close()
+
+
+@pytest.mark.parametrize("skew_s", [-3600.0, 3600.0])
+async def test_a_node_with_a_skewed_clock_is_carried_by_what_the_leader_observed(
+        kube: AsyncClient, etcd: EtcdServer, skew_s: float) -> None:
+    """A cut-off node whose clock is an hour off puts its heartbeat (renew_time in its own clock);
+    the leader times it by when it saw the put (watch) or by the etcd lease's age (listing), never
+    by the value: the Lease is renewed to about now on the leader's clock, and again for each new
+    put — an hour behind, the old code never advanced it (issue #9)."""
+    from edgewatch.agent.coordinator import Heartbeat, _EtcdClient
+
+    pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
+    raw = _EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
+    skewed = f"cw-skew-{_suffix()}"
+    pool.verdicts[skewed] = "healthy"  # its peers see it alive
+    await kube.create(Lease.from_dict({
+        "metadata": {"name": skewed, "namespace": NODE_LEASE_NAMESPACE},
+        "spec": {"holderIdentity": skewed, "leaseDurationSeconds": 40,
+                 "renewTime": format_micro_time(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30))}}))
+    key = f"/edgewatch/pools/{pool.name}/heartbeats/{skewed}".encode()
+
+    async def put() -> None:
+        hb = Heartbeat(node=skewed, renew_time=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew_s),
+                       delegate=True, cloud_ok=False, incarnation=1)
+        await raw.put(key, hb.to_json(), lease=lease)
+
+    try:
+        lease = int((await raw.lease(40)).id)
+        await put()  # before any leader: found by the listing, aged by the etcd lease
+        await pool.start()
+        await wait_until(lambda: len(pool.leaders()) == 1, timeout_s=15, what="a leader")
+        leader = pool.leaders()[0]
+
+        async def renewed_near_now() -> bool:
+            lease_obj = await pool.lease(skewed)
+            age = (dt.datetime.now(dt.timezone.utc) - lease_obj.spec.renewTime).total_seconds()
+            marked = _annotations(lease_obj).get(DELEGATE_HEARTBEAT_ANNOTATION) == "true"
+            return marked and -1.0 <= age <= 5.0
+
+        deadline = time.monotonic() + 15
+        while not await renewed_near_now():
+            assert time.monotonic() < deadline, "the skewed node's Lease was not renewed to about now"
+            await asyncio.sleep(0.2)
+        first = (await pool.lease(skewed)).spec.renewTime
+        await asyncio.sleep(1.0)
+        await raw.refresh_lease(lease)
+        await put()  # a new put (watch): a newer life sign
+        deadline = time.monotonic() + 10
+        while (await pool.lease(skewed)).spec.renewTime <= first:
+            assert time.monotonic() < deadline, "a new put did not advance the Lease"
+            await asyncio.sleep(0.2)
+        assert _annotations(await pool.lease(skewed))[DELEGATED_BY_ANNOTATION] == leader
+    finally:
+        await pool.close()
+        with contextlib.suppress(Exception):
+            await raw.revoke_lease(lease)
+        await raw.close()
+        with contextlib.suppress(ApiError):
+            await kube.delete(Lease, skewed, namespace=NODE_LEASE_NAMESPACE)
+
+
+async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncClient, etcd: EtcdServer,
+                                                                    tmp_path: Path) -> None:
+    """The agent without --coordinator: its Node's pool label and the ConfigMap key poolCoordinators
+    pick the coordinator; removing the entry stops it, live (issue #9)."""
+    import base64
+    import os
+    import socket
+
+    from lightkube.models.core_v1 import NodeAddress, NodeStatus
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ConfigMap, Namespace, Node
+
+    from edgewatch.agent.agent import Agent
+    from edgewatch.agent.config import AgentConfig
+    from edgewatch.names import POOL_LABEL
+
+    tag = _suffix()
+    namespace, name, pool = f"ew-cm-{tag}", f"cm-{tag}", f"p{tag}"
+    cover = f"test.edgewatch.io/cm-{tag}"  # covers only this node: the agent touches no other test's nodes
+    key = tmp_path / "keys"
+    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    await kube.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    await kube.create(Node(metadata=ObjectMeta(name=name, labels={POOL_LABEL: pool, cover: ""}),
+                           status=NodeStatus(addresses=[NodeAddress(type="InternalIP", address="127.0.0.1")])))
+    await kube.create(ConfigMap(metadata=ObjectMeta(name="edgewatch-config", namespace=namespace),
+                                data={"coverLabel": cover, "poolCoordinators": f"{pool}: {etcd.client_url}\n"}))
+    agent = Agent(config=AgentConfig(node=name, key_file=key, namespace=namespace, listen_address="127.0.0.1",
+                                     port=port, kubelet_healthz_url="http://127.0.0.1:1/healthz"), client=kube)
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_until(lambda: agent.coordinator is not None and agent.coordinator.healthy, timeout_s=20,
+                         what="the agent joined its pool's coordinator from the ConfigMap")
+        assert agent.coordinator_target == (etcd.client_url, pool)
+        await wait_until(lambda: agent.coordinator is not None and agent.coordinator.role is Role.LEADER,
+                         timeout_s=15, what="the only agent of the pool leads it")
+        await kube.patch(ConfigMap, "edgewatch-config", {"data": {"poolCoordinators": "other: http://10.0.0.1:2379"}},
+                         namespace=namespace)
+        await wait_until(lambda: agent.coordinator is None, timeout_s=15, what="the coordinator stopped")
+        assert not task.done()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for res, obj_name, ns in ((Node, name, None), (Namespace, namespace, None)):
+            with contextlib.suppress(ApiError):
+                await kube.delete(res, obj_name, namespace=ns) if ns else await kube.delete(res, obj_name)

@@ -1,7 +1,11 @@
-"""Tests of edgewatch.controller.decision: the cloud x edge table and everything around it.
+"""Tests of the controller's decision core (edgewatch.controller.decision, .views, .autonomy, .taints,
+.model): the cloud x edge table and everything around it.
 
 All times are seconds; instants are built from T0 (a realistic epoch) plus multiples of 0.25 s so that
-float sums are exact and boundary tests mean what they say.
+float sums are exact and boundary tests mean what they say. Instants are on the *controller's* clock:
+a Lease renewal or a verdict refresh enters as the time the controller observed it (``observed_at``);
+the remote texts (renewTime) are identities only, so a test of clock skew changes the texts and not the
+observation times (docs/clock-skew.md).
 
 The cloud view's grace is the *overdue* threshold (``lease_grace_s``): a 40 s Lease renewed every
 10 s counts as overdue 10 + 2 = 12 s after its last renewal, not at its 40 s expiry.
@@ -11,20 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from fractions import Fraction
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgewatch.controller.decision import (
-    AUTONOMY_DURATION_ANNOTATION,
+from edgewatch.controller.autonomy import autonomy_duration, parse_autonomy_duration
+from edgewatch.controller.decision import plan
+from edgewatch.controller.model import (
     CLOUD_UNREACHABLE_TAINT,
-    CLOUD_UNREACHABLE_TAINT_KEY,
-    DELEGATE_HEARTBEAT_ANNOTATION,
-    DELEGATED_RENEW_TIME_ANNOTATION,
     FAILED_TAINT,
-    FAILED_TAINT_KEY,
     MANAGED_ANNOTATIONS,
     MANAGED_TAINT_IDS,
     MIN_REQUEUE_S,
@@ -42,27 +42,26 @@ from edgewatch.controller.decision import (
     TaintEffect,
     Toleration,
     UnknownPolicy,
-    annotation_patch,
-    apply_plan,
-    autonomy_duration,
+)
+from edgewatch.controller.taints import annotation_patch, apply_plan, merge_taints, pod_eviction_due, tolerates
+from edgewatch.controller.views import (
     cloud_view,
     decide_state,
     edge_view,
-    format_go_duration,
-    format_rfc3339,
     is_delegated,
     is_fresh,
     is_held_by_controller,
     lease_grace_s,
-    merge_taints,
-    parse_autonomy_duration,
-    parse_go_duration,
-    parse_rfc3339,
-    plan,
-    pod_eviction_due,
-    tolerates,
 )
-from edgewatch.names import DELEGATED_VIA_ANNOTATION
+from edgewatch.names import (
+    AUTONOMY_DURATION_ANNOTATION,
+    CLOUD_UNREACHABLE_TAINT_KEY,
+    DELEGATE_HEARTBEAT_ANNOTATION,
+    DELEGATED_RENEW_TIME_ANNOTATION,
+    DELEGATED_VIA_ANNOTATION,
+    FAILED_TAINT_KEY,
+)
+from edgewatch.timefmt import format_micro_time, format_rfc3339, parse_rfc3339
 
 T0 = 1_700_000_000.0
 CFG = ControllerConfig()
@@ -85,11 +84,22 @@ def mk_lease(
     delegated: bool = False,
     duration: float | None = 40.0,
     via: str | None = None,
-):
-    annotations = {DELEGATE_HEARTBEAT_ANNOTATION: "true"} if delegated else {}
+    first_sight: bool = False,
+    text: str | None = None,
+) -> LeaseSnapshot:
+    """A Lease whose current renewal the controller observed at ``renew`` (its renewTime text is
+    ``text``, by default the same instant: clocks in step), renewed by a delegate (a current mark)
+    when ``delegated``."""
+    renew_time = None if renew is None else (text or format_micro_time(renew))
+    annotations = {}
+    if delegated:
+        annotations[DELEGATE_HEARTBEAT_ANNOTATION] = "true"
+        if renew_time is not None:
+            annotations[DELEGATED_RENEW_TIME_ANNOTATION] = renew_time
     if via is not None:
         annotations[DELEGATED_VIA_ANNOTATION] = via
-    return LeaseSnapshot("n1", renew, duration, annotations)
+    return LeaseSnapshot(renew_time=renew_time, observed_at=renew, first_sight=first_sight, duration_s=duration,
+                         annotations=annotations, holder="n1")
 
 
 def held_lease(renew: float, *, current: bool = True) -> LeaseSnapshot:
@@ -98,23 +108,40 @@ def held_lease(renew: float, *, current: bool = True) -> LeaseSnapshot:
     by itself since)."""
     written = renew if current else renew - 10
     return LeaseSnapshot(
-        "n1",
-        renew,
-        40.0,
-        {
+        renew_time=format_micro_time(renew),
+        observed_at=renew,
+        duration_s=40.0,
+        annotations={
             DELEGATE_HEARTBEAT_ANNOTATION: "true",
-            DELEGATED_RENEW_TIME_ANNOTATION: format_rfc3339(written),
+            DELEGATED_RENEW_TIME_ANNOTATION: format_micro_time(written),
             DELEGATED_VIA_ANNOTATION: "autonomy",
         },
     )
 
 
+def marked(renew: float | None, mark: str | None = "true", *, written: str | None | object = ...,
+           extra: dict[str, str] | None = None) -> LeaseSnapshot:
+    """A Lease observed at ``renew`` (renewTime text of the same instant) with the delegate mark
+    ``mark`` and ``delegated-renew-time`` ``written`` (default: names this renewal; None: absent)."""
+    renew_time = None if renew is None else format_micro_time(renew)
+    annotations = dict(extra or {})
+    if mark is not None:
+        annotations[DELEGATE_HEARTBEAT_ANNOTATION] = mark
+    if written is ...:
+        written = renew_time
+    if written is not None:
+        annotations[DELEGATED_RENEW_TIME_ANNOTATION] = written  # type: ignore[assignment]
+    return LeaseSnapshot(renew_time=renew_time, observed_at=renew, duration_s=40.0, annotations=annotations)
+
+
 def mk_cond(status: str, hb: float | None, lt: float | None = None) -> ConditionSnapshot:
-    return ConditionSnapshot(status=status, last_heartbeat_time=hb, last_transition_time=lt)
+    """A verdict the controller saw refreshed at ``hb`` (``lt`` if None) whose status it saw since ``lt``."""
+    return ConditionSnapshot(status=status, observed_at=hb if hb is not None else lt, status_since=lt)
 
 
 def mk_node(*, annotations=None, taints=(), cond=None, name="n1") -> NodeSnapshot:
-    return NodeSnapshot(name, {"pool": "a"}, dict(annotations or {}), tuple(taints), cond)
+    return NodeSnapshot(name=name, labels={"pool": "a"}, annotations=dict(annotations or {}), taints=tuple(taints),
+                        edge_condition=cond)
 
 
 def decision(p: NodePlan) -> tuple:
@@ -268,13 +295,13 @@ def test_autonomy_held_lease_is_lost_in_the_table(edge, expected, cond):
         (T0, T0 + 40.25, 40.0, False),
         (T0, math.nextafter(T0 + 40.0, math.inf), 40.0, False),  # right after it: stale
         (T0, T0 + 10.0, 10.0, True),
-        (T0 + 100.0, T0, 40.0, True),  # future timestamp (skew)
+        (T0 + 100.0, T0, 40.0, True),  # observed "after" now (a caller's rounding): fresh
         (None, T0, 40.0, False),
         (T0, T0 + 0.0, 0.0, True),
     ],
 )
 def test_is_fresh(timestamp, now, grace, fresh):
-    assert is_fresh(timestamp=timestamp, now=now, grace_s=grace) is fresh
+    assert is_fresh(observed_at=timestamp, now=now, grace_s=grace) is fresh
 
 
 @pytest.mark.parametrize(
@@ -294,7 +321,7 @@ def test_is_fresh(timestamp, now, grace, fresh):
         (held_lease(T0), T0, CloudView.LOST),
         (held_lease(T0), T0 + GRACE, CloudView.LOST),
         (held_lease(T0), T0 + GRACE + 0.25, CloudView.LOST),
-        (mk_lease(T0, delegated=True, via="autonomy"), T0, CloudView.LOST),  # mark alone, seed 002
+        (mk_lease(T0, delegated=True, via="autonomy"), T0, CloudView.LOST),
         # a stale hold mark (the kubelet renewed by itself since) is the node's own renewal
         (held_lease(T0 + 10, current=False), T0 + 10, CloudView.OK),
         # via=autonomy without a delegate mark is not a delegation at all
@@ -303,9 +330,14 @@ def test_is_fresh(timestamp, now, grace, fresh):
         (mk_lease(T0, delegated=True, via="peer"), T0, CloudView.DELEGATED),
         (mk_lease(T0, delegated=True, via="coordinator"), T0, CloudView.DELEGATED),
         (mk_lease(T0, delegated=True, via="Autonomy"), T0, CloudView.DELEGATED),  # case-sensitive
-        (LeaseSnapshot("n1", T0, 40.0, {DELEGATE_HEARTBEAT_ANNOTATION: "True"}), T0, CloudView.OK),
-        (LeaseSnapshot("n1", T0, 40.0, {DELEGATE_HEARTBEAT_ANNOTATION: "false"}), T0, CloudView.OK),
-        (LeaseSnapshot("n1", T0, 40.0, {"openyurt.io/delegate-heartbeat": "true"}), T0, CloudView.OK),
+        (marked(T0, "True"), T0, CloudView.OK),
+        (marked(T0, "false"), T0, CloudView.OK),
+        (marked(T0, None, extra={"openyurt.io/delegate-heartbeat": "true"}), T0, CloudView.OK),
+        (marked(T0, "true", written=None), T0, CloudView.OK),  # the mark without a renewal it names
+        # clock skew: the renewTime texts say nothing about freshness, only the observation does
+        (mk_lease(T0, text="2000-01-01T00:00:00.000000Z"), T0 + GRACE, CloudView.OK),
+        (mk_lease(T0, text="2099-01-01T00:00:00.000000Z"), T0 + GRACE + 0.25, CloudView.LOST),
+        (mk_lease(T0, delegated=True, text="1999-12-31T23:00:00.000000Z"), T0 + 5, CloudView.DELEGATED),
     ],
 )
 def test_cloud_view(lease, now, expected):
@@ -318,7 +350,6 @@ def test_cloud_view(lease, now, expected):
     ("lease", "held"),
     [
         (held_lease(T0), True),
-        (mk_lease(T0, delegated=True, via="autonomy"), True),
         (held_lease(T0 + 10, current=False), False),  # stale mark: the kubelet renewed since
         (mk_lease(T0, via="autonomy"), False),  # no delegate mark
         (mk_lease(T0, delegated=True), False),  # no via
@@ -335,23 +366,18 @@ def test_is_held_by_controller(lease, held):
         assert is_delegated(lease)  # a hold is a (current) delegation, of a special kind
 
 
-def marked(renew: float | None, written: str | None) -> LeaseSnapshot:
-    annotations = {DELEGATE_HEARTBEAT_ANNOTATION: "true"}
-    if written is not None:
-        annotations[DELEGATED_RENEW_TIME_ANNOTATION] = written
-    return LeaseSnapshot("n1", renew, 40.0, annotations)
-
-
 @pytest.mark.parametrize(
     ("lease", "delegated"),
     [
-        (marked(T0 + 0.123456, None), True),  # the mark alone (seed 002 convention)
-        (marked(T0 + 0.123456, "2023-11-14T22:13:20.123456Z"), True),  # names this renewal
-        (marked(T0 + 0.123456, "2023-11-14T22:13:20.123Z"), True),  # within 1 ms
-        (marked(T0 + 10.5, "2023-11-14T22:13:20.123456Z"), False),  # kubelet renewed since: stale
-        (marked(T0, "not a time"), False),
-        (marked(None, "2023-11-14T22:13:20Z"), False),
-        (LeaseSnapshot("n1", T0, 40.0, {DELEGATED_RENEW_TIME_ANNOTATION: "2023-11-14T22:13:20Z"}), False),
+        (marked(T0 + 0.123456), True),  # names this renewal
+        (marked(T0 + 0.123456, written="2023-11-14T22:13:20.123456Z"), True),  # the same text
+        (marked(T0 + 0.123456, written=None), False),  # the mark alone names no renewal
+        (marked(T0 + 0.123456, written="2023-11-14T22:13:20.123Z"), False),  # another text: not this one
+        (marked(T0 + 10.5, written="2023-11-14T22:13:20.123456Z"), False),  # kubelet renewed since: stale
+        (marked(T0, written="not a time"), False),
+        (marked(None, written="2023-11-14T22:13:20.000000Z"), False),
+        (marked(T0, mark=None), False),  # delegated-renew-time without the mark
+        (marked(T0, mark="True"), False),
         (None, False),
     ],
 )
@@ -361,7 +387,7 @@ def test_is_delegated_honours_the_renew_time_of_the_mark(lease, delegated):
 
 def test_stale_mark_after_kubelet_renewal_is_the_nodes_own_renewal():
     # the delegate renewed at T0 (mark names T0); the kubelet renewed itself at T0+10 keeping annotations
-    lease = marked(T0 + 10, format_rfc3339(T0 + 0.5))
+    lease = marked(T0 + 10, written=format_micro_time(T0 + 0.5))
     p = plan(node=mk_node(cond=mk_cond("True", T0 + 10)), lease=lease, now=T0 + 10, config=CFG)
     assert p.cloud is CloudView.OK and p.state is NodeState.NORMAL
     # and when it goes stale, the outage starts from that own renewal
@@ -485,65 +511,12 @@ def test_stale_edge_condition_turns_disconnected_into_unknown():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [
-        ("0", 0.0),
-        ("+0", 0.0),
-        ("-0", 0.0),
-        ("0s", 0.0),
-        ("90s", 90.0),
-        ("10m", 600.0),
-        ("1h", 3600.0),
-        ("1h30m", 5400.0),
-        ("1h30m15s", 5415.0),
-        ("2h45m", 9900.0),
-        ("1.5h", 5400.0),
-        ("300ms", 0.3),
-        ("1500ms", 1.5),
-        (".5s", 0.5),
-        ("5.s", 5.0),
-        ("+5s", 5.0),
-        ("1us", 1e-6),
-        ("1\u00b5s", 1e-6),
-        ("1\u03bcs", 1e-6),
-        ("10ns", 1e-8),
-        ("1.5ns", 1e-9),  # Go truncates to whole nanoseconds
-        ("1m1m", 120.0),  # Go allows repeated units
-        ("5m0.5s", 300.5),
-    ],
+    [("0", 0.0), ("0s", 0.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("1.5h", 5400.0), ("300ms", 0.3),
+     ("+5s", 5.0)],
 )
-def test_parse_go_duration_valid(text, seconds):
-    assert parse_go_duration(text) == seconds
-    assert parse_autonomy_duration(text) == seconds
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "+",
-        "-",
-        "10",  # a unit is required except for "0"
-        "00",
-        "1.0",
-        "-5s",
-        "-1h30m",
-        "1d",
-        "1h 30m",
-        "1H",
-        "h",
-        ".s",
-        "s",
-        "1.2.3s",
-        "abc",
-        "5s ",  # Go does not strip, parse_go_duration neither
-        "\u0665s",  # ARABIC-INDIC DIGIT FIVE: Go only takes ASCII digits
-        "3000000h",  # > 2**63-1 ns: Go overflow
-        "unlimited",  # only parse_autonomy_duration knows it
-    ],
-)
-def test_parse_go_duration_invalid(text):
-    with pytest.raises(ValueError):
-        parse_go_duration(text)
+def test_parse_autonomy_duration_takes_go_durations(text, seconds):
+    """Go durations (edgewatch.timefmt.parse_go_duration, tested there in full)."""
+    assert parse_autonomy_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["unlimited", "Unlimited", " UNLIMITED ", "unlimited\n"])
@@ -559,71 +532,6 @@ def test_parse_autonomy_invalid(text):
 
 def test_parse_autonomy_strips_whitespace():
     assert parse_autonomy_duration(" 10m\n") == 600.0
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (0, "0s"),
-        (1, "1s"),
-        (1.5, "1.5s"),
-        (60, "1m0s"),
-        (90, "1m30s"),
-        (3600, "1h0m0s"),
-        (5400.5, "1h30m0.5s"),
-        (0.3, "300ms"),
-        (0.0015, "1.5ms"),
-        (1.5e-6, "1.5\u00b5s"),
-        (1e-9, "1ns"),
-        (-90, "-1m30s"),
-    ],
-)
-def test_format_go_duration_matches_go(seconds, text):
-    assert format_go_duration(seconds) == text
-
-
-@FAST
-@given(ns=st.integers(min_value=0, max_value=1 << 62))  # float seconds near 2**63 ns round past it
-def test_duration_round_trip(ns):
-    """format -> parse gives the value back (to the nanosecond), and format is canonical."""
-    seconds = ns / 1e9
-    text = format_go_duration(seconds)
-    expected = float(Fraction(round(Fraction(seconds) * 10**9), 10**9))
-    assert parse_go_duration(text) == expected
-    if ns <= 8 * 10**15:  # below ~97 days a float holds every nanosecond: exact round trip
-        assert parse_go_duration(text) == seconds
-        assert round(Fraction(parse_go_duration(text)) * 10**9) == ns
-    assert format_go_duration(parse_go_duration(text)) == text
-
-
-UNITS = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-
-
-@FAST
-@given(
-    parts=st.lists(
-        st.tuples(st.integers(min_value=0, max_value=10_000), st.sampled_from(sorted(UNITS))),
-        min_size=1,
-        max_size=5,
-    ),
-    plus=st.booleans(),
-)
-def test_duration_components_add_up(parts, plus):
-    text = ("+" if plus else "") + "".join(f"{n}{u}" for n, u in parts)
-    expected = float(Fraction(sum(n * round(UNITS[u] * 1e9) for n, u in parts), 10**9))
-    assert parse_go_duration(text) == expected
-    assert parse_autonomy_duration(text) == expected
-
-
-@FAST
-@given(
-    whole=st.integers(min_value=0, max_value=100_000),
-    frac=st.integers(min_value=0, max_value=999),
-    unit=st.sampled_from(["h", "m", "s"]),
-)
-def test_duration_fractions(whole, frac, unit):
-    text = f"{whole}.{frac:03d}{unit}"
-    assert parse_go_duration(text) == float(Fraction(whole * 1000 + frac, 1000) * UNITS[unit])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -734,8 +642,8 @@ def test_autonomy_zero_still_waits_for_confirmation(failed_confirm):
 def test_autonomy_clock_starts_when_edge_evidence_vanished(cond, clock_start):
     node = mk_node(cond=cond)
     now = T0 + 400
-    if cond is not None and cond.status in ("True", "False") and cond.last_heartbeat_time:
-        now = max(now, cond.last_heartbeat_time + TTL + 1)
+    if cond is not None and cond.status in ("True", "False") and cond.observed_at:
+        now = max(now, cond.observed_at + TTL + 1)
     p = plan(node=node, lease=mk_lease(T0), now=now, config=CFG)
     assert p.table_state is NodeState.UNKNOWN
     assert p.fail_at == clock_start + 300
@@ -803,7 +711,7 @@ def test_failed_verdict_on_overdue_lease_is_acted_on_at_once():
         STATE_ANNOTATION: "failed",
     }
     # a dead node's pods go ~12 s after its last renewal instead of ~60 s (grace 40 + confirm 20)
-    assert p.unreachable_since - lease.renew_time == GRACE
+    assert p.unreachable_since - lease.observed_at == GRACE
 
 
 @pytest.mark.parametrize("failed_confirm", [0.25, 5.0, CONFIRM, 45.5])
@@ -1009,22 +917,26 @@ def leases(draw) -> LeaseSnapshot | None:
     if draw(st.integers(0, 9)) == 0:
         return None
     renew = None if draw(st.integers(0, 14)) == 0 else NOW + draw(quarter) / 4
+    # the renewTime text: in step with the observation, or written by a clock far off (skew)
+    skew = draw(st.sampled_from([0.0, 0.0, -3600.0, 86400.0]))
+    text = None if renew is None else format_micro_time(renew + skew)
     annotations = {}
     mark = draw(st.sampled_from([None, "true", "true", "false", "True"]))
     if mark is not None:
         annotations[DELEGATE_HEARTBEAT_ANNOTATION] = mark
         written = draw(st.sampled_from(["absent", "current", "older", "garbage"]))
-        if written == "current" and renew is not None:
-            annotations[DELEGATED_RENEW_TIME_ANNOTATION] = format_rfc3339(renew)
+        if written == "current" and text is not None:
+            annotations[DELEGATED_RENEW_TIME_ANNOTATION] = text
         elif written == "older":
-            annotations[DELEGATED_RENEW_TIME_ANNOTATION] = format_rfc3339(NOW - 500.25)
+            annotations[DELEGATED_RENEW_TIME_ANNOTATION] = format_micro_time(NOW - 500.25)
         elif written == "garbage":
             annotations[DELEGATED_RENEW_TIME_ANNOTATION] = "?"
     via = draw(st.sampled_from([None, None, "peer", "coordinator", "autonomy", "autonomy"]))
     if via is not None:
         annotations[DELEGATED_VIA_ANNOTATION] = via
     duration = draw(st.sampled_from([None, 40.0, 40.0, 15.0, 0.0]))
-    return LeaseSnapshot(draw(st.sampled_from(["n1", "n2", None])), renew, duration, annotations)
+    return LeaseSnapshot(renew_time=text, observed_at=renew, first_sight=renew is not None and draw(st.booleans()),
+                         duration_s=duration, annotations=annotations, holder=draw(st.sampled_from(["n1", "n2", None])))
 
 
 @st.composite
@@ -1034,7 +946,7 @@ def conditions(draw) -> ConditionSnapshot | None:
     status = draw(st.sampled_from(["True", "False", "Unknown", "True", "False", "bogus"]))
     hb = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q / 4)))
     lt = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q)))
-    return ConditionSnapshot(status, hb, lt)
+    return mk_cond(status, hb, lt)
 
 
 TAINT_KEYS = [
@@ -1064,7 +976,7 @@ def node_annotations(draw) -> dict[str, str]:
         st.one_of(
             st.none(),
             quarter.map(lambda q: format_rfc3339(math.floor(NOW + q))),
-            quarter.map(lambda q: format_rfc3339(NOW + q)),  # fractional
+            quarter.map(lambda q: format_micro_time(NOW + q)),  # fractional
             st.sampled_from(["yesterday", "", "2024-01-01T00:00:00", "2024-01-01T00:00:00.5+02:00"]),
         )
     )
@@ -1524,53 +1436,8 @@ def test_pod_eviction_due_is_never_in_the_past(tols, added, now):
 
 
 # ---------------------------------------------------------------------------------------------------
-# times, config
+# config
 # ---------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "ts"),
-    [
-        ("1970-01-01T00:00:00Z", 0.0),
-        ("2023-11-14T22:13:20Z", T0),
-        ("2023-11-14T22:13:20z", T0),
-        ("2023-11-14t22:13:20Z", T0),
-        ("2023-11-15T00:13:20+02:00", T0),
-        ("2023-11-14T22:13:20.25Z", T0 + 0.25),
-    ],
-)
-def test_parse_rfc3339(text, ts):
-    assert parse_rfc3339(text) == ts
-
-
-def test_parse_rfc3339_truncates_beyond_microseconds():
-    assert parse_rfc3339("2023-11-14T22:13:20.1234567Z") == parse_rfc3339("2023-11-14T22:13:20.123456Z")
-    assert parse_rfc3339("2023-11-14T22:13:20.123456Z") == pytest.approx(T0 + 0.123456, abs=1e-6)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "2023-11-14",
-        "2023-11-14T22:13:20",
-        "2023-11-14 22:13",
-        "2023-13-14T22:13:20Z",
-        "soon",
-        "1700000000",
-    ],
-)
-def test_parse_rfc3339_invalid(text):
-    with pytest.raises(ValueError):
-        parse_rfc3339(text)
-
-
-@FAST
-@given(seconds=st.integers(min_value=0, max_value=4_000_000_000))
-def test_rfc3339_round_trip(seconds):
-    text = format_rfc3339(float(seconds))
-    assert text.endswith("Z") and "." not in text
-    assert parse_rfc3339(text) == seconds
 
 
 def test_defaults():
@@ -1636,10 +1503,80 @@ def test_config_accepts_zero_and_positive_values(kwargs):
 
 def test_snapshots_are_frozen_copies():
     source = {"a": "1"}
-    node = NodeSnapshot("n", {}, source, [Taint("k", "NoSchedule")])
+    node = NodeSnapshot(name="n", annotations=source, taints=[Taint("k", "NoSchedule")])
     source["a"] = "2"
     assert node.annotations["a"] == "1" and isinstance(node.taints, tuple)
     with pytest.raises(TypeError):
         node.annotations["a"] = "3"  # type: ignore[index]
     with pytest.raises(AttributeError):
         node.name = "m"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------------
+# observed times, clock skew and controller restarts (docs/clock-skew.md)
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("skew", [-86400.0, -3600.0, -30.0, 30.0, 3600.0])
+def test_skewed_clocks_change_nothing_in_the_plan(skew):
+    """The same observations with renewTime texts (and marks) written by a clock ``skew`` off give
+    exactly the same decisions: the texts are identities, the observations are the controller's."""
+    for delegated in (False, True):
+        for now in (T0 + 5, T0 + GRACE, T0 + GRACE + 0.25, T0 + 100, T0 + 400):
+            cond = mk_cond("True", now - 1)
+            in_step = plan(node=mk_node(cond=cond), lease=mk_lease(T0, delegated=delegated), now=now, config=CFG)
+            skewed_lease = mk_lease(T0, delegated=delegated, text=format_micro_time(T0 + skew))
+            skewed = plan(node=mk_node(cond=cond), lease=skewed_lease, now=now, config=CFG)
+            assert acted(skewed) == acted(in_step) and skewed.cloud is in_step.cloud
+
+
+def test_first_sight_of_a_normal_node_gives_a_fresh_grace():
+    """A controller that just started saw the Lease once: the renewal counts from that look (as
+    kube-controller-manager after a restart), and goes overdue a grace later unless renewed."""
+    lease = mk_lease(T0, first_sight=True)
+    p = plan(node=mk_node(), lease=lease, now=T0 + GRACE, config=CFG)
+    assert p.cloud is CloudView.OK and p.effective_state is NodeState.NORMAL
+    assert p.requeue_after_s == MIN_REQUEUE_S
+    p = plan(node=mk_node(), lease=lease, now=T0 + GRACE + 0.25, config=CFG)
+    assert p.cloud is CloudView.LOST and p.unreachable_since == T0 + GRACE
+
+
+@pytest.mark.parametrize("recorded", ["failed", "disconnected", "unknown"])
+def test_first_sight_never_ends_a_recorded_outage(recorded):
+    """After a restart, a node recorded in an outage is not judged back on its Lease as first seen
+    (that renewal may be the last one before it died); a renewal the controller sees happen is."""
+    since = NOW - 200
+    annotations = {STATE_ANNOTATION: recorded, UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(since)}
+    taints = [NS_TAINT, replace(FAILED_TAINT, time_added=since + 1)] if recorded == "failed" else [NS_TAINT]
+    cond = mk_cond("True", NOW) if recorded == "disconnected" else None  # its peers still see it alive
+    node = mk_node(annotations=annotations, taints=taints, cond=cond)
+    p = plan(node=node, lease=mk_lease(NOW - 1, first_sight=True), now=NOW, config=CFG)
+    assert p.cloud is CloudView.LOST and p.event is None
+    assert p.effective_state is NodeState(recorded)
+    assert p.unreachable_since == since  # the recorded start, trusted
+    assert set(p.taints) == set(taints)
+    # the kubelet renews again, and the controller sees it: back to normal
+    p = plan(node=node, lease=mk_lease(NOW + 5), now=NOW + 5, config=CFG)
+    assert p.cloud is CloudView.OK and p.effective_state is NodeState.NORMAL and p.taints == ()
+
+
+def test_first_sight_of_a_delegated_renewal_is_trusted():
+    node = mk_node(annotations={STATE_ANNOTATION: "disconnected", UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 60)},
+                   taints=[NS_TAINT], cond=mk_cond("True", NOW))
+    p = plan(node=node, lease=mk_lease(NOW - 2, delegated=True, first_sight=True), now=NOW, config=CFG)
+    assert p.cloud is CloudView.DELEGATED and p.effective_state is NodeState.DISCONNECTED and p.event is None
+
+
+def test_first_sight_of_a_verdict_counts_from_the_first_look():
+    """A verdict the controller first saw at ``NOW - 10`` counts until ``NOW - 10 + TTL``, whatever its
+    lastHeartbeatTime said (the reconciler maps it to that look)."""
+    node = mk_node(cond=mk_cond("False", NOW - 10))
+    assert plan(node=node, lease=mk_lease(T0), now=NOW - 10 + TTL, config=CFG).edge is EdgeView.UNHEALTHY
+    assert plan(node=node, lease=mk_lease(T0), now=NOW - 10 + TTL + 0.25, config=CFG).edge is EdgeView.UNKNOWN
+
+
+def test_lease_snapshot_needs_both_text_and_observation():
+    with pytest.raises(ValueError):
+        LeaseSnapshot(renew_time="2023-11-14T22:13:20.000000Z")
+    with pytest.raises(ValueError):
+        LeaseSnapshot(observed_at=T0)

@@ -172,6 +172,51 @@ def test_tampering(mutate, expected: Verification) -> None:  # type: ignore[no-u
     assert ring.verify(signed, domain=DOMAIN) is expected
 
 
+def test_sign_bytes_known_answer_and_verify_bytes() -> None:
+    ring = Keyring([NEW, OLD])
+    data = b"any bytes at all \xff\x00 {not json"
+    key_id, mac = ring.sign_bytes(data, domain=DOMAIN)
+    assert key_id == "k-new"
+    assert mac == hmac.new(NEW[1], DOMAIN.encode() + b"\x00" + data, hashlib.sha256).hexdigest()
+    assert ring.verify_bytes(key_id=key_id, mac=mac, data=data, domain=DOMAIN) is Verification.OK
+    assert ring.verify_bytes(key_id=key_id, mac=mac, data=bytearray(data), domain=DOMAIN) is Verification.OK
+    old_id, old_mac = Keyring([OLD]).sign_bytes(data, domain=DOMAIN)
+    assert ring.verify_bytes(key_id=old_id, mac=old_mac, data=data, domain=DOMAIN) is Verification.OK  # rotation
+    with pytest.raises(TypeError):
+        ring.sign_bytes("text", domain=DOMAIN)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ring.verify_bytes(key_id=key_id, mac=mac, data=data, domain="")
+
+
+@pytest.mark.parametrize(
+    ("key_id", "mac", "data", "expected"),
+    [
+        ("k-new", None, b"x", Verification.MALFORMED),
+        (None, "0" * 64, b"x", Verification.MALFORMED),
+        ("k-new", "0" * 64, "x", Verification.MALFORMED),
+        ("bad/id", "0" * 64, b"x", Verification.MALFORMED),
+        ("k-new", "é" * 64, b"x", Verification.MALFORMED),
+        ("nope", "0" * 64, b"x", Verification.UNKNOWN_KEY),
+        ("k-new", "0" * 64, b"x", Verification.BAD_SIGNATURE),
+        ("k-new", "", b"x", Verification.BAD_SIGNATURE),
+        ("k-new", "GOOD", b"y", Verification.BAD_SIGNATURE),  # the right MAC of other bytes
+        ("k-old", "GOOD", b"x", Verification.BAD_SIGNATURE),  # the right MAC under another key
+        ("k-new", "GOOD", b"x", Verification.OK),
+    ],
+)
+def test_verify_bytes_table(key_id: object, mac: object, data: object, expected: Verification) -> None:
+    ring = Keyring([NEW, OLD])
+    if mac == "GOOD":
+        mac = ring.sign_bytes(b"x", domain=DOMAIN)[1]
+    assert ring.verify_bytes(key_id=key_id, mac=mac, data=data, domain=DOMAIN) is expected  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=70), st.text(max_size=70), st.binary(max_size=200))
+def test_verify_bytes_never_raises_on_hostile_input(key_id: str, mac: str, data: bytes) -> None:
+    assert Keyring([NEW]).verify_bytes(key_id=key_id, mac=mac, data=data, domain=DOMAIN) in set(Verification)
+
+
 @pytest.mark.parametrize("value", [None, [], "x", 3, [("key_id", "k")]])
 def test_verify_non_objects(value: object) -> None:
     assert Keyring([NEW]).verify(value, domain=DOMAIN) is Verification.MALFORMED

@@ -1,16 +1,29 @@
 """The edge agent, composed: membership, cloud link, peer exchange, verdict publishing, heartbeat
-carrying (peer path and, with ``--coordinator``, the pool coordinator), and the ops endpoints.
+carrying (peer path and the pool coordinator), and the ops endpoints.
 
-Structure: one ``asyncio.TaskGroup``; every loop is a task in it and all are cancelled and awaited
-on shutdown. Two loops do the periodic work:
+Structure: one ``asyncio.TaskGroup``; every loop is a task in it (loops with sub-tasks have their own
+TaskGroup inside), and all are cancelled and awaited on shutdown.
 
 - the **exchange loop** (every ``exchange_period_s``): kubelet health, sign our heartbeat, exchange
   with peers, decide verdicts, compute duties. It never waits on the cloud, so a slow or cut link
   never delays the edge's own judgement;
-- the **cloud loop** (every second): publishes EdgeHealthy for the nodes this agent writes for,
-  renews the Leases of the cut-off peers it carries, and clears a stale delegate mark from its own
-  Lease once its own link is back. Level-triggered: it acts on the newest duties, never on a queue
-  of past ones.
+- the **cloud loops**, independent of each other so a slow apiserver call in one never delays
+  another, each call bounded by ``api_timeout_s``, all level-triggered (they act on the newest
+  duties, never on a queue of past ones):
+  - *publish* (every second): EdgeHealthy for the nodes this agent writes for, writes concurrent;
+  - *carry* (``edgewatch.agent.carrier``): one task per carried cut-off peer renewing its Lease
+    every ``carry_interval_s``;
+  - *role* (every second): this node's ``EdgePoolCoordinator`` condition, on change or every minute;
+  - *own mark*: clears a stale delegate mark from our own Lease once our link is back (looking
+    every 2 s for 90 s, since the mark goes stale only when our kubelet renews by itself);
+- the **coordinator loop**: runs the pool coordinator for ``--coordinator URL``, or — without it —
+  for this node's pool's entry in the ConfigMap's ``poolCoordinators`` (pool: ``--pool`` or the node
+  label ``edgewatch.io/pool``). A change of the entry or of the label restarts the coordinator
+  session with the new URL or pool, live (leadership is released first).
+
+Peer traffic leaves from the listen address, or — listening on a wildcard address (0.0.0.0, the
+DaemonSet's hostNetwork default) — from this node's InternalIP once the node list names it (peers
+bind a sender to its InternalIP), if that address is local; otherwise the kernel picks the source.
 
 Ops endpoints on the peer port: ``/healthz`` (the loops run), ``/readyz`` (the node list is known
 and a period has completed), ``/metrics`` (Prometheus).
@@ -22,6 +35,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +48,10 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from edgewatch.agent.carrier import HeartbeatCarrier
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
-from edgewatch.agent.coordinator import PoolCoordinator
-from edgewatch.agent.delegation import RenewOutcome, clear_stale_mark, renew_on_behalf
+from edgewatch.agent.coordinator import CoordinatorError, PoolCoordinator
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
@@ -45,6 +59,7 @@ from edgewatch.agent.publisher import ConditionPublisher
 from edgewatch.core.duties import Duties, PeerReport, assign_duties
 from edgewatch.core.signing import Keyring, load_keyring
 from edgewatch.core.types import Health, NodeName, Verdict
+from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
 
 log = logging.getLogger(__name__)
@@ -117,18 +132,22 @@ class Agent:
         self.metrics = AgentMetrics(self.registry)
         self.keyring = KeyringFile(config.key_file)
         self.membership = Membership(client=client, namespace=config.namespace, state_dir=config.state_dir,
-                                     on_reject=lambda r: self.metrics.config_rejected.labels(reason=r).inc())
+                                     on_reject=lambda r: self.metrics.config_rejected.labels(reason=r).inc(),
+                                     on_save_error=lambda r: self.metrics.state_save_failures.labels(reason=r).inc())
         self.link = CloudLinkMonitor(probe=lambda: apiserver_ready(client), config=config.cloud_link,
                                      on_change=lambda up: self.metrics.cloud_link_up.set(1 if up else 0))
         self.metrics.cloud_link_up.set(1)
         self.peers = PeerExchange(me=config.node, config=config, keyring=self.keyring, membership=self.membership,
                                   metrics=self.metrics, cloud_ok=lambda: self.link.up)
         self.publisher = ConditionPublisher(client=client, me=config.node, membership=self.membership,
-                                            metrics=self.metrics, refresh_s=config.publish_refresh_s)
+                                            metrics=self.metrics, refresh_s=config.publish_refresh_s,
+                                            timeout_s=config.api_timeout_s)
+        self.carrier = HeartbeatCarrier(renew=self._renew_for_peer, life_sign=self._life_sign, metrics=self.metrics,
+                                        interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s)
         self.duties: Duties | None = None
         self.coordinator: PoolCoordinator | None = None
-        self._carried_at: dict[NodeName, float] = {}
-        self._check_own_mark = True
+        self.coordinator_target: tuple[str, str] | None = None  # (url, pool) the coordinator runs for
+        self._coordinator_collectors: list[object] = []
         self._role_written: tuple[tuple[object, ...], float] | None = None
         self.started = asyncio.Event()
 
@@ -152,39 +171,104 @@ class Agent:
 
     async def run(self) -> None:
         """Run every loop until cancelled; shut down cleanly (all tasks cancelled and awaited)."""
-        connector = None
-        if self.config.listen_address not in ("0.0.0.0", "::"):
-            # Talk from our own address, so peers can bind our messages to our InternalIP.
-            connector = aiohttp.TCPConnector(local_addr=(self.config.listen_address, 0))
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with aiohttp.ClientSession() as local:  # kubelet probe: loopback, no source binding
             runner = await self._start_server()
             try:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self.membership.run())
                     tg.create_task(self.link.run())
-                    tg.create_task(self._exchange_loop(session))
-                    tg.create_task(self._cloud_loop())
+                    tg.create_task(self._exchange_loop(local))
+                    tg.create_task(self._cloud_loops())
                     tg.create_task(self._keyring_loop())
-                    if self.config.coordinator_url:
-                        tg.create_task(self._run_coordinator(self.config.coordinator_url))
+                    tg.create_task(self._coordinator_loop())
                     self.started.set()
             finally:
                 await runner.cleanup()
 
-    async def _run_coordinator(self, url: str) -> None:
-        """Join the pool coordinator; the pool is ``--pool`` or this node's ``edgewatch.io/pool`` label."""
-        pool = self.config.pool
-        while pool is None:
-            info = self.membership.nodes.get(self.config.node)
-            if info is not None:
-                pool = info.labels.get(POOL_LABEL) or "default"
-            else:
-                await asyncio.sleep(1)
-        self.coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
-                                           cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
-                                           tls=self.config.coordinator_tls, registry=self.registry)
-        log.info("joining pool %s through coordinator %s", pool, url)
-        await self.coordinator.run()
+    # -- pool coordinator ------------------------------------------------------------------------------
+
+    def _pool(self) -> str | None:
+        """This node's pool: ``--pool``, else its ``edgewatch.io/pool`` label (None while the node is
+        not known, or has no label)."""
+        if self.config.pool:
+            return self.config.pool
+        info = self.membership.nodes.get(self.config.node)
+        return (info.labels.get(POOL_LABEL) or None) if info is not None else None
+
+    def coordinator_wanted(self) -> tuple[str, str] | None:
+        """The (URL, pool) the coordinator should run for now, or None.
+
+        ``--coordinator URL`` wins (pool: ``--pool``, the node's label, or ``default``, once the node
+        is known). Otherwise the ConfigMap's ``poolCoordinators`` entry for this node's pool, once
+        the ConfigMap has been read.
+        """
+        if self.config.coordinator_url:
+            if self.config.pool:
+                return (self.config.coordinator_url, self.config.pool)
+            if self.config.node not in self.membership.nodes:
+                return None
+            return (self.config.coordinator_url, self._pool() or "default")
+        if not self.membership.config_synced.is_set():
+            return None
+        pool = self._pool()
+        url = self.membership.pool_coordinators.url_for(pool)
+        return (url, pool) if url and pool else None
+
+    async def _coordinator_loop(self, *, poll_s: float = 1.0) -> None:
+        """Keep the pool coordinator running for :meth:`coordinator_wanted`; restart it when that
+        changes. A coordinator that cannot be built (bad URL or pool name, TLS with http) is logged
+        once per target and not run; nothing here ends the agent."""
+        refused: tuple[str, str] | None = None
+        waiting_logged = False
+        async with asyncio.TaskGroup() as tg:
+            try:
+                while True:
+                    want = self.coordinator_wanted()
+                    if want != self.coordinator_target and (want is None or want != refused):
+                        await self._stop_coordinator()
+                        refused = None
+                        if want is not None and not self._start_coordinator(tg, *want):
+                            refused = want  # logged once; tried again only if the target changes
+                    if want is None and not self.config.coordinator_url and self.membership.config_synced.is_set() \
+                            and self.config.node in self.membership.nodes and not waiting_logged:
+                        log.info("no pool coordinator for pool %s (ConfigMap key poolCoordinators); peer path only",
+                                 self._pool() or "(node has no edgewatch.io/pool label)")
+                        waiting_logged = True
+                    if want is not None:
+                        waiting_logged = False
+                    await asyncio.sleep(poll_s)
+            finally:
+                await self._stop_coordinator()
+
+    def _start_coordinator(self, tg: asyncio.TaskGroup, url: str, pool: str) -> bool:
+        try:
+            coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
+                                          cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
+                                          tls=self.config.coordinator_tls, registry=self._coordinator_registry())
+        except CoordinatorError as exc:
+            log.error("not joining pool %s through %s: %s", pool, url, exc,
+                      extra={"kind": "coordinator_config", "pool": pool})
+            return False
+        self.coordinator = coordinator
+        self.coordinator_target = (url, pool)
+        log.info("joining pool %s through coordinator %s", pool, url, extra={"pool": pool})
+        tg.create_task(coordinator.run(), name="pool-coordinator")
+        return True
+
+    async def _stop_coordinator(self) -> None:
+        coordinator, self.coordinator, self.coordinator_target = self.coordinator, None, None
+        if coordinator is not None:
+            log.info("leaving pool %s", coordinator.pool, extra={"pool": coordinator.pool})
+            await coordinator.close(graceful=True)
+
+    def _coordinator_registry(self) -> CollectorRegistry:
+        """Our registry, as seen by a (new) coordinator session: the previous session's collectors
+        are unregistered first, since a restarted session registers the same metric names."""
+        for collector in self._coordinator_collectors:
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(collector)  # type: ignore[arg-type]
+        self._coordinator_collectors = []
+        return _TrackingRegistry(self.registry, self._coordinator_collectors)  # type: ignore[return-value]
 
     async def _start_server(self) -> web.AppRunner:
         app = web.Application(client_max_size=self.config.wire.max_bytes + 1024)
@@ -222,16 +306,35 @@ class Agent:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return False
 
-    async def _exchange_loop(self, session: aiohttp.ClientSession) -> None:
+    def source_address(self) -> str | None:
+        """Where peer traffic should leave from: the listen address, or with a wildcard listen
+        address this node's InternalIP (None while unknown: the kernel picks)."""
+        if self.config.listen_address not in ("0.0.0.0", "::", ""):
+            return self.config.listen_address
+        return self.membership.address_of(self.config.node)
+
+    async def _exchange_loop(self, local: aiohttp.ClientSession) -> None:
         period = self.config.votes.exchange_period_s
-        while True:
-            started = time.monotonic()
-            self.peers.kubelet_ok = await self._kubelet_ok(session)
-            decisions = await self.peers.run_period(session)
-            self._update_duties()
-            self._export(decisions)
-            self.metrics.period_seconds.set(time.monotonic() - started)
-            await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+        source: str | None = None
+        session: aiohttp.ClientSession | None = None
+        try:
+            while True:
+                started = time.monotonic()
+                wanted = self.source_address()
+                if session is None or wanted != source:
+                    if session is not None:
+                        await session.close()
+                    source = wanted
+                    session = _peer_session(source)
+                self.peers.kubelet_ok = await self._kubelet_ok(local)
+                decisions = await self.peers.run_period(session)
+                self._update_duties()
+                self._export(decisions)
+                self.metrics.period_seconds.set(time.monotonic() - started)
+                await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+        finally:
+            if session is not None:
+                await session.close()
 
     def _reports(self) -> dict[NodeName, PeerReport | None]:
         now = time.monotonic()
@@ -263,23 +366,71 @@ class Agent:
             self.metrics.set_state(self.metrics.peer_health, node=node, label="health",
                                    value=detector.state(now=now).value, values=healths)
 
-    async def _cloud_loop(self) -> None:
+    # -- cloud loops ----------------------------------------------------------------------------------
+
+    async def _cloud_loops(self) -> None:
+        """The cloud-facing work as independent loops (see the module docstring)."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._publish_loop())
+            tg.create_task(self.carrier.run(self._carry_wanted))
+            tg.create_task(self._role_loop())
+            tg.create_task(self._own_mark_loop())
+
+    def _carry_wanted(self) -> frozenset[NodeName]:
+        duties = self.duties
+        if duties is None or not self.link.up:
+            return frozenset()
+        return duties.carry
+
+    def _life_sign(self, node: NodeName) -> float | None:
+        """Monotonic time of ``node``'s last sign of life: its newest heartbeat's local receipt
+        minus the age it arrived with."""
+        entry = self.peers.book.get(node)
+        return entry.signed_at if entry is not None else None
+
+    async def _renew_for_peer(self, *, node: NodeName, alive_at: dt.datetime) -> object:
+        return await renew_on_behalf(client=self.client, node=node, delegate=self.config.node, via="peer",
+                                     alive_at=alive_at)
+
+    async def _publish_loop(self, *, every_s: float = 1.0) -> None:
         while True:
-            await asyncio.sleep(1.0)
-            if not self.link.up:
-                self._check_own_mark = True
-                continue
+            await asyncio.sleep(every_s)
             duties = self.duties
-            if duties is None:
+            if duties is None or not self.link.up:
                 continue
             await self.publisher.publish(duties.publish, self.peers.decisions)
-            await self._carry(duties.carry)
-            await self._publish_role()
-            if self._check_own_mark:
-                with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
-                    if await clear_stale_mark(client=self.client, node=self.config.node):
-                        log.info("removed the stale delegate mark from our own Lease")
-                    self._check_own_mark = False
+
+    async def _role_loop(self, *, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            if self.link.up:
+                await self._publish_role()
+
+    async def _own_mark_loop(self, *, every_s: float = 2.0, window_s: float = 90.0) -> None:
+        """After our own link comes back (and once at start), remove the stale delegate mark from
+        our own Lease. The mark goes stale only when our kubelet renews by itself (up to 10 s later,
+        and peers may still carry us until they see our link up), so look every ``every_s`` for
+        ``window_s`` seconds (two Lease durations) or until it is removed; each look is bounded."""
+        check_until: float | None = time.monotonic() + window_s
+        while True:
+            await asyncio.sleep(every_s)
+            if not self.link.up:
+                check_until = None  # start the window when the link is back
+                continue
+            now = time.monotonic()
+            if check_until is None:
+                check_until = now + window_s
+            if now > check_until:
+                continue
+            try:
+                async with asyncio.timeout(self.config.api_timeout_s):
+                    removed = await clear_stale_mark(client=self.client, node=self.config.node)
+            except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
+                log.debug("checking our own Lease's mark failed: %s", exc or type(exc).__name__)
+                continue
+            if removed:
+                log.info("removed the stale delegate mark from our own Lease")
+                check_until = now  # done for this outage
 
     async def _publish_role(self) -> None:
         """Show this node's pool-coordinator role on its own Node (condition ``EdgePoolCoordinator``,
@@ -300,50 +451,47 @@ class Agent:
             "message": f"pool {coordinator.pool}: {role}; leader {coordinator.leader or 'none'}; coordinator {state}",
         }]}}
         try:
-            await self.client.patch(Node.Status, self.config.node, body)
+            async with asyncio.timeout(self.config.api_timeout_s):
+                await self.client.patch(Node.Status, self.config.node, body)
             self._role_written = (value, now)
-        except (ApiError, httpx.HTTPError, OSError) as exc:
+        except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
             log.info("writing %s failed: %s", ROLE_CONDITION_TYPE, exc or type(exc).__name__)
 
-    async def _carry(self, carry: frozenset[NodeName]) -> None:
-        now = time.monotonic()
-        for gone in set(self._carried_at) - carry:
-            log.info("stopped carrying %s", gone, extra={"kind": "carry_stop", "peer": gone})
-            del self._carried_at[gone]
-        for peer in sorted(carry):
-            last = self._carried_at.get(peer)
-            if last is not None and now - last < self.config.carry_interval_s:
-                continue
-            entry = self.peers.book.get(peer)
-            if entry is None:
-                continue
-            # The peer's last life sign, on the wall clock: its newest heartbeat's receipt time.
-            alive_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=time.monotonic() - entry.received_at)
-            result = await renew_on_behalf(client=self.client, node=peer, delegate=self.config.node, via="peer",
-                                           alive_at=alive_at)
-            self.metrics.delegations.labels(outcome=result.outcome.value).inc()
-            if result.outcome is RenewOutcome.RENEWED:
-                if last is None:
-                    log.info("carrying the heartbeat of %s", peer, extra={"kind": "carry_start", "peer": peer})
-                self._carried_at[peer] = now
-            else:
-                log.info("carrying %s: %s %s", peer, result.outcome.value, result.detail)
+
+class _TrackingRegistry:
+    """Forwards ``register``/``unregister`` to a registry and remembers what was registered (the
+    only calls prometheus_client's metric constructors make on a registry)."""
+
+    def __init__(self, registry: CollectorRegistry, collectors: list[object]) -> None:
+        self._registry = registry
+        self._collectors = collectors
+
+    def register(self, collector: object) -> None:
+        self._registry.register(collector)  # type: ignore[arg-type]
+        self._collectors.append(collector)
+
+    def unregister(self, collector: object) -> None:
+        self._registry.unregister(collector)  # type: ignore[arg-type]
 
 
-def configure_logging(*, level: str, json_logs: bool) -> None:
-    """Structured logs: JSON lines (default in containers) or key=value text for terminals."""
-    import structlog
+def _bindable(address: str) -> bool:
+    """Whether this host can send from ``address`` (it is one of its own addresses)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+        return True
+    except OSError:
+        return False
 
-    renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
-    formatter = structlog.stdlib.ProcessorFormatter(
-        processor=renderer,
-        foreign_pre_chain=[structlog.processors.TimeStamper(fmt="iso"), structlog.stdlib.add_log_level,
-                           structlog.stdlib.ExtraAdder()],
-    )
-    handler = logging.StreamHandler()
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    for noisy in ("httpx", "httpx2", "aiohttp.access", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+def _peer_session(source: str | None) -> aiohttp.ClientSession:
+    """A client session for peer exchanges that sends from ``source`` (so peers can bind our
+    messages to our InternalIP), or from whatever the kernel picks if ``source`` is None or not an
+    address of this host."""
+    if source is not None and not _bindable(source):
+        log.warning("cannot send peer traffic from %s (not an address of this host); letting the kernel "
+                    "choose — peers refuse our messages unless that is our InternalIP", source)
+        source = None
+    connector = aiohttp.TCPConnector(local_addr=(source, 0)) if source else None
+    return aiohttp.ClientSession(connector=connector)

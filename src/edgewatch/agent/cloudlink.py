@@ -85,7 +85,7 @@ class CloudLinkMonitor:
         self._probe = probe
         self.config = config
         self.state = LinkState()
-        self.changed_at = time.time()
+        self.changed_at = time.monotonic()  # local monotonic seconds of the last flip (or start)
         self._on_change = on_change
 
     @property
@@ -105,7 +105,7 @@ class CloudLinkMonitor:
         before = self.state.up
         self.state = observe(self.state, ok=ok, config=self.config)
         if self.state.up != before:
-            self.changed_at = time.time()
+            self.changed_at = time.monotonic()
             log.warning("cloud link %s", "up" if self.state.up else "DOWN",
                         extra={"kind": "cloud_link", "up": self.state.up})
             if self._on_change is not None:

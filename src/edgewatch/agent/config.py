@@ -40,8 +40,14 @@ class AgentConfig:
             looks stale, at one small write per node per 15 s).
         carry_interval_s: renew a carried Lease this often, seconds (default 5 s: the kubelet renews
             every 10 s; half that leaves margin for a lost write inside the 40 s Lease).
+        api_timeout_s: bound of one cloud operation, seconds: an EdgeHealthy write, a carried Lease's
+            renewal (GET + UPDATE with conflict retries), the role condition, the own-mark check
+            (default 5 s: as long as a carry interval, so a renewal that hangs is abandoned and
+            retried with a fresh life sign before the next one is due; each request inside also
+            has the API client's own timeout).
         state_dir: where to persist the node list for restarts during a cut (None = memory only).
-        coordinator_url: the pool coordinator (etcd) URL, or None (peer path only).
+        coordinator_url: the pool coordinator (etcd) URL, or None: then the ConfigMap's
+            ``poolCoordinators`` entry for this node's pool, if any (live), else the peer path only.
         coordinator_tls: client certificates for an https:// coordinator (production etcd with
             --client-cert-auth), or None.
         pool: this node's pool (for the coordinator's keys); default: the ``edgewatch.io/pool`` label.
@@ -58,6 +64,7 @@ class AgentConfig:
     full_mesh_max: int = 64
     publish_refresh_s: float = 15.0
     carry_interval_s: float = 5.0
+    api_timeout_s: float = 5.0
     state_dir: Path | None = None
     coordinator_url: str | None = None
     coordinator_tls: CoordinatorTLS | None = None
@@ -75,3 +82,5 @@ class AgentConfig:
             raise ValueError("probe_timeout_s must be > 0 and below two exchange periods")
         if self.full_mesh_max < 1:
             raise ValueError("full_mesh_max must be >= 1")
+        if self.api_timeout_s <= 0 or self.carry_interval_s <= 0:
+            raise ValueError("api_timeout_s and carry_interval_s must be > 0 seconds")

@@ -7,8 +7,9 @@ How it works
 Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.run``):
 
 * **Heartbeat.** ``heartbeats/<node>`` holds ``{"node", "renew_time", "delegate", "cloud_ok",
-  "incarnation"}`` (JSON, ``renew_time`` RFC 3339 with microseconds, UTC; ``incarnation`` is the
-  agent's start time in µs, so a restarted agent is told apart). It is attached to an etcd lease
+  "incarnation"}`` (JSON, ``renew_time`` RFC 3339 with microseconds, UTC, the writer's own clock:
+  informational only, never compared with the reader's clock; ``incarnation`` is the agent's start
+  time in µs, so a restarted agent is told apart). It is attached to an etcd lease
   of ``heartbeat_ttl_s`` (40 s, the kubelet Lease duration) and re-put every
   ``heartbeat_interval_s`` (10 s, the kubelet's renew rate) and at once when the node's own cloud
   link changes; ``delegate`` is true while the link is down. A dead node's heartbeat therefore
@@ -20,9 +21,14 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   revokes its lease at once (the key goes, the others campaign within milliseconds).
 * **Forwarding.** The leader lists ``heartbeats/`` and watches it from the listed revision, and for
   every heartbeat with ``delegate: true`` renews that node's cloud Lease through
-  ``edgewatch.agent.delegation.renew_on_behalf(via="coordinator", alive_at=<heartbeat
-  renew_time>)``: only ``renewTime`` and the delegate mark change, and the cloud never sees a later
-  life sign than the node itself gave (renew_time is also clamped to the leader's "now"). Work goes
+  ``edgewatch.leases.renew_on_behalf(via="coordinator", alive_at=<when the heartbeat was put>)``:
+  only ``renewTime`` and the delegate mark change, and the cloud never sees a later life sign than
+  the node itself gave. *When it was put* is measured by the leader, never read from the value: a
+  watch event is observed the moment it arrives (leader's monotonic clock); a heartbeat found by the
+  initial listing is as old as the time since its etcd lease was last refreshed (the agent refreshes
+  it right before every put), ``grantedTTL - TTL`` from etcd's LeaseTimeToLive — a duration
+  measured by etcd alone. ``alive_at`` is then the leader's wall clock minus that age, so a node
+  whose clock is off is carried exactly like any other (issue #9). Work goes
   through a bounded queue, one entry per node (deduplicated), with per-node exponential backoff on
   failure and a re-forward at least every ``forward_interval_s`` while the heartbeat exists. It
   never forwards for a node whose peer verdict is ``"unhealthy"``, nor for itself.
@@ -44,8 +50,8 @@ Keys, all under ``/edgewatch/pools/<pool>/``::
 
 Hand-over without a gap (the fault OpenYurt had: 15-20 s, nodes evicted)
 ------------------------------------------------------------------------
-The cloud judges a delegated node by the renewTime the leader writes, which is the node's own
-heartbeat time. Worst case when the leader process dies: it renewed its lease just before dying
+The cloud judges a delegated node by the renewTime the leader writes, which is when the node's
+own heartbeat was put (as the leader measured it). Worst case when the leader process dies: it renewed its lease just before dying
 and a delegated node put a fresh heartbeat just after, so that heartbeat is not forwarded until a
 successor leads. The previous renewTime the cloud saw is then at most ``heartbeat_interval_s`` old
 when the unforwarded heartbeat is written, plus the time to a new leader::
@@ -60,8 +66,8 @@ when the unforwarded heartbeat is written, plus the time to a new leader::
 ``CoordinatorConfig.handover_bound_s`` computes it from the settings. A leader that loses its
 cloud link hands over faster: the link loss is seen within ``cloud_poll_interval_s`` (0.5 s) of the
 agent's cloud-link monitor saying so, the lease is revoked at once and a follower campaigns on the
-delete event: about 1 s plus the agent's own link-detection time. Not counted: clock skew between
-the delegated node and the API server (renewTime is the node's clock).
+delete event: about 1 s plus the agent's own link-detection time. Clock skew between nodes plays no
+part: the renewTime written is the leader's clock minus an age the leader (or etcd) measured.
 
 Coordinator down or restarted
 -----------------------------
@@ -133,8 +139,9 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from edgewatch.agent.delegation import RenewOutcome, format_micro_time, renew_on_behalf
+from edgewatch.leases import RenewOutcome, renew_on_behalf
 from edgewatch.names import NODE_LEASE_NAMESPACE, POOL_LABEL
+from edgewatch.timefmt import format_micro_time
 
 log = logging.getLogger(__name__)
 
@@ -511,7 +518,7 @@ class _Metrics:
                                "Delegated heartbeats the leader currently forwards", registry=registry)
         for role in Role:
             self.role.labels(role=role.value).set(1 if role is Role.PENDING else 0)
-        for outcome in [*(o.value for o in RenewOutcome), "skipped_unhealthy", "verdict_error"]:
+        for outcome in [*(o.value for o in RenewOutcome), "skipped_unhealthy", "verdict_error", "no_life_sign"]:
             self.forwards.labels(outcome=outcome)
 
 
@@ -607,6 +614,9 @@ class PoolCoordinator:
         self._leader_valid_until = 0.0
         # Leader-only state.
         self._heartbeats: dict[str, Heartbeat] = {}
+        # When each current heartbeat was put: the leader's wall clock at ingest minus the age measured
+        # here (watch: 0; listing: etcd's lease age) -- never a time read from the value.
+        self._put_at: dict[str, dt.datetime] = {}
         self._due: dict[str, float] = {}
         self._backoff: dict[str, float] = {}
         self._forwarded: dict[str, float] = {}
@@ -992,6 +1002,7 @@ class PoolCoordinator:
         finally:
             self._elected = False
             self._heartbeats.clear()
+            self._put_at.clear()
             self._forwarded.clear()
             self.metrics.delegated.set(0)
         log.info("stepping down as pool leader: %s", reason, extra={**extra, "reason": reason})
@@ -1058,11 +1069,14 @@ class PoolCoordinator:
         self._queue = asyncio.Queue(maxsize=self.config.queue_size)
         self._queued.clear()
         self._heartbeats.clear()
+        self._put_at.clear()
         self._due.clear()
         self._backoff.clear()
         listing = await self._rpc(client.get_prefix(self.heartbeat_prefix))
         for kv in listing:
-            self._ingest(kv.key, kv.value, deleted=False)
+            age = await self._listed_age(client, kv)
+            self._ingest(kv.key, kv.value, deleted=False,
+                         put_at=None if age is None else asyncio.get_running_loop().time() - age)
         watch = await self._rpc(client.watch(self.heartbeat_prefix,
                                              range_end=etcd_utils.prefix_range_end(self.heartbeat_prefix),
                                              start_revision=listing.header.revision + 1))
@@ -1073,16 +1087,41 @@ class PoolCoordinator:
                 tg.create_task(self._forward_ticker())
                 async for event in watch:
                     deleted = event.kind == "DELETE"
-                    self._ingest(event.kv.key, event.kv.value, deleted=deleted)
+                    self._ingest(event.kv.key, event.kv.value, deleted=deleted,
+                                 put_at=asyncio.get_running_loop().time())
                 raise CoordinatorError("unreachable", f"coordinator {self.endpoint.url}: heartbeat watch ended")
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(watch.cancel(), 1.0)
 
-    def _ingest(self, key: bytes, value: bytes, *, deleted: bool) -> None:
+    async def _listed_age(self, client: _EtcdClient, kv: Any) -> float | None:
+        """Seconds since a listed heartbeat was put, measured by etcd: the time since its lease was
+        last refreshed (``grantedTTL - TTL``; the agent refreshes it right before each put; etcd
+        reports whole seconds, so this errs up to 1 s on the old side). None when it cannot be told
+        (no lease, lease gone, or not a delegated heartbeat: only those are forwarded) — such a
+        heartbeat waits for its next put (at most ``heartbeat_interval_s``)."""
+        lease = getattr(kv, "lease", 0)
+        if not lease:
+            return None
+        try:
+            hb = parse_heartbeat(kv.key[len(self.heartbeat_prefix):].decode(errors="replace"), kv.value,
+                                 max_bytes=self.config.max_value_bytes)
+        except HeartbeatRejected:
+            return None  # _ingest reports it
+        if not hb.delegate:
+            return None
+        info = await self._rpc(client.get_lease_info(lease, keys=False))
+        ttl, granted = int(getattr(info, "TTL", -1)), int(getattr(info, "grantedTTL", 0))
+        if ttl <= 0 or granted <= 0:
+            return None
+        return float(max(0, granted - ttl) + 1)
+
+    def _ingest(self, key: bytes, value: bytes, *, deleted: bool, put_at: float | None = None) -> None:
+        """Take in one heartbeat (listing or watch event). ``put_at``: loop time it was put, as
+        measured here (None: unknown, then it is not forwarded until its next put)."""
         node = key[len(self.heartbeat_prefix):].decode(errors="replace")
         if deleted:
-            for table in (self._heartbeats, self._due, self._backoff, self._forwarded):
+            for table in (self._heartbeats, self._put_at, self._due, self._backoff, self._forwarded):
                 table.pop(node, None)  # type: ignore[attr-defined]
         else:
             try:
@@ -1094,12 +1133,18 @@ class PoolCoordinator:
                 log.warning("rejected heartbeat from the coordinator: %s", exc,
                             extra={"pool": self.pool, "node": self.node, "peer": node[:80], "reason": exc.reason})
                 self._heartbeats.pop(node, None)  # never keep forwarding an older, valid one
+                self._put_at.pop(node, None)
                 return
             previous = self._heartbeats.get(node)
             self._heartbeats[node] = hb
+            if put_at is None:
+                self._put_at.pop(node, None)
+            else:
+                age_s = max(0.0, asyncio.get_running_loop().time() - put_at)
+                self._put_at[node] = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=age_s)
             if not hb.delegate:
                 self._forwarded.pop(node, None)
-            elif previous is None or not previous.delegate or previous.renew_time != hb.renew_time:
+            elif put_at is not None:  # a new put: a new life sign to forward
                 if asyncio.get_running_loop().time() >= self._due.get(node, 0.0) or node not in self._backoff:
                     self._enqueue(node)
         self.metrics.delegated.set(sum(1 for h in self._heartbeats.values() if h.delegate))
@@ -1121,7 +1166,7 @@ class PoolCoordinator:
             await asyncio.sleep(tick)
             now = asyncio.get_running_loop().time()
             for node, hb in list(self._heartbeats.items()):
-                if hb.delegate and now >= self._due.get(node, 0.0):
+                if hb.delegate and node in self._put_at and now >= self._due.get(node, 0.0):
                     self._enqueue(node)
 
     async def _forward_worker(self) -> None:
@@ -1131,7 +1176,7 @@ class PoolCoordinator:
             node = await self._queue.get()
             self._queued.discard(node)
             hb = self._heartbeats.get(node)
-            if hb is None or not hb.delegate or node == self.node:
+            if hb is None or not hb.delegate or node == self.node or node not in self._put_at:
                 continue
             outcome = await self._forward_one(node, hb)
             self.metrics.forwards.labels(outcome=outcome).inc()
@@ -1142,7 +1187,7 @@ class PoolCoordinator:
                 self._forwarded[node] = now
             else:
                 self._forwarded.pop(node, None)
-            if outcome in ("skipped_unhealthy", "verdict_error"):
+            if outcome in ("skipped_unhealthy", "verdict_error", "no_life_sign"):
                 # A local check, cheap to repeat: look again soon, without growing a backoff.
                 self._due[node] = now + self.config.forward_backoff_initial_s
             elif outcome in (RenewOutcome.RENEWED.value, RenewOutcome.NODE_RENEWED_ITSELF.value,
@@ -1169,7 +1214,9 @@ class PoolCoordinator:
                     node, extra=extra)
             return "skipped_unhealthy"
         self._skipped.discard(node)
-        alive_at = min(hb.renew_time, dt.datetime.now(dt.timezone.utc))
+        alive_at = self._put_at.get(node)  # the leader's clock minus an age it measured
+        if alive_at is None:
+            return "no_life_sign"
         try:
             async with asyncio.timeout(self.config.api_timeout_s):
                 result = await renew_on_behalf(client=self.kube, node=node, delegate=self.node, via="coordinator",

@@ -1,4 +1,12 @@
-"""``edgewatch agent``: build the configuration from flags and run the agent until SIGTERM."""
+"""``edgewatch agent``: build the configuration from flags and run the agent until SIGTERM.
+
+Invalid settings exit with code 2 and one log line saying what is wrong, never a traceback: a bad
+flag, a ``--coordinator`` URL that is not ``http(s)://HOST[:PORT]``, or no way to reach the API
+(no ``--kubeconfig``/``KUBECONFIG`` and not in a pod: the in-cluster ServiceAccount files under
+/var/run/secrets/kubernetes.io/serviceaccount and ``KUBERNETES_SERVICE_HOST``/``PORT`` are
+missing). A ``--state-dir`` that cannot be created is not fatal (the agent runs from memory and
+says so; see ``edgewatch.agent.membership``).
+"""
 
 from __future__ import annotations
 
@@ -6,23 +14,42 @@ import asyncio
 import logging
 from pathlib import Path
 
+from lightkube.core.exceptions import ConfigError
 
-from edgewatch.agent.agent import Agent, configure_logging
+from edgewatch.agent.agent import Agent
 from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.config import AgentConfig
-from edgewatch.agent.coordinator import CoordinatorTLS
+from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, parse_coordinator_url
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
+from edgewatch.logs import configure_logging
 from edgewatch.runtime import api_client, run_until_signalled
 
 log = logging.getLogger(__name__)
 
 
-async def _run(config: AgentConfig) -> None:
-    client = api_client(config.kubeconfig)
-    await run_until_signalled(Agent(config=config, client=client).run())
-    await client.close()
+async def _run(config: AgentConfig, client: object) -> None:
+    try:
+        await run_until_signalled(Agent(config=config, client=client).run())  # type: ignore[arg-type]
+    finally:
+        await client.close()  # type: ignore[attr-defined]
     log.info("agent stopped")
+
+
+def _client(kubeconfig: str | None) -> object | None:
+    """The API client (in-cluster when ``kubeconfig`` is None), or None after logging why not."""
+    try:
+        return api_client(kubeconfig, component="agent")
+    except KeyError as exc:
+        log.error("cannot reach the API: no --kubeconfig and not in a pod (environment variable %s is not set); "
+                  "give --kubeconfig or KUBECONFIG outside a cluster", exc)
+    except ConfigError as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else \
+            "the in-cluster ServiceAccount (is automountServiceAccountToken off?)"
+        log.error("cannot reach the API: %s: %s", where, exc)
+    except (OSError, ValueError) as exc:
+        log.error("cannot reach the API: %s: %s", type(exc).__name__, exc)
+    return None
 
 
 def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_address: str, port: int,
@@ -52,7 +79,14 @@ def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_addre
     except ValueError as exc:
         log.error("invalid settings: %s", exc)
         return 2
-    if state_dir is not None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(_run(config))
+    if coordinator_url is not None:
+        try:
+            parse_coordinator_url(coordinator_url)
+        except CoordinatorError as exc:
+            log.error("invalid settings: --coordinator: %s", exc)
+            return 2
+    client = _client(kubeconfig)
+    if client is None:
+        return 2
+    asyncio.run(_run(config, client))
     return 0

@@ -20,10 +20,14 @@ class AgentMetrics:
         verdict: 1 for the current verdict of each ``node`` (labels node, verdict).
         peer_health: 1 for this agent's failure-detector state of each ``node``.
         cloud_link_up: 1 while this node reaches the apiserver.
-        delegations: Lease renewals done for cut-off peers, by ``outcome``.
+        delegations: Lease renewals done for cut-off peers, by ``outcome`` (a ``RenewOutcome`` value,
+            ``timeout`` or ``error``).
         carrying: number of peers whose heartbeat this agent carries now.
-        condition_writes: EdgeHealthy condition writes, by ``result``.
-        config_rejected: ConfigMap updates refused, by ``reason``.
+        condition_writes: EdgeHealthy condition writes, by ``result`` (``ok``, ``failed``, ``timeout``).
+        config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
+            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``).
+        state_save_failures: failed saves of the node list to ``--state-dir``, by ``reason`` (the
+            exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
     """
 
@@ -40,6 +44,9 @@ class AgentMetrics:
                                  ["node", "health"], registry=registry)
         self.cloud_link_up = Gauge("edgewatch_agent_cloud_link_up", "1 while this node reaches the apiserver.",
                                    registry=registry)
+        self.state_save_failures = Counter("edgewatch_agent_state_save_failures",
+                                           "Failed saves of the node list to the state folder.", ["reason"],
+                                           registry=registry)
         self.delegations = Counter("edgewatch_agent_delegations", "Lease renewals for cut-off peers by outcome.",
                                    ["outcome"], registry=registry)
         self.carrying = Gauge("edgewatch_agent_carrying", "Peers whose heartbeat this agent carries now.",

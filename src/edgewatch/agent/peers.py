@@ -14,10 +14,21 @@ heartbeats as evidence of their origins and detector timeouts scaled by log10(n)
 al. 1998 gossip-style failure detection; memberlist/Lifeguard scaling) — messages per node per
 period stay constant as the group grows.
 
-Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC, schema,
-receiver, replay window, nonce cache, sender bound to the source address = the sender Node's
-InternalIP). A rejection is a log line, a metric (``edgewatch_agent_messages_received_total
-{result=<reason>}``) and a 400/403 answer; never a crash and never a state change.
+Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC over the
+bytes before parsing, schema, receiver, sender bound to the source address = the sender Node's
+InternalIP, reply binding, per-sender replay guard). A rejection is a log line, a metric
+(``edgewatch_agent_messages_received_total{result=<reason>}``) and a 400/403/413 answer; never a
+crash and never a state change. A request refused only by the replay guard (``replayed`` or
+``unconfirmed``: e.g. the first requests of a peer that just restarted) is answered with 409 and our
+own envelope, so the requester's probe of us still succeeds while nothing of its message is used.
+
+Clocks: none but this node's monotonic clock. Freshness of a peer's message is proven by the reply
+binding (an answer carries the nonce of our request) or by its per-sender epoch and sequence number
+(``edgewatch.core.wire.ReplayGuard``); votes expire ``vote_ttl_s`` after local receipt; relayed
+heartbeats carry their age, summed hop by hop from each hop's monotonic clock. The agent's epoch is
+its start time in ns (``time.time_ns``), a number peers compare only with this agent's own earlier
+epochs — if the wall clock went back across a restart, our first answer to each peer's probe proves
+the new epoch.
 """
 
 from __future__ import annotations
@@ -44,8 +55,9 @@ from edgewatch.core.wire import (
     Freshness,
     Heartbeat,
     HeartbeatBook,
-    NonceCache,
     Rejected,
+    RejectReason,
+    ReplayGuard,
     decode_envelope,
     encode_envelope,
     select_relays,
@@ -55,6 +67,12 @@ from edgewatch.core.wire import (
 log = logging.getLogger(__name__)
 
 EXCHANGE_PATH = "/v1/exchange"
+REFUSED_HEADER = "X-Edgewatch-Refused"
+"""Header of a 409 answer: why our request was refused (the body is still the peer's envelope)."""
+
+_FORBIDDEN = frozenset({RejectReason.BAD_SIGNATURE, RejectReason.UNKNOWN_KEY, RejectReason.UNSIGNED,
+                        RejectReason.SENDER_MISMATCH, RejectReason.REPLAYED})
+_GUARD_REASONS = frozenset({RejectReason.REPLAYED, RejectReason.UNCONFIRMED})
 
 
 class PeerExchange:
@@ -81,11 +99,16 @@ class PeerExchange:
         self._cloud_ok = cloud_ok
         self.rng = rng or random.Random()
         wire = config.wire
-        self.book = HeartbeatBook(max_origins=wire.book_max_origins, forget_after_s=wire.book_forget_after_s)
-        self.nonces = NonceCache(max_entries=wire.nonce_cache_entries)
+        self.book = HeartbeatBook(max_origins=wire.book_max_origins)
+        self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
+                                 retired_epochs=wire.replay_retired_epochs)
         self.detectors: dict[NodeName, PeerDetector] = {}
+        # This run's epoch (envelopes) and incarnation (heartbeats): a unique, mostly increasing number;
+        # peers compare it only with our own earlier ones, never with their clocks.
         self.incarnation = time.time_ns()
         self.seq = 0
+        self._sent: dict[NodeName, int] = {}  # envelopes sent per receiver (their seq) in this epoch
+        self._signed_at = 0.0  # monotonic time our current heartbeat was signed
         self.kubelet_ok = False
         self.own: Heartbeat | None = None
         self.decisions: dict[NodeName, Decision] = {}
@@ -114,9 +137,10 @@ class PeerExchange:
         self._detector(peer, now).record(ok, now=now)
 
     def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
-        """Offer an accepted envelope's heartbeats to the book; count direct/relayed evidence."""
+        """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
+        came with); count direct/relayed evidence."""
         own = env.own
-        if self.book.offer(own, now=now_mono) is Freshness.NEW and not direct:
+        if self.book.offer(own, now=now_mono, age_s=env.own_age_s) is Freshness.NEW and not direct:
             self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
         if direct:
             self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
@@ -127,7 +151,7 @@ class PeerExchange:
                 self.metrics.relayed.labels(result=str(result.reason)).inc()
                 continue
             hb = result.heartbeat
-            freshness = self.book.offer(hb, now=now_mono)
+            freshness = self.book.offer(hb, now=now_mono, age_s=result.age_s)
             self.metrics.relayed.labels(result=str(freshness)).inc()
             if gossip and freshness is Freshness.NEW and hb.origin in self.group:
                 self.record(hb.origin, ok=hb.kubelet_ok, now=now_mono)
@@ -142,8 +166,8 @@ class PeerExchange:
                 del self.detectors[peer]
         self.book.retain(self.group)
 
-    def sign_own(self, *, now_mono: float, now_wall: float) -> Heartbeat:
-        """Sign this period's heartbeat (vote) and put it in the book."""
+    def sign_own(self, *, now_mono: float) -> Heartbeat:
+        """Sign this period's heartbeat (vote) and put it in the book (``now_mono``: monotonic s)."""
         alive, dead = [], []
         for peer in self.group:
             if peer == self.me:
@@ -155,9 +179,10 @@ class PeerExchange:
             elif health is Health.DEAD:
                 dead.append(peer)
         self.seq += 1
-        self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq, sent_at=now_wall,
+        self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=self._cloud_ok(), alive=alive, dead=dead,
                                   keyring=self._keyring())
+        self._signed_at = now_mono
         self.book.offer(self.own, now=now_mono)
         return self.own
 
@@ -168,42 +193,57 @@ class PeerExchange:
             return peers
         return self.rng.sample(peers, self.config.wire.fanout)
 
-    def envelope_for(self, peer: NodeName, *, now_mono: float, now_wall: float) -> bytes:
-        """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it."""
+    def envelope_for(self, peer: NodeName, *, now_mono: float, nonce: str, reply_to: str | None = None) -> bytes:
+        """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it, each with
+        its age on our monotonic clock (``now_mono``, seconds). ``nonce``: fresh random 32 hex;
+        ``reply_to``: the nonce of the request this answers (None for a request)."""
         assert self.own is not None
         wire = self.config.wire
         relays = select_relays(self.book, for_peer=peer, now=now_mono, max_count=wire.max_relays,
-                               max_age_s=wire.relay_max_age_s, rng=self.rng, exclude=(self.me,))
-        raw = encode_envelope(sender=self.me, receiver=peer, nonce=secrets.token_hex(16), sent_at=now_wall,
-                              own=self.own, relayed=relays, keyring=self._keyring(), max_bytes=wire.max_bytes)
+                               max_age_s=wire.relay_max_age_s, rng=self.rng, exclude=(self.me,),
+                               max_total_age_s=wire.heartbeat_max_age_s)
+        aged = [(hb, entry.age_at(now_mono)) for hb in relays if (entry := self.book.get(hb.origin)) is not None]
+        seq = self._sent.get(peer, 0) + 1
+        self._sent[peer] = seq
+        raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
+                              reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
+                              relayed=aged, keyring=self._keyring(), max_bytes=wire.max_bytes)
         self.book.mark_relayed(relays)
         return raw
 
-    def decode(self, raw: bytes, *, sender_allowed: Callable[[NodeName], bool]) -> DecodedEnvelope:
-        """Decode an inbound envelope addressed to us. Raises ``Rejected``."""
+    def decode(self, raw: bytes, *, sender_allowed: Callable[[NodeName], bool],
+               reply_to: str | None = None) -> DecodedEnvelope:
+        """Decode an inbound envelope addressed to us: a request (``reply_to`` None) or the answer to
+        our request with nonce ``reply_to``. Raises ``Rejected``."""
         wire = self.config.wire
-        return decode_envelope(raw, keyring=self._keyring(), receiver=self.me, now=time.time(),
-                               max_bytes=wire.max_bytes, replay_window_s=wire.replay_window_s,
-                               nonce_cache=self.nonces, heartbeat_max_age_s=wire.heartbeat_max_age_s,
+        return decode_envelope(raw, keyring=self._keyring(), receiver=self.me, max_bytes=wire.max_bytes,
+                               guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
                                sender_allowed=sender_allowed)
 
     async def exchange(self, session: aiohttp.ClientSession, peer: NodeName) -> bool:
-        """One probe: POST our envelope to ``peer`` and absorb its answer. Returns success."""
+        """One probe: POST our envelope to ``peer`` and absorb its answer. Returns success.
+
+        Success needs an answer bound to this very request (its ``reply_to`` is our fresh nonce), so
+        a replayed answer can never make a dead peer look alive. A 409 answer (the peer refused our
+        request as replayed/unconfirmed, e.g. right after we restarted) still carries its envelope.
+        """
         address = self.membership.address_of(peer)
         now_mono = time.monotonic()
         if address is None:
             self.record(peer, ok=False, now=now_mono)
             self.metrics.probes.labels(result="no_address").inc()
             return False
-        body = self.envelope_for(peer, now_mono=now_mono, now_wall=time.time())
+        nonce = secrets.token_hex(16)
+        body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce)
         url = f"http://{_host(address)}:{self.config.port}{EXCHANGE_PATH}"
         try:
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"},
+            async with session.post(url, data=body, headers={"Content-Type": "application/octet-stream"},
                                     timeout=aiohttp.ClientTimeout(total=self.config.probe_timeout_s)) as resp:
                 raw = await resp.content.read(self.config.wire.max_bytes + 1)
-                if resp.status != 200:
+                if resp.status not in (200, 409):
                     raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
-            env = self.decode(raw, sender_allowed=lambda s: s == peer)
+                refused = resp.headers.get(REFUSED_HEADER) if resp.status == 409 else None
+            env = self.decode(raw, sender_allowed=lambda s: s == peer, reply_to=nonce)
         except Rejected as exc:
             log.warning("answer from %s rejected: %s", peer, exc, extra={"kind": "rejected", "peer": peer,
                                                                         "reason": str(exc.reason)})
@@ -216,6 +256,8 @@ class PeerExchange:
             self.metrics.probes.labels(result="failed").inc()
             self.record(peer, ok=False, now=time.monotonic())
             return False
+        if refused:
+            log.debug("%s refused our request (%s) but answered", peer, refused[:40])
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)
@@ -223,10 +265,10 @@ class PeerExchange:
 
     async def run_period(self, session: aiohttp.ClientSession) -> dict[NodeName, Decision]:
         """One exchange period: sign, exchange with the targets, decide. Returns the decisions."""
-        now_mono, now_wall = time.monotonic(), time.time()
+        now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         self._direct_this_period = set()
-        self.sign_own(now_mono=now_mono, now_wall=now_wall)
+        self.sign_own(now_mono=now_mono)
         targets = self.targets()
         if targets:
             await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
@@ -252,14 +294,31 @@ class PeerExchange:
         try:
             env = self.decode(raw, sender_allowed=bound)
         except Rejected as exc:
-            status = 403 if exc.reason.value in ("bad_signature", "unknown_key", "unsigned", "sender_mismatch", "replayed") else 400
+            if exc.answer_to is not None and exc.reason in _GUARD_REASONS and self.own is not None:
+                # Authentic and from the right address, refused only by the replay guard: answer
+                # anyway (the sender's probe of us is genuine evidence for it), use nothing of it.
+                self._count_refused(request, exc)
+                sender, nonce = exc.answer_to
+                answer = self.envelope_for(sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
+                                           reply_to=nonce)
+                return web.Response(status=409, body=answer, content_type="application/octet-stream",
+                                    headers={REFUSED_HEADER: exc.reason.value})
+            status = 403 if exc.reason in _FORBIDDEN else 400
             return self._reject(request, exc.reason.value, exc.detail, status=status)
         self.metrics.messages.labels(result="accepted").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)
         if self.own is None:
             return web.Response(status=503, text="not ready")
-        answer = self.envelope_for(env.sender, now_mono=time.monotonic(), now_wall=time.time())
-        return web.Response(body=answer, content_type="application/json")
+        answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
+                                   reply_to=env.nonce)
+        return web.Response(body=answer, content_type="application/octet-stream")
+
+    def _count_refused(self, request: web.Request, exc: Rejected) -> None:
+        # An unconfirmed epoch is the normal first second after a peer restarts: not a warning.
+        level = logging.INFO if exc.reason is RejectReason.UNCONFIRMED else logging.WARNING
+        log.log(level, "message from %s refused: %s (%s); answered", request.remote, exc.reason.value, exc.detail,
+                extra={"kind": "rejected", "remote": request.remote, "reason": exc.reason.value})
+        self.metrics.messages.labels(result=exc.reason.value).inc()
 
     def _reject(self, request: web.Request, reason: str, detail: str, *, status: int) -> web.Response:
         log.warning("message from %s rejected: %s (%s)", request.remote, reason, detail,

@@ -6,6 +6,10 @@ last write is ``publish_refresh_s`` old, so a live writer never looks stale to t
 quiet cluster costs one small write per node per refresh. The write is a strategic-merge patch of
 ``status.conditions`` keyed by type, so the kubelet's conditions are never touched.
 
+Every write is bounded by ``timeout_s``, and the writes due in one round run concurrently, so one
+slow subject never delays another (nor, since the agent runs this in its own loop, the Leases the
+agent carries).
+
 Condition: status True (healthy) / False (unhealthy) / Unknown; reason ``PeersSeeAlive`` /
 ``PeersSeeDead`` / ``NoMajority``; message like "4 of 5 peers see it alive (observed by a-2)";
 lastHeartbeatTime = time of this write; lastTransitionTime kept while the status stays.
@@ -13,7 +17,7 @@ lastHeartbeatTime = time of this write; lastTransitionTime kept while the status
 
 from __future__ import annotations
 
-import datetime as dt
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.quorum import Decision
 from edgewatch.core.types import NodeName, Verdict
 from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch.timefmt import format_rfc3339 as _rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +54,28 @@ def condition_value(decision: Decision, *, writer: NodeName) -> ConditionValue:
                           message=f"{decision.message} (published by {writer})")
 
 
-def _rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class ConditionPublisher:
-    """Writes the EdgeHealthy condition of the nodes this agent is the writer for."""
+    """Writes the EdgeHealthy condition of the nodes this agent is the writer for.
+
+    Args (keyword-only):
+        client: API client.
+        me: this node (named in the condition's message).
+        membership: the node list (for the current condition's lastTransitionTime).
+        metrics: ``condition_writes{result}`` (``ok``, ``failed``, ``timeout``).
+        refresh_s: rewrite an unchanged condition this often, seconds.
+        timeout_s: bound of one write, seconds.
+    """
 
     def __init__(self, *, client: AsyncClient, me: NodeName, membership: Membership, metrics: AgentMetrics,
-                 refresh_s: float) -> None:
+                 refresh_s: float, timeout_s: float = 5.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0 seconds")
         self.client = client
         self.me = me
         self.membership = membership
         self.metrics = metrics
         self.refresh_s = refresh_s
+        self.timeout_s = timeout_s
         self._written: dict[NodeName, tuple[ConditionValue, float]] = {}
 
     def due(self, subject: NodeName, value: ConditionValue, *, now: float) -> bool:
@@ -71,16 +84,29 @@ class ConditionPublisher:
         return last is None or last[0] != value or now - last[1] >= self.refresh_s
 
     async def publish(self, subjects: frozenset[NodeName], decisions: dict[NodeName, Decision]) -> None:
-        """Write the condition of every subject that is due. Errors are logged and counted."""
+        """Write the condition of every subject that is due, concurrently, each within ``timeout_s``.
+        Errors and timeouts are logged and counted, never raised."""
+        now = time.monotonic()
+        due: list[tuple[NodeName, ConditionValue]] = []
         for subject in sorted(subjects):
             decision = decisions.get(subject)
             if decision is None:
                 continue
             value = condition_value(decision, writer=self.me)
-            now = time.monotonic()
-            if not self.due(subject, value, now=now):
-                continue
-            await self._write(subject, value)
+            if self.due(subject, value, now=now):
+                due.append((subject, value))
+        if due:
+            async with asyncio.TaskGroup() as tg:
+                for subject, value in due:
+                    tg.create_task(self._bounded_write(subject, value))
+
+    async def _bounded_write(self, subject: NodeName, value: ConditionValue) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._write(subject, value)
+        except TimeoutError:
+            log.info("writing %s of %s took longer than %.1f s", EDGE_CONDITION_TYPE, subject, self.timeout_s)
+            self.metrics.condition_writes.labels(result="timeout").inc()
 
     async def _write(self, subject: NodeName, value: ConditionValue) -> None:
         now = time.time()

@@ -1,13 +1,19 @@
-"""Lease-based leader election for the controller's replicas (one active at a time), the
-protocol of client-go's ``leaderelection`` with a ``coordination.k8s.io/v1`` Lease.
+"""Lease-based leader election for the controller's replicas (one active at a time), the protocol of
+client-go's ``leaderelection`` with a ``coordination.k8s.io/v1`` Lease.
 
-A candidate takes the Lease when it is free or expired (``renewTime + leaseDurationSeconds`` in
-the past) and renews it every ``renew_s``; every write carries the resourceVersion it read, so two
+A candidate takes the Lease when it has no holder, or when the holder's record has not changed for
+``leaseDurationSeconds`` *as this candidate observed it*: like client-go, it notes its own monotonic
+time whenever the record (holder, renewTime, ...) changes, and judges expiry from that note, never by
+comparing the holder's renewTime (the other replica's clock) with its own (docs/clock-skew.md). A
+candidate that starts has no history, so it gives the holder a full duration from its first look.
+The leader renews every ``renew_s``; every write carries the resourceVersion it read, so two
 candidates can never both win a round (409 Conflict). A leader that cannot renew within
-``deadline_s`` gives up leading (its work is cancelled) before the Lease expires for the others, so
-two leaders never act at once as long as clocks are within ``duration_s - deadline_s`` of each other.
+``deadline_s`` gives up leading (its work is cancelled) before the others may take over, so two
+leaders never act at once as long as the replicas' clocks *run* at the same rate (no assumption on
+what they read).
 
-Limits: wall clocks of replicas are compared through renewTime (as in client-go).
+Limits: renewTime and acquireTime are written with this replica's clock, for people and for other
+tools; nothing here reads them as times.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
-from edgewatch.agent.delegation import format_micro_time
+from edgewatch.timefmt import format_micro_time
+
+__all__ = ["ElectionConfig", "LeaderElector", "expired"]
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +41,8 @@ class ElectionConfig:
     """Leader election timings, seconds.
 
     Attributes:
-        duration_s: leaseDurationSeconds (client-go default 15 s): how long others wait after the
-            last renewal before taking over.
+        duration_s: leaseDurationSeconds (client-go default 15 s): how long others wait after they
+            last saw the record change before taking over.
         renew_s: how often the leader renews (client-go retry period 2 s).
         deadline_s: a leader that has not renewed for this long stops leading (client-go 10 s);
             must be below ``duration_s``.
@@ -49,16 +57,19 @@ class ElectionConfig:
             raise ValueError("need 0 < renew_s < deadline_s < duration_s")
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def expired(lease: Lease, *, now: dt.datetime) -> bool:
-    """True if the Lease has no holder or its holder's term ran out."""
+def _record(lease: Lease) -> tuple[object, ...]:
+    """What identifies one version of the leader record (any change of it is a sign of life)."""
     spec = lease.spec
-    if spec is None or not spec.holderIdentity or spec.renewTime is None:
-        return True
-    return spec.renewTime + dt.timedelta(seconds=spec.leaseDurationSeconds or 0) < now
+    if spec is None:
+        return ()
+    return (spec.holderIdentity, spec.renewTime, spec.acquireTime, spec.leaseDurationSeconds, spec.leaseTransitions)
+
+
+def expired(*, holder: str | None, observed_age_s: float, duration_s: float) -> bool:
+    """True if the Lease is free: no holder, or the holder's record has not changed for more than
+    ``duration_s`` seconds since this candidate saw it change (``observed_age_s``, its own clock).
+    Pure; client-go's ``observedTime + leaseDuration < now``."""
+    return not holder or observed_age_s > duration_s
 
 
 class LeaderElector:
@@ -70,21 +81,35 @@ class LeaderElector:
         identity: this candidate (pod name).
         config: timings.
         on_change: called with True/False when leadership is gained/lost.
+        monotonic: the clock for observations and deadlines (seconds; injectable for tests).
     """
 
     def __init__(self, *, client: AsyncClient, namespace: str, name: str, identity: str, config: ElectionConfig,
-                 on_change: Callable[[bool], None] | None = None) -> None:
+                 on_change: Callable[[bool], None] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
         self.identity = identity
         self.config = config
         self.leading = False
+        self.reachable = False
         self._on_change = on_change or (lambda leading: None)
+        self._monotonic = monotonic
+        self._observed: tuple[object, ...] | None = None
+        self._observed_at = 0.0
+
+    def _observe(self, lease: Lease) -> float:
+        """Note the record; returns seconds since it last changed, on our own clock."""
+        now = self._monotonic()
+        record = _record(lease)
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        return now - self._observed_at
 
     async def try_acquire_or_renew(self) -> bool:
-        """One election round; returns whether we hold the Lease afterwards."""
-        now = _now()
+        """One election round; returns whether we hold the Lease afterwards. Raises API errors."""
+        now = dt.datetime.now(dt.timezone.utc)
         try:
             lease = await self.client.get(Lease, self.name, namespace=self.namespace)
         except ApiError as exc:
@@ -97,15 +122,18 @@ class LeaderElector:
                          "leaseTransitions": 0},
             })
             try:
-                await self.client.create(lease)
-                return True
+                created = await self.client.create(lease)
             except ApiError as create_exc:
                 if create_exc.status.code == 409:
                     return False
                 raise
+            self._observe(created if isinstance(created, Lease) else lease)
+            return True
+        age = self._observe(lease)
         spec = lease.spec
         if spec.holderIdentity != self.identity:
-            if not expired(lease, now=now):
+            duration = spec.leaseDurationSeconds or self.config.duration_s
+            if not expired(holder=spec.holderIdentity, observed_age_s=age, duration_s=duration):
                 return False
             spec.holderIdentity = self.identity
             spec.acquireTime = now
@@ -113,28 +141,32 @@ class LeaderElector:
         spec.renewTime = now
         spec.leaseDurationSeconds = self.config.duration_s
         try:
-            await self.client.replace(lease)
+            written = await self.client.replace(lease)
         except ApiError as exc:
             if exc.status.code == 409:
                 return False
             raise
+        self._observe(written if isinstance(written, Lease) else lease)
         return True
 
     async def run(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Campaign forever; run ``work`` while leading, cancel it when leadership is lost."""
+        """Campaign forever; run ``work`` while leading, cancel it when leadership is lost. Every round
+        has a timeout of ``2 * renew_s``."""
         while True:
             task: asyncio.Task[None] | None = None
-            last_renew = time.monotonic()
+            last_renew = self._monotonic()
             try:
                 while True:
                     try:
                         held = await asyncio.wait_for(self.try_acquire_or_renew(), self.config.renew_s * 2)
+                        self.reachable = True
                     except (ApiError, httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
                         log.info("leader election round failed: %s", exc or type(exc).__name__)
-                        held = self.leading and time.monotonic() - last_renew < self.config.deadline_s
+                        self.reachable = isinstance(exc, ApiError)  # the apiserver answered, with an error
+                        held = self.leading and self._monotonic() - last_renew < self.config.deadline_s
                     else:
                         if held:
-                            last_renew = time.monotonic()
+                            last_renew = self._monotonic()
                     if held and not self.leading:
                         self._set(True)
                         task = asyncio.create_task(work())

@@ -9,18 +9,22 @@ class ControllerMetrics:
     """Every metric the controller exports.
 
     Attributes:
-        nodes: nodes by enforced ``state`` (normal, disconnected, failed, unknown).
+        nodes: covered nodes by enforced ``state`` (normal, disconnected, failed, unknown).
         transitions: state transitions recorded (one Event each), by target ``to``.
-        evictions: pod evictions by ``result`` (evicted, blocked by a PodDisruptionBudget).
-        reconciles: reconciles by ``result`` (ok, error).
+        evictions: pod evictions by ``result`` (evicted; blocked by a PodDisruptionBudget; failed;
+            timeout).
+        reconciles: reconciles by ``result`` (ok, error, crash).
         reconcile_seconds: duration of one node's reconcile, seconds.
         holds: autonomy-hold Lease renewals by ``outcome``.
+        config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
+        queue_depth: nodes waiting for a worker.
         leader: 1 while this replica holds the controller Lease.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.nodes = Gauge("edgewatch_controller_nodes", "Nodes by enforced state.", ["state"], registry=registry)
+        self.nodes = Gauge("edgewatch_controller_nodes", "Covered nodes by enforced state.", ["state"],
+                           registry=registry)
         self.transitions = Counter("edgewatch_controller_transitions", "State transitions.", ["to"], registry=registry)
         self.evictions = Counter("edgewatch_controller_evictions", "Pod evictions by result.", ["result"],
                                  registry=registry)
@@ -30,4 +34,8 @@ class ControllerMetrics:
                                            registry=registry)
         self.holds = Counter("edgewatch_controller_autonomy_holds", "Autonomy-hold Lease renewals by outcome.",
                              ["outcome"], registry=registry)
+        self.config_rejected = Counter("edgewatch_controller_config_rejected",
+                                       "edgewatch-config versions refused.", registry=registry)
+        self.queue_depth = Gauge("edgewatch_controller_queue_depth", "Nodes waiting for a worker.",
+                                 registry=registry)
         self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)

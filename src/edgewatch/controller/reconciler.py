@@ -1,27 +1,38 @@
-"""The controller's reconciler: makes each Node's taints, annotations and pods match the plan of
-``edgewatch.controller.decision`` — level-triggered, so a restart recomputes the same answer.
+"""The controller's reconciler: makes each covered Node's taints, annotations and pods match the plan
+of ``edgewatch.controller.decision`` — level-triggered, so a restart recomputes the same answer.
 
-Triggers: watches on Nodes and on Leases in ``kube-node-lease`` put the node on a deduplicating
-work queue; the plan's ``requeue_after_s`` schedules the next look (when a confirmation or autonomy
-time runs out); a full resync every ``resync_s`` catches anything missed.
+Triggers: watches on Nodes, on Leases in ``kube-node-lease`` and on the ``edgewatch-config``
+ConfigMap put nodes on a de-duplicating work queue (``edgewatch.controller.workqueue``) served by a
+bounded pool of workers, one node per worker at a time, so one slow node (a hanging eviction) never
+holds up another; the plan's ``requeue_after_s`` schedules the next look (a confirmation or autonomy
+time running out); a full resync every ``resync_s`` catches anything missed; a change of the
+ConfigMap's ``coverLabel`` re-plans every node.
+
+Clocks (docs/clock-skew.md): every watch event and every read records, on the controller's own
+monotonic clock, when the Lease's renewTime and the EdgeHealthy verdict changed
+(``edgewatch.controller.observations``); the plan judges freshness from those times only.
 
 What it writes (and nothing else):
+
 - ``spec.taints``: only ``edgewatch.io/cloud-unreachable:NoSchedule`` and ``edgewatch.io/failed:NoExecute``;
-  every other taint is kept as is (optimistic concurrency: the write carries the resourceVersion
-  it read, a 409 re-reads);
+  every other taint is kept as is (the write carries the resourceVersion it read; a 409 re-reads);
 - ``metadata.annotations``: ``edgewatch.io/state`` and ``edgewatch.io/unreachable-since`` — the
   state of an outage lives in the API, not in memory (OpenYurt kept taint counters in memory and a
   restart left taints stuck);
 - Events on the Node for each state transition;
 - the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
-  heartbeat (``_hold``), marked ``delegated-via: autonomy``;
+  heartbeat (``edgewatch.leases.hold_renewal``), marked ``delegated-via: autonomy``;
 - evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
-  node that do not tolerate the failed taint long enough; DaemonSet and mirror pods are left alone
-  as ``kubectl drain`` does.
+  node that do not tolerate the failed taint long enough, several at once (bounded); DaemonSet and
+  mirror pods are left alone as ``kubectl drain`` does.
+
+Nodes that are not covered (``edgewatch.controller.coverage``) get none of this; what edgewatch left
+on one while it was covered (its taints and annotations) is removed once.
 
 Limits: works next to the stock node lifecycle controller, never instead of it; it does not
 force-delete pods (a pod evicted from a dead node stays Terminating until the node comes back or
-is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once).
+is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once). Every API
+call has a timeout (``api_timeout_s``); watches are re-established after ``watch_timeout_s``.
 """
 
 from __future__ import annotations
@@ -31,38 +42,45 @@ import datetime as dt
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.types import PatchType
 
-from edgewatch.agent.delegation import RenewOutcome, renew_on_behalf
-from edgewatch.controller.decision import (
+from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
+from edgewatch.controller.decision import plan
+from edgewatch.controller.metrics import ControllerMetrics
+from edgewatch.controller.model import (
+    MANAGED_ANNOTATIONS,
+    MANAGED_TAINT_IDS,
     CloudView,
     ControllerConfig,
-    NodeState,
+    LeaseSnapshot,
     NodePlan,
-    annotation_patch,
-    merge_taints,
-    plan,
-    pod_eviction_due,
+    NodeState,
 )
-from edgewatch.controller.metrics import ControllerMetrics
-from edgewatch.controller.snapshots import lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
+from edgewatch.controller.observations import Observations
+from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
+from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
+from edgewatch.controller.workqueue import WorkQueue
+from edgewatch.leases import RenewOutcome, hold_renewal
 from edgewatch.names import NODE_LEASE_NAMESPACE
+from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
+
+__all__ = ["Reconciler"]
 
 log = logging.getLogger(__name__)
 
-_API_ERRORS = (ApiError, httpx.HTTPError, OSError)
+_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
+_T = TypeVar("_T")
 
-
-def _rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+#: Who the autonomy hold and the Events name.
+COMPONENT = "edgewatch-controller"
 
 
 def _skip_eviction(pod: Pod) -> bool:
@@ -76,140 +94,201 @@ def _skip_eviction(pod: Pod) -> bool:
 
 
 class Reconciler:
-    """Reconciles every Node against the decision table.
+    """Reconciles every covered Node against the decision table.
 
     Args:
         client: API client with the controller's RBAC.
         config: the decision's settings.
         metrics: where to count.
+        namespace: where the ``edgewatch-config`` ConfigMap lives.
         resync_s: full resync period, seconds (default 30 s).
         hold_interval_s: how often an autonomy-held Lease is renewed, seconds (default 5 s: half the
             kubelet's 10 s, so kube-controller-manager never sees it stale).
-        clock: wall clock, seconds since the epoch (injectable for tests).
+        workers: nodes reconciled at once (default 8).
+        evictions_in_flight: evictions of one failed node's pods at once (default 8).
+        api_timeout_s: limit of every API call, seconds (default 10 s).
+        watch_timeout_s: a watch is re-established after this long, seconds (default 150 s; the
+            server is asked to end it after 120 s).
+        clock: the controller's clock, seconds since the epoch (default a ``MonotonicClock``: ages
+            are monotonic differences); injectable for tests.
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
-                 resync_s: float = 30.0, hold_interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 namespace: str = "edgewatch", resync_s: float = 30.0, hold_interval_s: float = 5.0,
+                 workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
+                 watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None) -> None:
+        if workers < 1 or evictions_in_flight < 1:
+            raise ValueError("workers and evictions_in_flight must be >= 1")
+        if api_timeout_s <= 0 or watch_timeout_s <= 0:
+            raise ValueError("api_timeout_s and watch_timeout_s must be > 0")
         self.client = client
         self.config = config
         self.metrics = metrics
+        self.namespace = namespace
         self.resync_s = resync_s
         self.hold_interval_s = hold_interval_s
-        self.clock = clock
+        self.workers = workers
+        self.evictions_in_flight = evictions_in_flight
+        self.api_timeout_s = api_timeout_s
+        self.watch_timeout_s = watch_timeout_s
+        self.clock = clock or MonotonicClock().now
         self.plans: dict[str, NodePlan] = {}
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-
-    # -- queue -------------------------------------------------------------------------------------
-
-    def enqueue(self, name: str) -> None:
-        """Put ``name`` on the work queue (once, however often it is asked)."""
-        if name not in self._queued:
-            self._queued.add(name)
-            self._queue.put_nowait(name)
-
-    def _enqueue_after(self, name: str, delay_s: float) -> None:
-        old = self._timers.pop(name, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[name] = loop.call_later(max(0.05, delay_s), self.enqueue, name)
+        self.nodes: set[str] = set()
+        self.coverage = Coverage()
+        self.observations = Observations()
+        self.queue = WorkQueue()
 
     # -- loops -------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Watch, resync and work until cancelled."""
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._watch(Node, namespace=None, on_event=self._on_node))
-                tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, on_event=self._on_lease))
-                tg.create_task(self._resync())
-                tg.create_task(self._worker())
-        finally:
-            for timer in self._timers.values():
-                timer.cancel()
+        """Read the coverage, then watch, resync and work until cancelled."""
+        await self._load_config()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node))
+            tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease))
+            tg.create_task(self._watch(ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
+                                       on_event=self._on_config))
+            tg.create_task(self._resync())
+            tg.create_task(self.queue.serve(workers=self.workers, handle=self._handle))
 
-    async def _watch(self, resource: Any, *, namespace: str | None, on_event: Callable[[str, Any], None]) -> None:
-        """Watch ``resource`` forever, re-establishing the watch after any API error."""
+    async def _call(self, call: Awaitable[_T]) -> _T:
+        async with asyncio.timeout(self.api_timeout_s):
+            return await call
+
+    async def _load_config(self) -> None:
+        """Read the ConfigMap before the first plan, so no node is planned under the wrong coverage;
+        retried every 2 s while the API fails (404: the defaults, every node covered)."""
+        while True:
+            try:
+                cm = await self._call(self.client.get(ConfigMap, CONFIGMAP_NAME, namespace=self.namespace))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    self._apply_config(None)
+                    return
+                log.error("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc)
+            except _API_ERRORS as exc:
+                log.info("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc or type(exc).__name__)
+            else:
+                self._apply_config(cm.data or {})
+                return
+            await asyncio.sleep(2)
+
+    async def _watch(self, resource: Any, *, namespace: str | None, fields: dict[str, str] | None,
+                     on_event: Callable[[str, Any], None]) -> None:
+        """Watch ``resource`` forever, re-establishing the watch after any API error or after
+        ``watch_timeout_s`` (a silently dead connection never blocks it)."""
         kind = resource.__name__.lower()
         while True:
             try:
-                async for op, obj in self.client.watch(resource, namespace=namespace, server_timeout=120):
-                    on_event(op, obj)
+                async with asyncio.timeout(self.watch_timeout_s):
+                    async for op, obj in self.client.watch(resource, namespace=namespace, fields=fields,
+                                                           server_timeout=120):
+                        on_event(op, obj)
             except _API_ERRORS as exc:
                 log.info("%s watch interrupted: %s", kind, exc or type(exc).__name__)
             await asyncio.sleep(1)
 
     def _on_node(self, op: str, node: Node) -> None:
+        name = node.metadata.name
         if op == "DELETED":
-            self.plans.pop(node.metadata.name, None)
-        else:
-            self.enqueue(node.metadata.name)
+            self.nodes.discard(name)
+            self.plans.pop(name, None)
+            self.observations.forget(name=name)
+            self.queue.forget(name)
+            return
+        self.nodes.add(name)
+        node_snapshot(node, observations=self.observations, now=self.clock())  # note the verdict's time now
+        self.queue.add(name)
 
     def _on_lease(self, op: str, lease: Lease) -> None:
-        if op != "DELETED":
-            self.enqueue(lease.metadata.name)
+        name = lease.metadata.name
+        lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
+                       now=self.clock())
+        self.queue.add(name)
+
+    def _on_config(self, op: str, cm: ConfigMap) -> None:
+        if self._apply_config(None if op == "DELETED" else (cm.data or {})):
+            for name in sorted(self.nodes | set(self.plans)):
+                self.queue.add(name)
+
+    def _apply_config(self, data: dict[str, str] | None) -> bool:
+        """Adopt the ConfigMap's data; True iff the cover label changed."""
+        try:
+            changed = self.coverage.apply(data)
+        except ValueError as exc:
+            log.error("refusing %s: %s; keeping coverLabel %r", CONFIGMAP_NAME, exc, self.coverage.cover_label,
+                      extra={"kind": "config_rejected"})
+            self.metrics.config_rejected.inc()
+            return False
+        if changed:
+            log.info("coverLabel now %r: re-planning every node", self.coverage.cover_label,
+                     extra={"kind": "coverage", "cover_label": self.coverage.cover_label})
+        return changed
 
     async def _resync(self) -> None:
         while True:
             try:
-                async for node in self.client.list(Node):
-                    self.enqueue(node.metadata.name)
+                async with asyncio.timeout(self.api_timeout_s):
+                    names = [node.metadata.name async for node in self.client.list(Node)]
+                self.nodes = set(names)
+                for name in names:
+                    self.queue.add(name)
             except _API_ERRORS as exc:
                 log.info("resync failed: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.resync_s)
 
-    async def _worker(self) -> None:
-        while True:
-            name = await self._queue.get()
-            self._queued.discard(name)
-            started = time.monotonic()
-            try:
-                requeue = await self.reconcile(name)
-                self.metrics.reconciles.labels(result="ok").inc()
-            except _API_ERRORS as exc:
-                log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
-                self.metrics.reconciles.labels(result="error").inc()
-                requeue = 1.0
-            except Exception:  # a bug must cost one node a retry, never the whole controller
-                log.exception("reconcile %s crashed; retrying in 5 s", name)
-                self.metrics.reconciles.labels(result="crash").inc()
-                requeue = 5.0
-            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
-            if requeue is not None:
-                self._enqueue_after(name, requeue)
-            self._export_states()
+    async def _handle(self, name: str) -> None:
+        """One node, from the queue: reconcile, count, schedule the next look."""
+        started = time.monotonic()
+        try:
+            requeue = await self.reconcile(name)
+            self.metrics.reconciles.labels(result="ok").inc()
+        except _API_ERRORS as exc:
+            log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
+            self.metrics.reconciles.labels(result="error").inc()
+            requeue = 1.0
+        except Exception:  # a bug must cost one node a retry, never the whole controller
+            log.exception("reconcile %s crashed; retrying in 5 s", name)
+            self.metrics.reconciles.labels(result="crash").inc()
+            requeue = 5.0
+        self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+        if requeue is not None:
+            self.queue.add_after(name, max(0.05, requeue))
+        self._export_states()
 
     def _export_states(self) -> None:
         counts: dict[str, int] = {}
         for p in self.plans.values():
             counts[p.effective_state.value] = counts.get(p.effective_state.value, 0) + 1
-        for state in ("normal", "disconnected", "failed", "unknown"):
-            self.metrics.nodes.labels(state=state).set(counts.get(state, 0))
+        for state in NodeState:
+            self.metrics.nodes.labels(state=state.value).set(counts.get(state.value, 0))
+        self.metrics.queue_depth.set(len(self.queue))
 
     # -- one node ----------------------------------------------------------------------------------
 
     async def reconcile(self, name: str) -> float | None:
         """Make node ``name`` match its plan. Returns seconds until it should be looked at again
-        (None = only on change). Raises API errors for the worker's retry."""
+        (None = only on change). Raises API errors (and TimeoutError) for the worker's retry."""
         try:
-            node = await self.client.get(Node, name)
+            node = await self._call(self.client.get(Node, name))
         except ApiError as exc:
             if exc.status.code == 404:
                 self.plans.pop(name, None)
+                self.observations.forget(name=name)
                 return None
             raise
         try:
-            lease = await self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE)
+            lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
             lease = None
-        snap = node_snapshot(node)
         now = self.clock()
-        p = plan(node=snap, lease=lease_snapshot(lease), now=now, config=self.config)
+        snap = node_snapshot(node, observations=self.observations, now=now)
+        lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
+        if not self.coverage.covers(snap.labels):
+            return await self._release(node)
+        p = plan(node=snap, lease=lease_snap, now=now, config=self.config)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)
@@ -224,84 +303,147 @@ class Reconciler:
             body = {"metadata": {"resourceVersion": node.metadata.resourceVersion},
                     "spec": {"taints": [taint_to_api(t) for t in merged]}}
             try:
-                await self.client.patch(Node, name, body, patch_type=PatchType.MERGE)
+                await self._call(self.client.patch(Node, name, body, patch_type=PatchType.MERGE))
             except ApiError as exc:
                 if exc.status.code == 409:
                     return 0.05  # someone else wrote the node: re-read and re-plan at once
                 raise
-            log.info("node %s: taints now %s", name, [f"{t.key}:{t.effect}" for t in merged if t.ident in
-                                                     {m.ident for m in p.taints}] or "none of ours")
+            ours = [f"{t.key}:{t.effect}" for t in merged if t.ident in MANAGED_TAINT_IDS]
+            log.info("node %s: taints now %s", name, ours or "none of ours")
         annotations = annotation_patch(current=snap.annotations, desired=p.annotations)
         if annotations:
-            await self.client.patch(Node, name, {"metadata": {"annotations": annotations}},
-                                    patch_type=PatchType.MERGE)
+            await self._call(self.client.patch(Node, name, {"metadata": {"annotations": annotations}},
+                                               patch_type=PatchType.MERGE))
         if p.event is not None:
             await self._record_event(node, reason=p.event.reason, message=p.event.message, type_=p.event.type)
             self.metrics.transitions.labels(to=p.effective_state.value).inc()
 
         requeue = p.requeue_after_s
-        if lease is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED, NodeState.UNKNOWN):
-            await self._hold(name)
-            requeue = self.hold_interval_s if requeue is None else min(requeue, self.hold_interval_s)
+        if lease_snap is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED,
+                                                                                NodeState.UNKNOWN):
+            requeue = _sooner(requeue, await self._hold(name, lease_snap, now))
         if p.evict_pods:
-            pod_requeue = await self._evict(name, p, now)
-            if pod_requeue is not None:
-                requeue = pod_requeue if requeue is None else min(requeue, pod_requeue)
+            requeue = _sooner(requeue, await self._evict(name, p, now))
         return requeue
 
-    async def _hold(self, name: str) -> None:
+    async def _release(self, node: Node) -> float | None:
+        """An uncovered node: stock behaviour. Remove what edgewatch left on it while it was covered
+        (our taints and annotations, in one write that carries the resourceVersion), once."""
+        name = node.metadata.name
+        self.plans.pop(name, None)
+        taints = [t for t in (node.spec.taints or [] if node.spec else [])]
+        kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS]
+        stale = {k: None for k in MANAGED_ANNOTATIONS if k in (node.metadata.annotations or {})}
+        if len(kept) == len(taints) and not stale:
+            return None
+        body: dict[str, Any] = {"metadata": {"resourceVersion": node.metadata.resourceVersion}}
+        if stale:
+            body["metadata"]["annotations"] = stale
+        if len(kept) != len(taints):
+            body["spec"] = {"taints": [t.to_dict() for t in kept]}
+        try:
+            await self._call(self.client.patch(Node, name, body, patch_type=PatchType.MERGE))
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return 0.05
+            raise
+        message = (f"node {name} is not covered (coverLabel {self.coverage.cover_label!r}): edgewatch's taints "
+                   f"and annotations removed; stock Kubernetes behaviour from now on")
+        log.info(message, extra={"kind": "uncovered", "node": name})
+        await self._record_event(node, reason="EdgewatchUncovered", message=message, type_="Normal")
+        return None
+
+    async def _hold(self, name: str, lease: LeaseSnapshot, now: float) -> float:
         """Autonomy hold: renew the Lease of a node we keep pods on although nobody can carry its
         heartbeat (e.g. a whole pool cut off), so kube-controller-manager does not mark it NotReady,
         pull its pods from the endpoints and evict them before our own policy says so. Marked
-        ``delegated-via: autonomy``, which the cloud view reads as no heartbeat (LOST)."""
-        now = dt.datetime.fromtimestamp(self.clock(), dt.timezone.utc)
-        result = await renew_on_behalf(client=self.client, node=name, delegate="edgewatch-controller",
-                                       via="autonomy", alive_at=now, min_age_s=self.hold_interval_s)
+        ``delegated-via: autonomy``, which the cloud view reads as no heartbeat (LOST).
+
+        Due when the controller saw the current renewal ``hold_interval_s`` ago or more (its own
+        clock; never by the renewTime's age). Returns seconds until the next hold is due."""
+        age = float("inf") if lease.observed_at is None else now - lease.observed_at
+        if age < self.hold_interval_s:
+            return self.hold_interval_s - age
+        result = await self._call(hold_renewal(client=self.client, node=name, holder=COMPONENT,
+                                               expected_renew_time=lease.renew_time,
+                                               now=dt.datetime.fromtimestamp(now, dt.timezone.utc)))
         self.metrics.holds.labels(outcome=result.outcome.value).inc()
-        if result.outcome not in (RenewOutcome.RENEWED, RenewOutcome.NOT_DUE):
+        if result.outcome is RenewOutcome.RENEWED and result.renew_time is not None:
+            self.observations.see(kind=LEASE, name=name, value=format_micro_time(result.renew_time), now=now)
+        else:
             log.info("autonomy hold of %s: %s %s", name, result.outcome.value, result.detail)
+        return self.hold_interval_s
 
     async def _evict(self, name: str, p: NodePlan, now: float) -> float | None:
-        """Evict the due pods of a FAILED node; returns seconds until the next pod is due."""
+        """Evict the due pods of a FAILED node, up to ``evictions_in_flight`` at once, each call with
+        its timeout; returns seconds until the next pod is due (or a retry of a blocked one)."""
         added = p.failed_taint_added_at if p.failed_taint_added_at is not None else now
+        async with asyncio.timeout(self.api_timeout_s):
+            pods = [pod async for pod in self.client.list(Pod, namespace="*", fields={"spec.nodeName": name})]
         next_due: float | None = None
-        async for pod in self.client.list(Pod, namespace="*", fields={"spec.nodeName": name}):
+        due_now: list[Pod] = []
+        for pod in pods:
             if _skip_eviction(pod):
                 continue
             due = pod_eviction_due(tolerations=pod_tolerations(pod), taint_added_at=added, now=now)
             if due is None:
                 continue
             if due > now:
-                next_due = due - now if next_due is None else min(next_due, due - now)
-                continue
-            meta = pod.metadata
-            try:
-                await self.client.create(Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
-                                         name=meta.name, namespace=meta.namespace)
-            except ApiError as exc:
-                if exc.status.code == 429:  # a PodDisruptionBudget says not now
-                    self.metrics.evictions.labels(result="blocked").inc()
-                    next_due = 5.0 if next_due is None else min(next_due, 5.0)
-                    continue
-                if exc.status.code == 404:
-                    continue
-                raise
-            self.metrics.evictions.labels(result="evicted").inc()
-            log.info("evicted %s/%s from failed node %s", meta.namespace, meta.name, name,
-                     extra={"kind": "evicted", "node": name, "pod": f"{meta.namespace}/{meta.name}"})
+                next_due = _sooner(next_due, due - now)
+            else:
+                due_now.append(pod)
+        slots = asyncio.Semaphore(self.evictions_in_flight)
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(self._evict_one(pod, node=name, slots=slots)) for pod in due_now]
+        for task in tasks:
+            next_due = _sooner(next_due, task.result())
         return next_due
 
+    async def _evict_one(self, pod: Pod, *, node: str, slots: asyncio.Semaphore) -> float | None:
+        """One eviction; never raises. Returns a retry delay (blocked, timed out, failed) or None."""
+        meta = pod.metadata
+        async with slots:
+            try:
+                await self._call(self.client.create(
+                    Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
+                    name=meta.name, namespace=meta.namespace))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return None
+                result = "blocked" if exc.status.code == 429 else "failed"  # 429: a PodDisruptionBudget
+                self.metrics.evictions.labels(result=result).inc()
+                if result == "failed":
+                    log.info("evicting %s/%s from %s failed: %s", meta.namespace, meta.name, node, exc)
+                return 5.0
+            except (httpx.HTTPError, OSError, TimeoutError) as exc:
+                self.metrics.evictions.labels(result="timeout" if isinstance(exc, TimeoutError) else "failed").inc()
+                log.info("evicting %s/%s from %s: %s", meta.namespace, meta.name, node, exc or type(exc).__name__)
+                return 1.0
+        self.metrics.evictions.labels(result="evicted").inc()
+        log.info("evicted %s/%s from failed node %s", meta.namespace, meta.name, node,
+                 extra={"kind": "evicted", "node": node, "pod": f"{meta.namespace}/{meta.name}"})
+        return None
+
     async def _record_event(self, node: Node, *, reason: str, message: str, type_: str) -> None:
-        now = _rfc3339(self.clock())
+        now = format_rfc3339(self.clock())
         event = Event.from_dict({
             "metadata": {"name": f"{node.metadata.name}.{secrets.token_hex(6)}", "namespace": "default"},
             "involvedObject": {"kind": "Node", "name": node.metadata.name, "uid": node.metadata.uid,
                                "apiVersion": "v1"},
             "reason": reason, "message": message, "type": type_,
-            "source": {"component": "edgewatch-controller"}, "reportingComponent": "edgewatch-controller",
+            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         })
         try:
-            await self.client.create(event)
-        except ApiError as exc:
-            log.info("could not record event %s on %s: %s", reason, node.metadata.name, exc)
+            await self._call(self.client.create(event))
+        except _API_ERRORS as exc:
+            log.info("could not record event %s on %s: %s", reason, node.metadata.name, exc or type(exc).__name__)
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The smaller of two optional delays (None = no deadline)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

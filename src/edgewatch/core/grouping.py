@@ -41,8 +41,10 @@ from typing import Final
 from edgewatch.core.types import NodeName
 
 __all__ = [
+    "CONFIG_KEY_COVER_LABEL",
     "CONFIG_KEY_GROUPING",
     "CONFIG_KEY_GROUP_LABEL",
+    "CONFIG_KEY_POOL_COORDINATORS",
     "DEFAULT_LABEL_KEY",
     "GroupingConfig",
     "group_of",
@@ -63,7 +65,14 @@ CONFIG_KEY_GROUP_LABEL: Final = "groupLabel"
 CONFIG_KEY_COVER_LABEL: Final = "coverLabel"
 """ConfigMap key: only nodes with this label key are covered (see :attr:`GroupingConfig.cover_label`)."""
 
-_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL)
+CONFIG_KEY_POOL_COORDINATORS: Final = "poolCoordinators"
+"""ConfigMap key of the per-pool coordinator URLs. Known here (so the
+grouping parser accepts a ConfigMap that has it) but parsed on its own by
+:func:`edgewatch.core.poolconfig.parse_pool_coordinators`: a bad entry there
+never makes the grouping switches refused."""
+
+_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL,
+                      CONFIG_KEY_POOL_COORDINATORS)
 _TRUE: Final = frozenset({"on", "true"})
 _FALSE: Final = frozenset({"off", "false"})
 
@@ -148,11 +157,13 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
     """Parse the ``data`` of the edgewatch ConfigMap into a
     :class:`GroupingConfig`.
 
-    Keys (both optional; a missing key keeps the default):
+    Keys (all optional; a missing key keeps the default):
         ``grouping``: ``on`` / ``true`` or ``off`` / ``false``
             (case-insensitive, surrounding whitespace ignored).
         ``groupLabel``: the label key to group by.
         ``coverLabel``: only nodes with this label key are covered (empty: all).
+        ``poolCoordinators``: accepted and not interpreted here (see
+            :data:`CONFIG_KEY_POOL_COORDINATORS`).
 
     Raises:
         ValueError: an unknown key (a misspelt flag is never silently

@@ -2,12 +2,15 @@
 that supports key rotation.
 
 What it is for
-    Every heartbeat (signed by its origin) and every envelope (signed by its
-    sender) carries ``key_id`` and ``mac`` fields (:mod:`edgewatch.core.wire`).
-    The MAC is ``HMAC-SHA256(secret[key_id], domain || 0x00 ||
-    canonical_json(message without "mac"))``, hex encoded (64 lower-case
-    characters). ``key_id`` is inside the MACed bytes. ``domain`` separates
-    message kinds, so a heartbeat's MAC can never pass as an envelope's.
+    Every heartbeat (signed by its origin, relayable unchanged) carries
+    ``key_id`` and ``mac`` fields (:mod:`edgewatch.core.wire`): the MAC is
+    ``HMAC-SHA256(secret[key_id], domain || 0x00 || canonical_json(message
+    without "mac"))``, hex encoded (64 lower-case characters), with
+    ``key_id`` inside the MACed bytes. Every envelope (signed by its sender)
+    is MACed as raw bytes (:meth:`Keyring.sign_bytes` /
+    :meth:`Keyring.verify_bytes`): the receiver authenticates the bytes
+    before it parses them. ``domain`` separates message kinds, so a
+    heartbeat's MAC can never pass as an envelope's.
 
     Canonical JSON: UTF-8, object keys sorted, no whitespace
     (``separators=(",", ":")``), non-ASCII characters literal
@@ -38,7 +41,8 @@ Limits
     HMAC with a key shared by the cluster authenticates *membership*, not the
     individual node: any holder of the key can sign as any node. Binding a
     message to its sender is done by :mod:`edgewatch.core.wire` (receiver,
-    nonce, timestamp, sender address hook), not by the key. Canonicalisation
+    per-sender epoch and sequence number, reply binding, sender address
+    hook), not by the key. Canonicalisation
     is defined for Python's ``json`` float formatting (shortest repr), which
     is what both ends use; it is not RFC 8785.
 
@@ -243,6 +247,39 @@ class Keyring:
         body[_KEY_ID_FIELD] = self.primary_key_id
         body[_MAC_FIELD] = self.mac(key_id=self.primary_key_id, domain=domain, data=canonical_json(body))
         return body
+
+    def sign_bytes(self, data: bytes, *, domain: str) -> tuple[str, str]:
+        """MAC raw bytes with the primary key: ``(key_id, hex MAC of domain ||
+        0x00 || data)``. For messages authenticated as bytes before they are
+        parsed (the envelope frame of :mod:`edgewatch.core.wire`).
+
+        Raises:
+            ValueError: invalid ``domain``.
+            TypeError: ``data`` is not bytes.
+        """
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError(f"data must be bytes, got {type(data).__name__}")
+        return self.primary_key_id, self.mac(key_id=self.primary_key_id, domain=domain, data=bytes(data))
+
+    def verify_bytes(self, *, key_id: str, mac: str, data: bytes, domain: str) -> Verification:
+        """Check a MAC over raw bytes (see :meth:`sign_bytes`) in constant time,
+        before anything in ``data`` is interpreted.
+
+        Returns UNKNOWN_KEY for a key id not in the keyring, MALFORMED for a
+        key id or MAC that is not well-formed text, BAD_SIGNATURE for a
+        mismatch, OK otherwise. Never raises for hostile ``key_id``/``mac``/
+        ``data``; raises ValueError only for an invalid ``domain``.
+        """
+        prefix = _check_domain(domain)
+        if not isinstance(key_id, str) or not isinstance(mac, str) or not isinstance(data, (bytes, bytearray)):
+            return Verification.MALFORMED
+        if not _KEY_ID.fullmatch(key_id) or not mac.isascii():
+            return Verification.MALFORMED
+        secret = self._secrets.get(key_id)
+        if secret is None:
+            return Verification.UNKNOWN_KEY
+        expected = hmac.new(secret, prefix + bytes(data), hashlib.sha256).hexdigest()
+        return Verification.OK if hmac.compare_digest(expected, mac) else Verification.BAD_SIGNATURE
 
     def verify(self, signed: object, *, domain: str) -> Verification:
         """Check the ``key_id``/``mac`` of a signed object (e.g. parsed JSON).

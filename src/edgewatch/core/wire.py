@@ -1,79 +1,130 @@
-"""The agent-to-agent wire format, its strict decoder, replay protection, the
-book of newest heartbeats and the choice of heartbeats to relay (gossip).
+"""The agent-to-agent wire format, its strict decoder, clock-free replay
+protection, the book of newest heartbeats and the choice of heartbeats to
+relay (gossip).
 
-Two layers, both canonical JSON signed with :mod:`edgewatch.core.signing`:
+Nothing here compares a timestamp written by another machine with a local
+clock. Freshness comes from three things, each measured by one machine only:
+per-sender sequence numbers (:class:`ReplayGuard`), the reply binding of
+answers (``reply_to``), and ages that every hop measures on its own
+monotonic clock and adds up (OSPF's LS-age idea).
+
+Two layers:
 
 ``Heartbeat`` — one agent's observation (its vote), signed by its ORIGIN
-    and relayable unchanged by anyone::
+    (canonical JSON, HMAC domain ``edgewatch/heartbeat/v2``) and relayable
+    unchanged by anyone::
 
-        {"v": 1, "origin": "node-a", "incarnation": 1700000000123456789,
-         "seq": 42, "sent_at": 1700000042.5, "kubelet_ok": true,
-         "cloud_ok": false, "alive": ["node-a", "node-b"], "dead": ["node-c"],
+        {"v": 2, "origin": "node-a", "incarnation": 1700000000123456789,
+         "seq": 42, "kubelet_ok": true, "cloud_ok": false,
+         "alive": ["node-a", "node-b"], "dead": ["node-c"],
          "key_id": "k1", "mac": "<64 hex>"}
 
-    ``incarnation`` is the agent's start time in ns (a restart starts a new,
-    larger incarnation); ``seq`` grows by one per period; ``sent_at`` is the
-    origin's wall clock in seconds (always a JSON float); ``alive``/``dead``
-    are sorted, duplicate-free, disjoint lists of node names (members in
-    neither are suspect). MAC domain ``edgewatch/heartbeat/v1``.
+    ``incarnation`` identifies one run of the origin's agent (its start time
+    in ns: mostly increasing, but never trusted to be); ``seq`` grows by one
+    per period within an incarnation; ``alive``/``dead`` are sorted,
+    duplicate-free, disjoint lists of node names (members in neither are
+    suspect). No timestamp: how old a heartbeat is travels next to it, in
+    the envelope's ``ages``.
 
-``Envelope`` — one message from SENDER to RECEIVER, signed by the sender::
+``Envelope`` — one message from SENDER to RECEIVER, a frame of one ASCII
+    header line and a canonical JSON body::
 
-        {"v": 1, "sender": "node-a", "receiver": "node-b",
-         "nonce": "<32 hex = 16 random bytes>", "sent_at": 1700000042.5,
+        edgewatch-envelope/v2 <key_id> <mac: 64 hex>\n
+        {"v": 2, "sender": "node-a", "receiver": "node-b",
+         "epoch": 1700000000123456789, "seq": 17,
+         "nonce": "<32 hex = 16 random bytes>", "reply_to": null | "<32 hex>",
          "heartbeats": [<node-a's own heartbeat>, <relayed>, ...],
-         "key_id": "k1", "mac": "<64 hex>"}
+         "ages": [0.012, 3.5, ...]}
 
-    The MAC (domain ``edgewatch/envelope/v1``) covers sender, receiver,
-    nonce, time and every heartbeat byte, so an envelope cannot be
-    redirected, replayed, or re-attributed. The first heartbeat must be the
-    sender's own (``origin == sender``).
+    The MAC (domain ``edgewatch/envelope/v2``) covers every body byte and
+    is checked before the body is parsed. ``epoch`` identifies the sender's
+    run (its agent's start time in ns; compared only with the same sender's
+    earlier epochs), ``seq`` grows by one per envelope to this receiver
+    within the epoch. ``nonce`` is fresh for every envelope; an answer
+    carries the nonce of the request it answers in ``reply_to`` (requests:
+    ``null``). ``ages[i]`` is how many seconds ago ``heartbeats[i]`` was
+    signed, as far as the sender knows: the time since it received it (its
+    own monotonic clock) plus the age it was received with. The first
+    heartbeat must be the sender's own (``origin == sender``).
 
-Decoding (:func:`decode_envelope`) checks, in this order, and raises
-:class:`Rejected` with the first failing reason: size (OVERSIZED), UTF-8 JSON
-without duplicate keys or non-finite numbers (MALFORMED), presence of
-``key_id``/``mac`` (UNSIGNED), key known (UNKNOWN_KEY), MAC (BAD_SIGNATURE),
-strict schema (MALFORMED), receiver (WRONG_RECEIVER), ``sent_at`` within
-``±replay_window_s`` of ``now`` (STALE), sender binding: first heartbeat's
-origin and the optional ``sender_allowed`` hook (SENDER_MISMATCH), the
-sender's own heartbeat (its reason), and finally the nonce (REPLAYED). The
-MAC is checked before the schema: unauthenticated input is never
-interpreted beyond JSON parsing. Relayed heartbeats are checked one by one
-and reported per heartbeat; a bad one never drops the envelope. Hostile
-input never raises anything but :class:`Rejected`.
+Freshness and replay protection (:func:`decode_envelope`)
+    * An **answer** (``reply_to`` equals the nonce of the request we sent)
+      is fresh by construction: nobody could have produced it before our
+      random nonce existed. It is accepted whatever its epoch, and it
+      *confirms* that epoch for the sender.
+    * A **request** is checked by :class:`ReplayGuard`, per sender: the
+      current epoch, whether it is confirmed, the highest ``seq`` accepted
+      and a 64-wide window below it (RFC 4303's anti-replay window, so a
+      request and an answer that cross on the wire are both accepted). A
+      seq already seen, or below the window, is REPLAYED. A newer epoch (a
+      restart) is accepted once, unconfirmed; further requests of an
+      unconfirmed epoch are UNCONFIRMED until an answer confirms it (the
+      receiver probes every peer each period, so within about a period).
+      A retired (earlier) epoch is REPLAYED: a replay never rolls a sender
+      back. A lower epoch that was never seen is REPLAYED too, until an
+      answer proves it (a sender whose clock went back across a restart
+      recovers within one probe; its own epoch is never believed from the
+      number alone).
+    * Trade-off: a receiver that restarts (or evicts a sender from its
+      bounded table) has no history; the first request it gets from that
+      sender is accepted unconfirmed, even if it is a replay of a recent
+      one, and nothing more from that epoch until an answer confirms it.
+      Its effect is bounded by the vote TTL, measured on the receiver's
+      monotonic clock from receipt.
+    * Ages: a heartbeat whose age exceeds ``heartbeat_max_age_s`` is STALE.
+      Votes expire ``vote_ttl_s`` after local receipt
+      (:meth:`HeartbeatBook.votes`), never by a sender's clock.
+
+Decoding checks, in this order, and raises :class:`Rejected` with the first
+failing reason: size (OVERSIZED), the frame (MALFORMED; UNSIGNED without a
+MAC), key known (UNKNOWN_KEY), MAC over the body bytes (BAD_SIGNATURE), UTF-8
+JSON without duplicate keys or non-finite numbers (MALFORMED), strict schema
+(MALFORMED), receiver (WRONG_RECEIVER), sender binding: first heartbeat's
+origin and the optional ``sender_allowed`` hook (SENDER_MISMATCH), the reply
+binding (REPLAYED), the sender's own heartbeat (its reason; STALE if too
+old), and finally the :class:`ReplayGuard` (REPLAYED / UNCONFIRMED). Relayed
+heartbeats are checked one by one and reported per heartbeat; a bad one never
+drops the envelope. Hostile input never raises anything but
+:class:`Rejected`.
 
 Limits
-    Pure: no sockets, no clocks, no randomness of its own (nonces and the
-    relay RNG come from the caller). The replay window is the only place
-    where clocks of two nodes are compared; it must exceed their worst skew.
-    With a cluster-wide HMAC key any key holder can forge any node's
-    heartbeat (see :mod:`edgewatch.core.signing`); envelopes bind a sender
+    Pure: no sockets, no clocks, no randomness of its own (nonces, epochs
+    and the relay RNG come from the caller). Ages ignore transit time (LAN:
+    milliseconds) and clock-rate differences between hops. With a
+    cluster-wide HMAC key any key holder can forge any node's heartbeat and
+    any age (see :mod:`edgewatch.core.signing`); envelopes bind a sender
     only as far as the ``sender_allowed`` hook (e.g. source address ==
     node's InternalIP) does. ``alive``/``dead`` list whole groups, so a
-    heartbeat is O(group size) bytes (about 25 B per member).
+    heartbeat is O(group size) bytes (about 25 B per member). Version 2 is
+    not compatible with version 1: agents of both versions do not hear each
+    other (roll out while the cloud link is up, when the edge view does not
+    decide anything).
 
 Sources
     Seed 003; van Renesse, Minsky, Hayden 1998 (gossip-style failure
     detection: heartbeat counters spread by gossip, newest wins); SWIM /
     memberlist (piggybacked dissemination with a bounded number of
     broadcasts per message, least-transmitted first; incarnation numbers);
-    SuperEdge edge-health (no nonce or timestamp: replayable; O(n^2)
-    all-to-all exchange) as the counter-example.
+    RFC 4303 section 3.4.3 and RFC 6479 (sequence-number anti-replay
+    window); OSPF (RFC 2328 section 12.1.1: LS age, incremented by each
+    hop, never compared with a clock); SuperEdge edge-health (no nonce or
+    timestamp: replayable; O(n^2) all-to-all exchange) as the
+    counter-example.
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
 import json
 import math
 import random
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from edgewatch.core.quorum import Vote
 from edgewatch.core.signing import KEY_ID_PATTERN, Keyring, Verification, canonical_json
@@ -81,7 +132,9 @@ from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
 
 __all__ = [
     "ENVELOPE_DOMAIN",
+    "ENVELOPE_MAGIC",
     "HEARTBEAT_DOMAIN",
+    "MAX_AGE_S",
     "MAX_HEARTBEATS_PER_ENVELOPE",
     "MAX_NAMES_PER_LIST",
     "NONCE_HEX_LENGTH",
@@ -92,9 +145,10 @@ __all__ = [
     "Heartbeat",
     "HeartbeatBook",
     "HeartbeatResult",
-    "NonceCache",
     "RejectReason",
     "Rejected",
+    "ReplayGuard",
+    "SenderState",
     "WireConfig",
     "decode_envelope",
     "decode_heartbeat",
@@ -103,14 +157,17 @@ __all__ = [
     "sign_heartbeat",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 """Value of the ``v`` field; any other value is MALFORMED."""
 
-HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v1"
+HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v2"
 """MAC domain of heartbeats."""
 
-ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v1"
-"""MAC domain of envelopes."""
+ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v2"
+"""MAC domain of envelopes (over the body bytes)."""
+
+ENVELOPE_MAGIC: Final = b"edgewatch-envelope/v2"
+"""First word of an envelope's header line."""
 
 MAX_NAMES_PER_LIST: Final = 5000
 """Schema bound on ``alive`` and ``dead`` (Kubernetes' largest supported
@@ -119,12 +176,16 @@ cluster is 5,000 nodes)."""
 MAX_HEARTBEATS_PER_ENVELOPE: Final = 64
 """Schema bound on ``heartbeats`` (own + relayed)."""
 
+MAX_AGE_S: Final = 86_400.0
+"""Schema bound on an age, seconds (anything near it is STALE anyway)."""
+
 NONCE_HEX_LENGTH: Final = 32
 """A nonce is 16 random bytes, lower-case hex."""
 
 _MAX_COUNTER: Final = 2**63 - 1
 _NONCE: Final = re.compile(r"[0-9a-f]{32}")
 _DETAIL_MAX: Final = 300
+_HEADER_MAX: Final = 200  # magic + space + 64-char key id + space + 64 hex, with room to spare
 
 
 # --------------------------------------------------------------------------- config
@@ -140,6 +201,13 @@ def _finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
     return float(value)
+
+
+def _age(name: str, value: object) -> float:
+    age = _finite(name, value)
+    if not 0 <= age <= MAX_AGE_S:
+        raise ValueError(f"{name} must be in [0, {MAX_AGE_S}] seconds, got {value!r}")
+    return age
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:
@@ -165,22 +233,16 @@ class WireConfig:
     max_bytes: int = 262_144
     """Largest envelope accepted or produced, bytes. Default 256 KiB: fits 9
     heartbeats of a ~700-node group with 30-character names; bounds the
-    memory and CPU an unauthenticated sender can make a receiver spend
-    (parsing happens before the MAC check). Use a stream transport (TCP/HTTP)
-    above 64 KiB."""
-
-    replay_window_s: float = 30.0
-    """An envelope is STALE unless ``|sent_at - now| <= replay_window_s``
-    (wall clock). Default 30 s: comfortably above the skew of NTP-synced
-    nodes plus transit delay; the nonce cache remembers each envelope for
-    this long, so replays inside the window are REPLAYED."""
+    memory and CPU an unauthenticated sender can make a receiver spend (one
+    HMAC over at most this many bytes; nothing is parsed before the MAC
+    matches). Use a stream transport (TCP/HTTP) above 64 KiB."""
 
     heartbeat_max_age_s: float = 30.0
-    """A heartbeat (own or relayed) is STALE if its ``sent_at`` is older than
-    this, or newer than ``now + replay_window_s``. Default 30 s: gossip
-    delivers a heartbeat within a few periods; older ones carry votes that
-    have expired anyway (vote TTL 5 s) and would only let a restarted
-    receiver believe a dead node's last words."""
+    """A heartbeat (own or relayed) whose age — summed over its hops, each
+    measured on that hop's monotonic clock — exceeds this is STALE. Default
+    30 s: gossip delivers a heartbeat within a few periods; older ones carry
+    votes that have expired anyway (vote TTL 5 s) and would only let a
+    restarted receiver believe a dead node's last words."""
 
     fanout: int = 3
     """Envelopes each agent sends per period, to random group peers.
@@ -200,39 +262,43 @@ class WireConfig:
     to a node that is gone or cut off; spreading it further only spreads a
     stale vote. Must be <= ``heartbeat_max_age_s``."""
 
-    nonce_cache_entries: int = 65_536
-    """Capacity of the :class:`NonceCache`. Default 65,536: far above what
-    one node accepts per 30 s window (about 90 envelopes at fanout 3 and 1 s
-    periods; about 30 * (n - 1) if every peer of an n-node group sends to it
-    every period), for a few MB of memory."""
+    replay_window: int = 64
+    """Sequence numbers below a sender's highest accepted one that may still
+    arrive late (reordered) and be accepted once (:class:`ReplayGuard`).
+    Default 64 (RFC 4303's default): a sender numbers its envelopes per
+    receiver, and at most a request and an answer are in flight between two
+    nodes, so reordering spans a handful of numbers."""
+
+    replay_max_senders: int = 5_000
+    """Senders whose replay state is kept (least recently accepted evicted
+    first; an evicted sender is treated like one heard for the first time).
+    Default 5,000: Kubernetes' largest supported cluster."""
+
+    replay_retired_epochs: int = 8
+    """Earlier epochs remembered per sender (a replay from one of them is
+    REPLAYED even after the current epoch is confirmed). Default 8: more
+    restarts than a crash-looping agent makes within a vote TTL."""
 
     book_max_origins: int = 5_000
     """Capacity of the :class:`HeartbeatBook` (one entry per origin).
     Default 5,000: Kubernetes' largest supported cluster."""
 
-    book_forget_after_s: float = 90.0
-    """A book entry not refreshed for this long no longer blocks a heartbeat
-    with a lower (incarnation, seq) — e.g. an origin whose clock went back
-    before it restarted. Default 90 s. Must be >= ``heartbeat_max_age_s +
-    replay_window_s``, so every heartbeat older than the forgotten one is
-    already STALE at decode."""
-
     def __post_init__(self) -> None:
         _positive_int("max_bytes", self.max_bytes, 256)
-        replay = _positive_seconds("replay_window_s", self.replay_window_s)
         max_age = _positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
         _positive_int("fanout", self.fanout)
         _positive_int("max_relays", self.max_relays, 0)
         relay_age = _positive_seconds("relay_max_age_s", self.relay_max_age_s)
-        _positive_int("nonce_cache_entries", self.nonce_cache_entries)
+        _positive_int("replay_window", self.replay_window)
+        _positive_int("replay_max_senders", self.replay_max_senders)
+        _positive_int("replay_retired_epochs", self.replay_retired_epochs, 0)
         _positive_int("book_max_origins", self.book_max_origins)
-        forget = _positive_seconds("book_forget_after_s", self.book_forget_after_s)
+        if max_age > MAX_AGE_S:
+            raise ValueError(f"heartbeat_max_age_s must be <= {MAX_AGE_S}")
         if 1 + self.max_relays > MAX_HEARTBEATS_PER_ENVELOPE:
             raise ValueError(f"1 + max_relays must be <= {MAX_HEARTBEATS_PER_ENVELOPE}")
         if relay_age > max_age:
             raise ValueError("relay_max_age_s must be <= heartbeat_max_age_s")
-        if forget < max_age + replay:
-            raise ValueError("book_forget_after_s must be >= heartbeat_max_age_s + replay_window_s")
 
 
 # --------------------------------------------------------------------------- rejections
@@ -249,19 +315,31 @@ class RejectReason(enum.StrEnum):
     WRONG_RECEIVER = "wrong_receiver"
     STALE = "stale"
     REPLAYED = "replayed"
+    UNCONFIRMED = "unconfirmed"
+    """A further request from a sender epoch that no answer has confirmed
+    yet (see :class:`ReplayGuard`); genuine right after a restart."""
     SENDER_MISMATCH = "sender_mismatch"
 
 
 class Rejected(Exception):
     """A message was refused. ``reason`` is a :class:`RejectReason`, ``detail``
     a short human explanation (never more than a few hundred characters of
-    the hostile input)."""
+    the hostile input).
 
-    def __init__(self, reason: RejectReason, detail: str) -> None:
+    ``answer_to`` is ``(sender, nonce)`` when the envelope was authentic,
+    bound to its sender and refused only by the :class:`ReplayGuard` (a
+    request that may be genuine, e.g. right after the sender restarted): the
+    receiver may still answer it, so the sender's probe succeeds, without
+    absorbing anything from it. None otherwise.
+    """
+
+    def __init__(self, reason: RejectReason, detail: str, *,
+                 answer_to: tuple[NodeName, str] | None = None) -> None:
         detail = detail[:_DETAIL_MAX]
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.answer_to = answer_to
 
 
 _FROM_VERIFICATION: Final = {
@@ -271,17 +349,18 @@ _FROM_VERIFICATION: Final = {
     Verification.BAD_SIGNATURE: RejectReason.BAD_SIGNATURE,
 }
 
+_VERIFICATION_DETAIL: Final = {
+    Verification.MALFORMED: "not an object with string key_id and mac",
+    Verification.UNSIGNED: "no key_id or mac",
+    Verification.UNKNOWN_KEY: "key id not in keyring",
+    Verification.BAD_SIGNATURE: "MAC does not match",
+}
+
 
 def _authenticate(obj: object, *, keyring: Keyring, domain: str, what: str) -> None:
     outcome = keyring.verify(obj, domain=domain)
     if outcome is not Verification.OK:
-        detail = {
-            Verification.MALFORMED: f"{what}: not an object with string key_id and mac",
-            Verification.UNSIGNED: f"{what}: no key_id or mac",
-            Verification.UNKNOWN_KEY: f"{what}: key id not in keyring",
-            Verification.BAD_SIGNATURE: f"{what}: MAC does not match",
-        }[outcome]
-        raise Rejected(_FROM_VERIFICATION[outcome], detail)
+        raise Rejected(_FROM_VERIFICATION[outcome], f"{what}: {_VERIFICATION_DETAIL[outcome]}")
 
 
 def _schema_detail(what: str, exc: ValidationError) -> str:
@@ -296,12 +375,6 @@ def _schema_detail(what: str, exc: ValidationError) -> str:
 # --------------------------------------------------------------------------- schema
 
 
-def _require_float(value: object) -> object:
-    if type(value) is not float:
-        raise ValueError("must be a JSON number with a fraction or exponent (float)")
-    return value
-
-
 _NodeNameStr = Annotated[
     str,
     StringConstraints(min_length=1, max_length=NODE_NAME_MAX_LENGTH, pattern=DNS1123_SUBDOMAIN_PATTERN),
@@ -311,7 +384,6 @@ _MacStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 _NonceStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 _Version = Annotated[int, Field(ge=PROTOCOL_VERSION, le=PROTOCOL_VERSION)]
 _Counter = Annotated[int, Field(ge=0, le=_MAX_COUNTER)]
-_WallSeconds = Annotated[float, BeforeValidator(_require_float), Field(ge=0, allow_inf_nan=False)]
 _Names = Annotated[list[_NodeNameStr], Field(max_length=MAX_NAMES_PER_LIST)]
 
 _STRICT: Final = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")
@@ -324,7 +396,6 @@ class _HeartbeatModel(BaseModel):
     origin: _NodeNameStr
     incarnation: _Counter
     seq: _Counter
-    sent_at: _WallSeconds
     kubelet_ok: bool
     cloud_ok: bool
     alive: _Names
@@ -348,13 +419,23 @@ class _EnvelopeModel(BaseModel):
     v: _Version
     sender: _NodeNameStr
     receiver: _NodeNameStr
+    epoch: _Counter
+    seq: _Counter
     nonce: _NonceStr
-    sent_at: _WallSeconds
+    reply_to: _NonceStr | None
     # Items are checked one by one (decode_heartbeat), so that one bad relayed
     # heartbeat is reported, not fatal.
     heartbeats: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
-    key_id: _KeyIdStr
-    mac: _MacStr
+    ages: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
+
+    @model_validator(mode="after")
+    def _ages_match(self) -> _EnvelopeModel:
+        if len(self.ages) != len(self.heartbeats):
+            raise ValueError("ages must have one entry per heartbeat")
+        for age in self.ages:
+            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age <= MAX_AGE_S:
+                raise ValueError(f"every age must be a number of seconds in [0, {MAX_AGE_S}]")
+        return self
 
 
 # --------------------------------------------------------------------------- heartbeat
@@ -366,14 +447,13 @@ class Heartbeat:
 
     Build with :func:`sign_heartbeat` (own) or :func:`decode_heartbeat`
     (received); :meth:`to_wire` reproduces exactly the signed object, so a
-    relayed heartbeat still verifies. ``sent_at`` is the origin's wall clock,
-    seconds.
+    relayed heartbeat still verifies. It holds no time: its age travels next
+    to it in an envelope.
     """
 
     origin: NodeName
     incarnation: int
     seq: int
-    sent_at: float
     kubelet_ok: bool
     cloud_ok: bool
     alive: tuple[NodeName, ...]
@@ -383,7 +463,8 @@ class Heartbeat:
 
     @property
     def order(self) -> tuple[int, int]:
-        """``(incarnation, seq)``: larger is newer."""
+        """``(incarnation, seq)``; within one incarnation a larger seq is
+        newer (across incarnations see :meth:`HeartbeatBook.offer`)."""
         return (self.incarnation, self.seq)
 
     def to_wire(self) -> dict[str, object]:
@@ -393,7 +474,6 @@ class Heartbeat:
             "origin": self.origin,
             "incarnation": self.incarnation,
             "seq": self.seq,
-            "sent_at": self.sent_at,
             "kubelet_ok": self.kubelet_ok,
             "cloud_ok": self.cloud_ok,
             "alive": list(self.alive),
@@ -404,8 +484,7 @@ class Heartbeat:
 
     def vote(self, *, observed_at: float) -> Vote:
         """This heartbeat as a :class:`~edgewatch.core.quorum.Vote` observed at
-        ``observed_at`` (seconds on the deciding clock, normally local
-        receipt time)."""
+        ``observed_at`` (seconds on the deciding clock: local receipt time)."""
         return Vote(
             observer=self.origin,
             observed_at=observed_at,
@@ -419,7 +498,6 @@ def _from_model(m: _HeartbeatModel) -> Heartbeat:
         origin=NodeName(m.origin),
         incarnation=m.incarnation,
         seq=m.seq,
-        sent_at=m.sent_at,
         kubelet_ok=m.kubelet_ok,
         cloud_ok=m.cloud_ok,
         alive=tuple(NodeName(n) for n in m.alive),
@@ -434,7 +512,6 @@ def sign_heartbeat(
     origin: NodeName,
     incarnation: int,
     seq: int,
-    sent_at: float,
     kubelet_ok: bool,
     cloud_ok: bool,
     alive: Iterable[NodeName],
@@ -444,23 +521,19 @@ def sign_heartbeat(
     """Build and sign this node's heartbeat with the keyring's primary key.
 
     ``alive`` and ``dead`` may be given in any order (duplicates are
-    merged); ``sent_at`` is wall-clock seconds; ``incarnation`` and ``seq``
-    are ints in ``[0, 2**63)``.
+    merged); ``incarnation`` and ``seq`` are ints in ``[0, 2**63)``.
 
     Raises:
         ValueError: an invalid node name, a node both alive and dead, a
-            counter out of range, a non-finite or negative ``sent_at``, or a
-            list longer than :data:`MAX_NAMES_PER_LIST`.
+            counter out of range, or a list longer than
+            :data:`MAX_NAMES_PER_LIST`.
     """
-    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
-        raise ValueError(f"sent_at must be a number of seconds, got {type(sent_at).__name__}")
     try:
         payload: dict[str, object] = {
             "v": PROTOCOL_VERSION,
             "origin": origin,
             "incarnation": incarnation,
             "seq": seq,
-            "sent_at": float(sent_at),
             "kubelet_ok": kubelet_ok,
             "cloud_ok": cloud_ok,
             "alive": sorted(set(alive)),
@@ -475,125 +548,169 @@ def sign_heartbeat(
     return _from_model(model)
 
 
-def decode_heartbeat(
-    obj: object,
-    *,
-    keyring: Keyring,
-    now: float,
-    max_age_s: float,
-    max_future_s: float,
-) -> Heartbeat:
+def decode_heartbeat(obj: object, *, keyring: Keyring) -> Heartbeat:
     """Verify and parse one heartbeat object (parsed JSON).
 
     Checks in order: signature (UNSIGNED / UNKNOWN_KEY / BAD_SIGNATURE /
-    MALFORMED), strict schema (MALFORMED), then freshness of ``sent_at``
-    against ``now`` (wall-clock seconds): STALE if older than ``max_age_s``
-    or newer than ``now + max_future_s``.
+    MALFORMED), then the strict schema (MALFORMED). Freshness is not a
+    property of the heartbeat but of the age it arrives with
+    (:func:`decode_envelope`).
 
     Raises:
         Rejected: for any hostile ``obj``.
-        ValueError: ``now``/``max_age_s``/``max_future_s`` not finite (or
-            negative limits) — caller bugs, not input problems.
     """
-    t = _finite("now", now)
-    max_age = _finite("max_age_s", max_age_s)
-    max_future = _finite("max_future_s", max_future_s)
-    if max_age < 0 or max_future < 0:
-        raise ValueError("max_age_s and max_future_s must be >= 0")
     _authenticate(obj, keyring=keyring, domain=HEARTBEAT_DOMAIN, what="heartbeat")
     try:
         model = _HeartbeatModel.model_validate(obj)
     except ValidationError as exc:
         raise Rejected(RejectReason.MALFORMED, _schema_detail("heartbeat", exc)) from None
-    if model.sent_at < t - max_age:
-        raise Rejected(RejectReason.STALE, f"heartbeat of {model.origin}: sent {t - model.sent_at:.3f} s ago")
-    if model.sent_at > t + max_future:
-        raise Rejected(
-            RejectReason.STALE, f"heartbeat of {model.origin}: sent {model.sent_at - t:.3f} s in the future"
-        )
     return _from_model(model)
 
 
-# --------------------------------------------------------------------------- nonce cache
+# --------------------------------------------------------------------------- replay guard
 
 
-class NonceCache:
-    """Remembers ``(sender, nonce)`` of accepted envelopes until ``sent_at +
-    window_s`` (wall-clock seconds), bounded to ``max_entries``.
+@dataclass(frozen=True, kw_only=True)
+class SenderState:
+    """What a :class:`ReplayGuard` remembers of one sender.
 
-    Together with the STALE check this refuses every replay: inside the
-    window the nonce is remembered, outside it the envelope is stale. When
-    full, the entry that expires first is evicted and its expiry becomes a
-    *floor*: any later envelope expiring at or before the floor is refused
-    (its nonce might have been evicted), so capacity pressure can make the
-    cache refuse genuine old-ish messages but never accept a replay. Only
-    authenticated envelopes are ever added, so an outsider cannot fill it.
-
-    Pure given ``now``: no clock is read; mutated only by
-    :meth:`check_and_remember`.
+    ``epoch`` is its current epoch, ``confirmed`` whether an answer has
+    proved that epoch, ``high`` the highest seq accepted in it, ``seen`` a
+    bitmap (bit i set: seq ``high - i`` was accepted) and ``retired`` its
+    earlier epochs, oldest first.
     """
 
-    __slots__ = ("_entries", "_floor", "_heap", "_max_entries")
+    epoch: int
+    confirmed: bool
+    high: int
+    seen: int
+    retired: tuple[int, ...]
 
-    def __init__(self, *, max_entries: int = 65_536) -> None:
-        """Raises ValueError if ``max_entries < 1``."""
-        self._max_entries = _positive_int("max_entries", max_entries)
-        self._entries: dict[tuple[str, str], float] = {}
-        self._heap: list[tuple[float, str, str]] = []
-        self._floor = -math.inf
+
+class ReplayGuard:
+    """Per-sender anti-replay state: epochs, confirmation and a sequence window.
+
+    Rules of :meth:`admit` (see the module docstring for why):
+
+    * ``proven`` (an answer to our own request, matched by ``reply_to``):
+      always accepted; its epoch becomes the sender's confirmed current
+      epoch (un-retiring it if an attacker had displaced it).
+    * otherwise, a sender never heard of: accepted, epoch unconfirmed (the
+      receiver-restart trade-off: at most one such request per epoch);
+    * an epoch in the sender's retired list: REPLAYED;
+    * the current epoch: REPLAYED if the seq was already accepted or lies
+      ``window`` or more below the highest; else UNCONFIRMED while the epoch
+      is unconfirmed; else accepted;
+    * a larger epoch than the current one (a restart): accepted once,
+      unconfirmed, the current one retired;
+    * a smaller, never-seen epoch: REPLAYED (until an answer proves it).
+
+    Bounded: at most ``max_senders`` senders (least recently accepted
+    evicted first), ``retired_epochs`` retired epochs each. Pure: no clock;
+    mutated only when :meth:`admit` accepts.
+
+    Raises:
+        ValueError: on construction, ``window`` or ``max_senders`` < 1 or
+            ``retired_epochs`` < 0.
+    """
+
+    __slots__ = ("_max_senders", "_retired_epochs", "_states", "_window")
+
+    def __init__(self, *, window: int = 64, max_senders: int = 5_000, retired_epochs: int = 8) -> None:
+        self._window = _positive_int("window", window)
+        self._max_senders = _positive_int("max_senders", max_senders)
+        self._retired_epochs = _positive_int("retired_epochs", retired_epochs, 0)
+        self._states: OrderedDict[str, SenderState] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._states)
 
-    @property
-    def max_entries(self) -> int:
-        """Capacity."""
-        return self._max_entries
+    def state_of(self, sender: str) -> SenderState | None:
+        """What is remembered of ``sender`` (None if nothing)."""
+        return self._states.get(sender)
 
-    @property
-    def floor(self) -> float:
-        """Expiry time (seconds) at or below which envelopes are refused
-        because of evictions; ``-inf`` until the first eviction."""
-        return self._floor
+    def _retire(self, state: SenderState, *, keep_out: int) -> tuple[int, ...]:
+        if self._retired_epochs == 0:
+            return ()
+        epochs = [e for e in (*state.retired, state.epoch) if e != keep_out]
+        return tuple(epochs[-self._retired_epochs:])
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
+    def _fresh(self, epoch: int, seq: int, *, confirmed: bool, retired: tuple[int, ...]) -> SenderState:
+        return SenderState(epoch=epoch, confirmed=confirmed, high=seq, seen=1, retired=retired)
 
-    def _purge(self, now: float) -> None:
-        heap = self._heap
-        while heap and heap[0][0] < now:
-            expires, sender, nonce = heapq.heappop(heap)
-            if self._entries.get((sender, nonce)) == expires:
-                del self._entries[(sender, nonce)]
-
-    def check_and_remember(self, *, sender: str, nonce: str, sent_at: float, window_s: float, now: float) -> bool:
-        """Return True and remember the nonce if it is new; False if it was
-        seen, if ``sent_at + window_s`` is already past ``now``, or if it is
-        at or below the eviction floor.
-
-        Raises ValueError if ``sent_at``, ``window_s`` or ``now`` is not
-        finite or ``window_s <= 0``.
-        """
-        t = _finite("now", now)
-        expires = _finite("sent_at", sent_at) + _positive_seconds("window_s", window_s)
-        self._purge(t)
-        key = (sender, nonce)
-        if key in self._entries or expires < t or expires <= self._floor:
+    def _seen(self, state: SenderState, seq: int) -> bool:
+        if seq > state.high:
             return False
-        if len(self._entries) >= self._max_entries:
-            oldest = self._heap[0][0]
-            if expires <= oldest:
-                # The newcomer would be the first to go: refuse it instead.
-                self._floor = max(self._floor, expires)
-                return False
-            while len(self._entries) >= self._max_entries:
-                gone, s, n = heapq.heappop(self._heap)
-                if self._entries.get((s, n)) == gone:
-                    del self._entries[(s, n)]
-                    self._floor = max(self._floor, gone)
-        self._entries[key] = expires
-        heapq.heappush(self._heap, (expires, sender, nonce))
-        return True
+        distance = state.high - seq
+        return distance >= self._window or bool(state.seen >> distance & 1)
+
+    def _mark(self, state: SenderState, seq: int, *, confirmed: bool) -> SenderState:
+        mask = (1 << self._window) - 1
+        if seq > state.high:
+            shift = seq - state.high
+            seen = ((state.seen << shift) | 1) & mask if shift < self._window else 1
+            high = seq
+        elif state.high - seq < self._window:
+            seen, high = state.seen | (1 << (state.high - seq)), state.high
+        else:
+            seen, high = state.seen, state.high
+        return SenderState(epoch=state.epoch, confirmed=confirmed, high=high, seen=seen, retired=state.retired)
+
+    def _store(self, sender: str, state: SenderState) -> None:
+        self._states[sender] = state
+        self._states.move_to_end(sender)
+        while len(self._states) > self._max_senders:
+            self._states.popitem(last=False)
+
+    def admit(self, *, sender: str, epoch: int, seq: int, proven: bool, nonce: str = "") -> None:
+        """Accept (and remember) envelope ``(epoch, seq)`` of ``sender``, or
+        raise.
+
+        Args:
+            sender: the authenticated sender.
+            epoch, seq: the envelope's counters (ints >= 0).
+            proven: True for an answer whose ``reply_to`` matched our own
+                request's nonce (fresh by construction).
+            nonce: the envelope's nonce, only to let a refused request be
+                answered (:attr:`Rejected.answer_to`).
+
+        Raises:
+            Rejected: REPLAYED or UNCONFIRMED (see the class docstring); the
+                state is then unchanged.
+        """
+        state = self._states.get(sender)
+        answer_to = (NodeName(sender), nonce) if nonce else None
+        if proven:
+            if state is None or state.epoch != epoch:
+                retired = () if state is None else self._retire(state, keep_out=epoch)
+                self._store(sender, self._fresh(epoch, seq, confirmed=True, retired=retired))
+            else:
+                self._store(sender, self._mark(state, seq, confirmed=True))
+            return
+        if state is None:
+            self._store(sender, self._fresh(epoch, seq, confirmed=False, retired=()))
+            return
+        if epoch in state.retired:
+            raise Rejected(RejectReason.REPLAYED, f"{sender}: epoch {epoch} is an earlier run of that sender",
+                           answer_to=answer_to)
+        if epoch == state.epoch:
+            if self._seen(state, seq):
+                raise Rejected(RejectReason.REPLAYED,
+                               f"{sender}: seq {seq} already seen (highest {state.high}, window {self._window})",
+                               answer_to=answer_to)
+            if not state.confirmed:
+                raise Rejected(RejectReason.UNCONFIRMED,
+                               f"{sender}: epoch {epoch} not yet confirmed by an answer to our probe",
+                               answer_to=answer_to)
+            self._store(sender, self._mark(state, seq, confirmed=True))
+            return
+        if epoch > state.epoch:
+            self._store(sender, self._fresh(epoch, seq, confirmed=False,
+                                            retired=self._retire(state, keep_out=epoch)))
+            return
+        raise Rejected(RejectReason.REPLAYED,
+                       f"{sender}: epoch {epoch} is older than its current epoch {state.epoch} and unproven",
+                       answer_to=answer_to)
 
 
 # --------------------------------------------------------------------------- envelope
@@ -601,32 +718,39 @@ class NonceCache:
 
 @dataclass(frozen=True, kw_only=True)
 class HeartbeatResult:
-    """Outcome for one relayed heartbeat of an envelope: ``heartbeat`` if
-    accepted, else ``reason`` and ``detail``. ``index`` is its position in
-    the envelope's list (the sender's own heartbeat is index 0)."""
+    """Outcome for one relayed heartbeat of an envelope: ``heartbeat`` and its
+    ``age_s`` (seconds, as the sender reported it) if accepted, else
+    ``reason`` and ``detail``. ``index`` is its position in the envelope's
+    list (the sender's own heartbeat is index 0)."""
 
     index: int
     heartbeat: Heartbeat | None
     reason: RejectReason | None
     detail: str
+    age_s: float = 0.0
 
     @property
     def accepted(self) -> bool:
-        """True iff the heartbeat verified and parsed."""
+        """True iff the heartbeat verified, parsed and was young enough."""
         return self.heartbeat is not None
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecodedEnvelope:
     """An accepted envelope. ``own`` is the sender's own (verified)
-    heartbeat; ``relayed`` has one result per further heartbeat."""
+    heartbeat, ``own_age_s`` its reported age in seconds; ``relayed`` has
+    one result per further heartbeat. ``reply_to`` is the nonce of the
+    request it answers (None for a request)."""
 
     sender: NodeName
     receiver: NodeName
+    epoch: int
+    seq: int
     nonce: str
-    sent_at: float
+    reply_to: str | None
     key_id: str
     own: Heartbeat
+    own_age_s: float
     relayed: tuple[HeartbeatResult, ...]
 
     @property
@@ -639,22 +763,32 @@ def encode_envelope(
     *,
     sender: NodeName,
     receiver: NodeName,
+    epoch: int,
+    seq: int,
     nonce: str,
-    sent_at: float,
+    reply_to: str | None = None,
     own: Heartbeat,
-    relayed: Sequence[Heartbeat] = (),
+    own_age_s: float = 0.0,
+    relayed: Sequence[tuple[Heartbeat, float]] = (),
     keyring: Keyring,
     max_bytes: int | None = None,
 ) -> bytes:
-    """Sign and encode one envelope as canonical JSON bytes.
+    """Sign and encode one envelope: the header line, then canonical JSON.
 
     Args:
         sender, receiver: distinct valid node names.
+        epoch: the sender's run (e.g. its agent's start time in ns), int in
+            ``[0, 2**63)``; the same for every envelope of that run.
+        seq: int in ``[0, 2**63)``, strictly increasing per receiver within
+            the epoch.
         nonce: 16 random bytes as 32 lower-case hex characters (e.g.
             ``secrets.token_hex(16)``), fresh for every envelope.
-        sent_at: wall-clock seconds.
+        reply_to: the nonce of the request this envelope answers; None for
+            a request.
         own: the sender's own heartbeat (``own.origin == sender``).
-        relayed: further heartbeats (:func:`select_relays`), unchanged.
+        own_age_s: seconds since ``own`` was signed (sender's monotonic clock).
+        relayed: further heartbeats (:func:`select_relays`), unchanged, each
+            with its age in seconds (age when received + time held).
         keyring: signs with its primary key.
         max_bytes: if given, refuse to produce a larger message.
 
@@ -666,25 +800,33 @@ def encode_envelope(
         raise ValueError("sender and receiver must be valid node names")
     if sender == receiver:
         raise ValueError("sender and receiver must differ")
-    if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
-        raise ValueError("nonce must be 32 lower-case hex characters (16 random bytes)")
-    wall = _finite("sent_at", sent_at)
-    if wall < 0:
-        raise ValueError("sent_at must be >= 0")
+    for name, counter in (("epoch", epoch), ("seq", seq)):
+        if isinstance(counter, bool) or not isinstance(counter, int) or not 0 <= counter <= _MAX_COUNTER:
+            raise ValueError(f"{name} must be an int in [0, 2**63), got {counter!r}")
+    for name, value in (("nonce", nonce), ("reply_to", reply_to)):
+        if value is None and name == "reply_to":
+            continue
+        if not isinstance(value, str) or not _NONCE.fullmatch(value):
+            raise ValueError(f"{name} must be 32 lower-case hex characters (16 random bytes)")
     if own.origin != sender:
         raise ValueError(f"own heartbeat has origin {own.origin!r}, not the sender {sender!r}")
-    beats = [own, *relayed]
+    beats = [(own, own_age_s), *relayed]
     if len(beats) > MAX_HEARTBEATS_PER_ENVELOPE:
         raise ValueError(f"at most {MAX_HEARTBEATS_PER_ENVELOPE} heartbeats per envelope")
-    payload: dict[str, object] = {
+    ages = [round(_age("age", age), 3) for _hb, age in beats]
+    body = canonical_json({
         "v": PROTOCOL_VERSION,
         "sender": sender,
         "receiver": receiver,
+        "epoch": epoch,
+        "seq": seq,
         "nonce": nonce,
-        "sent_at": wall,
-        "heartbeats": [hb.to_wire() for hb in beats],
-    }
-    raw = canonical_json(keyring.sign(payload, domain=ENVELOPE_DOMAIN))
+        "reply_to": reply_to,
+        "heartbeats": [hb.to_wire() for hb, _age_s in beats],
+        "ages": ages,
+    })
+    key_id, mac = keyring.sign_bytes(body, domain=ENVELOPE_DOMAIN)
+    raw = b"%s %s %s\n%s" % (ENVELOPE_MAGIC, key_id.encode("ascii"), mac.encode("ascii"), body)
     if max_bytes is not None and len(raw) > max_bytes:
         raise ValueError(f"envelope is {len(raw)} bytes, more than max_bytes={max_bytes}")
     return raw
@@ -723,33 +865,56 @@ def _parse_json(raw: bytes) -> object:
         raise Rejected(RejectReason.MALFORMED, f"not UTF-8 JSON: {type(exc).__name__}: {exc}") from None
 
 
+def _authenticate_frame(raw: bytes, *, keyring: Keyring) -> tuple[str, bytes]:
+    """Split the frame and check the MAC over the body bytes; returns
+    ``(key_id, body)``. Nothing of the body is interpreted here."""
+    newline = raw.find(b"\n", 0, _HEADER_MAX + 1)
+    if newline < 0:
+        hint = " (JSON without a header line: an edgewatch v1 agent?)" if raw[:1] == b"{" else ""
+        raise Rejected(RejectReason.MALFORMED,
+                       f"envelope: no '{ENVELOPE_MAGIC.decode()} KEY_ID MAC' header line{hint}")
+    header, body = raw[:newline], raw[newline + 1:]
+    words = header.split(b" ")
+    if not words or words[0] != ENVELOPE_MAGIC:
+        raise Rejected(RejectReason.MALFORMED, f"envelope: header does not start with {ENVELOPE_MAGIC.decode()}")
+    if len(words) < 3:
+        raise Rejected(RejectReason.UNSIGNED, "envelope: header has no key id and MAC")
+    if len(words) > 3 or not header.isascii():
+        raise Rejected(RejectReason.MALFORMED, "envelope: header must be 'MAGIC KEY_ID MAC' in ASCII")
+    key_id, mac = words[1].decode("ascii"), words[2].decode("ascii")
+    outcome = keyring.verify_bytes(key_id=key_id, mac=mac, data=body, domain=ENVELOPE_DOMAIN)
+    if outcome is not Verification.OK:
+        raise Rejected(_FROM_VERIFICATION[outcome], f"envelope: {_VERIFICATION_DETAIL[outcome]}")
+    return key_id, body
+
+
 def decode_envelope(
     raw: bytes,
     *,
     keyring: Keyring,
     receiver: NodeName,
-    now: float,
     max_bytes: int,
-    replay_window_s: float,
-    nonce_cache: NonceCache,
-    heartbeat_max_age_s: float | None = None,
+    guard: ReplayGuard,
+    reply_to: str | None = None,
+    heartbeat_max_age_s: float = 30.0,
     sender_allowed: Callable[[NodeName], bool] | None = None,
 ) -> DecodedEnvelope:
-    """Decode, authenticate and check one envelope received from the network.
+    """Authenticate, decode and check one envelope received from the network.
 
     Args:
         raw: the message bytes, untrusted.
         keyring: keys accepted for envelopes and heartbeats.
         receiver: this node's name; envelopes for others are WRONG_RECEIVER.
-        now: wall-clock seconds (the clock ``sent_at`` is compared with).
-        max_bytes: larger messages are OVERSIZED before being parsed.
-        replay_window_s: STALE unless ``|sent_at - now| <= replay_window_s``;
-            also how long nonces are remembered.
-        nonce_cache: remembers accepted nonces; updated only when the
+        max_bytes: larger messages are OVERSIZED before anything else.
+        guard: this node's :class:`ReplayGuard`; updated only when the
             envelope is accepted.
-        heartbeat_max_age_s: heartbeats with ``sent_at`` older than this are
-            STALE (default: ``replay_window_s``); from the future, more than
-            ``replay_window_s`` ahead.
+        reply_to: None to decode a request (its ``reply_to`` must be null);
+            the nonce of the request we sent to decode its answer (its
+            ``reply_to`` must equal it, else REPLAYED). A matching answer is
+            fresh by construction (``proven`` for the guard).
+        heartbeat_max_age_s: heartbeats with a larger reported age (seconds)
+            are STALE: the whole envelope if it is the sender's own, else
+            that heartbeat only.
         sender_allowed: optional binding hook, called with the authenticated
             sender name after every cheaper check; False means
             SENDER_MISMATCH (e.g. the source address is not that node's
@@ -762,24 +927,24 @@ def decode_envelope(
     Raises:
         Rejected: for any refused ``raw`` (hostile input raises nothing else).
         TypeError: ``raw`` is not bytes-like (caller bug).
-        ValueError: invalid limits or ``now`` (caller bug).
+        ValueError: invalid limits or ``reply_to`` (caller bug).
     """
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise TypeError(f"raw must be bytes, got {type(raw).__name__}")
-    t = _finite("now", now)
     limit = _positive_int("max_bytes", max_bytes)
-    window = _positive_seconds("replay_window_s", replay_window_s)
-    max_age = window if heartbeat_max_age_s is None else _positive_seconds("heartbeat_max_age_s", heartbeat_max_age_s)
+    max_age = _positive_seconds("heartbeat_max_age_s", heartbeat_max_age_s)
     if not is_node_name(receiver):
         raise ValueError("receiver must be a valid node name")
+    if reply_to is not None and (not isinstance(reply_to, str) or not _NONCE.fullmatch(reply_to)):
+        raise ValueError("reply_to must be None or the 32-hex nonce of our request")
 
     size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
     if size > limit:
         raise Rejected(RejectReason.OVERSIZED, f"{size} bytes > max_bytes={limit}")
-    obj = _parse_json(bytes(raw))
+    key_id, body = _authenticate_frame(bytes(raw), keyring=keyring)
+    obj = _parse_json(body)
     if not isinstance(obj, dict):
-        raise Rejected(RejectReason.MALFORMED, f"envelope: top level is {type(obj).__name__}, not an object")
-    _authenticate(obj, keyring=keyring, domain=ENVELOPE_DOMAIN, what="envelope")
+        raise Rejected(RejectReason.MALFORMED, f"envelope: body is {type(obj).__name__}, not an object")
     try:
         env = _EnvelopeModel.model_validate(obj)
     except ValidationError as exc:
@@ -788,8 +953,6 @@ def decode_envelope(
         raise Rejected(RejectReason.MALFORMED, "envelope: sender equals receiver")
     if env.receiver != receiver:
         raise Rejected(RejectReason.WRONG_RECEIVER, f"envelope for {env.receiver}, this is {receiver}")
-    if abs(env.sent_at - t) > window:
-        raise Rejected(RejectReason.STALE, f"envelope sent_at is {t - env.sent_at:+.3f} s from now")
     sender = NodeName(env.sender)
     first = env.heartbeats[0]
     first_origin = first.get("origin") if isinstance(first, dict) else None
@@ -801,29 +964,41 @@ def decode_envelope(
         )
     if sender_allowed is not None and not sender_allowed(sender):
         raise Rejected(RejectReason.SENDER_MISMATCH, f"sender {sender} is not allowed from here")
+    if reply_to is None and env.reply_to is not None:
+        raise Rejected(RejectReason.REPLAYED, f"an answer from {sender} (to {env.reply_to}) sent as a request")
+    if reply_to is not None and env.reply_to != reply_to:
+        raise Rejected(RejectReason.REPLAYED, f"from {sender}: not the answer to our request {reply_to}")
     try:
-        own = decode_heartbeat(
-            env.heartbeats[0], keyring=keyring, now=t, max_age_s=max_age, max_future_s=window
-        )
+        own = decode_heartbeat(env.heartbeats[0], keyring=keyring)
     except Rejected as exc:
         raise Rejected(exc.reason, f"sender's own {exc.detail}") from None
-    if not nonce_cache.check_and_remember(sender=sender, nonce=env.nonce, sent_at=env.sent_at, window_s=window, now=t):
-        raise Rejected(RejectReason.REPLAYED, f"nonce {env.nonce} from {sender} already seen (or below cache floor)")
+    own_age = float(env.ages[0])
+    if own_age > max_age:
+        raise Rejected(RejectReason.STALE, f"sender's own heartbeat is {own_age:.3f} s old (> {max_age:g} s)")
+    guard.admit(sender=sender, epoch=env.epoch, seq=env.seq, proven=reply_to is not None, nonce=env.nonce)
     results: list[HeartbeatResult] = []
-    for index, item in enumerate(env.heartbeats[1:], start=1):
+    for index, (item, age) in enumerate(zip(env.heartbeats[1:], env.ages[1:]), start=1):
         try:
-            hb = decode_heartbeat(item, keyring=keyring, now=t, max_age_s=max_age, max_future_s=window)
+            hb = decode_heartbeat(item, keyring=keyring)
         except Rejected as exc:
             results.append(HeartbeatResult(index=index, heartbeat=None, reason=exc.reason, detail=exc.detail))
+            continue
+        if age > max_age:
+            results.append(HeartbeatResult(index=index, heartbeat=None, reason=RejectReason.STALE,
+                                           detail=f"heartbeat of {hb.origin} is {float(age):.3f} s old"))
         else:
-            results.append(HeartbeatResult(index=index, heartbeat=hb, reason=None, detail="accepted"))
+            results.append(HeartbeatResult(index=index, heartbeat=hb, reason=None, detail="accepted",
+                                           age_s=float(age)))
     return DecodedEnvelope(
         sender=sender,
         receiver=NodeName(env.receiver),
+        epoch=env.epoch,
+        seq=env.seq,
         nonce=env.nonce,
-        sent_at=env.sent_at,
-        key_id=env.key_id,
+        reply_to=env.reply_to,
+        key_id=key_id,
         own=own,
+        own_age_s=own_age,
         relayed=tuple(results),
     )
 
@@ -845,37 +1020,47 @@ class Freshness(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class BookEntry:
-    """The newest heartbeat of one origin, when it arrived (local clock,
-    seconds) and how many times it has been relayed since."""
+    """The newest heartbeat of one origin: when it arrived (``received_at``,
+    local monotonic seconds), the age it arrived with (``age_s``, seconds)
+    and how many times it has been relayed since."""
 
     heartbeat: Heartbeat
     received_at: float
     relay_count: int
+    age_s: float = 0.0
+
+    @property
+    def signed_at(self) -> float:
+        """Local-clock estimate of when its origin signed it (receipt minus
+        reported age): the origin's last sign of life as seen from here."""
+        return self.received_at - self.age_s
+
+    def age_at(self, now: float) -> float:
+        """Its age at local time ``now`` (seconds): the age it arrived with
+        plus the time held here. What a relay of it reports."""
+        return self.age_s + max(0.0, now - self.received_at)
 
 
 class HeartbeatBook:
-    """Newest heartbeat per origin, ordered by ``(incarnation, seq)``.
+    """Newest heartbeat per origin.
 
-    Old or duplicate relays are harmless: only a NEW heartbeat replaces the
-    entry and refreshes ``received_at``. Times are the caller's local clock
-    (monotonic recommended), the same clock later given to
-    :func:`~edgewatch.core.quorum.decide` via :meth:`votes`; no cross-node
-    clock comparison happens here. The agent may offer its own heartbeats
-    too, so its own vote is in :meth:`votes`.
-
-    An entry not refreshed for ``forget_after_s`` seconds no longer blocks a
-    lower ``(incarnation, seq)`` from its origin (an origin whose clock went
-    back across a restart would otherwise be ignored forever); an identical
-    ``(incarnation, seq)`` is still a DUPLICATE.
+    Within one incarnation of an origin, a larger ``seq`` is newer. Across
+    incarnations (a restart) the numbers say nothing (an origin's clock may
+    have gone back), so the heartbeat signed later by the local estimate
+    (:attr:`BookEntry.signed_at`: local receipt time minus reported age)
+    wins; ties go to the larger incarnation. Old or duplicate relays are
+    harmless: only a NEW heartbeat replaces the entry and refreshes
+    ``received_at``. Times are the caller's local clock (monotonic), the same
+    clock later given to :func:`~edgewatch.core.quorum.decide` via
+    :meth:`votes`; no cross-node clock comparison happens here. The agent
+    offers its own heartbeats too, so its own vote is in :meth:`votes`.
     """
 
-    __slots__ = ("_entries", "_forget_after_s", "_max_origins")
+    __slots__ = ("_entries", "_max_origins")
 
-    def __init__(self, *, max_origins: int = 5_000, forget_after_s: float = 90.0) -> None:
-        """Raises ValueError if ``max_origins < 1`` or ``forget_after_s`` is
-        not finite and > 0 seconds."""
+    def __init__(self, *, max_origins: int = 5_000) -> None:
+        """Raises ValueError if ``max_origins < 1``."""
         self._max_origins = _positive_int("max_origins", max_origins)
-        self._forget_after_s = _positive_seconds("forget_after_s", forget_after_s)
         self._entries: dict[NodeName, BookEntry] = {}
 
     def __len__(self) -> int:
@@ -892,24 +1077,29 @@ class HeartbeatBook:
         """All entries, sorted by origin."""
         return tuple(self._entries[o] for o in sorted(self._entries))
 
-    def offer(self, heartbeat: Heartbeat, *, now: float) -> Freshness:
-        """Offer a verified heartbeat received at ``now`` (local seconds).
+    def offer(self, heartbeat: Heartbeat, *, now: float, age_s: float = 0.0) -> Freshness:
+        """Offer a verified heartbeat received at ``now`` (local seconds) with
+        reported age ``age_s`` (seconds).
 
         When the book is full, a NEW origin evicts the least recently
-        refreshed entry. Raises ValueError if ``now`` is not finite.
+        refreshed entry. Raises ValueError if ``now`` is not finite or
+        ``age_s`` is out of ``[0, MAX_AGE_S]``.
         """
         t = _finite("now", now)
+        age = _age("age_s", age_s)
         current = self._entries.get(heartbeat.origin)
         if current is not None:
             if heartbeat.order == current.heartbeat.order:
                 return Freshness.DUPLICATE
-            forgotten = t - current.received_at > self._forget_after_s
-            if heartbeat.order < current.heartbeat.order and not forgotten:
+            if heartbeat.incarnation == current.heartbeat.incarnation:
+                if heartbeat.seq < current.heartbeat.seq:
+                    return Freshness.OLDER
+            elif (t - age, heartbeat.incarnation) <= (current.signed_at, current.heartbeat.incarnation):
                 return Freshness.OLDER
         elif len(self._entries) >= self._max_origins:
             stalest = min(self._entries.values(), key=lambda e: (e.received_at, e.heartbeat.origin))
             del self._entries[stalest.heartbeat.origin]
-        self._entries[heartbeat.origin] = BookEntry(heartbeat=heartbeat, received_at=t, relay_count=0)
+        self._entries[heartbeat.origin] = BookEntry(heartbeat=heartbeat, received_at=t, relay_count=0, age_s=age)
         return Freshness.NEW
 
     def retain(self, origins: Collection[NodeName]) -> None:
@@ -926,13 +1116,14 @@ class HeartbeatBook:
             entry = self._entries.get(hb.origin)
             if entry is not None and entry.heartbeat.order == hb.order:
                 self._entries[hb.origin] = BookEntry(
-                    heartbeat=entry.heartbeat, received_at=entry.received_at, relay_count=entry.relay_count + 1
+                    heartbeat=entry.heartbeat, received_at=entry.received_at, relay_count=entry.relay_count + 1,
+                    age_s=entry.age_s,
                 )
 
     def votes(self) -> dict[NodeName, Vote]:
         """Every origin's newest heartbeat as a vote observed at its local
         receipt time (feed to :func:`~edgewatch.core.quorum.decide`, which
-        drops expired ones)."""
+        drops expired ones: the vote TTL runs on the receiver's clock)."""
         return {o: e.heartbeat.vote(observed_at=e.received_at) for o, e in self._entries.items()}
 
 
@@ -945,17 +1136,21 @@ def select_relays(
     max_age_s: float,
     rng: random.Random,
     exclude: Collection[NodeName] = (),
+    max_total_age_s: float | None = None,
 ) -> list[Heartbeat]:
     """Choose the heartbeats to piggyback on one envelope to ``for_peer``.
 
     Candidates: book entries received at most ``max_age_s`` seconds before
-    ``now`` (local clock), whose origin is neither ``for_peer`` (it knows its
-    own) nor in ``exclude`` (e.g. the sender itself, whose own heartbeat is
-    always first anyway). Order: least relayed first (memberlist's
-    transmit-limited queue: a NEW heartbeat has count 0, so the freshest news
-    goes first and every entry gets its turn), then most recently received,
-    then random (``rng``) to break ties. At most ``max_count`` are returned;
-    call :meth:`HeartbeatBook.mark_relayed` with what was actually sent.
+    ``now`` (local clock), whose total age (:meth:`BookEntry.age_at`) is at
+    most ``max_total_age_s`` if given (older ones would be STALE at the
+    receiver), whose origin is neither ``for_peer`` (it knows its own) nor
+    in ``exclude`` (e.g. the sender itself, whose own heartbeat is always
+    first anyway). Order: least relayed first (memberlist's transmit-limited
+    queue: a NEW heartbeat has count 0, so the freshest news goes first and
+    every entry gets its turn), then most recently received, then random
+    (``rng``) to break ties. At most ``max_count`` are returned; send each
+    with ``book.get(origin).age_at(now)`` and call
+    :meth:`HeartbeatBook.mark_relayed` with what was actually sent.
 
     Cost model: each node sends ``fanout`` envelopes per period, each with
     1 + ``max_count`` heartbeats — O(fanout * max_count) heartbeats per node
@@ -968,18 +1163,22 @@ def select_relays(
     detector's timeouts must be at least that long.
 
     Raises:
-        ValueError: ``max_count < 0``, ``max_age_s`` negative or not finite,
-            ``now`` not finite.
+        ValueError: ``max_count < 0``, ``max_age_s`` or ``max_total_age_s``
+            negative or not finite, ``now`` not finite.
     """
     t = _finite("now", now)
     limit = _positive_int("max_count", max_count, 0)
     max_age = _finite("max_age_s", max_age_s)
     if max_age < 0:
         raise ValueError("max_age_s must be >= 0")
+    total = math.inf if max_total_age_s is None else _finite("max_total_age_s", max_total_age_s)
+    if total < 0:
+        raise ValueError("max_total_age_s must be >= 0")
     candidates = [
         e
         for e in book.entries()
         if e.heartbeat.origin != for_peer and e.heartbeat.origin not in exclude and t - e.received_at <= max_age
+        and e.age_at(t) <= total
     ]
     keyed = [(e.relay_count, -e.received_at, rng.random(), e.heartbeat.origin, e) for e in candidates]
     keyed.sort(key=lambda k: k[:4])

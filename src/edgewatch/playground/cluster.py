@@ -133,8 +133,9 @@ class PlaygroundCluster:
                 add(host.name, host, host.address, covered=True)
             if pool.coordinator and self.edgewatch:
                 self.coordinator_hosts[pool.name] = self.lab.add_host(f"{pool.name}-coord", pool=pool.name)
-        for name in skewed:
-            write_clock_offset(self.nodes[name].root / "clock", 0)
+        for name in skewed:  # a skew at 0 s is the node's clock from its boot on; later ones step it
+            at_boot = [st.seconds for st in sc.steps if st.action == "skew" and st.node == name and st.at == 0]
+            write_clock_offset(self.nodes[name].root / "clock", at_boot[0] if at_boot else 0)
         timings = ClusterTimings(node_monitor_grace_s=sc.timings.node_monitor_grace_s,
                                  not_ready_toleration_s=int(sc.timings.toleration_s),
                                  unreachable_toleration_s=int(sc.timings.toleration_s))
@@ -211,7 +212,8 @@ class PlaygroundCluster:
             if node.host is None:  # cloud-1: the control-plane node, this machine
                 argv += ["--healthz-port", "0", "--label", "node-role.kubernetes.io/control-plane=",
                          "--taint", "node-role.kubernetes.io/control-plane:NoSchedule"]
-                node.kubelet = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                node.kubelet = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                                preexec_fn=_die_with_parent)
             else:
                 node.kubelet = node.host.popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
@@ -278,6 +280,14 @@ class PlaygroundCluster:
         """Delete the run folder (logs, node folders)."""
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the playground process dies, however it dies (the
+    namespaced nodes die with their namespaces; cloud-1 lives in the machine's own)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _children(pid: int) -> list[int]:

@@ -378,7 +378,10 @@ class Revive(_NodeStep):
 
 class Skew(_NodeStep):
     """From now on the node's clock (its kubelet's and its agent's) is off by ``seconds``
-    (negative: slow); 0 ends the skew. ``heal`` does not end it."""
+    (negative: slow); 0 ends the skew. ``heal`` does not end it. At ``at: 0`` the clock is off
+    from the node's boot on (a box whose clock is simply wrong); later, the clock *steps* — and a
+    backward step makes stock kube-controller-manager, which counts only a renewTime that
+    increases, see no renewal until the clock has caught up (that is Kubernetes, not edgewatch)."""
 
     action: Literal["skew"]
     seconds: Annotated[float, Field(ge=-3600, le=3600)]

@@ -40,21 +40,13 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from edgewatch.runtime import api_client, run_until_signalled
 from edgewatch.testing.podrunner import PodRunner, PodRunnerConfig, read_clock_offset, runs_here
+from edgewatch.timefmt import format_micro_time as micro_time
+from edgewatch.timefmt import format_rfc3339 as rfc3339
 
 log = logging.getLogger(__name__)
 
 KUBELET_VERSION = "v1.36.3"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-
-
-def micro_time(when: dt.datetime | None = None) -> str:  # noqa: D401
-    """RFC 3339 with microseconds, the format of Kubernetes MicroTime (Lease renewTime)."""
-    return (when or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def rfc3339(when: dt.datetime | None = None) -> str:
-    """RFC 3339 to the second, the format of Kubernetes metav1.Time."""
-    return (when or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

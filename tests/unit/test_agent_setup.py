@@ -1,0 +1,213 @@
+"""How the agent starts as shipped (issue #9): in-cluster credentials and NODE_NAME from the
+DaemonSet, hostNetwork defaults, and the pool coordinator taken from the ConfigMap — followed live,
+never crashing on bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from lightkube import KubeConfig
+
+from edgewatch.agent import main as agent_main
+from edgewatch.agent.agent import Agent, _peer_session
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.membership import NodeInfo
+from edgewatch.cli import main
+from edgewatch.core.types import NodeName
+from edgewatch.names import POOL_LABEL
+
+ME = NodeName("e-1")
+
+
+def _key(tmp_path: Path) -> Path:
+    key = tmp_path / "keys"
+    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    return key
+
+
+# -- the DaemonSet's command line ------------------------------------------------------------------
+
+
+def test_the_daemonset_command_line_takes_node_from_env_and_defaults_for_host_network(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(agent_main, "run_agent", lambda **opts: seen.update(opts) or 0)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("NODE_NAME", "edge-node-7")
+    result = CliRunner().invoke(main, ["agent", "--key-file", str(_key(tmp_path)), "--state-dir", "/var/lib/edgewatch"])
+    assert result.exit_code == 0, result.output
+    assert seen["node"] == "edge-node-7"
+    assert seen["kubeconfig"] is None  # in-cluster
+    assert seen["listen_address"] == "0.0.0.0" and seen["port"] == 51005
+    assert seen["kubelet_healthz_url"] == "http://127.0.0.1:10248/healthz"
+    assert seen["coordinator_url"] is None and seen["pool"] is None  # from the ConfigMap
+
+
+def test_help_says_where_the_coordinator_comes_from() -> None:
+    text = " ".join(CliRunner().invoke(main, ["agent", "--help"]).output.split())
+    assert "poolCoordinators" in text and "followed live" in text
+
+
+def _service_account(tmp_path: Path) -> Path:
+    from edgewatch.testing.pki import CertificateAuthority
+
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("token-1")
+    (sa / "namespace").write_text("edgewatch")
+    CertificateAuthority(folder=sa)  # writes ca.crt (and ca.key, unused)
+    return sa
+
+
+def test_in_cluster_client_from_the_service_account_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sa = _service_account(tmp_path)
+    original = KubeConfig.from_service_account.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(KubeConfig, "from_service_account",
+                        classmethod(lambda cls, service_account=sa: original(cls, service_account)))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    client = agent_main._client(None)
+    assert client is not None
+    http = client._client._client  # type: ignore[attr-defined]
+    assert str(http.base_url).rstrip("/") == "https://10.96.0.1:6443"
+    assert "edgewatch-agent/" in http.headers.get("User-Agent", "")
+    asyncio.run(client.close())  # type: ignore[attr-defined]
+
+
+def test_outside_a_cluster_without_kubeconfig_exits_2_with_a_clear_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(agent_main, "configure_logging", lambda **_: None)
+    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
+        pytest.skip("running inside a pod")
+    with caplog.at_level(logging.ERROR):
+        code = agent_main.run_agent(node="n1", key_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
+                                    port=51005, namespace="edgewatch", kubelet_healthz_url="http://127.0.0.1:10248/healthz",
+                                    coordinator_url=None, pool=None, state_dir=None, exchange_period=1.0,
+                                    vote_ttl=5.0, probe_timeout=0.8, log_level="INFO", log_format="text")
+    assert code == 2
+    assert any("cannot reach the API" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_coordinator_flag_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(agent_main, "configure_logging", lambda **_: None)
+    with caplog.at_level(logging.ERROR):
+        code = agent_main.run_agent(node="n1", key_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
+                                    port=51005, namespace="edgewatch", kubelet_healthz_url="http://127.0.0.1:10248/healthz",
+                                    coordinator_url="etcd:2379", pool=None, state_dir=None, exchange_period=1.0,
+                                    vote_ttl=5.0, probe_timeout=0.8, log_level="INFO", log_format="text")
+    assert code == 2 and any("--coordinator" in r.getMessage() for r in caplog.records)
+
+
+# -- source address with a wildcard listen address ---------------------------------------------------
+
+
+def _agent(tmp_path: Path, **config: Any) -> Agent:
+    return Agent(config=AgentConfig(node=ME, key_file=_key(tmp_path), **config), client=object())  # type: ignore[arg-type]
+
+
+def test_peer_traffic_leaves_from_the_internal_ip_when_listening_on_all_addresses(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    assert agent.source_address() is None  # node list not known yet: the kernel picks
+    agent.membership.nodes[ME] = NodeInfo(name=ME, address="127.0.0.1", labels={})
+    assert agent.source_address() == "127.0.0.1"
+    assert _agent(tmp_path, listen_address="127.0.0.9").source_address() == "127.0.0.9"
+
+
+async def test_an_internal_ip_that_is_not_local_falls_back_to_the_kernel(caplog: pytest.LogCaptureFixture) -> None:
+    session = _peer_session("192.0.2.123")  # TEST-NET-1: not an address of this host
+    try:
+        assert session.connector is not None and getattr(session.connector, "_local_addr_infos", None) is None
+    finally:
+        await session.close()
+    assert any("cannot send peer traffic from 192.0.2.123" in r.getMessage() for r in caplog.records)
+    bound = _peer_session("127.0.0.1")
+    try:
+        infos = getattr(bound.connector, "_local_addr_infos", None)
+        assert infos and infos[0][4] == ("127.0.0.1", 0)
+    finally:
+        await bound.close()
+
+
+# -- the pool coordinator from the ConfigMap ---------------------------------------------------------
+
+
+def _with_config(agent: Agent, text: str | None, *, pool: str | None = "a") -> None:
+    agent.membership.nodes[ME] = NodeInfo(name=ME, address="127.0.0.1", labels={POOL_LABEL: pool} if pool else {})
+    agent.membership.apply_config({"poolCoordinators": text} if text is not None else None)
+    agent.membership.config_synced.set()
+
+
+def test_coordinator_wanted(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    assert agent.coordinator_wanted() is None  # nothing known yet
+    _with_config(agent, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
+    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a")
+    _with_config(agent, "b: http://198.18.0.11:2379")
+    assert agent.coordinator_wanted() is None  # our pool has no entry
+    _with_config(agent, "a: http://198.18.0.10:2379", pool=None)
+    assert agent.coordinator_wanted() is None  # we have no pool
+    # --pool overrides the label; --coordinator overrides the ConfigMap.
+    pinned = _agent(tmp_path, pool="b")
+    _with_config(pinned, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
+    assert pinned.coordinator_wanted() == ("http://198.18.0.11:2379", "b")
+    flag = _agent(tmp_path, coordinator_url="http://10.1.1.1:2379")
+    assert flag.coordinator_wanted() is None  # waits for the node (its pool label)
+    _with_config(flag, "a: http://198.18.0.10:2379")
+    assert flag.coordinator_wanted() == ("http://10.1.1.1:2379", "a")
+
+
+async def test_the_coordinator_follows_the_config_map_live(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    agent = _agent(tmp_path)
+    # Ports nobody listens on: the sessions fail and retry quietly, which is all this test needs.
+    _with_config(agent, "a: http://127.0.0.1:9")
+    task = asyncio.create_task(agent._coordinator_loop(poll_s=0.02))
+    try:
+        await asyncio.sleep(0.2)
+        assert agent.coordinator_target == ("http://127.0.0.1:9", "a") and agent.coordinator is not None
+        first = agent.coordinator
+        _with_config(agent, "a: http://127.0.0.1:10")  # the operator changes the URL
+        await asyncio.sleep(0.2)
+        assert agent.coordinator_target == ("http://127.0.0.1:10", "a") and agent.coordinator is not first
+        assert first._closing  # noqa: SLF001 - the old session was closed, not leaked
+        second = agent.coordinator
+        _with_config(agent, "a: ftp://127.0.0.1:10")  # a bad value: logged, the previous URL stays
+        await asyncio.sleep(0.2)
+        assert agent.coordinator is second and not task.done()
+        _with_config(agent, "a: http://127.0.0.1:9")
+        await asyncio.sleep(0.2)
+        assert agent.coordinator_target == ("http://127.0.0.1:9", "a")
+        _with_config(agent, "")  # entry removed: the coordinator stops, the peer path carries
+        await asyncio.sleep(0.2)
+        assert agent.coordinator is None and agent.coordinator_target is None
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert any("scheme" in r.getMessage() and "pool a" in r.getMessage() for r in caplog.records)
+
+
+async def test_tls_with_an_http_url_is_refused_once_not_crashing(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from edgewatch.agent.coordinator import CoordinatorTLS
+
+    tls = CoordinatorTLS(ca_file=tmp_path / "ca", cert_file=tmp_path / "c", key_file=tmp_path / "k")
+    agent = _agent(tmp_path, coordinator_tls=tls)
+    _with_config(agent, "a: http://127.0.0.1:9")
+    with caplog.at_level(logging.ERROR):
+        task = asyncio.create_task(agent._coordinator_loop(poll_s=0.02))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    refusals = [r for r in caplog.records if "not joining pool a" in r.getMessage()]
+    assert len(refusals) == 1 and agent.coordinator is None

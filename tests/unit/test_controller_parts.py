@@ -1,0 +1,177 @@
+"""The controller's small parts: observations and the snapshots built from them, coverage, the ops
+endpoints, and what ``edgewatch status`` shows without judging any clock."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node
+from prometheus_client import CollectorRegistry, Counter
+
+from edgewatch.controller.coverage import Coverage, is_covered
+from edgewatch.controller.observations import Observations
+from edgewatch.controller.ops import serve_ops
+from edgewatch.controller.snapshots import lease_snapshot, node_snapshot
+from edgewatch.names import (
+    DELEGATE_HEARTBEAT_ANNOTATION,
+    DELEGATED_RENEW_TIME_ANNOTATION,
+    DELEGATED_VIA_ANNOTATION,
+    EDGE_CONDITION_TYPE,
+    POOL_LABEL,
+)
+from edgewatch.status import heartbeat_of
+
+R1 = "2023-11-14T22:13:20.000000Z"
+R2 = "2023-11-14T22:13:30.000000Z"
+
+
+def lease(renew: str | None, annotations: dict[str, str] | None = None) -> Lease:
+    spec = {"holderIdentity": "n1", "leaseDurationSeconds": 40}
+    if renew:
+        spec["renewTime"] = renew
+    return Lease.from_dict({"metadata": {"name": "n1", "namespace": "kube-node-lease",
+                                         "annotations": annotations or {}}, "spec": spec})
+
+
+def node(status: str | None, heartbeat: str | None = "2023-11-14T22:13:20Z") -> Node:
+    conditions = []
+    if status is not None:
+        cond = {"type": EDGE_CONDITION_TYPE, "status": status, "reason": "r", "message": "m"}
+        if heartbeat:
+            cond["lastHeartbeatTime"] = heartbeat
+        conditions.append(cond)
+    return Node.from_dict({"metadata": {"name": "n1"}, "status": {"conditions": conditions}})
+
+
+def test_observations_time_changes_only() -> None:
+    obs = Observations()
+    first = obs.see(kind="lease", name="n1", value="a", now=100.0)
+    assert (first.at, first.first) == (100.0, True)
+    assert obs.see(kind="lease", name="n1", value="a", now=150.0) is first  # unchanged: the old time
+    later = obs.see(kind="lease", name="n1", value="b", now=160.0)
+    assert (later.at, later.first) == (160.0, False)
+    obs.forget(name="n1")
+    assert obs.get(kind="lease", name="n1") is None
+
+
+def test_lease_snapshot_carries_the_observation_not_the_remote_time() -> None:
+    obs = Observations()
+    snap = lease_snapshot(lease(R1), name="n1", observations=obs, now=5000.0)
+    assert snap is not None and (snap.renew_time, snap.observed_at, snap.first_sight) == (R1, 5000.0, True)
+    snap = lease_snapshot(lease(R1), name="n1", observations=obs, now=5007.0)
+    assert snap.observed_at == 5000.0  # no renewal since: ages on the controller's clock
+    snap = lease_snapshot(lease(R2), name="n1", observations=obs, now=5010.0)
+    assert (snap.observed_at, snap.first_sight) == (5010.0, False)
+    assert lease_snapshot(None, name="n1", observations=obs, now=5011.0) is None
+    snap = lease_snapshot(lease(R1), name="n1", observations=obs, now=5012.0)  # recreated: a watched change
+    assert (snap.observed_at, snap.first_sight) == (5012.0, False)
+    snap = lease_snapshot(lease(None), name="n2", observations=obs, now=1.0)
+    assert snap is not None and snap.renew_time is None and snap.observed_at is None
+
+
+def test_node_snapshot_times_verdict_refreshes_and_status_changes() -> None:
+    obs = Observations()
+    cond = node_snapshot(node("True"), observations=obs, now=100.0).edge_condition
+    assert cond is not None and (cond.status, cond.observed_at, cond.status_since) == ("True", 100.0, 100.0)
+    cond = node_snapshot(node("True"), observations=obs, now=130.0).edge_condition
+    assert (cond.observed_at, cond.status_since) == (100.0, 100.0)  # not refreshed since
+    cond = node_snapshot(node("True", "2023-11-14T22:13:25Z"), observations=obs, now=131.0).edge_condition
+    assert (cond.observed_at, cond.status_since) == (131.0, 100.0)  # refreshed, same status
+    cond = node_snapshot(node("Unknown", "2023-11-14T22:13:25Z"), observations=obs, now=140.0).edge_condition
+    assert (cond.observed_at, cond.status_since) == (140.0, 140.0)
+    cond = node_snapshot(node("True", None), observations=obs, now=150.0).edge_condition
+    assert cond.observed_at is None  # no time at all: a refresh could never be seen
+    assert node_snapshot(node(None), observations=obs, now=160.0).edge_condition is None
+
+
+@pytest.mark.parametrize(("labels", "cover", "covered"), [
+    ({}, "", True), ({POOL_LABEL: "a"}, POOL_LABEL, True), ({POOL_LABEL: ""}, POOL_LABEL, True),
+    ({}, POOL_LABEL, False), ({"other": "x"}, POOL_LABEL, False),
+])
+def test_is_covered(labels: dict[str, str], cover: str, covered: bool) -> None:
+    assert is_covered(labels=labels, cover_label=cover) is covered
+
+
+def test_coverage_follows_the_configmap_and_refuses_bad_data() -> None:
+    coverage = Coverage()
+    assert coverage.covers({})  # default: every node
+    assert coverage.apply({"coverLabel": POOL_LABEL}) is True
+    assert not coverage.covers({}) and coverage.covers({POOL_LABEL: "a"})
+    assert coverage.apply({"coverLabel": POOL_LABEL, "grouping": "on"}) is False  # cover label unchanged
+    with pytest.raises(ValueError):
+        coverage.apply({"coverLabl": ""})
+    with pytest.raises(ValueError):
+        coverage.apply({"coverLabel": "not a label!"})
+    assert coverage.cover_label == POOL_LABEL  # the previous one stays
+    assert coverage.apply(None) is True and coverage.covers({})  # deleted: the defaults
+
+
+def test_ops_endpoints() -> None:
+    registry = CollectorRegistry()
+    Counter("edgewatch_controller_test", "A test counter.", registry=registry).inc()
+    ready = {"value": False}
+    with serve_ops(address="127.0.0.1", port=0, registry=registry, ready=lambda: ready["value"]) as port:
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/readyz", timeout=5)
+        assert err.value.code == 503
+        ready["value"] = True
+        with urllib.request.urlopen(f"{base}/readyz", timeout=5) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+            assert b"edgewatch_controller_test_total 1.0" in resp.read()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/other", timeout=5)
+        assert err.value.code == 404
+
+
+@pytest.mark.parametrize(("renew", "annotations", "heartbeat"), [
+    (None, {}, "none"),
+    (R1, {}, "own"),
+    (R1, {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: R1,
+          DELEGATED_VIA_ANNOTATION: "peer"}, "delegated"),
+    (R1, {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: R1,
+          DELEGATED_VIA_ANNOTATION: "autonomy"}, "held"),
+    (R2, {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: R1,
+          DELEGATED_VIA_ANNOTATION: "autonomy"}, "own"),  # stale mark: the kubelet renewed since
+])
+def test_status_heartbeat_says_who_renewed_not_when(renew: str | None, annotations: dict[str, str],
+                                                    heartbeat: str) -> None:
+    assert heartbeat_of(lease(renew, annotations)) == heartbeat
+    assert heartbeat_of(None) == "none"
+
+
+async def test_status_rows_show_coverage_heartbeat_verdict_and_recorded_state() -> None:
+    from _fakekube import FakeKube
+
+    from edgewatch.status import collect
+
+    kube = FakeKube()
+    kube.put("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "edgewatch-config", "namespace": "edgewatch"},
+                           "data": {"coverLabel": POOL_LABEL}})
+    for name, labels, ann in (("a-1", {POOL_LABEL: "a"}, {"edgewatch.io/state": "disconnected"}),
+                              ("cloud-1", {}, {})):
+        obj = node("True").to_dict()
+        obj["metadata"] = {"name": name, "labels": labels, "annotations": ann}
+        kube.put("Node", obj)
+        held = {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: R1,
+                DELEGATED_VIA_ANNOTATION: "peer", "edgewatch.io/delegated-by": "a-2"} if name == "a-1" else {}
+        lease_obj = lease(R1, held).to_dict()
+        lease_obj["metadata"]["name"] = name
+        kube.put("Lease", lease_obj)
+    rows = {r["node"]: r for r in await collect(kube)}  # type: ignore[arg-type]
+    assert rows["a-1"] | {"age_s": None} == {
+        "node": "a-1", "pool": "a", "covered": True, "heartbeat": "delegated", "renew_time": R1, "edge": "healthy",
+        "edge_message": "m", "state": "disconnected", "delegate": "a-2 (peer)", "role": None, "taints": [],
+        "age_s": None}
+    assert (rows["cloud-1"]["covered"], rows["cloud-1"]["state"], rows["cloud-1"]["heartbeat"]) == (False, None, "own")
+    kube.put("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "edgewatch-config", "namespace": "edgewatch"}, "data": {"typo": "x"}})
+    rows = {r["node"]: r for r in await collect(kube)}  # type: ignore[arg-type]
+    assert rows["cloud-1"]["covered"] is None and rows["cloud-1"]["state"] == "normal"  # unknown coverage

@@ -1,0 +1,249 @@
+"""Peer exchanges over loopback HTTP: freshness must not depend on synchronized clocks (issue #9),
+replays are refused and counted, and a restarted peer (even one whose clock went back) is heard
+again within a period or two.
+
+Two real peer exchanges whose wall clocks disagree: Node a-1 runs in the main thread, node a-2 in its own thread
+with its own event loop; ``time.time`` (and ``datetime.now``) in the agent's modules read a-2's
+skewed clock when called from a-2's thread. Monotonic clocks are left alone (each node has its own
+anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import socket
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from edgewatch.agent import peers as peers_module
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.peers import EXCHANGE_PATH, REFUSED_HEADER, PeerExchange
+from edgewatch.core.signing import Keyring
+from edgewatch.core.types import NodeName
+from edgewatch.core.wire import Rejected, RejectReason
+
+RING = Keyring([("k1", b"K" * 32)])
+A, B = NodeName("a-1"), NodeName("a-2")
+ADDRESSES = {A: "127.0.0.1", B: "127.0.0.2"}
+
+
+class FakeMembership:
+    """The two-node group with fixed addresses (what ``Membership`` answers after a sync)."""
+
+    def group_of(self, node: NodeName) -> frozenset[NodeName]:
+        return frozenset(ADDRESSES)
+
+    def address_of(self, node: NodeName) -> str | None:
+        return ADDRESSES.get(node)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Node:
+    """One peer exchange with its server and client session, on a given event loop."""
+
+    def __init__(self, name: NodeName, port: int) -> None:
+        self.name = name
+        self.config = AgentConfig(node=name, key_file=Path("/nonexistent"), listen_address=ADDRESSES[name], port=port)
+        self.metrics = AgentMetrics(CollectorRegistry())
+        self.peers = PeerExchange(me=name, config=self.config, keyring=lambda: RING, membership=FakeMembership(),  # type: ignore[arg-type]
+                                  metrics=self.metrics, cloud_ok=lambda: True)
+        self.peers.kubelet_ok = True
+        self.peers.refresh_group(now=time.monotonic())  # know the group before the first request
+        self.runner: web.AppRunner | None = None
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post(EXCHANGE_PATH, self.peers.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, ADDRESSES[self.name], self.config.port).start()
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(ADDRESSES[self.name], 0)))
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def period(self) -> None:
+        assert self.session is not None
+        await self.peers.run_period(self.session)
+
+    def count(self, metric: str, result: str) -> float:
+        value = self.metrics.registry.get_sample_value(metric, {"result": result})
+        return value or 0.0
+
+
+class SkewedClocks:
+    """``time.time`` / ``datetime.now`` that read ``skew_s`` ahead in one thread."""
+
+    def __init__(self, thread: Callable[[], threading.Thread | None], skew_s: float) -> None:
+        self._thread = thread
+        self.skew_s = skew_s
+
+    def offset(self) -> float:
+        return self.skew_s if threading.current_thread() is self._thread() else 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset()
+
+    def time_ns(self) -> int:
+        return time.time_ns() + int(self.offset() * 1e9)
+
+
+class LoopThread:
+    """An event loop in its own thread (node a-2 lives here)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float = 10) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def other() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.mark.parametrize("skew_s", [0.0, -3600.0, -45.0, 45.0, 86400.0])
+async def test_peers_with_skewed_wall_clocks_hear_each_other(monkeypatch: pytest.MonkeyPatch, other: LoopThread,
+                                                             skew_s: float) -> None:
+    clocks = SkewedClocks(lambda: other.thread, skew_s)
+    fake_time = types.SimpleNamespace(time=clocks.time, time_ns=clocks.time_ns, monotonic=time.monotonic,
+                                      monotonic_ns=time.monotonic_ns)
+    monkeypatch.setattr(peers_module, "time", fake_time)
+    port = _free_port()
+    a = Node(A, port)
+    b = other.run(_make(B, port))
+    await a.start()
+    try:
+        await a.period()  # warm-up: until a node has signed its first heartbeat it answers 503
+        await asyncio.to_thread(other.run, b.period())
+        before = {n.name: (n.count("edgewatch_agent_probes_total", "ok"),
+                           n.count("edgewatch_agent_messages_received_total", "accepted")) for n in (a, b)}
+        for _ in range(3):  # a few periods each way: requests and answers in both directions
+            await a.period()
+            await asyncio.to_thread(other.run, b.period())
+        for node in (a, b):
+            probes, accepted = before[node.name]
+            assert node.count("edgewatch_agent_probes_total", "ok") - probes == 3
+            assert node.count("edgewatch_agent_messages_received_total", "accepted") - accepted == 6
+            assert node.count("edgewatch_agent_messages_received_total", "stale") == 0
+        # Each sees the other alive and holds its vote (observed on its own monotonic clock).
+        assert a.peers.book.get(B) is not None and b.peers.book.get(A) is not None
+        assert a.peers.decisions[A].verdict.value == "healthy"
+        assert b.peers.decisions[B].verdict.value == "healthy"
+    finally:
+        await a.stop()
+        other.run(b.stop())
+
+
+async def _make(name: NodeName, port: int) -> Node:
+    node = Node(name, port)
+    await node.start()
+    return node
+
+
+async def test_replayed_request_is_refused_counted_and_still_answered(other: LoopThread) -> None:
+    port = _free_port()
+    a = Node(A, port)
+    b = other.run(_make(B, port))
+    await a.start()
+    try:
+        await a.period()
+        await asyncio.to_thread(other.run, b.period())
+        nonce = "ab" * 16
+        raw = a.peers.envelope_for(B, now_mono=time.monotonic(), nonce=nonce)
+        url = f"http://{ADDRESSES[B]}:{port}{EXCHANGE_PATH}"
+        assert a.session is not None
+        answers = []
+        for _ in range(2):  # the same bytes twice: the second is a replay
+            async with a.session.post(url, data=raw) as resp:
+                answers.append((resp.status, resp.headers.get(REFUSED_HEADER), await resp.read()))
+        assert [(s, h) for s, h, _ in answers] == [(200, None), (409, "replayed")]
+        assert b.count("edgewatch_agent_messages_received_total", "replayed") == 1
+        # Both answers are B's genuine envelope bound to the request's nonce.
+        for _s, _h, body in answers:
+            env = a.peers.decode(body, sender_allowed=lambda s: s == B, reply_to=nonce)
+            assert env.sender == B and env.reply_to == nonce
+        # An answer replayed to a later probe is refused (its reply_to is an older nonce).
+        with pytest.raises(Rejected) as info:
+            a.peers.decode(answers[0][2], sender_allowed=lambda s: s == B, reply_to="cd" * 16)
+        assert info.value.reason is RejectReason.REPLAYED
+    finally:
+        await a.stop()
+        other.run(b.stop())
+
+
+@pytest.mark.parametrize("epoch_shift_s", [3600.0, -3600.0])
+async def test_restarted_peer_is_heard_again_even_if_its_clock_went_back(other: LoopThread,
+                                                                         epoch_shift_s: float) -> None:
+    port = _free_port()
+    a = Node(A, port)
+    b = other.run(_make(B, port))
+    await a.start()
+    try:
+        for _ in range(2):
+            await a.period()
+            await asyncio.to_thread(other.run, b.period())
+        old_epoch = a.peers.incarnation
+        await a.stop()
+        # A restarts: a new process, a new epoch (its wall clock moved forward, or went back).
+        a = Node(A, port)
+        a.peers.incarnation = old_epoch + int(epoch_shift_s * 1e9)
+        await a.start()
+        before = b.count("edgewatch_agent_messages_received_total", "accepted")
+        for _ in range(2):
+            await a.period()
+            await asyncio.to_thread(other.run, b.period())
+        entry = b.peers.book.get(A)
+        assert entry is not None and entry.heartbeat.incarnation == a.peers.incarnation
+        assert b.count("edgewatch_agent_messages_received_total", "accepted") - before >= 3
+        # From now on every request of the new run is accepted, both ways.
+        accepted = (a.count("edgewatch_agent_messages_received_total", "accepted"),
+                    b.count("edgewatch_agent_messages_received_total", "accepted"))
+        for _ in range(2):
+            await a.period()
+            await asyncio.to_thread(other.run, b.period())
+        assert a.count("edgewatch_agent_messages_received_total", "accepted") - accepted[0] == 4
+        assert b.count("edgewatch_agent_messages_received_total", "accepted") - accepted[1] == 4
+        assert a.count("edgewatch_agent_probes_total", "ok") == 4  # every probe of the new run succeeded
+        state = b.peers.guard.state_of(A)
+        assert state is not None and state.epoch == a.peers.incarnation and state.confirmed
+        assert old_epoch in state.retired  # a replay from the old run stays refused
+    finally:
+        await a.stop()
+        other.run(b.stop())
+
+
+def test_datetime_is_not_used_for_freshness_in_the_peer_path() -> None:
+    # The receive path must not read the wall clock at all: freshness is local and monotonic.
+    source = Path(peers_module.__file__).read_text()
+    assert "time.time()" not in source and "datetime" not in source and dt is not None

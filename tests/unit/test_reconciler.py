@@ -1,0 +1,264 @@
+"""The reconciler's plumbing on an in-memory API (``_fakekube.FakeKube``): freshness judged by what
+the controller observed (never by remote clocks), coverage by the ``coverLabel`` of the
+edgewatch-config ConfigMap, and per-node work (one stuck node never blocks another).
+
+Short timings (Lease of 2 s: grace 1 s; confirmation 1 s) keep each test to a few seconds; the same
+behaviours are exercised on the real control plane in tests/integration/test_controller.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from _fakekube import FakeKube
+from prometheus_client import CollectorRegistry
+
+from edgewatch.controller.metrics import ControllerMetrics
+from edgewatch.controller.model import ControllerConfig
+from edgewatch.controller.reconciler import Reconciler
+from edgewatch.names import (
+    CLOUD_UNREACHABLE_TAINT_KEY,
+    DELEGATE_HEARTBEAT_ANNOTATION,
+    DELEGATED_RENEW_TIME_ANNOTATION,
+    DELEGATED_VIA_ANNOTATION,
+    EDGE_CONDITION_TYPE,
+    FAILED_TAINT_KEY,
+    POOL_LABEL,
+)
+from edgewatch.timefmt import format_micro_time, format_rfc3339
+
+pytestmark = pytest.mark.timeout(60)
+
+CONFIG = ControllerConfig(default_lease_duration_s=2.0, overdue_slack_s=0.5, confirm_s=1.0,
+                          edge_view_ttl_s=3.0, autonomy_s=300.0)
+HOUR = 3600.0
+
+
+def _clock(skew_s: float) -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew_s)
+
+
+def add_node(kube: FakeKube, name: str, *, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None, taints: list[dict] | None = None) -> None:
+    kube.put("Node", {"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels or {},
+                                   "annotations": annotations or {}},
+                      "spec": {"taints": taints or []}, "status": {"conditions": []}})
+
+
+def add_lease(kube: FakeKube, name: str, *, skew_s: float = 0.0) -> None:
+    kube.put("Lease", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": name, "namespace": "kube-node-lease"},
+                       "spec": {"holderIdentity": name, "leaseDurationSeconds": 2,
+                                "renewTime": format_micro_time(_clock(skew_s))}})
+
+
+def add_pod(kube: FakeKube, name: str, *, node: str) -> None:
+    kube.put("Pod", {"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": name, "namespace": "work", "uid": f"uid-{name}"},
+                     "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
+
+
+def set_edge(kube: FakeKube, name: str, status: str, *, skew_s: float = 0.0) -> None:
+    """What an agent writes: EdgeHealthy with lastHeartbeatTime from the agent's own clock."""
+    node = kube.obj("Node", name)
+    stamp = format_rfc3339(_clock(skew_s))
+    conditions = [c for c in node["status"]["conditions"] if c["type"] != EDGE_CONDITION_TYPE]
+    conditions.append({"type": EDGE_CONDITION_TYPE, "status": status, "reason": "Test", "message": "test",
+                       "lastHeartbeatTime": stamp, "lastTransitionTime": stamp})
+    node["status"]["conditions"] = conditions
+    kube.put("Node", node)
+
+
+async def kubelet(kube: FakeKube, name: str, *, skew_s: float, alive: Callable[[], bool] = lambda: True,
+                  edge: Callable[[], str | None] = lambda: "True", edge_skew_s: float | None = None,
+                  every_s: float = 0.4) -> None:
+    """A node whose kubelet renews its Lease, and whose peers publish a verdict, with skewed clocks."""
+    while True:
+        if alive():
+            lease = kube.obj("Lease", name, "kube-node-lease")
+            lease["spec"]["renewTime"] = format_micro_time(_clock(skew_s))
+            kube.put("Lease", lease)
+        status = edge()
+        if status is not None:
+            set_edge(kube, name, status, skew_s=skew_s if edge_skew_s is None else edge_skew_s)
+        await asyncio.sleep(every_s)
+
+
+def taints(kube: FakeKube, name: str) -> set[str]:
+    return {f"{t['key']}:{t['effect']}" for t in kube.obj("Node", name)["spec"].get("taints") or []}
+
+
+async def eventually(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(kube: FakeKube, **kwargs) -> AsyncIterator[Reconciler]:  # type: ignore[no-untyped-def]
+    rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+                     resync_s=2.0, hold_interval_s=0.5, **kwargs)
+    task = asyncio.create_task(rec.run())
+    try:
+        yield rec
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. freshness from observation, not from remote clocks
+# ---------------------------------------------------------------------------------------------------
+
+
+async def test_slow_and_fast_node_clocks_neither_taint_a_live_node_nor_hide_a_dead_one() -> None:
+    """A live node whose clocks are an hour slow (its Lease renewTime and its peers' verdict times)
+    is never tainted; a node whose clock is an hour fast is judged failed as soon as its renewals stop
+    and its peers say so. Before: the slow one was tainted at once, the fast one never failed."""
+    kube = FakeKube()
+    for name, skew in (("slow", -HOUR), ("fast", HOUR)):
+        add_node(kube, name)
+        add_lease(kube, name, skew_s=skew)
+    fast_alive = True
+    fast_edge = "True"
+    tasks = [asyncio.create_task(kubelet(kube, "slow", skew_s=-HOUR)),
+             asyncio.create_task(kubelet(kube, "fast", skew_s=HOUR, alive=lambda: fast_alive,
+                                         edge=lambda: fast_edge))]
+    try:
+        async with running(kube):
+            started = time.monotonic()
+            while time.monotonic() - started < 4.0:  # grace 1 s + confirmation 1 s, twice over
+                assert taints(kube, "slow") == set(), "a live node with a slow clock was tainted"
+                assert taints(kube, "fast") == set(), "a live node with a fast clock was tainted"
+                await asyncio.sleep(0.1)
+            assert "edgewatch.io/state" not in kube.obj("Node", "slow")["metadata"]["annotations"]
+            fast_alive, fast_edge = False, "False"  # the fast node dies; its peers see it dead
+            killed = time.monotonic()
+            await eventually(lambda: f"{FAILED_TAINT_KEY}:NoExecute" in taints(kube, "fast"), timeout_s=5,
+                             what="the fast-clock node judged failed")
+            assert time.monotonic() - killed < 3.0  # grace 1 s + a verdict refresh
+            assert taints(kube, "slow") == set()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_autonomy_hold_moves_renew_time_forward_past_a_fast_clock() -> None:
+    """A dead node whose last renewTime is an hour ahead of the controller's clock: the autonomy hold
+    must still renew (stock kube-controller-manager only counts a renewTime later than the last one),
+    so it writes just after the current renewTime rather than its own, earlier, clock."""
+    kube = FakeKube()
+    add_node(kube, "n1")
+    add_lease(kube, "n1", skew_s=HOUR)  # never renewed again: the node is dead
+    before = kube.obj("Lease", "n1", "kube-node-lease")["spec"]["renewTime"]
+    async with running(kube):
+        def held() -> bool:
+            lease = kube.obj("Lease", "n1", "kube-node-lease")
+            return (lease["metadata"].get("annotations") or {}).get(DELEGATED_VIA_ANNOTATION) == "autonomy"
+
+        await eventually(held, timeout_s=5, what="the autonomy hold")
+        lease = kube.obj("Lease", "n1", "kube-node-lease")
+        assert lease["spec"]["renewTime"] > before  # MicroTime text in UTC sorts as time
+        ann = lease["metadata"]["annotations"]
+        assert ann[DELEGATE_HEARTBEAT_ANNOTATION] == "true"
+        assert ann[DELEGATED_RENEW_TIME_ANNOTATION] == lease["spec"]["renewTime"]
+        # and the hold is no heartbeat: the node is still unknown (no edge evidence), tainted
+        await eventually(lambda: f"{CLOUD_UNREACHABLE_TAINT_KEY}:NoSchedule" in taints(kube, "n1"), timeout_s=5,
+                         what="unknown taint on a held node")
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. coverage
+# ---------------------------------------------------------------------------------------------------
+
+
+def add_config(kube: FakeKube, **data: str) -> None:
+    kube.put("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "edgewatch-config", "namespace": "edgewatch"},
+                           "data": {"grouping": "off", **data}})
+
+
+async def test_uncovered_node_gets_stock_behaviour_and_loses_leftovers_once() -> None:
+    kube = FakeKube()
+    add_config(kube, coverLabel=POOL_LABEL)
+    leftovers = {"edgewatch.io/state": "unknown", "edgewatch.io/unreachable-since": "2024-01-01T00:00:00Z",
+                 "keep.example/me": "1"}
+    add_node(kube, "cloud-1", annotations=leftovers,
+             taints=[{"key": CLOUD_UNREACHABLE_TAINT_KEY, "effect": "NoSchedule"},
+                     {"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+    add_node(kube, "edge-1", labels={POOL_LABEL: "a"})
+    for name in ("cloud-1", "edge-1"):
+        add_lease(kube, name)  # neither is renewed again: both dead, no edge evidence
+    async with running(kube):
+        await eventually(lambda: taints(kube, "cloud-1") == {"dedicated:NoSchedule"}, timeout_s=5,
+                         what="edgewatch's leftovers removed from the uncovered node")
+        ann = kube.obj("Node", "cloud-1")["metadata"]["annotations"]
+        assert ann == {"keep.example/me": "1"}
+        # the covered node is held and tainted, the uncovered one neither
+        await eventually(lambda: f"{CLOUD_UNREACHABLE_TAINT_KEY}:NoSchedule" in taints(kube, "edge-1"),
+                         timeout_s=5, what="covered node tainted")
+        await asyncio.sleep(1.0)
+        assert taints(kube, "cloud-1") == {"dedicated:NoSchedule"}
+        cloud_lease = kube.obj("Lease", "cloud-1", "kube-node-lease")
+        assert not (cloud_lease["metadata"].get("annotations") or {}), "the uncovered node's Lease was held"
+        assert not any(e["involvedObject"]["name"] == "cloud-1" and e["reason"].startswith("Edgewatch")
+                       and e["reason"] != "EdgewatchUncovered" for e in kube.events)
+        # the ConfigMap changes: every node is covered now, and cloud-1 is planned at once
+        add_config(kube, coverLabel="")
+        await eventually(lambda: f"{CLOUD_UNREACHABLE_TAINT_KEY}:NoSchedule" in taints(kube, "cloud-1"),
+                         timeout_s=5, what="cloud-1 covered after the ConfigMap change")
+
+
+async def test_invalid_config_keeps_the_previous_coverage() -> None:
+    kube = FakeKube()
+    add_config(kube, coverLabel=POOL_LABEL)
+    add_node(kube, "cloud-1")
+    add_lease(kube, "cloud-1")
+    async with running(kube):
+        await asyncio.sleep(0.5)
+        add_config(kube, coverLabel=POOL_LABEL, typo="1")  # refused: unknown key
+        await asyncio.sleep(3.0)
+        assert taints(kube, "cloud-1") == set()
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. one stuck node never blocks another
+# ---------------------------------------------------------------------------------------------------
+
+
+async def test_a_stuck_eviction_does_not_stop_another_node_from_being_tainted() -> None:
+    kube = FakeKube()
+    add_node(kube, "a")
+    add_node(kube, "b")
+    add_lease(kube, "a")
+    add_lease(kube, "b")
+    add_pod(kube, "victim", node="a")
+    stuck = asyncio.Event()
+
+    async def hang(pod: str, namespace: str) -> None:
+        stuck.set()
+        await asyncio.sleep(3600)  # an eviction that never answers
+
+    kube.hooks["evict"] = hang
+    b_alive = True
+    tasks = [asyncio.create_task(kubelet(kube, "b", skew_s=0.0, alive=lambda: b_alive))]
+    set_edge(kube, "a", "False")
+    try:
+        async with running(kube):
+            await asyncio.wait_for(stuck.wait(), 5)  # a is failed, and its eviction hangs
+            b_alive = False  # now b is cut off (its peers still see it healthy)
+            await eventually(lambda: f"{CLOUD_UNREACHABLE_TAINT_KEY}:NoSchedule" in taints(kube, "b"),
+                             timeout_s=5, what="b tainted while a's eviction is stuck")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
