@@ -100,6 +100,9 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("update", "leases/other", "edgewatch", False),
     ("create", "events", "default", True),
     ("list", "secrets", "edgewatch", False),
+    ("get", "configmaps/edgewatch-config", "edgewatch", True),   # coverLabel
+    ("watch", "configmaps/edgewatch-config", "edgewatch", True),
+    ("get", "configmaps/other", "edgewatch", False),
     ("patch", "nodes/status", None, False),      # the edge view is the agents' to write
 ])
 def test_controller_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,

@@ -140,6 +140,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from edgewatch.leases import RenewOutcome, renew_on_behalf
+from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, is_dns1123_label, is_dns1123_subdomain
 from edgewatch.names import NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import format_micro_time
 
@@ -149,9 +150,8 @@ T = TypeVar("T")
 
 KEY_ROOT = "/edgewatch/pools/"
 DEFAULT_ETCD_PORT = 2379
-# DNS-1123 subdomain (node names) and label (pool names: no dots or slashes, so keys cannot nest).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Node names are DNS-1123 subdomains, pool names DNS-1123 labels (no dots or slashes, so keys
+# cannot nest): the checks of edgewatch.core.types.
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -376,7 +376,7 @@ class Heartbeat(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
-    node: str = Field(min_length=1, max_length=253, pattern=_SUBDOMAIN.pattern)
+    node: str = Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN)
     renew_time: AwareDatetime
     delegate: bool
     cloud_ok: bool
@@ -574,9 +574,9 @@ class PoolCoordinator:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.endpoint = parse_coordinator_url(url)
-        if not _LABEL.match(pool) or len(pool) > 63:
+        if not is_dns1123_label(pool):
             raise CoordinatorError("config", f"pool name {pool!r} is not a DNS-1123 label")
-        if not _SUBDOMAIN.match(node) or len(node) > 253:
+        if not is_dns1123_subdomain(node):
             raise CoordinatorError("config", f"node name {node!r} is not a DNS-1123 subdomain")
         if tls is not None and self.endpoint.scheme != "https":
             raise CoordinatorError("config", f"CoordinatorTLS given but the coordinator URL {url!r} is not https://")
@@ -652,7 +652,7 @@ class PoolCoordinator:
         if not self._healthy or self._leader_kv is None:
             return None
         name = self._leader_kv.value.decode(errors="replace")
-        return name if _SUBDOMAIN.match(name) and len(name) <= 253 else None
+        return name if is_dns1123_subdomain(name) else None
 
     def covers_delegation(self) -> bool:
         """True while the coordinator is reachable and some node is elected: the leader forwards
@@ -881,7 +881,7 @@ class PoolCoordinator:
         if kv is None or self._campaigning or self._elected:
             return
         name = kv.value.decode(errors="replace")
-        if kv.lease == 0 or not _SUBDOMAIN.match(name) or len(kv.value) > 253:
+        if kv.lease == 0 or not is_dns1123_subdomain(name) or len(kv.value) > 253:
             reason = "leader_key"
             why = "malformed or without a lease (it would block the election for ever)"
         elif name == self.node and kv.lease != self._leader_lease:
@@ -1125,7 +1125,7 @@ class PoolCoordinator:
                 table.pop(node, None)  # type: ignore[attr-defined]
         else:
             try:
-                if not _SUBDOMAIN.match(node) or len(node) > 253:
+                if not is_dns1123_subdomain(node):
                     raise HeartbeatRejected("key", f"{node[:80]!r} is not a node name")
                 hb = parse_heartbeat(node, value, max_bytes=self.config.max_value_bytes)
             except HeartbeatRejected as exc:

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from edgewatch.core.types import NodeName
+from edgewatch.core.types import NodeName, is_dns1123_subdomain
 
 __all__ = [
     "CONFIG_KEY_COVER_LABEL",
@@ -76,7 +76,6 @@ _KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_CO
 _TRUE: Final = frozenset({"on", "true"})
 _FALSE: Final = frozenset({"off", "false"})
 
-_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
@@ -89,7 +88,7 @@ def is_label_key(key: object) -> bool:
         return False
     prefix, slash, name = key.rpartition("/")
     if slash:
-        if not (0 < len(prefix) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        if not is_dns1123_subdomain(prefix):
             return False
     return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
 

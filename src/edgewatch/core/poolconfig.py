@@ -39,6 +39,8 @@ from typing import Final
 
 import yaml
 
+from edgewatch.core.types import is_dns1123_label
+
 __all__ = [
     "DEFAULT_ETCD_PORT",
     "MAX_POOLS",
@@ -55,14 +57,14 @@ MAX_POOLS: Final = 10_000
 """Most entries accepted in one mapping."""
 
 _URL_FORM: Final = "expected http://HOST:PORT or https://HOST:PORT (the pool's etcd client URL)"
-_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
 _HOST_LABEL: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_]*[A-Za-z0-9])?")
 
 
 def is_pool_name(value: object) -> bool:
     """Whether ``value`` is a valid pool name: a DNS-1123 label of 1-63 characters (it becomes
     part of etcd keys, so no dots or slashes). Never raises."""
-    return isinstance(value, str) and 0 < len(value) <= 63 and _LABEL.fullmatch(value) is not None
+    return is_dns1123_label(value)
 
 
 def _host_ok(host: str) -> bool:

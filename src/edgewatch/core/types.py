@@ -18,7 +18,10 @@ from typing import Final, NewType
 
 __all__ = [
     "NODE_NAME_MAX_LENGTH",
+    "DNS1123_LABEL_PATTERN",
     "DNS1123_SUBDOMAIN_PATTERN",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
     "Health",
     "NodeName",
     "Verdict",
@@ -37,7 +40,25 @@ DNS1123_SUBDOMAIN_PATTERN: Final = (
 )
 """The regular expression Kubernetes uses for DNS-1123 subdomains."""
 
+DNS1123_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""The regular expression Kubernetes uses for DNS-1123 labels (no dots; at most 63 characters)."""
+
 _DNS1123_SUBDOMAIN: Final = re.compile(DNS1123_SUBDOMAIN_PATTERN)
+_DNS1123_LABEL: Final = re.compile(DNS1123_LABEL_PATTERN)
+
+
+def is_dns1123_subdomain(value: object) -> bool:
+    """Whether ``value`` is a ``str`` that is a DNS-1123 subdomain of 1..253 ASCII characters (the
+    one check edgewatch uses for node names, label prefixes and the like). Never raises."""
+    return (isinstance(value, str) and 0 < len(value) <= NODE_NAME_MAX_LENGTH and value.isascii()
+            and _DNS1123_SUBDOMAIN.fullmatch(value) is not None)
+
+
+def is_dns1123_label(value: object) -> bool:
+    """Whether ``value`` is a ``str`` that is a DNS-1123 label of 1..63 ASCII characters (pool
+    names). Never raises."""
+    return (isinstance(value, str) and 0 < len(value) <= 63 and value.isascii()
+            and _DNS1123_LABEL.fullmatch(value) is not None)
 
 
 def is_node_name(value: object) -> bool:
@@ -47,12 +68,7 @@ def is_node_name(value: object) -> bool:
     alphanumerics, ``-`` and ``.``, starting and ending with an alphanumeric
     in every dot-separated label). Never raises.
     """
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= NODE_NAME_MAX_LENGTH
-        and value.isascii()
-        and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
-    )
+    return is_dns1123_subdomain(value)
 
 
 def node_name(value: str) -> NodeName:

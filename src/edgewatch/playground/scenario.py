@@ -81,6 +81,8 @@ from pydantic import (
     model_validator,
 )
 
+from edgewatch.core.types import DNS1123_LABEL_PATTERN
+
 __all__ = [
     "ACTIONS",
     "BASELINE_STATES",
@@ -120,7 +122,7 @@ EDGEWATCH_STATES: Final = ("normal", "disconnected", "failed", "unknown")
 #: Node states in baseline runs (stock Kubernetes: the Node's Ready condition).
 BASELINE_STATES: Final = ("normal", "not_ready")
 
-_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_NAME = DNS1123_LABEL_PATTERN
 
 
 class ScenarioError(ValueError):
