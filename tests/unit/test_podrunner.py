@@ -129,6 +129,7 @@ def test_identities_fold_the_audit_log_by_component_and_user() -> None:
         '{"userAgent": "kube-scheduler/v1.36.3", "user": {"username": "kubernetes-admin"}}',
         '{"userAgent": "edgewatch-controller/0.1.0", "user": {"username": "kubernetes-admin"}}',
         "not json", "[1, 2]",
+        '{"userAgent": "edgewatch-agent/0.1.0", "user": {}}',   # never authenticated: no identity
     ]
     assert fold_events(lines) == [
         {"component": "agent", "username": sa, "requests": 2, "node_names": ["a-1", "a-2"]},

@@ -23,7 +23,8 @@ UA_PREFIX = "edgewatch-"
 
 def fold_events(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Audit events (JSON lines) -> ``[{"component", "username", "requests", "node_names"}]``,
-    sorted; malformed lines are skipped. Pure."""
+    sorted; malformed lines and events with no authenticated user (they used no credential) are
+    skipped. Pure."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for line in lines:
         try:
@@ -38,6 +39,10 @@ def fold_events(lines: Iterable[str]) -> list[dict[str, Any]]:
         component = ua[len(UA_PREFIX):].split("/", 1)[0]
         user = event.get("user") or {}
         username = str(user.get("username") or "")
+        if not username:
+            # Not authenticated at all (e.g. a request cut off mid-way on a lossy link): it used no
+            # credential, so it names no identity.
+            continue
         entry = seen.setdefault((component, username), {"component": component, "username": username,
                                                         "requests": 0, "node_names": set()})
         entry["requests"] += 1
