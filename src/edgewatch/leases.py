@@ -124,6 +124,18 @@ def _failed(exc: BaseException) -> DelegatedRenewal:
     return DelegatedRenewal(RenewOutcome.FAILED, detail=str(exc) or type(exc).__name__)
 
 
+async def _read_lease(client: AsyncClient, node: str) -> Lease | DelegatedRenewal:
+    """The node's Lease, or the outcome that ends the attempt (NO_LEASE on 404, FAILED otherwise)."""
+    try:
+        return await client.get(Lease, node, namespace=NODE_LEASE_NAMESPACE)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return DelegatedRenewal(RenewOutcome.NO_LEASE)
+        return _failed(exc)
+    except (httpx.HTTPError, OSError) as exc:
+        return _failed(exc)
+
+
 async def renew_on_behalf(
     *,
     client: AsyncClient,
@@ -154,14 +166,9 @@ async def renew_on_behalf(
     is not carried until the delegate's clock passes its last renewTime.
     """
     for _attempt in range(max_conflict_retries + 1):
-        try:
-            lease = await client.get(Lease, node, namespace=NODE_LEASE_NAMESPACE)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return DelegatedRenewal(RenewOutcome.NO_LEASE)
-            return _failed(exc)
-        except (httpx.HTTPError, OSError) as exc:
-            return _failed(exc)
+        lease = await _read_lease(client, node)
+        if isinstance(lease, DelegatedRenewal):
+            return lease
         current = lease.spec.renewTime if lease.spec else None
         if current is not None and current >= alive_at:
             return DelegatedRenewal(RenewOutcome.RENEWED if is_marked(lease) else RenewOutcome.NODE_RENEWED_ITSELF,
@@ -211,14 +218,9 @@ async def hold_renewal(
         A :class:`DelegatedRenewal`; never raises for API errors (they come back as FAILED).
     """
     for _attempt in range(max_conflict_retries + 1):
-        try:
-            lease = await client.get(Lease, node, namespace=NODE_LEASE_NAMESPACE)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return DelegatedRenewal(RenewOutcome.NO_LEASE)
-            return _failed(exc)
-        except (httpx.HTTPError, OSError) as exc:
-            return _failed(exc)
+        lease = await _read_lease(client, node)
+        if isinstance(lease, DelegatedRenewal):
+            return lease
         current = lease.spec.renewTime if lease.spec else None
         if lease_renew_text(lease) != expected_renew_time:
             return DelegatedRenewal(RenewOutcome.NODE_RENEWED_ITSELF, renew_time=current)

@@ -225,7 +225,7 @@ def test_agent_status_command_lists_every_node(cluster: PlaygroundCluster) -> No
     from edgewatch.status import collect
 
     async def rows() -> list[dict]:  # type: ignore[type-arg]
-        client = make_client(str(cluster.kubeconfig), timeout_s=5)
+        client = make_client(str(cluster.admin_kubeconfig), timeout_s=5)
         try:
             return await collect(client)
         finally:

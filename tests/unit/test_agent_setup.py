@@ -86,8 +86,11 @@ def test_outside_a_cluster_without_kubeconfig_exits_2_with_a_clear_line(
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr(agent_main, "configure_logging", lambda **_: None)
-    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
-        pytest.skip("running inside a pod")
+    # Whatever machine runs the test (a pod has a real ServiceAccount folder), the agent looks in an
+    # empty one: the in-cluster lookup must fail and say so.
+    original = KubeConfig.from_service_account
+    monkeypatch.setattr(KubeConfig, "from_service_account",
+                        lambda service_account=None: original(tmp_path / "no-serviceaccount"))
     with caplog.at_level(logging.ERROR):
         code = agent_main.run_agent(node="n1", key_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
                                     port=51005, namespace="edgewatch", kubelet_healthz_url="http://127.0.0.1:10248/healthz",

@@ -120,7 +120,7 @@ def up(name: str, *, baseline: bool) -> int:
                                     binaries=binaries_with_progress(console))
         cluster.__enter__()
     try:
-        console.print(f"cluster up: export KUBECONFIG={cluster.kubeconfig}")
+        console.print(f"cluster up: export KUBECONFIG={cluster.admin_kubeconfig}")
         console.print("  kubectl get nodes; edgewatch status; Ctrl-C stops and removes everything")
 
         async def wait() -> None:

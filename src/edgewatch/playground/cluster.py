@@ -92,7 +92,10 @@ class PlaygroundCluster:
     def __post_init__(self) -> None:
         self.lab: NetLab | None = None
         self.cp: ControlPlane | None = None
-        self.kubeconfig: Path | None = None
+        #: The cluster admin's kubeconfig: for the lab's own parts only — the simulated kubelets, the
+        #: observer, ``edgewatch status`` run by the operator, tests. Never handed to edgewatch's pods,
+        #: which get ServiceAccount tokens (the report's ``identities`` proves it).
+        self.admin_kubeconfig: Path | None = None
         #: The admin's copy of the key the Secret holds (tests sign probe messages with it).
         self.key_file: Path | None = None
 
@@ -141,7 +144,7 @@ class PlaygroundCluster:
                                  unreachable_toleration_s=int(sc.timings.toleration_s))
         self.cp = ControlPlane(address=self.lab.cloud_address, timings=timings, audit=self.edgewatch,
                                binaries=self.binaries or ensure_binaries()).start()
-        self.kubeconfig = self.cp.kubeconfig
+        self.admin_kubeconfig = self.cp.kubeconfig
         self.cp.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
         if self.edgewatch:
             for pool in self.coordinator_hosts:
@@ -196,11 +199,11 @@ class PlaygroundCluster:
     def start_node(self, name: str) -> None:
         """Start the node's kubelet simulator (in its namespace; cloud-1 in the machine's own). It
         runs the node's edgewatch pods (agent, controller) as processes."""
-        assert self.kubeconfig is not None
+        assert self.admin_kubeconfig is not None
         node = self.nodes[name]
         node.root.mkdir(parents=True, exist_ok=True)
         pool = self.scenario.pool_of(name)
-        argv = [sys.executable, "-m", "edgewatch.testing.kubeletsim", "--kubeconfig", str(self.kubeconfig),
+        argv = [sys.executable, "-m", "edgewatch.testing.kubeletsim", "--kubeconfig", str(self.admin_kubeconfig),
                 "--node", name, "--address", node.address, "--index", str(node.index),
                 "--label", f"topology.kubernetes.io/zone={pool}",
                 "--run-image", EDGEWATCH_IMAGE, "--node-root", str(node.root)]

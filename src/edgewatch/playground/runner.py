@@ -270,8 +270,8 @@ class ScenarioPlayer:
 
 
 async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Console, live: bool) -> Recording:
-    assert cluster.kubeconfig is not None
-    client = make_client(str(cluster.kubeconfig), timeout_s=5)
+    assert cluster.admin_kubeconfig is not None
+    client = make_client(str(cluster.admin_kubeconfig), timeout_s=5)
     try:
         player = ScenarioPlayer(scenario=scenario, cluster=cluster, client=client, console=console, live=live)
         with console.status("waiting for the workload to serve"):
