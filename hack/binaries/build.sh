@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Build the control-plane binaries edgewatch runs against: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl, from the Go module proxy,
+# Build the Kubernetes binaries edgewatch runs against: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl and kube-proxy, from the Go module proxy,
 # through the wrapper modules beside this script. Nothing is fetched from anywhere else.
 #
 # Usage: hack/binaries/build.sh            build (or reuse) and print the folder holding them
 #
 # Output: $EDGEWATCH_CACHE/bin/<stamp>/ (default ~/.cache/edgewatch/bin/...), outside the repo,
-# so only the first build pays. The stamp hashes the wrapper go.mod/go.sum files, so a version
-# bump builds a new folder. If KUBEBUILDER_ASSETS is set, its binaries are used and nothing is built
-# (the envtest convention); the folder printed is then KUBEBUILDER_ASSETS itself.
+# so only the first build pays. The stamp hashes the wrapper modules (go.mod, go.sum, etcd's
+# main.go) and RECIPE below, so a version bump builds a new folder. Binaries are added one by one:
+# a folder missing one of BINARIES (say, made before kube-proxy joined the list) gets only the
+# missing ones built. A folder for the same versions made before the stamp left out this script
+# (no .recipe file inside) is adopted by hard links rather than rebuilt. Concurrent runs wait for
+# each other (flock on the cache, at most an hour).
+# If KUBEBUILDER_ASSETS is set, its binaries are used and nothing is built (the envtest
+# convention); the folder printed is then KUBEBUILDER_ASSETS itself, and kube-proxy is optional
+# there (envtest ships none).
 #
 # Progress goes to stderr (one line per 20 s with packages compiled / total); the folder to stdout.
 set -euo pipefail
@@ -16,12 +22,20 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod")
 ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# Each binary of k8s.io/kubernetes is built from k8s.io/kubernetes/cmd/<name>; etcd from ./etcd.
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy)
+BINARIES=(etcd "${KUBE_BINARIES[@]}")
+OPTIONAL_IN_ASSETS=(kube-proxy)  # may be absent from KUBEBUILDER_ASSETS
+# How the binaries are built (flags, ldflags). Bump it when the build commands below change in a
+# way that changes the binaries: the stamp hashes it instead of this whole script, so adding a
+# binary to the lists above does not rebuild the others.
+RECIPE="recipe-2: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
 
 log() { printf '[edgewatch build] %s\n' "$*" >&2; }
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   for b in "${BINARIES[@]}"; do
+    case " ${OPTIONAL_IN_ASSETS[*]} " in *" $b "*) continue ;; esac
     [ -x "$KUBEBUILDER_ASSETS/$b" ] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
   done
   log "using binaries from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS; building nothing"
@@ -29,20 +43,51 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   exit 0
 fi
 
-command -v go >/dev/null || { log "Go is required to build the control plane (https://go.dev); or set KUBEBUILDER_ASSETS"; exit 1; }
-
 cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
-stamp=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/main.go | sha256sum | cut -c1-12)
+stamp=$( { printf '%s\n' "$RECIPE"; cat "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/main.go; } | sha256sum | cut -c1-12)
 out="$cache/bin/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-$stamp"
 
-complete=1
-for b in "${BINARIES[@]}"; do [ -x "$out/$b" ] || complete=0; done
-if [ "$complete" = 1 ]; then
+missing_in() {  # $1 = folder; prints the BINARIES it lacks
+  local b
+  for b in "${BINARIES[@]}"; do [ -x "$1/$b" ] || printf '%s\n' "$b"; done
+}
+
+if [ -z "$(missing_in "$out")" ]; then
   echo "$out"
   exit 0
 fi
 
-mkdir -p "$out.tmp"
+command -v go >/dev/null || { log "Go is required to build the Kubernetes binaries (https://go.dev); or set KUBEBUILDER_ASSETS"; exit 1; }
+
+mkdir -p "$cache/bin"
+exec 9>"$cache/bin/.build.lock"
+flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; exit 1; }
+
+# A folder for the same versions from before the stamp left out this script has no .recipe file:
+# hard-link its binaries (no copy, no disk) instead of rebuilding them. It stays where it is, for
+# runs that still use its path.
+adopted=""
+if [ ! -e "$out/.recipe" ]; then
+  for old in "$cache"/bin/k8s-"$KUBE_VERSION"-etcd-"$ETCD_VERSION"-*; do
+    [ -d "$old" ] && [ "$old" != "$out" ] && [ ! -e "$old/.recipe" ] || continue
+    case "$old" in *.tmp) continue ;; esac
+    mkdir -p "$out"
+    for b in "${BINARIES[@]}"; do
+      [ -x "$old/$b" ] && [ ! -e "$out/$b" ] && ln "$old/$b" "$out/$b" && adopted="$old"
+    done
+    [ -n "$adopted" ] && { log "reusing the binaries of $old (same versions)"; break; }
+  done
+fi
+
+mapfile -t missing < <(missing_in "$out")
+if [ "${#missing[@]}" = 0 ]; then  # another run built them while we waited for the lock
+  printf '%s\n' "$RECIPE" >"$out/.recipe"
+  echo "$out"
+  exit 0
+fi
+
+rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+trap 'rm -rf "$out.tmp"' EXIT  # a failed build leaves nothing half-made behind
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 start=$(date +%s)
 
@@ -78,16 +123,26 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 etcd_ldflags="-X go.etcd.io/etcd/api/v3/version.GitSHA=module-$ETCD_VERSION"
 
-build_with_progress "$here/etcd" "etcd $ETCD_VERSION" "$etcd_ldflags" .
-# `go build -o dir/ .` names the binary after the module path's last element: etcd.
-build_with_progress "$here/kube" "Kubernetes $KUBE_VERSION" "$kube_ldflags" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
-
-for b in "${BINARIES[@]}"; do [ -x "$out.tmp/$b" ] || { log "build produced no $b"; exit 1; }; done
-rm -rf "$out" && mv "$out.tmp" "$out"
-for old in "$cache"/bin/k8s-*; do  # older stamps are dead weight (each is ~500 MB)
-  [ "$old" = "$out" ] || rm -rf "$old"
+kube_pkgs=()
+for b in "${missing[@]}"; do
+  if [ "$b" = etcd ]; then
+    # `go build -o dir/ .` names the binary after the module path's last element: etcd.
+    build_with_progress "$here/etcd" "etcd $ETCD_VERSION" "$etcd_ldflags" .
+  else
+    kube_pkgs+=("k8s.io/kubernetes/cmd/$b")
+  fi
 done
-log "built ${BINARIES[*]} in $(( $(date +%s) - start )) s into $out"
+if [ "${#kube_pkgs[@]}" -gt 0 ]; then
+  build_with_progress "$here/kube" "Kubernetes $KUBE_VERSION: ${kube_pkgs[*]##*/}" "$kube_ldflags" "${kube_pkgs[@]}"
+fi
+
+for b in "${missing[@]}"; do [ -x "$out.tmp/$b" ] || { log "build produced no $b"; exit 1; }; done
+mkdir -p "$out"
+for b in "${missing[@]}"; do mv -f "$out.tmp/$b" "$out/$b"; done
+rm -rf "$out.tmp"
+printf '%s\n' "$RECIPE" >"$out/.recipe"
+for old in "$cache"/bin/k8s-*; do  # older stamps are dead weight (each is ~500 MB)
+  [ "$old" = "$out" ] || [ "$old" = "$adopted" ] || rm -rf "$old"
+done
+log "built ${missing[*]} in $(( $(date +%s) - start )) s into $out"
 echo "$out"

@@ -1,11 +1,12 @@
-"""Find (or build) the control-plane binaries: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kubectl.
+"""Find (or build) the Kubernetes binaries: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kubectl, and kube-proxy (for the node-side lab, see ``edgewatch.testing.kubeproxy``).
 
 Resolution order, following the envtest convention users of controller-runtime know:
 
 1. ``TEST_ASSET_ETCD``, ``TEST_ASSET_KUBE_APISERVER``, ``TEST_ASSET_KUBE_CONTROLLER_MANAGER``,
-   ``TEST_ASSET_KUBE_SCHEDULER``, ``TEST_ASSET_KUBECTL``: one binary each;
-2. ``KUBEBUILDER_ASSETS``: a folder holding them;
+   ``TEST_ASSET_KUBE_SCHEDULER``, ``TEST_ASSET_KUBECTL``, ``TEST_ASSET_KUBE_PROXY``: one binary each;
+2. ``KUBEBUILDER_ASSETS``: a folder holding them (kube-proxy may be absent there: envtest ships
+   none; ``Binaries.kube_proxy`` is then None and ``Binaries.require_kube_proxy()`` says why);
 3. otherwise ``hack/binaries/build.sh`` builds them from the Go module proxy into
    ``~/.cache/edgewatch/bin/<version-stamp>/`` (outside the repo, so only the first build pays;
    that build prints its progress to stderr).
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BINARY_NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+# Built by hack/binaries/build.sh too, but optional when the binaries come from the environment.
+OPTIONAL_BINARY_NAMES = ("kube-proxy",)
 
 
 class BinariesError(RuntimeError):
@@ -34,28 +37,47 @@ class BinariesError(RuntimeError):
 
 @dataclass(frozen=True)
 class Binaries:
-    """Absolute paths of the five control-plane binaries."""
+    """Absolute paths of the five control-plane binaries, and of kube-proxy when there is one."""
 
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
+    kube_proxy: Path | None = None
+
+    def require_kube_proxy(self) -> Path:
+        """The kube-proxy binary.
+
+        Raises:
+            BinariesError: there is none (binaries from an environment folder without it).
+        """
+        if self.kube_proxy is None:
+            raise BinariesError(
+                "no kube-proxy binary: set TEST_ASSET_KUBE_PROXY, put kube-proxy in KUBEBUILDER_ASSETS, "
+                "or unset both to build it with hack/binaries/build.sh"
+            )
+        return self.kube_proxy
 
     @classmethod
     def from_folder(cls, folder: Path) -> "Binaries":
         """Binaries named as upstream names them inside ``folder``.
 
+        kube-proxy is optional (None when the folder has no executable kube-proxy).
+
         Raises:
-            BinariesError: one of them is missing or not executable.
+            BinariesError: one of the five control-plane binaries is missing or not executable.
         """
-        paths = {}
+        paths: dict[str, Path | None] = {}
         for name in BINARY_NAMES:
             path = (folder / name).resolve()
             if not os.access(path, os.X_OK):
                 raise BinariesError(f"{path} is missing or not executable")
             paths[name.replace("-", "_")] = path
-        return cls(**paths)
+        for name in OPTIONAL_BINARY_NAMES:
+            path = (folder / name).resolve()
+            paths[name.replace("-", "_")] = path if os.access(path, os.X_OK) else None
+        return cls(**paths)  # type: ignore[arg-type]
 
 
 def repo_root() -> Path | None:
@@ -69,7 +91,7 @@ def _from_env(env: os._Environ[str] | dict[str, str]) -> Binaries | None:
     folder = env.get("KUBEBUILDER_ASSETS")
     if not folder and not any(singles.values()):
         return None
-    paths = {}
+    paths: dict[str, Path | None] = {}
     for name, single in singles.items():
         if single:
             path = Path(single)
@@ -82,12 +104,20 @@ def _from_env(env: os._Environ[str] | dict[str, str]) -> Binaries | None:
         if not os.access(path, os.X_OK):
             raise BinariesError(f"{path} (from the environment) is missing or not executable")
         paths[name.replace("-", "_")] = path.resolve()
-    return Binaries(**paths)
+    for name in OPTIONAL_BINARY_NAMES:
+        single = env.get("TEST_ASSET_" + name.upper().replace("-", "_"))
+        path = Path(single) if single else Path(folder) / name if folder else None
+        if single and not os.access(Path(single), os.X_OK):
+            raise BinariesError(f"{single} (from the environment) is missing or not executable")
+        ok = path is not None and os.access(path, os.X_OK)
+        paths[name.replace("-", "_")] = path.resolve() if ok and path is not None else None
+    return Binaries(**paths)  # type: ignore[arg-type]
 
 
 def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float = 3600.0,
                     on_progress: Callable[[str], None] | None = None) -> Binaries:
-    """Return the control-plane binaries, building them on first use.
+    """Return the Kubernetes binaries, building them on first use (kube-proxy included when built
+    here; an older cache folder without kube-proxy gets only kube-proxy built).
 
     Args:
         env: environment to read the envtest variables from (default: ``os.environ``).
