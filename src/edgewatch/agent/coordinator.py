@@ -32,10 +32,13 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   through a bounded queue, one entry per node (deduplicated), with per-node exponential backoff on
   failure and a re-forward at least every ``forward_interval_s`` while the heartbeat exists. It
   never forwards for a node whose peer verdict is ``"unhealthy"``, nor for itself.
-* **Ready.** After its initial sync of the pool's Leases from the cloud (Nodes labelled
-  ``edgewatch.io/pool=<pool>`` and their Leases) the leader puts ``leader-informer-sync`` under its
-  leader lease, so the key lives exactly as long as that leadership; every agent (leader included)
-  reports ``ready`` only while the key exists (seed 002 "Ready").
+* **Pool cache and Ready.** The leader runs the pool-scope cache's informer
+  (``edgewatch.poolcache.leader``: one cloud watch per resource, written into this etcd). After
+  every resource's initial sync it puts ``leader-informer-sync`` under its leader lease, so the key
+  lives exactly as long as that leadership, and renews it every 10 s while its informers are
+  synced. Every agent (leader included) reports ``ready`` only while the key exists and was seen
+  to change within ``sync_stale_s`` (30 s) on its own monotonic clock (seed 002 "Ready"; no
+  timestamp written by the leader is compared with ours).
 
 Roles (``decide_role``, a pure function tested exhaustively): PENDING while etcd is unreachable
 (no pool features at all; the agent's peer path carries heartbeats then, see
@@ -46,7 +49,8 @@ Keys, all under ``/edgewatch/pools/<pool>/``::
 
     heartbeats/<node>       heartbeat JSON, lease heartbeat_ttl_s (one per node)
     leader                  leader node name, lease leader_ttl_s
-    leader-informer-sync    {"leader", "synced_at", "pool_nodes", "pool_leases"}, the leader's lease
+    leader-informer-sync    {"leader", "synced_at", "resources": {name: rv}}, the leader's lease
+    cache/...               the pool-scope cache (edgewatch.poolcache.layout)
 
 Hand-over without a gap (the fault OpenYurt had: 15-20 s, nodes evicted)
 ------------------------------------------------------------------------
@@ -104,10 +108,8 @@ Untrusted input: values read from etcd are validated (size, JSON, schema, node n
 key); rejects are logged and counted in ``edgewatch_coordinator_rejected_total{reason}``. A malformed
 or lease-less ``leader`` key (which would block the election for ever) is deleted.
 
-Limits: one etcd endpoint per pool (no client-side failover between members); the pool-Lease sync
-is informational (ready flag and counts), not a cache other agents read, and lists every Lease in
-kube-node-lease once per leadership term; forwarding renews the Lease only (no NodeStatus); the
-cloud-link state is polled, not pushed.
+Limits: one etcd endpoint per pool (no client-side failover between members); forwarding renews
+the Lease only (no NodeStatus); the cloud-link state is polled, not pushed.
 """
 
 from __future__ import annotations
@@ -129,19 +131,17 @@ from typing import Any, TypeVar
 
 import aetcd
 import grpc
-import httpx2 as httpx
 from aetcd import rpc as etcd_rpc
 from aetcd import utils as etcd_utils
 from aetcd import watcher as etcd_watcher
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node
+from lightkube import AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from edgewatch.leases import RenewOutcome, renew_on_behalf
+from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
+from edgewatch.poolcache.resources import PoolResource
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, is_dns1123_label, is_dns1123_subdomain
-from edgewatch.names import NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import format_micro_time
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,9 @@ class CoordinatorConfig:
             latency of "leader lost its cloud link -> released".
         connect_backoff_initial_s, connect_backoff_max_s: reconnect backoff (jittered, capped at
             10 s so a restarted coordinator is back in use within seconds).
-        sync_retry_s: retry of a failed initial pool sync.
+        sync_stale_s: ``leader-informer-sync`` unchanged this long (by this agent's own clock) is
+            stale and the coordinator not Ready: 30 s, three of the leader's 10 s renewals (seed
+            002 / OpenYurt's figures).
         max_value_bytes: larger values read from etcd are rejected (a heartbeat is ~150 bytes).
     """
 
@@ -274,7 +276,7 @@ class CoordinatorConfig:
     cloud_poll_interval_s: float = 0.5
     connect_backoff_initial_s: float = 0.5
     connect_backoff_max_s: float = 10.0
-    sync_retry_s: float = 2.0
+    sync_stale_s: float = 30.0
     max_value_bytes: int = 4096
 
     def __post_init__(self) -> None:
@@ -432,6 +434,8 @@ _CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 200,
     "grpc.max_reconnect_backoff_ms": 2_000,
     "grpc.enable_retries": 0,
+    # The pool cache reads a resource's whole prefix in one range (gRPC's default cap is 4 MiB).
+    "grpc.max_receive_message_length": 256 * 2**20,
 }
 
 
@@ -552,6 +556,9 @@ class PoolCoordinator:
         config: timings, see ``CoordinatorConfig``.
         tls: client-certificate TLS (required by a production etcd); needs an https URL.
         registry: where the metrics are registered.
+        pool_resources: the pool-scope resources the leader caches (``edgewatch.poolcache``);
+            empty: no cache (the leader still writes ``leader-informer-sync``).
+        cache_config: the leader informer's settings.
 
     Raises:
         CoordinatorError: (reason ``config``) bad URL, names, or TLS with an http URL.
@@ -572,6 +579,8 @@ class PoolCoordinator:
         config: CoordinatorConfig | None = None,
         tls: CoordinatorTLS | None = None,
         registry: CollectorRegistry | None = None,
+        pool_resources: tuple[PoolResource, ...] = (),
+        cache_config: CacheLeaderConfig | None = None,
     ) -> None:
         self.endpoint = parse_coordinator_url(url)
         if not is_dns1123_label(pool):
@@ -587,7 +596,8 @@ class PoolCoordinator:
         self._verdict_of = verdict_of
         self.config = config or CoordinatorConfig()
         self.tls = tls
-        self.metrics = _Metrics(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = _Metrics(registry)
         self.incarnation = time.time_ns() // 1000
 
         prefix = f"{KEY_ROOT}{pool}/"
@@ -595,12 +605,18 @@ class PoolCoordinator:
         self.heartbeat_prefix = f"{prefix}heartbeats/".encode()
         self.leader_key = f"{prefix}leader".encode()
         self.sync_key = f"{prefix}leader-informer-sync".encode()
+        self.pool_resources = tuple(pool_resources)
+        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=kube._client._client,  # type: ignore[attr-defined]
+                                            prefix=prefix, node=node, metrics=LeaderMetrics(registry),
+                                            config=cache_config)
 
         # Observed state (written only from the event loop).
         self._role = Role.PENDING
         self._healthy = False
         self._leader_kv: _LeaderKey | None = None
         self._sync_present = False
+        self._sync_rev = 0
+        self._sync_seen_at = 0.0  # monotonic time the sync key was last seen to change
         self._state_rev = 0
         self._term = 0
         self._elected = False
@@ -643,8 +659,10 @@ class PoolCoordinator:
 
     @property
     def ready(self) -> bool:
-        """Pool-scope data is synced: reachable and ``leader-informer-sync`` exists (seed 002)."""
-        return self._healthy and self._sync_present
+        """Pool-scope data is synced: reachable, ``leader-informer-sync`` exists and was seen to
+        change within ``sync_stale_s`` by our own clock (seed 002)."""
+        return (self._healthy and self._sync_present
+                and time.monotonic() - self._sync_seen_at < self.config.sync_stale_s)
 
     @property
     def leader(self) -> str | None:
@@ -722,6 +740,11 @@ class PoolCoordinator:
                 await self._close_client(client)
 
     # -- session -------------------------------------------------------------------------------------
+
+    def new_client(self) -> aetcd.Client:
+        """A new etcd client for this pool's coordinator (same URL and TLS), for other readers of
+        the pool's etcd (the pool cache); the caller closes it."""
+        return self._new_client()
 
     def _new_client(self) -> _EtcdClient:
         creds = None
@@ -824,7 +847,7 @@ class PoolCoordinator:
                 sync = kv
         self._leader_kv = None if leader is None else _LeaderKey(leader.value, leader.lease, leader.create_revision,
                                                                  leader.mod_revision)
-        self._sync_present = sync is not None
+        self._note_sync(sync.mod_revision if sync is not None else 0)
         self._state_rev = revision
         self._leader_state_changed()
 
@@ -836,11 +859,18 @@ class PoolCoordinator:
         if kv.key == self.leader_key:
             self._leader_kv = None if deleted else _LeaderKey(kv.value, kv.lease, kv.create_revision, kv.mod_revision)
         elif kv.key == self.sync_key:
-            self._sync_present = not deleted
+            self._note_sync(0 if deleted else kv.mod_revision)
         else:
             return
         self._state_rev = kv.mod_revision
         self._leader_state_changed()
+
+    def _note_sync(self, mod_revision: int) -> None:
+        """The sync key is at ``mod_revision`` (0: absent); note when we saw it change."""
+        self._sync_present = mod_revision != 0
+        if mod_revision and mod_revision != self._sync_rev:
+            self._sync_seen_at = time.monotonic()
+        self._sync_rev = mod_revision
 
     def _leader_state_changed(self) -> None:
         kv = self._leader_kv
@@ -874,6 +904,7 @@ class PoolCoordinator:
             await asyncio.sleep(self.config.health_interval_s)
             snapshot = await self._rpc(client.get_prefix(self.leader_key))
             self._apply_snapshot(snapshot)
+            self.metrics.ready.set(1 if self.ready else 0)  # staleness comes with time, not events
             await self._repair_leader_key(client)
 
     async def _repair_leader_key(self, client: _EtcdClient) -> None:
@@ -996,7 +1027,7 @@ class PoolCoordinator:
                 tg.create_task(self._keepalive(client, lease))
                 tg.create_task(self._watch_step_down())
                 tg.create_task(self._forward(client))
-                tg.create_task(self._sync_pool(client, lease))
+                tg.create_task(self.cache_leader.run(etcd=client, rpc=self._rpc, lease=lease))
         except* _StepDown as group:
             reason = group.exceptions[0].reason  # type: ignore[attr-defined]
         finally:
@@ -1039,28 +1070,6 @@ class PoolCoordinator:
                 raise _StepDown("lease_unconfirmed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stepdown_wake.wait(), self.config.cloud_poll_interval_s)
-
-    # -- pool sync (seed 002 "Ready") ----------------------------------------------------------------
-
-    async def _sync_pool(self, client: _EtcdClient, lease: int) -> None:
-        """Initial sync of the pool's Leases from the cloud, then ``leader-informer-sync``."""
-        while True:
-            try:
-                async with asyncio.timeout(self.config.api_timeout_s):
-                    members = {n.metadata.name async for n in self.kube.list(Node, labels={POOL_LABEL: self.pool})
-                               if n.metadata is not None}
-                    leases = {le.metadata.name async for le in self.kube.list(Lease, namespace=NODE_LEASE_NAMESPACE)
-                              if le.metadata is not None and le.metadata.name in members}
-                break
-            except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
-                log.warning("pool sync from the cloud failed: %s", exc or type(exc).__name__,
-                            extra={"pool": self.pool, "node": self.node})
-                await asyncio.sleep(self.config.sync_retry_s)
-        value = json.dumps({"leader": self.node, "synced_at": format_micro_time(dt.datetime.now(dt.timezone.utc)),
-                            "pool_nodes": len(members), "pool_leases": len(leases)}).encode()
-        await self._rpc(client.put(self.sync_key, value, lease=lease))
-        log.info("pool synced", extra={"pool": self.pool, "node": self.node, "pool_nodes": len(members),
-                                       "pool_leases": len(leases)})
 
     # -- forwarding ----------------------------------------------------------------------------------
 
