@@ -38,9 +38,10 @@ __all__ = [
     "strip_object",
 ]
 
-MAX_OBJECT_BYTES: Final = 1_572_864
-"""Largest object accepted from any source, bytes: etcd's default request limit (1.5 MiB), which
-also bounds what the apiserver can store."""
+MAX_OBJECT_BYTES: Final = 1_048_576
+"""Largest object accepted from any source, bytes (1 MiB): far above any pool-scope object (an
+EndpointSlice holds at most 1,000 endpoints, about 250 KB) and below etcd's default request limit
+(1.5 MiB), so the leader can always store what it accepted."""
 
 
 @dataclass(frozen=True)

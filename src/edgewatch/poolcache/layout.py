@@ -4,11 +4,18 @@ Keys, under the pool's prefix ``/edgewatch/pools/<pool>/``::
 
     cache/<group|core>/<version>/<resource>/rv             newest resourceVersion written (list,
                                                            event or bookmark), decimal
+    cache/<group|core>/<version>/<resource>/epoch          changed when a re-list found deletions:
+                                                           nodes read the whole resource again
     cache/<group|core>/<version>/<resource>/o/<ns>/<name>  one object (JSON as the cloud served it,
                                                            without managedFields), or a tombstone
     leader-informer-sync                                   written by the leader after its initial
                                                            sync, under its leader lease; renewed
                                                            every 10 s while its informers are synced
+
+A re-list that finds objects gone (they were deleted while no leader watched) tombstones them all
+at the list's resourceVersion; several deletions at one resourceVersion cannot be replayed as
+watch events, so the leader also changes ``epoch`` and nodes take the resource whole again (their
+clients re-list once).
 
 A **tombstone** ``{"tombstone": {"resourceVersion": "<rv>"}}`` records a deletion (its
 resourceVersion is the cloud's delete event's, or the list's when a re-list found the object gone),
@@ -60,6 +67,11 @@ class CacheKeys:
     def rv(self) -> bytes:
         """The resource's newest resourceVersion key."""
         return self.base + b"rv"
+
+    @property
+    def epoch(self) -> bytes:
+        """The resource's re-read marker key."""
+        return self.base + b"epoch"
 
     @property
     def objects(self) -> bytes:

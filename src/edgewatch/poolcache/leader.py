@@ -157,6 +157,8 @@ class _Writer:
                 del stored[key]
                 tombstones += 1
         ops.append(tx.put(self.keys.rv, event.resource_version.encode()))
+        if tombstones:  # nodes cannot replay several deletions at one resourceVersion: re-read
+            ops.append(tx.put(self.keys.epoch, f"{event.resource_version}:{time.time_ns()}".encode()))
         for start in range(0, len(ops), self.txn_ops):
             await self.rpc(self.etcd.transaction(compare=[], success=ops[start:start + self.txn_ops], failure=[]))
         self.rv = event.resource_version

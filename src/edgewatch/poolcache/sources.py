@@ -52,11 +52,16 @@ from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, Reset
 from edgewatch.poolcache.layout import CacheKeys
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backoff_delay
 from edgewatch.poolcache.resources import PoolResource
-from edgewatch.poolcache.store import ResourceCache
+from edgewatch.poolcache.store import BadRequest, CacheFull, ResourceCache
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CoordinatorView", "NodePoolCache", "NodeCacheConfig", "Source", "choose_source"]
+
+
+class FeedRefused(ValueError):
+    """A source's full state was refused by the cache (malformed, or over its memory bound); the
+    feed is retried with backoff and the cache keeps serving what it had."""
 
 
 class Source(enum.StrEnum):
@@ -220,53 +225,67 @@ class NodePoolCache:
 
         async def sink(event: FeedEvent) -> None:
             if isinstance(event, Reset):
-                cache.replace(event.objects, event.resource_version, source=source.value)
+                try:
+                    cache.replace(event.objects, event.resource_version, source=source.value)
+                except (BadRequest, CacheFull) as exc:  # the cache keeps its previous state
+                    self.metrics.rejected.labels(resource=resource.name, source=source.value,
+                                                 reason=type(exc).__name__).inc()
+                    raise FeedRefused(f"{resource.name}: {exc}") from exc
                 self.metrics.resets.labels(resource=resource.name, source=source.value).inc()
             elif isinstance(event, Change):
-                cache.apply(event.type, event.obj)
+                cache.apply(event.type, event.obj, source=source.value)
             elif isinstance(event, Bookmark):
                 cache.bookmark(event.resource_version)
         return sink
 
     async def _feed(self, source: Source) -> None:
+        """Run ``source``'s feeds (one per resource) until cancelled; retry after any failure."""
         if source is Source.LAST_KNOWN:
-            return
-        if source is Source.CLOUD:
-            async with asyncio.TaskGroup() as tg:
-                for resource in self.caches:
-                    name = resource.name
-                    tg.create_task(CloudReflector(
-                        resource=resource, http=self.http, sink=self._sink(resource, source),
-                        config=self.config.reflector, name="node",
-                        on_error=lambda reason: self.metrics.feed_errors.labels(source="cloud", reason=reason).inc(),
-                        on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
-                            resource=n, source="cloud", reason=reason).inc()).run())
             return
         attempt = 0
         while True:
-            coordinator = self._coordinator()
-            if coordinator is None:
-                return
-            etcd = coordinator.new_client()
             try:
-                async with asyncio.TaskGroup() as tg:
-                    for resource in self.caches:
-                        name = resource.name
-                        tg.create_task(run_coordinator_feed(
-                            etcd=etcd, keys=CacheKeys(coordinator.prefix, resource),
-                            sink=self._sink(resource, source), rpc_timeout_s=self.config.rpc_timeout_s,
-                            on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
-                                resource=n, source="coordinator", reason=reason).inc()))
-            except Exception as exc:  # noqa: BLE001 - any etcd failure: retry while still the source
+                if source is Source.CLOUD:
+                    await self._cloud_feeds()
+                else:
+                    coordinator = self._coordinator()
+                    if coordinator is None:
+                        return
+                    await self._coordinator_feeds(coordinator)
+            except Exception as exc:  # noqa: BLE001 - any failure: retry while still the source
                 leaf = exc
                 while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
                     leaf = leaf.exceptions[0]
                 attempt += 1
                 delay = backoff_delay(attempt, initial=0.5, cap=10.0)
-                self.metrics.feed_errors.labels(source="coordinator", reason=type(leaf).__name__).inc()
-                log.warning("pool cache: coordinator feed failed: %s; retrying in %.1f s",
-                            str(leaf)[:300] or type(leaf).__name__, delay)
+                self.metrics.feed_errors.labels(source=source.value, reason=type(leaf).__name__).inc()
+                log.warning("pool cache: %s feed failed: %s; retrying in %.1f s", source.value,
+                            str(leaf)[:300] or type(leaf).__name__, delay,
+                            extra={"source": source.value, "reason": type(leaf).__name__})
                 await asyncio.sleep(delay)
-            finally:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(etcd.close(), 2.0)
+
+    async def _cloud_feeds(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for resource in self.caches:
+                name = resource.name
+                tg.create_task(CloudReflector(
+                    resource=resource, http=self.http, sink=self._sink(resource, Source.CLOUD),
+                    config=self.config.reflector, name="node",
+                    on_error=lambda reason: self.metrics.feed_errors.labels(source="cloud", reason=reason).inc(),
+                    on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
+                        resource=n, source="cloud", reason=reason).inc()).run())
+
+    async def _coordinator_feeds(self, coordinator: CoordinatorView) -> None:
+        etcd = coordinator.new_client()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for resource in self.caches:
+                    name = resource.name
+                    tg.create_task(run_coordinator_feed(
+                        etcd=etcd, keys=CacheKeys(coordinator.prefix, resource),
+                        sink=self._sink(resource, Source.COORDINATOR), rpc_timeout_s=self.config.rpc_timeout_s,
+                        on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
+                            resource=n, source="coordinator", reason=reason).inc()))
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(etcd.close(), 2.0)

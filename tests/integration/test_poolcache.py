@@ -1,0 +1,290 @@
+"""The pool cache's data path on the real apiserver and a real etcd: the leader's informer writes
+the cloud's EndpointSlices and Services into the coordinator, a node's coordinator feed reads them
+into its cache with the cloud's own resourceVersions; changes, deletions while nobody led, a new
+leader's reconcile, malformed values in etcd, and the node's source switching (coordinator ->
+cloud -> last known) when the coordinator or the cloud goes away.
+
+The cloud client here is the test's admin client (the data path is under test); the shipped RBAC
+is exercised by the playground scenario ``pool-cache``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aetcd
+import pytest
+from lightkube import AsyncClient, codecs
+from lightkube.resources.core_v1 import Namespace, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+from prometheus_client import CollectorRegistry
+
+from edgewatch.poolcache.etcdfeed import run_coordinator_feed
+from edgewatch.poolcache.layout import CacheKeys, encode_object
+from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
+from edgewatch.poolcache.reflector import ReflectorConfig
+from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
+from edgewatch.poolcache.sources import NodeCacheConfig, NodePoolCache, Source
+from edgewatch.poolcache.store import ResourceCache
+from edgewatch.testing.binaries import Binaries
+from edgewatch.testing.etcd import EtcdServer
+
+pytestmark = pytest.mark.controlplane
+
+FAST = CacheLeaderConfig(sync_renew_s=1.0, reflector=ReflectorConfig(backoff_initial_s=0.2, backoff_max_s=1.0))
+
+
+async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+async def etcd(binaries: Binaries) -> AsyncIterator[EtcdServer]:
+    server = EtcdServer(binary=binaries.etcd)
+    try:
+        await asyncio.to_thread(server.start)
+        yield server
+    finally:
+        await asyncio.to_thread(server.cleanup)
+
+
+@pytest.fixture
+async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
+    name = f"pc-{secrets.token_hex(3)}"
+    await kube.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            await kube.delete(Namespace, name)
+
+
+def _client(etcd: EtcdServer) -> aetcd.Client:
+    host, port = etcd.client_url.removeprefix("http://").rsplit(":", 1)
+    return aetcd.Client(host=host, port=int(port), timeout=3.0)
+
+
+async def _rpc(call: Any) -> Any:
+    async with asyncio.timeout(3.0):
+        return await call
+
+
+def _service(ns: str, name: str) -> Any:
+    return codecs.from_dict({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                             "spec": {"ports": [{"port": 80, "name": "http"}]}})  # no selector: slices are ours
+
+
+def _slice(ns: str, service: str, ips: list[str], *, name: str | None = None) -> Any:
+    return codecs.from_dict({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name or f"{service}-x", "namespace": ns,
+                     "labels": {"kubernetes.io/service-name": service,
+                                "endpointslice.kubernetes.io/managed-by": "test.edgewatch.io"}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips]})
+
+
+async def _cloud_state(kube: AsyncClient, ns: str) -> dict[tuple[str, str], str]:
+    out = {}
+    async for res in kube.list(EndpointSlice, namespace=ns):
+        out[("endpointslices", res.metadata.name)] = res.metadata.resourceVersion
+    async for svc in kube.list(Service, namespace=ns):
+        out[("services", svc.metadata.name)] = svc.metadata.resourceVersion
+    return out
+
+
+def _cache_state(caches: dict, ns: str) -> dict[tuple[str, str], str]:
+    out = {}
+    for resource, cache in caches.items():
+        if not cache.synced:
+            continue
+        items, _rv = cache.list(namespace=ns, label_selector=None, field_selector=None, resource_version=None,
+                                resource_version_match=None)
+        for item in items:
+            out[(resource.resource, item["metadata"]["name"])] = item["metadata"]["resourceVersion"]
+    return out
+
+
+class _Coordinator:
+    """The parts of a pool coordinator the node cache reads (the coordinator's own tests cover how
+    ready/healthy are derived); flags set by the test, a real etcd behind ``new_client``."""
+
+    def __init__(self, etcd: EtcdServer, prefix: str) -> None:
+        self.etcd, self.prefix = etcd, prefix
+        self.healthy = True
+        self.ready = True
+
+    def new_client(self) -> aetcd.Client:
+        return _client(self.etcd)
+
+
+async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: AsyncClient, etcd: EtcdServer,
+                                                                          namespace: str) -> None:
+    ns = namespace
+    for i in range(3):
+        await kube.create(_service(ns, f"web-{i}"))
+        await kube.create(_slice(ns, f"web-{i}", [f"10.244.1.{i + 10}"]))
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
+    registry = CollectorRegistry()
+    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=kube._client._client, prefix=prefix,
+                             node="n-1", metrics=LeaderMetrics(registry), config=FAST)
+    etcd_client = _client(etcd)
+    lease = int((await etcd_client.lease(30)).id)
+    caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
+    node = NodePoolCache(caches=caches, http=kube._client._client,
+                         coordinator=lambda: coordinator, cloud_ok=lambda: True, registry=CollectorRegistry(),
+                         config=NodeCacheConfig(poll_s=0.1))
+    coordinator = _Coordinator(etcd, prefix)
+    async with asyncio.TaskGroup() as tg:
+        lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))
+        feed = tg.create_task(node.run())
+        try:
+            # The sync key comes after the initial sync, and carries what was synced.
+            async def sync_value() -> dict[str, Any] | None:
+                got = await etcd_client.get(leader.sync_key)
+                return json.loads(got.value) if got is not None else None
+            deadline = time.monotonic() + 20
+            while (synced := await sync_value()) is None:
+                assert time.monotonic() < deadline, "leader-informer-sync never written"
+                await asyncio.sleep(0.1)
+            assert synced["leader"] == "n-1" and set(synced["resources"]) == {ENDPOINTSLICES.name, SERVICES.name}
+            cloud = await _cloud_state(kube, ns)
+            assert len(cloud) == 6
+            await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20,
+                             what="the node cache to hold the cloud's objects at the cloud's resourceVersions")
+            assert node.source is Source.COORDINATOR
+            # Changes in the cloud reach the node's cache through the coordinator, with a watch.
+            watch = caches[ENDPOINTSLICES].watch(namespace=ns, label_selector=None, field_selector=None,
+                                                 resource_version=caches[ENDPOINTSLICES].resource_version,
+                                                 allow_bookmarks=False)
+            await kube.create(_slice(ns, "web-9", ["10.244.1.99"]))
+            es = await kube.get(EndpointSlice, "web-0-x", namespace=ns)
+            es.endpoints[0].addresses = ["10.244.1.50"]
+            await kube.replace(es)
+            await kube.delete(EndpointSlice, "web-1-x", namespace=ns)
+            seen: list[tuple[str, str]] = []
+            async with asyncio.timeout(20):
+                while len(seen) < 3:
+                    kind, obj = await watch.__anext__()
+                    seen.append((kind, obj["metadata"]["name"]))
+            assert seen == [("ADDED", "web-9-x"), ("MODIFIED", "web-0-x"), ("DELETED", "web-1-x")]
+            cloud = await _cloud_state(kube, ns)
+            await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20, what="cache == cloud")
+            assert registry.get_sample_value("edgewatch_pool_cache_leader_synced", {"resource": SERVICES.name}) == 1
+
+            # Leadership ends; objects change while nobody leads; the next leader reconciles: only
+            # what changed is written, the deletion becomes a tombstone the node turns into DELETED.
+            lead.cancel()
+            await asyncio.wait({lead})
+            await etcd_client.revoke_lease(lease)
+            coordinator.ready = False  # (no sync key; the node stays on the coordinator for the grace)
+            await kube.delete(Service, "web-2", namespace=ns)
+            await kube.create(_service(ns, "late"))
+            writes_before = registry.get_sample_value("edgewatch_pool_cache_leader_writes_total",
+                                                      {"resource": SERVICES.name, "op": "put"})
+            lease2 = int((await etcd_client.lease(30)).id)
+            lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease2))
+            cloud = await _cloud_state(kube, ns)
+            await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20,
+                             what="the next leader's reconcile to reach the node")
+            coordinator.ready = True
+            writes = registry.get_sample_value("edgewatch_pool_cache_leader_writes_total",
+                                               {"resource": SERVICES.name, "op": "put"}) - writes_before
+            # The whole cluster's Services were listed again (kube-system has one too), but only the
+            # new one was written.
+            assert writes == 1, writes
+            assert node.history[-1][1] is Source.COORDINATOR and len(node.history) == 1
+        finally:
+            lead.cancel()
+            feed.cancel()
+    await etcd_client.close()
+
+
+async def test_malformed_values_in_etcd_are_refused_and_the_rest_is_served(kube: AsyncClient, etcd: EtcdServer,
+                                                                             namespace: str) -> None:
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
+    keys = CacheKeys(prefix, SERVICES)
+    good = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ok", "namespace": namespace,
+                                                                 "resourceVersion": "7"}, "spec": {}}
+    client = _client(etcd)
+    await client.put(keys.object_key(namespace, "ok"), encode_object(good))
+    await client.put(keys.object_key(namespace, "bad"), b"{not json")
+    await client.put(keys.object_key(namespace, "big"), b"x" * 1_200_000)
+    await client.put(keys.object_key(namespace, "other"), encode_object({**good, "metadata": {**good["metadata"],
+                                                                                              "name": "ok"}}))
+    await client.put(keys.rv, b"9")
+    cache = ResourceCache(SERVICES)
+    rejected: list[str] = []
+    events: list[Any] = []
+
+    async def sink(event: Any) -> None:
+        events.append(event)
+        if len(events) == 2:
+            raise asyncio.CancelledError
+
+    task = asyncio.create_task(run_coordinator_feed(etcd=client, keys=keys, sink=sink, rpc_timeout_s=3.0,
+                                                    on_rejected=rejected.append))
+    await wait_until(lambda: len(events) == 1, timeout_s=10, what="the initial state")
+    reset = events[0]
+    assert [o["metadata"]["name"] for o in reset.objects] == ["ok"] and reset.resource_version == "9"
+    assert sorted(rejected) == ["malformed", "mismatch", "oversized"]
+    cache.replace(reset.objects, reset.resource_version, source="coordinator")
+    await client.put(keys.object_key(namespace, "worse"), b"[]")
+    await client.put(keys.rv, b"10")
+    await wait_until(lambda: len(events) == 2 or task.done(), timeout_s=10, what="the bookmark after a bad value")
+    assert "shape" in rejected or "kind" in rejected
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await client.close()
+
+
+async def test_node_falls_back_to_the_cloud_and_then_keeps_the_last_state(kube: AsyncClient, etcd: EtcdServer,
+                                                                            namespace: str) -> None:
+    ns = namespace
+    await kube.create(_service(ns, "a"))
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
+    etcd_client = _client(etcd)
+    lease = int((await etcd_client.lease(30)).id)
+    leader = PoolCacheLeader(resources=(SERVICES,), http=kube._client._client, prefix=prefix, node="n-1",
+                             metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
+    coordinator = _Coordinator(etcd, prefix)
+    cloud_up = [True]
+    caches = {SERVICES: ResourceCache(SERVICES)}
+    node = NodePoolCache(caches=caches, http=kube._client._client, coordinator=lambda: coordinator,
+                         cloud_ok=lambda: cloud_up[0], registry=CollectorRegistry(),
+                         config=NodeCacheConfig(poll_s=0.1, handover_grace_s=1.0))
+    async with asyncio.TaskGroup() as tg:
+        lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))
+        feed = tg.create_task(node.run())
+        try:
+            await wait_until(lambda: ("services", "a") in _cache_state(caches, ns), timeout_s=20, what="first state")
+            assert node.source is Source.COORDINATOR
+            # The coordinator dies: the node reads the cloud; the old state is served meanwhile.
+            lead.cancel()
+            await asyncio.to_thread(etcd.kill)
+            coordinator.healthy = coordinator.ready = False
+            await wait_until(lambda: node.source is Source.CLOUD, timeout_s=5, what="switch to the cloud")
+            await kube.create(_service(ns, "b"))
+            await wait_until(lambda: ("services", "b") in _cache_state(caches, ns), timeout_s=20,
+                             what="a cloud change through the cloud feed")
+            # The cloud goes too: the last state stays, served.
+            cloud_up[0] = False
+            await wait_until(lambda: node.source is Source.LAST_KNOWN, timeout_s=5, what="last known")
+            assert set(_cache_state(caches, ns)) == {("services", "a"), ("services", "b")}
+        finally:
+            lead.cancel()
+            feed.cancel()
+    with contextlib.suppress(Exception):
+        await etcd_client.close()
