@@ -13,7 +13,7 @@ import copy
 import json
 from pathlib import Path
 
-from edgewatch.testing.kubeproxy import parse_iptables_save, parse_nft_ruleset
+from edgewatch.testing.kubeproxy_rules import parse_iptables_save, parse_nft_ruleset
 
 NFT_SAMPLE = Path(__file__).parent / "data" / "kube-proxy-nft.json"
 

@@ -4,7 +4,8 @@
 ``edgewatch.testing.binaries``) inside an existing network namespace through ``ip netns exec``,
 with a KubeProxyConfiguration written to its work folder, and reads back what it programmed:
 ``service_backends()`` maps each Service port to the endpoint addresses it load-balances to, read
-from the namespace's own nftables (or iptables) ruleset. ``kube_proxy_credentials()`` gives it an
+from the namespace's own nftables (or iptables) ruleset by the parsers of
+``edgewatch.testing.kubeproxy_rules``. ``kube_proxy_credentials()`` gives it an
 identity (ServiceAccount ``kube-system/kube-proxy`` bound to ``system:node-proxier``, a bearer
 token); ``write_token_kubeconfig()`` points that token at any server, e.g. an edgewatch agent
 serving on ``https://127.0.0.1:<port>`` inside the node namespace. ``NetnsTcpRelay`` serves a port
@@ -51,9 +52,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
-import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -61,7 +60,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -69,6 +68,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from edgewatch.testing.binaries import ensure_binaries
+from edgewatch.testing.kubeproxy_rules import parse_iptables_save, parse_nft_ruleset
 
 _T = TypeVar("_T")
 _CLONE_NEWNET = 0x40000000
@@ -78,143 +78,6 @@ DEFAULT_CONTENT_TYPE = "application/vnd.kubernetes.protobuf"  # kube-proxy's own
 
 class KubeProxyError(RuntimeError):
     """kube-proxy did not start, exited, or did not program what was expected (message: log tail)."""
-
-
-# --------------------------------------------------------------------------- ruleset parsers
-
-
-_CHAIN_RE = re.compile(r"^[a-z]+-[A-Z2-7]{8}-(?P<ns>[^/]+)/(?P<name>[^/]+)/(?P<proto>[a-z]+)/(?P<port>[^_]*)$")
-
-
-def _service_key(chain: str) -> str | None:
-    """``namespace/name:port-name`` (kube-proxy's ServicePortName) from a service chain name."""
-    m = _CHAIN_RE.match(chain)
-    if m is None:
-        return None
-    return f"{m['ns']}/{m['name']}" + (f":{m['port']}" if m["port"] else "")
-
-
-def _nft_items(ruleset: Any, kind: str) -> list[dict[str, Any]]:
-    return [item[kind] for item in ruleset.get("nftables", []) if isinstance(item, dict) and kind in item]
-
-
-def _nft_endpoint(expr: Any) -> str | None:
-    """``ip:port`` of a ``dnat to ip:port`` statement, else None."""
-    if isinstance(expr, dict) and isinstance(expr.get("dnat"), dict):
-        dnat = expr["dnat"]
-        if isinstance(dnat.get("addr"), str) and "port" in dnat:
-            return f"{dnat['addr']}:{dnat['port']}"
-    return None
-
-
-def _nft_map_pairs(data: Any) -> list[Any]:
-    """The values of an anonymous nft map (``{"set": [[key, value], ...]}``)."""
-    if isinstance(data, dict) and isinstance(data.get("set"), list):
-        return [pair[1] for pair in data["set"] if isinstance(pair, list) and len(pair) == 2]
-    return []
-
-
-def parse_nft_ruleset(ruleset: str | Mapping[str, Any]) -> dict[str, set[str]]:
-    """What an nftables-mode kube-proxy load-balances, from ``nft -j list table ip kube-proxy``.
-
-    Follows the ``service-ips`` map (ClusterIP . protocol . port -> ``goto`` the Service port's
-    chain) to the chain's endpoint choice: either a ``dnat ... numgen random mod N map``
-    straight to ``ip . port`` pairs, or a ``numgen ... vmap`` of ``goto endpoint-...`` chains
-    each ending in ``dnat to ip:port``. Chains no map element points to (stale ones that
-    kube-proxy has flushed but not yet deleted) are ignored.
-
-    Args:
-        ruleset: the JSON text or its parsed form.
-
-    Returns:
-        ``"namespace/service:port-name"`` (``"namespace/service"`` for an unnamed port, as
-        kube-proxy writes it in its logs) -> set of ``"ip:port"`` endpoints.
-    """
-    data = json.loads(ruleset) if isinstance(ruleset, str) else ruleset
-    rules: dict[str, list[list[Any]]] = {}
-    for rule in _nft_items(data, "rule"):
-        rules.setdefault(str(rule.get("chain")), []).append(list(rule.get("expr", [])))
-    targets: list[str] = []
-    for nft_map in _nft_items(data, "map"):
-        if nft_map.get("name") != "service-ips":
-            continue
-        for elem in nft_map.get("elem", []):
-            verdict = elem[1] if isinstance(elem, list) and len(elem) == 2 else None
-            if isinstance(verdict, dict) and isinstance(verdict.get("goto"), dict):
-                targets.append(str(verdict["goto"].get("target")))
-
-    def chain_endpoints(chain: str) -> set[str]:
-        found: set[str] = set()
-        for exprs in rules.get(chain, []):
-            for expr in exprs:
-                single = _nft_endpoint(expr)
-                if single:
-                    found.add(single)
-                    continue
-                dnat = expr.get("dnat") if isinstance(expr, dict) else None
-                if isinstance(dnat, dict) and isinstance(dnat.get("addr"), dict):  # dnat ... map
-                    for value in _nft_map_pairs(dnat["addr"].get("map", {}).get("data")):
-                        concat = value.get("concat") if isinstance(value, dict) else None
-                        if isinstance(concat, list) and len(concat) == 2:
-                            found.add(f"{concat[0]}:{concat[1]}")
-                vmap = expr.get("vmap") if isinstance(expr, dict) else None
-                if isinstance(vmap, dict):
-                    for value in _nft_map_pairs(vmap.get("data")):
-                        if isinstance(value, dict) and isinstance(value.get("goto"), dict):
-                            found |= chain_endpoints(str(value["goto"].get("target")))
-        return found
-
-    backends: dict[str, set[str]] = {}
-    for chain in targets:
-        key = _service_key(chain)
-        if key is not None:
-            backends.setdefault(key, set()).update(chain_endpoints(chain))
-    return backends
-
-
-_IPT_RULE = re.compile(r"^-A (?P<chain>\S+) (?P<rest>.*)$")
-_IPT_COMMENT = re.compile(r'--comment (?:"(?P<quoted>[^"]*)"|(?P<bare>\S+))')
-_IPT_JUMP = re.compile(r"-j (?P<target>\S+)")
-_IPT_DNAT = re.compile(r"--to-destination (?P<dest>\S+)")
-
-
-def parse_iptables_save(text: str) -> dict[str, set[str]]:
-    """What an iptables-mode kube-proxy load-balances, from ``iptables-save -t nat``.
-
-    Follows ``KUBE-SERVICES`` rules commented ``"<ns>/<svc>:<port> cluster IP"`` to their
-    ``KUBE-SVC-*`` chain, its jumps to ``KUBE-SEP-*`` chains, and their ``DNAT
-    --to-destination``.
-
-    Returns:
-        ``"namespace/service:port-name"`` -> set of ``"ip:port"``, as ``parse_nft_ruleset``.
-    """
-    rules: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        m = _IPT_RULE.match(line.strip())
-        if m:
-            rules.setdefault(m["chain"], []).append(m["rest"])
-
-    def jumps(chain: str, prefix: str) -> list[str]:
-        out = []
-        for rest in rules.get(chain, []):
-            j = _IPT_JUMP.search(rest)
-            if j and j["target"].startswith(prefix):
-                out.append(j["target"])
-        return out
-
-    backends: dict[str, set[str]] = {}
-    for rest in rules.get("KUBE-SERVICES", []):
-        c, j = _IPT_COMMENT.search(rest), _IPT_JUMP.search(rest)
-        comment = (c["quoted"] or c["bare"]) if c else ""
-        if not j or not j["target"].startswith("KUBE-SVC-") or not comment.endswith(" cluster IP"):
-            continue
-        found = backends.setdefault(comment.removesuffix(" cluster IP"), set())
-        for sep in jumps(j["target"], "KUBE-SEP-"):
-            for sep_rest in rules.get(sep, []):
-                d = _IPT_DNAT.search(sep_rest)
-                if d:
-                    found.add(d["dest"])
-    return backends
 
 
 # --------------------------------------------------------------------------- namespaces
@@ -245,8 +108,12 @@ async def run_in_netns(netns: str, fn: Callable[[], _T], *, timeout_s: float) ->
     future: asyncio.Future[_T] = loop.create_future()
 
     def deliver(result: Any, error: BaseException | None) -> None:
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(result)
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
     def work() -> None:
         try:
@@ -337,7 +204,14 @@ def token_kubeconfig(*, server_url: str, ca_pem: bytes, token: str) -> str:
     """The text of a kubeconfig that authenticates with a bearer ``token`` to ``server_url``,
     trusting ``ca_pem``. Use it to point kube-proxy at any server that serves the API, e.g. an
     agent on ``https://127.0.0.1:<port>`` inside the node namespace that forwards what it does
-    not answer with the caller's own ``Authorization`` header."""
+    not answer with the caller's own ``Authorization`` header.
+
+    The server must be ``https://``: client-go drops the token from an ``http://`` server's
+    requests (seen with kube-proxy v1.36: no ``Authorization`` header at all). What kube-proxy
+    sends (v1.36, default ``contentType``): ``Accept: application/vnd.kubernetes.protobuf, */*``
+    on GETs and watches, decoding whatever ``Content-Type`` the answer has (JSON works);
+    Event POSTs have protobuf bodies; watches first try the streaming list
+    (``sendInitialEvents=true``) and fall back to list + watch when that fails."""
     return yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "cluster", "cluster": {
