@@ -14,7 +14,8 @@ What it serves
       ``sendInitialEvents``, ``timeoutSeconds``, ``labelSelector``, ``fieldSelector`` and
       ``limit`` (ignored: one page) as kube-apiserver's watch cache answers them (see
       :mod:`edgewatch.poolcache.store`). JSON only, whatever the Accept header asks (clients that
-      ask for protobuf or a Table also accept JSON). Watches stream one JSON event per line; a
+      ask for protobuf or a Table also accept JSON; kubectl's default table output then shows
+      only NAME and AGE, as for any server without table support). Watches stream one JSON event per line; a
       watch lasts ``timeoutSeconds``, at most and by default ``max_request_timeout_s`` (the
       apiserver picks a random 30-60 min; a node has a handful of watchers, so no spreading is
       needed). A watch ended by a relist of the cache gets an ERROR event with a 410 Status.
