@@ -12,7 +12,7 @@ import click
 
 from edgewatch import __version__
 from edgewatch.controller.model import UnknownPolicy
-from edgewatch.names import DEFAULT_PEER_PORT
+from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="edgewatch")
@@ -56,6 +56,11 @@ def main() -> None:
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Persist the node list here (survives restarts during a cut). If it cannot be written the "
                    "agent logs it once, counts edgewatch_agent_state_save_failures_total and runs from memory.")
+@click.option("--pool-cache-address", default="127.0.0.1", show_default=True,
+              help="Where the pool cache's read-only Kubernetes API (EndpointSlices, Services) listens, for this "
+                   "node's kube-proxy and CoreDNS.")
+@click.option("--pool-cache-port", type=int, default=DEFAULT_POOL_CACHE_PORT, show_default=True,
+              help="Its HTTPS port; 0 turns the node side of the pool cache off.")
 @click.option("--exchange-period", type=float, default=1.0, show_default=True, help="Seconds between exchanges.")
 @click.option("--vote-ttl", type=float, default=5.0, show_default=True, help="Seconds a vote counts (>= 3 periods).")
 @click.option("--probe-timeout", type=float, default=0.8, show_default=True, help="Seconds per peer exchange.")
@@ -113,6 +118,45 @@ def controller(**opts: object) -> None:
     from edgewatch.controller.main import run_controller
 
     sys.exit(run_controller(**opts))  # type: ignore[arg-type]
+
+
+@main.command()
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/edgewatch"),
+              show_default=True, help="The agent's state folder (its pool-cache/ holds the endpoint's certificate).")
+@click.option("--server", default=None,
+              help=f"The endpoint's URL (default: https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}).")
+@click.option("--token-file", default=None,
+              help="A token file the client sends (passed through to the cloud on forwarded requests), e.g. its "
+                   "projected ServiceAccount token.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the kubeconfig here (mode 0644) instead of printing it.")
+def kubeconfig(state_dir: Path, server: str | None, token_file: str | None, output: Path | None) -> None:
+    """Print the kubeconfig a node client (kube-proxy, CoreDNS, kubectl) uses to read the pool cache.
+
+    Run it on the node (the agent keeps its certificate in STATE_DIR/pool-cache/). Cached
+    resources are answered from the cache, also while the node is cut off from the cloud;
+    everything else is forwarded to the cloud with the client's own token.
+
+    \b
+      edgewatch kubeconfig --token-file /var/lib/kube-proxy/token -o /var/lib/kube-proxy/pool.kubeconfig
+      kubectl --kubeconfig /var/lib/kube-proxy/pool.kubeconfig get endpointslices -A --watch
+    """
+    from edgewatch.poolcache.tls import CERT_FILE, client_kubeconfig
+
+    cert = state_dir / "pool-cache" / CERT_FILE
+    try:
+        ca = cert.read_bytes()
+    except OSError as exc:
+        click.echo(f"cannot read the pool cache's certificate {cert}: {exc.strerror} (is the agent running here "
+                   f"with --state-dir {state_dir}?)", err=True)
+        sys.exit(2)
+    text = client_kubeconfig(server=server or f"https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}", ca_pem=ca,
+                             token_file=token_file)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        output.chmod(0o644)
 
 
 @main.command()

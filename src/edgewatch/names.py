@@ -36,3 +36,7 @@ AUTONOMY_DURATION_ANNOTATION = f"{DOMAIN}/autonomy-duration"
 DEFAULT_PEER_PORT = 51005
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+DEFAULT_POOL_CACHE_PORT = 51007
+"""The agent's pool-cache endpoint (HTTPS on loopback; kube-proxy and CoreDNS of the node read
+EndpointSlices and Services there, see edgewatch.poolcache)."""

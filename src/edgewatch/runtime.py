@@ -8,8 +8,11 @@ request timeout by lightkube's design.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import os
 import signal
+import ssl
 from collections.abc import Coroutine
 from typing import Any
 
@@ -46,3 +49,30 @@ async def run_until_signalled(main: Coroutine[Any, Any, None]) -> None:
         loop.add_signal_handler(sig, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def cloud_endpoint(kubeconfig: str | None) -> tuple[str, ssl.SSLContext | None]:
+    """The cloud apiserver's URL and a TLS context that verifies it *without any client
+    credential*, from a kubeconfig file or in-cluster (None). For proxies that forward a local
+    client's own credentials (the pool cache endpoint).
+
+    Raises:
+        lightkube.core.exceptions.ConfigError, OSError, ValueError: as :func:`api_client`.
+    """
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+    single = config.get()
+    cluster = single.cluster
+    if not cluster.server.startswith("https://"):
+        return cluster.server, None
+    ctx = ssl.create_default_context()
+    if cluster.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif cluster.certificate_auth_data:
+        ctx = ssl.create_default_context(cadata=base64.b64decode(cluster.certificate_auth_data).decode())
+    elif cluster.certificate_auth:
+        path = cluster.certificate_auth
+        if single.fname is not None and not os.path.isabs(path):
+            path = os.path.join(os.path.dirname(single.fname), path)
+        ctx = ssl.create_default_context(cafile=path)
+    return cluster.server, ctx

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from edgewatch.poolcache.resources import DEFAULT_RESOURCES
 import pytest
 from click.testing import CliRunner
 from lightkube import KubeConfig
@@ -144,9 +145,10 @@ async def test_an_internal_ip_that_is_not_local_falls_back_to_the_kernel(caplog:
 # -- the pool coordinator from the ConfigMap ---------------------------------------------------------
 
 
-def _with_config(agent: Agent, text: str | None, *, pool: str | None = "a") -> None:
+def _with_config(agent: Agent, text: str | None, *, pool: str | None = "a", cached: str = "") -> None:
     agent.membership.nodes[ME] = NodeInfo(name=ME, address="127.0.0.1", labels={POOL_LABEL: pool} if pool else {})
-    agent.membership.apply_config({"poolCoordinators": text} if text is not None else None)
+    agent.membership.apply_config({"poolCoordinators": text, "poolScopeResources": cached} if text is not None
+                                  else None)
     agent.membership.config_synced.set()
 
 
@@ -154,7 +156,10 @@ def test_coordinator_wanted(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     assert agent.coordinator_wanted() is None  # nothing known yet
     _with_config(agent, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
-    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a")
+    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a", DEFAULT_RESOURCES)
+    # The cached resources are part of the target: a change restarts the coordinator with them.
+    agent.membership.apply_config({"poolCoordinators": "a: http://198.18.0.10:2379", "poolScopeResources": "off"})
+    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a", ())
     _with_config(agent, "b: http://198.18.0.11:2379")
     assert agent.coordinator_wanted() is None  # our pool has no entry
     _with_config(agent, "a: http://198.18.0.10:2379", pool=None)
@@ -162,33 +167,33 @@ def test_coordinator_wanted(tmp_path: Path) -> None:
     # --pool overrides the label; --coordinator overrides the ConfigMap.
     pinned = _agent(tmp_path, pool="b")
     _with_config(pinned, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
-    assert pinned.coordinator_wanted() == ("http://198.18.0.11:2379", "b")
+    assert pinned.coordinator_wanted() == ("http://198.18.0.11:2379", "b", DEFAULT_RESOURCES)
     flag = _agent(tmp_path, coordinator_url="http://10.1.1.1:2379")
-    assert flag.coordinator_wanted() is None  # waits for the node (its pool label)
+    assert flag.coordinator_wanted() is None  # waits for the ConfigMap and the node (its pool label)
     _with_config(flag, "a: http://198.18.0.10:2379")
-    assert flag.coordinator_wanted() == ("http://10.1.1.1:2379", "a")
+    assert flag.coordinator_wanted() == ("http://10.1.1.1:2379", "a", DEFAULT_RESOURCES)
 
 
 async def test_the_coordinator_follows_the_config_map_live(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     agent = _agent(tmp_path)
     # Ports nobody listens on: the sessions fail and retry quietly, which is all this test needs.
-    _with_config(agent, "a: http://127.0.0.1:9")
+    _with_config(agent, "a: http://127.0.0.1:9", cached="off")  # (a fake API client: no cache)
     task = asyncio.create_task(agent._coordinator_loop(poll_s=0.02))
     try:
         await asyncio.sleep(0.2)
-        assert agent.coordinator_target == ("http://127.0.0.1:9", "a") and agent.coordinator is not None
+        assert agent.coordinator_target == ("http://127.0.0.1:9", "a", ()) and agent.coordinator is not None
         first = agent.coordinator
-        _with_config(agent, "a: http://127.0.0.1:10")  # the operator changes the URL
+        _with_config(agent, "a: http://127.0.0.1:10", cached="off")  # the operator changes the URL
         await asyncio.sleep(0.2)
-        assert agent.coordinator_target == ("http://127.0.0.1:10", "a") and agent.coordinator is not first
+        assert agent.coordinator_target == ("http://127.0.0.1:10", "a", ()) and agent.coordinator is not first
         assert first._closing  # noqa: SLF001 - the old session was closed, not leaked
         second = agent.coordinator
-        _with_config(agent, "a: ftp://127.0.0.1:10")  # a bad value: logged, the previous URL stays
+        _with_config(agent, "a: ftp://127.0.0.1:10", cached="off")  # a bad value: logged, the previous URL stays
         await asyncio.sleep(0.2)
         assert agent.coordinator is second and not task.done()
-        _with_config(agent, "a: http://127.0.0.1:9")
+        _with_config(agent, "a: http://127.0.0.1:9", cached="off")
         await asyncio.sleep(0.2)
-        assert agent.coordinator_target == ("http://127.0.0.1:9", "a")
+        assert agent.coordinator_target == ("http://127.0.0.1:9", "a", ())
         _with_config(agent, "")  # entry removed: the coordinator stops, the peer path carries
         await asyncio.sleep(0.2)
         assert agent.coordinator is None and agent.coordinator_target is None

@@ -48,6 +48,7 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from edgewatch.agent.cachehost import PoolCacheHost, upstream_from
 from edgewatch.agent.carrier import HeartbeatCarrier
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
@@ -61,6 +62,7 @@ from edgewatch.core.signing import Keyring, load_keyring
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
+from edgewatch.poolcache.resources import PoolResource
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,8 @@ class Agent:
         registry: Prometheus registry (a fresh one by default; many agents may share a process).
     """
 
-    def __init__(self, *, config: AgentConfig, client: AsyncClient, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, *, config: AgentConfig, client: AsyncClient, registry: CollectorRegistry | None = None,
+                 cloud_endpoint: tuple[str, object] | None = None) -> None:
         self.config = config
         self.client = client
         self.registry = registry or CollectorRegistry()
@@ -146,10 +149,19 @@ class Agent:
                                         interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s)
         self.duties: Duties | None = None
         self.coordinator: PoolCoordinator | None = None
-        self.coordinator_target: tuple[str, str] | None = None  # (url, pool) the coordinator runs for
+        self.coordinator_target: tuple[str, str, tuple[PoolResource, ...]] | None = None  # (url, pool, cached)
         self._coordinator_collectors: list[object] = []
         self._role_written: tuple[tuple[object, ...], float] | None = None
         self.started = asyncio.Event()
+        self.pool_cache: PoolCacheHost | None = None
+        http = getattr(getattr(client, "_client", None), "_client", None)  # lightkube's httpx client
+        if config.pool_cache_port and http is not None:
+            self.pool_cache = PoolCacheHost(
+                resources=lambda: self.membership.pool_resources if self.membership.config_synced.is_set() else None,
+                http=http,
+                upstream=upstream_from(*cloud_endpoint) if cloud_endpoint else None,  # type: ignore[arg-type]
+                coordinator=lambda: self.coordinator, cloud_ok=lambda: self.link.up,
+                address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
 
     # -- queries --------------------------------------------------------------------------------------
 
@@ -181,6 +193,8 @@ class Agent:
                     tg.create_task(self._cloud_loops())
                     tg.create_task(self._keyring_loop())
                     tg.create_task(self._coordinator_loop())
+                    if self.pool_cache is not None:
+                        tg.create_task(self.pool_cache.run())
                     self.started.set()
             finally:
                 await runner.cleanup()
@@ -195,30 +209,32 @@ class Agent:
         info = self.membership.nodes.get(self.config.node)
         return (info.labels.get(POOL_LABEL) or None) if info is not None else None
 
-    def coordinator_wanted(self) -> tuple[str, str] | None:
-        """The (URL, pool) the coordinator should run for now, or None.
+    def coordinator_wanted(self) -> tuple[str, str, tuple[PoolResource, ...]] | None:
+        """The (URL, pool, pool-scope resources its leader caches) the coordinator should run for
+        now, or None.
 
         ``--coordinator URL`` wins (pool: ``--pool``, the node's label, or ``default``, once the node
         is known). Otherwise the ConfigMap's ``poolCoordinators`` entry for this node's pool, once
         the ConfigMap has been read.
         """
+        if not self.membership.config_synced.is_set():
+            return None  # the ConfigMap names the cached resources
+        cached = self.membership.pool_resources
         if self.config.coordinator_url:
             if self.config.pool:
-                return (self.config.coordinator_url, self.config.pool)
+                return (self.config.coordinator_url, self.config.pool, cached)
             if self.config.node not in self.membership.nodes:
                 return None
-            return (self.config.coordinator_url, self._pool() or "default")
-        if not self.membership.config_synced.is_set():
-            return None
+            return (self.config.coordinator_url, self._pool() or "default", cached)
         pool = self._pool()
         url = self.membership.pool_coordinators.url_for(pool)
-        return (url, pool) if url and pool else None
+        return (url, pool, cached) if url and pool else None
 
     async def _coordinator_loop(self, *, poll_s: float = 1.0) -> None:
         """Keep the pool coordinator running for :meth:`coordinator_wanted`; restart it when that
         changes. A coordinator that cannot be built (bad URL or pool name, TLS with http) is logged
         once per target and not run; nothing here ends the agent."""
-        refused: tuple[str, str] | None = None
+        refused: tuple[str, str, tuple[PoolResource, ...]] | None = None
         waiting_logged = False
         async with asyncio.TaskGroup() as tg:
             try:
@@ -240,17 +256,18 @@ class Agent:
             finally:
                 await self._stop_coordinator()
 
-    def _start_coordinator(self, tg: asyncio.TaskGroup, url: str, pool: str) -> bool:
+    def _start_coordinator(self, tg: asyncio.TaskGroup, url: str, pool: str, cached: tuple[PoolResource, ...]) -> bool:
         try:
             coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
                                           cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
-                                          tls=self.config.coordinator_tls, registry=self._coordinator_registry())
+                                          tls=self.config.coordinator_tls, registry=self._coordinator_registry(),
+                                          pool_resources=cached)
         except CoordinatorError as exc:
             log.error("not joining pool %s through %s: %s", pool, url, exc,
                       extra={"kind": "coordinator_config", "pool": pool})
             return False
         self.coordinator = coordinator
-        self.coordinator_target = (url, pool)
+        self.coordinator_target = (url, pool, cached)
         log.info("joining pool %s through coordinator %s", pool, url, extra={"pool": pool})
         tg.create_task(coordinator.run(), name="pool-coordinator")
         return True
@@ -292,7 +309,10 @@ class Agent:
         return web.Response(status=503, text="node list not known yet\n" if not known else "no period yet\n")
 
     async def _metrics(self, _req: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = generate_latest(self.registry)
+        if self.pool_cache is not None:
+            body += generate_latest(self.pool_cache.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _keyring_loop(self) -> None:
         while True:

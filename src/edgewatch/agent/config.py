@@ -13,7 +13,7 @@ from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import WireConfig
-from edgewatch.names import DEFAULT_PEER_PORT
+from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +52,9 @@ class AgentConfig:
             --client-cert-auth), or None.
         pool: this node's pool (for the coordinator's keys); default: the ``edgewatch.io/pool`` label.
         kubeconfig: kubeconfig path (None = in-cluster ServiceAccount).
+        pool_cache_address: where the pool cache's read-only API endpoint listens (default
+            127.0.0.1: only this node's own clients, kube-proxy and CoreDNS, read it).
+        pool_cache_port: its HTTPS port (default 51007; 0 turns the node side of the cache off).
     """
 
     node: NodeName
@@ -70,6 +73,8 @@ class AgentConfig:
     coordinator_tls: CoordinatorTLS | None = None
     pool: str | None = None
     kubeconfig: str | None = None
+    pool_cache_address: str = "127.0.0.1"
+    pool_cache_port: int = DEFAULT_POOL_CACHE_PORT
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     votes: VoteConfig = field(default_factory=VoteConfig)
     wire: WireConfig = field(default_factory=WireConfig)
@@ -78,6 +83,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port out of range: {self.port}")
+        if not 0 <= self.pool_cache_port < 65536 or (self.pool_cache_port and self.pool_cache_port == self.port):
+            raise ValueError(f"pool cache port out of range or equal to the peer port: {self.pool_cache_port}")
         if self.probe_timeout_s <= 0 or self.probe_timeout_s >= self.votes.exchange_period_s * 2:
             raise ValueError("probe_timeout_s must be > 0 and below two exchange periods")
         if self.full_mesh_max < 1:

@@ -606,9 +606,11 @@ class PoolCoordinator:
         self.leader_key = f"{prefix}leader".encode()
         self.sync_key = f"{prefix}leader-informer-sync".encode()
         self.pool_resources = tuple(pool_resources)
-        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=kube._client._client,  # type: ignore[attr-defined]
-                                            prefix=prefix, node=node, metrics=LeaderMetrics(registry),
-                                            config=cache_config)
+        http = getattr(getattr(kube, "_client", None), "_client", None)  # lightkube's httpx client
+        if http is None and self.pool_resources:
+            raise CoordinatorError("config", "the pool cache needs a lightkube AsyncClient (its HTTP client)")
+        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=prefix, node=node,
+                                            metrics=LeaderMetrics(registry), config=cache_config)
 
         # Observed state (written only from the event loop).
         self._role = Role.PENDING

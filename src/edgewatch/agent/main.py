@@ -23,14 +23,15 @@ from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, parse_
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
 from edgewatch.logs import configure_logging
-from edgewatch.runtime import api_client, run_until_signalled
+from edgewatch.names import DEFAULT_POOL_CACHE_PORT
+from edgewatch.runtime import api_client, cloud_endpoint, run_until_signalled
 
 log = logging.getLogger(__name__)
 
 
-async def _run(config: AgentConfig, client: object) -> None:
+async def _run(config: AgentConfig, client: object, cloud: tuple[str, object] | None) -> None:
     try:
-        await run_until_signalled(Agent(config=config, client=client).run())  # type: ignore[arg-type]
+        await run_until_signalled(Agent(config=config, client=client, cloud_endpoint=cloud).run())  # type: ignore[arg-type]
     finally:
         await client.close()  # type: ignore[attr-defined]
     log.info("agent stopped")
@@ -58,7 +59,8 @@ def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_addre
               log_level: str, log_format: str, coordinator_ca: Path | None = None,
               coordinator_cert: Path | None = None, coordinator_key: Path | None = None,
               cloud_interval: float = 2.0, cloud_timeout: float = 2.0, cloud_down_after: int = 3,
-              cloud_up_after: int = 2) -> int:
+              cloud_up_after: int = 2, pool_cache_address: str = "127.0.0.1",
+              pool_cache_port: int = DEFAULT_POOL_CACHE_PORT) -> int:
     """Run the agent; returns the exit code (2 for invalid settings)."""
     configure_logging(level=log_level, json_logs=log_format == "json")
     tls_files = (coordinator_ca, coordinator_cert, coordinator_key)
@@ -75,7 +77,8 @@ def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_addre
                              votes=VoteConfig(exchange_period_s=exchange_period, vote_ttl_s=vote_ttl),
                              cloud_link=CloudLinkConfig(interval_s=cloud_interval, timeout_s=cloud_timeout,
                                                         down_after=cloud_down_after, up_after=cloud_up_after),
-                             coordinator_tls=tls)
+                             coordinator_tls=tls, pool_cache_address=pool_cache_address,
+                             pool_cache_port=pool_cache_port)
     except ValueError as exc:
         log.error("invalid settings: %s", exc)
         return 2
@@ -88,5 +91,6 @@ def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_addre
     client = _client(kubeconfig)
     if client is None:
         return 2
-    asyncio.run(_run(config, client))
+    cloud = cloud_endpoint(kubeconfig)  # the pool cache forwards what it does not cache there
+    asyncio.run(_run(config, client, cloud))
     return 0

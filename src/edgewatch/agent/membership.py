@@ -3,7 +3,8 @@ ConfigMap.
 
 The agent lists, then watches (from the list's resourceVersion), Nodes (name, InternalIP, labels)
 and the ``edgewatch-config`` ConfigMap (``grouping``, ``groupLabel``, ``coverLabel``, see
-``edgewatch.core.grouping``; ``poolCoordinators``, see ``edgewatch.core.poolconfig``). Relabelling
+``edgewatch.core.grouping``; ``poolCoordinators``, see ``edgewatch.core.poolconfig``;
+``poolScopeResources``, see ``edgewatch.poolcache.resources``). Relabelling
 a node or editing the ConfigMap regroups on the next period with no restart (seed 003: "regrouping
 needs no redeploy"). A watch that stays silent longer than the server's own timeout is re-established
 (a cut link drops packets without a reset, so the connection would hang for ever).
@@ -37,7 +38,9 @@ import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Node
 
-from edgewatch.core.grouping import CONFIG_KEY_POOL_COORDINATORS, GroupingConfig, parse_grouping_config
+from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES, GroupingConfig,
+                                     parse_grouping_config)
+from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
 from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
 from edgewatch.core.types import NodeName
 from edgewatch.names import EDGE_CONDITION_TYPE
@@ -108,6 +111,7 @@ class Membership:
         self.nodes: dict[NodeName, NodeInfo] = {}
         self.grouping = GroupingConfig()
         self.pool_coordinators = PoolCoordinators()
+        self.pool_resources: tuple[PoolResource, ...] = DEFAULT_RESOURCES
         self.synced = asyncio.Event()
         self.config_synced = asyncio.Event()
         self.node_lists = 0  # full Node LISTs done (a healthy agent does one per broken watch)
@@ -220,6 +224,7 @@ class Membership:
         """
         values = dict(data or {})
         self._apply_pool_coordinators(values.get(CONFIG_KEY_POOL_COORDINATORS))
+        self._apply_pool_resources(values.get(CONFIG_KEY_POOL_SCOPE_RESOURCES))
         try:
             config = parse_grouping_config(values)
         except ValueError as exc:
@@ -232,6 +237,21 @@ class Membership:
                      extra={"kind": "regrouped"})
         self.grouping = config
         return True
+
+    def _apply_pool_resources(self, text: str | None) -> None:
+        """``poolScopeResources``: a bad value keeps the previous list (log line,
+        ``on_reject("invalid_pool_scope_resources")``)."""
+        try:
+            parsed = parse_pool_resources(text)
+        except PoolResourcesError as exc:
+            log.error("refusing %s of %s: %s; keeping %s", CONFIG_KEY_POOL_SCOPE_RESOURCES, CONFIGMAP_NAME, exc,
+                      [r.name for r in self.pool_resources], extra={"kind": "config_rejected"})
+            self._on_reject("invalid_pool_scope_resources")
+            return
+        if parsed != self.pool_resources:
+            log.info("pool-scope resources: %s", [r.name for r in parsed] or "none (pool cache off)",
+                     extra={"kind": "pool_scope_resources"})
+        self.pool_resources = parsed
 
     def _apply_pool_coordinators(self, text: str | None) -> None:
         try:

@@ -45,6 +45,7 @@ __all__ = [
     "CONFIG_KEY_GROUPING",
     "CONFIG_KEY_GROUP_LABEL",
     "CONFIG_KEY_POOL_COORDINATORS",
+    "CONFIG_KEY_POOL_SCOPE_RESOURCES",
     "DEFAULT_LABEL_KEY",
     "GroupingConfig",
     "group_of",
@@ -71,8 +72,12 @@ grouping parser accepts a ConfigMap that has it) but parsed on its own by
 :func:`edgewatch.core.poolconfig.parse_pool_coordinators`: a bad entry there
 never makes the grouping switches refused."""
 
+CONFIG_KEY_POOL_SCOPE_RESOURCES: Final = "poolScopeResources"
+"""ConfigMap key of the pool cache's resources; parsed on its own by
+:func:`edgewatch.poolcache.resources.parse_pool_resources`."""
+
 _KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL,
-                      CONFIG_KEY_POOL_COORDINATORS)
+                      CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES)
 _TRUE: Final = frozenset({"on", "true"})
 _FALSE: Final = frozenset({"off", "false"})
 
@@ -161,8 +166,8 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
             (case-insensitive, surrounding whitespace ignored).
         ``groupLabel``: the label key to group by.
         ``coverLabel``: only nodes with this label key are covered (empty: all).
-        ``poolCoordinators``: accepted and not interpreted here (see
-            :data:`CONFIG_KEY_POOL_COORDINATORS`).
+        ``poolCoordinators``, ``poolScopeResources``: accepted and not interpreted here (see
+            :data:`CONFIG_KEY_POOL_COORDINATORS`, :data:`CONFIG_KEY_POOL_SCOPE_RESOURCES`).
 
     Raises:
         ValueError: an unknown key (a misspelt flag is never silently
