@@ -70,8 +70,15 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("patch", "nodes", None, False),            # cannot taint or label nodes
     ("delete", "nodes", None, False),
     ("update", "leases", "kube-node-lease", True),
-    ("list", "leases", "kube-node-lease", True),     # the coordinator leader's pool sync
-    ("watch", "leases", "kube-node-lease", True),
+    ("get", "leases", "kube-node-lease", True),
+    ("list", "leases", "kube-node-lease", False),    # reads one Lease at a time, by name
+    ("watch", "leases", "kube-node-lease", False),
+    ("list", "services", None, True),                # the pool cache: list/watch of exactly its resources
+    ("watch", "endpointslices.discovery.k8s.io", None, True),
+    ("get", "services", "default", False),
+    ("list", "endpoints", None, False),
+    ("create", "endpointslices.discovery.k8s.io", "default", False),
+    ("update", "services", "default", False),
     ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
     ("delete", "leases", "kube-node-lease", False),
     ("update", "leases", "default", False),

@@ -81,15 +81,15 @@ class LeaderMetrics:
     """The leader informer's metrics (registered once per registry)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.writes = Counter("edgewatch_pool_cache_leader_writes", "Objects the pool leader wrote into the "
+        self.writes = Counter("edgewatch_poolcache_leader_writes", "Objects the pool leader wrote into the "
                               "coordinator (puts and tombstones)", ["resource", "op"], registry=registry)
-        self.synced = Gauge("edgewatch_pool_cache_leader_synced", "1 while this leader's informer of the "
+        self.synced = Gauge("edgewatch_poolcache_leader_synced", "1 while this leader's informer of the "
                             "resource is synced with the cloud", ["resource"], registry=registry)
-        self.cloud_errors = Counter("edgewatch_pool_cache_cloud_errors", "Errors listing or watching pool-scope "
+        self.cloud_errors = Counter("edgewatch_poolcache_cloud_errors", "Errors listing or watching pool-scope "
                                     "resources on the cloud", ["resource", "reason", "by"], registry=registry)
-        self.rejected = Counter("edgewatch_pool_cache_rejected", "Pool-scope objects refused as malformed "
+        self.rejected = Counter("edgewatch_poolcache_rejected", "Pool-scope objects refused as malformed "
                                 "(from the cloud or the coordinator)", ["resource", "reason", "by"], registry=registry)
-        self.lists = Counter("edgewatch_pool_cache_cloud_lists", "Lists of pool-scope resources from the cloud",
+        self.lists = Counter("edgewatch_poolcache_cloud_lists", "Lists of pool-scope resources from the cloud",
                              ["resource", "by"], registry=registry)
 
 

@@ -16,7 +16,7 @@ The choice (:func:`choose_source`, pure and tested exhaustively)
       re-list for it.
     * ``cloud`` otherwise, if this node's cloud link is up: as without the cache.
     * ``last-known`` when neither: the caches keep what they hold and keep serving it (never an
-      empty list), and ``edgewatch_pool_cache_last_known`` says so.
+      empty list), and ``edgewatch_poolcache_last_known`` says so.
 
     A switch stops the old feed; the new feed's first full state replaces each cache's content,
     which ends the clients' open watches so they re-list cleanly (the cache answers their re-watch
@@ -129,17 +129,17 @@ class NodeCacheMetrics:
     """The node cache's source metrics."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.source = Gauge("edgewatch_pool_cache_source", "1 for the source the node's pool cache reads from",
+        self.source = Gauge("edgewatch_poolcache_source", "1 for the source the node's pool cache reads from",
                             ["source"], registry=registry)
-        self.switches = Counter("edgewatch_pool_cache_source_switches", "Source switches of the node's pool cache",
+        self.switches = Counter("edgewatch_poolcache_source_switches", "Source switches of the node's pool cache",
                                 ["to"], registry=registry)
-        self.last_known = Gauge("edgewatch_pool_cache_last_known", "1 while the node's pool cache serves its last "
+        self.last_known = Gauge("edgewatch_poolcache_last_known", "1 while the node's pool cache serves its last "
                                 "known state (neither the coordinator nor the cloud reachable)", registry=registry)
-        self.resets = Counter("edgewatch_pool_cache_resets", "Full states loaded into the node's pool cache",
+        self.resets = Counter("edgewatch_poolcache_resets", "Full states loaded into the node's pool cache",
                               ["resource", "source"], registry=registry)
-        self.feed_errors = Counter("edgewatch_pool_cache_feed_errors", "Failures of the node's pool cache feed",
+        self.feed_errors = Counter("edgewatch_poolcache_feed_errors", "Failures of the node's pool cache feed",
                                    ["source", "reason"], registry=registry)
-        self.rejected = Counter("edgewatch_pool_cache_feed_rejected", "Objects the node's pool cache feed refused",
+        self.rejected = Counter("edgewatch_poolcache_feed_rejected", "Objects the node's pool cache feed refused",
                                 ["resource", "source", "reason"], registry=registry)
 
 
