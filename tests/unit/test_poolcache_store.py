@@ -380,3 +380,28 @@ def test_apply_never_raises(junk: Any, event_type: str) -> None:
     cache = filled()
     cache.apply(event_type, junk)
     cache.replace([junk], "11", source="cloud")
+
+
+def test_services_select_on_cluster_ip_and_type_as_kube_proxy_asks() -> None:
+    """kube-proxy lists Services with ``fieldSelector=spec.clusterIP!=None`` (headless ones are not
+    its business); the apiserver supports spec.clusterIP and spec.type for Services, 400 for others."""
+    from edgewatch.poolcache.resources import SERVICES as SVC
+    from edgewatch.poolcache.store import BadRequest as Bad, ResourceCache as Cache
+
+    def svc(name: str, ip: str, kind: str = "ClusterIP") -> dict:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "n",
+                                                                     "resourceVersion": "5"},
+                "spec": {"clusterIP": ip, "type": kind}}
+
+    cache = Cache(SVC)
+    cache.replace([svc("web", "10.96.0.10"), svc("headless", "None"), svc("np", "10.96.0.11", "NodePort")], "9",
+                  source="t")
+    items, _ = cache.list(namespace=None, label_selector=None, field_selector="spec.clusterIP!=None",
+                          resource_version=None, resource_version_match=None)
+    assert sorted(i["metadata"]["name"] for i in items) == ["np", "web"]
+    items, _ = cache.list(namespace=None, label_selector=None, field_selector="spec.type=NodePort",
+                          resource_version=None, resource_version_match=None)
+    assert [i["metadata"]["name"] for i in items] == ["np"]
+    with pytest.raises(Bad):
+        cache.list(namespace=None, label_selector=None, field_selector="spec.ports=1", resource_version=None,
+                   resource_version_match=None)

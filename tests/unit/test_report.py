@@ -140,7 +140,7 @@ def test_report_shape():
     assert n5["kills"] == [{"t": 40, "revived_at": 50, "pods": None}, {"t": 60, "revived_at": None, "pods": 0}]
     assert set(rep["summary"]) == {"evictions_on_live_nodes", "endpoint_removals_on_live_nodes",
                                    "killed_nodes_not_evicted", "max_detection_s", "max_eviction_s", "undetected",
-                                   "max_not_ready_after_kill_s"}
+                                   "max_not_ready_after_kill_s", "pool_scope_cloud_bytes", "pool_scope_open_watches"}
 
 
 def test_recorded_end_fault_is_not_duplicated():
@@ -165,6 +165,7 @@ def test_quiet_run():
     assert summary(recording()) == {
         "evictions_on_live_nodes": 0, "endpoint_removals_on_live_nodes": 0, "killed_nodes_not_evicted": [],
         "max_detection_s": None, "max_eviction_s": None, "undetected": [], "max_not_ready_after_kill_s": None,
+        "pool_scope_cloud_bytes": None, "pool_scope_open_watches": None,
     }
 
 
@@ -546,3 +547,60 @@ def test_untouched_expectation_fails_on_any_mark():
     c.touched.append((12.0, "lease mark autonomy"))
     results = check_expectations(sc, build_report(r))
     assert not results[0].passed and "lease mark autonomy at 12" in results[0].detail
+
+
+# --------------------------------------------------------------------------------------------------
+# kube-proxy following the Service (the pool-cache checks)
+
+
+def _proxy_report(proxy: list, *, baseline: bool = False) -> dict:
+    r = Recording(scenario="pool-cache", baseline=baseline, ended_at=100)
+    r.add_node("a-5", "a")
+    r.nodes["a-5"].kube_proxy = proxy
+    r.service_endpoints = [(0.0, ["10.0.0.1:8080"]), (31.0, ["10.0.0.1:8080", "10.0.0.2:8080"]),
+                           (61.5, ["10.0.0.2:8080"])]
+    r.add_fault(10, "cut-cloud")
+    r.add_fault(30, "scale")
+    r.add_fault(60, "scale")
+    return build_report(r)
+
+
+def _proxy_checks(report: dict, **expect) -> list:
+    from edgewatch.playground.scenario import parse_scenario
+
+    sc = parse_scenario({
+        "name": "pool-cache", "topology": {"pools": [{"name": "a", "nodes": 5, "kube_proxy": ["a-5"]}]},
+        "steps": [{"at": 10, "action": "cut-cloud", "pool": "a"}, {"at": 30, "action": "scale", "replicas": 2},
+                  {"at": 60, "action": "scale", "replicas": 1}, {"at": 100, "action": "end"}],
+        "expect": [{"nodes": ["a-5"], "baseline": report["baseline"], **expect}]})
+    return check_expectations(sc, report)
+
+
+def test_kube_proxy_following_is_measured_from_when_the_cloud_settled():
+    rep = _proxy_report([(0.0, ["10.0.0.1:8080"]), (33.0, ["10.0.0.1:8080", "10.0.0.2:8080"]),
+                         (62.0, ["10.0.0.2:8080"])])
+    [res] = _proxy_checks(rep, kube_proxy_follows_within_s=3)
+    assert res.passed, res.detail
+    assert "2 endpoints 2 s after the cloud" in res.detail and "1 endpoints 0.5 s" in res.detail
+    [res] = _proxy_checks(rep, kube_proxy_follows_within_s=1)
+    assert not res.passed
+
+
+def test_a_kube_proxy_that_never_catches_up_misses():
+    rep = _proxy_report([(0.0, ["10.0.0.1:8080"])], baseline=True)
+    [res] = _proxy_checks(rep, kube_proxy_misses=True)
+    assert res.passed and "never programmed" in res.detail
+    [res] = _proxy_checks(rep, kube_proxy_follows_within_s=30)
+    assert not res.passed
+
+
+def test_kube_proxy_checks_need_a_kube_proxy_on_the_node():
+    from edgewatch.playground.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match="run no kube-proxy"):
+        parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2}]},
+                        "steps": [{"at": 5, "action": "scale", "replicas": 1}, {"at": 10, "action": "end"}],
+                        "expect": [{"nodes": ["a-1"], "kube_proxy_follows_within_s": 5}]})
+    with pytest.raises(ScenarioError, match="not in pool"):
+        parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "kube_proxy": ["b-1"]}]},
+                        "steps": [{"at": 10, "action": "end"}]})

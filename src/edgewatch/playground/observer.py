@@ -12,7 +12,8 @@ Definitions (the report's vocabulary):
   while the Node's Ready condition is True, else ``not_ready``;
 - touched: edgewatch left a mark on a node — its state annotation, one of its taints, or a
   delegated-heartbeat mark on the node's Lease — recorded once per kind of mark;
-- eviction: a workload pod bound to the node gets a deletionTimestamp;
+- eviction: a workload pod bound to the node gets a deletionTimestamp with the DisruptionTarget
+  condition (taint manager, Eviction API); a ReplicaSet scaling down is not an eviction;
 - endpoint removal: a workload pod bound to the node stops being a ready endpoint while it has no
   deletionTimestamp (its node went NotReady and kube-controller-manager marked it not ready).
 """
@@ -84,9 +85,11 @@ class Observer:
         """Look once and record what changed. API errors are counted, never raised."""
         try:
             nodes = [n async for n in self.client.list(Node)]
-            pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
+            # Slices before pods: a pod whose endpoint went because it is being deleted is then
+            # already seen as deleting (no false "endpoint removal" from the gap between the lists).
             slices = [s async for s in self.client.list(
                 EndpointSlice, namespace=self.namespace, labels={"kubernetes.io/service-name": self.service})]
+            pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
             leases = [x async for x in self.client.list(Lease, namespace=NODE_LEASE_NAMESPACE)]
         except (ApiError, httpx.HTTPError, OSError):
             self.errors += 1
@@ -108,13 +111,19 @@ class Observer:
             if pod.metadata.deletionTimestamp is not None and name not in self._deleting:
                 self._deleting.add(name)
                 record = self.recording.nodes.get(node_name)
-                if record is not None:
+                if record is not None and _disrupted(pod):
                     record.evictions.append({"t": t, "pod": name})
         ready = set()
+        addresses: set[str] = set()
         for sl in slices:
+            ports = [p.port for p in sl.ports or [] if p.port is not None]
             for ep in sl.endpoints or []:
                 if ep.targetRef is not None and ep.conditions is not None and ep.conditions.ready:
                     ready.add(ep.targetRef.name)
+                    addresses.update(f"{a}:{port}" for a in ep.addresses for port in ports)
+        served = sorted(addresses)
+        if not self.recording.service_endpoints or self.recording.service_endpoints[-1][1] != served:
+            self.recording.service_endpoints.append((t, served))
         existing = {p.metadata.name for p in pods}
         for name in self._ready_eps - ready:
             if name in existing and name not in self._deleting:
@@ -168,3 +177,11 @@ class Observer:
         record = self.recording.nodes.get(name)
         if record is not None and what not in {w for _t, w in record.touched}:
             record.touched.append((t, what))
+
+
+def _disrupted(pod: Pod) -> bool:
+    """Whether a deleted pod was evicted (taint manager, Eviction API, preemption: each sets the
+    ``DisruptionTarget`` condition before deleting, Kubernetes >= 1.26) rather than removed by its
+    owner (a ReplicaSet scaling down sets none)."""
+    conditions = pod.status.conditions if pod.status is not None else None
+    return any(c.type == "DisruptionTarget" and c.status == "True" for c in conditions or [])

@@ -36,6 +36,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgewatch.playground.proxycheck import follow_lags
 from edgewatch.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = [
@@ -53,7 +54,8 @@ __all__ = [
     "summary_rows",
 ]
 
-REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities")
+REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
+               "pool_scope_cloud")
 
 
 def _r(x: float) -> float:
@@ -98,6 +100,9 @@ class NodeRecord:
     #: Coarser stand-in for ``pods_at_kill``: whether a pod was ever seen bound to the node (None:
     #: not tracked). Used for a kill with no ``pods_at_kill`` entry: False means 0 pods at the kill.
     had_pods: bool | None = None
+    #: ``(t, ["ip:port", ...])`` each time the node's real kube-proxy (if it runs one) changed the
+    #: backends it programs for the sample Service.
+    kube_proxy: list[tuple[float, list[str]]] = field(default_factory=list)
 
     # -- helpers for the runner ------------------------------------------------------------------
 
@@ -163,6 +168,11 @@ class Recording:
     #: Who edgewatch's processes were to the apiserver (from its audit log):
     #: ``{"username", "component", "requests", "node_names"}`` per identity.
     identities: list[dict[str, Any]] = field(default_factory=list)
+    #: ``(t, ["ip:port", ...])`` each time the sample Service's ready endpoints changed in the cloud.
+    service_endpoints: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: What the cloud apiserver sent for the pool-scope resources during the run (its own metrics):
+    #: ``{"watch_bytes", "watch_events", "list_bytes", "lists", "open_watches"}``.
+    pool_scope_cloud: dict[str, float] = field(default_factory=dict)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -187,6 +197,7 @@ class Recording:
             rec["taints"] = [(float(t), k, c) for t, k, c in rec.get("taints", [])]
             rec["touched"] = [(float(t), w) for t, w in rec.get("touched", [])]
             rec["pods_at_kill"] = {float(k): int(v) for k, v in rec.get("pods_at_kill", {}).items()}
+            rec["kube_proxy"] = [(float(t), list(ips)) for t, ips in rec.get("kube_proxy", [])]
             nodes[name] = NodeRecord(**rec)
         return cls(**{**data, "nodes": nodes})
 
@@ -258,6 +269,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
             "taints": [[t, k, c] for t, k, c in sorted(n.taints, key=lambda x: x[0])],
             "kills": kills,
         }
+        if n.kube_proxy:
+            nodes[name]["kube_proxy"] = [[t, sorted(ips)] for t, ips in sorted(n.kube_proxy, key=lambda x: x[0])]
     report = {
         "scenario": recording.scenario,
         "baseline": recording.baseline,
@@ -266,6 +279,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "nodes": nodes,
         "summary": {},
         "identities": [dict(i) for i in recording.identities],
+        "service_endpoints": [[t, sorted(ips)] for t, ips in sorted(recording.service_endpoints, key=lambda x: x[0])],
+        "pool_scope_cloud": dict(recording.pool_scope_cloud),
     }
     report["summary"] = _summarize(report)
     return report
@@ -344,7 +359,16 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
         "max_eviction_s": max(eviction_times) if eviction_times else None,
         "undetected": undetected,
         "max_not_ready_after_kill_s": max(uncovered_not_ready) if uncovered_not_ready else None,
+        "pool_scope_cloud_bytes": _pool_scope(report, ("watch_bytes",)),
+        "pool_scope_open_watches": _pool_scope(report, ("open_watches",)),
     }
+
+
+def _pool_scope(report: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    cloud = report.get("pool_scope_cloud") or {}
+    if not all(k in cloud for k in keys):
+        return None
+    return int(sum(cloud[k] for k in keys))
 
 
 def _node_sort_key(name: str) -> tuple:
@@ -496,6 +520,9 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
                                  f"expected {label} {'never' if value else 'at some point'} tainted by edgewatch, "
                                  + ("saw no taint" if not added else "saw " + "; ".join(added[:4])))
 
+    if key in ("kube_proxy_follows_within_s", "kube_proxy_misses"):
+        return _check_kube_proxy(report, exp, key, targets, label, end)
+
     if key == "state_at_end":
         desc = f"{label}: state {value} at the end"
         if missing:
@@ -511,6 +538,39 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
     raise AssertionError(f"unhandled expectation key {key!r}")  # pragma: no cover
 
 
+def _check_kube_proxy(report: dict[str, Any], exp: Expectation, key: str, targets: list[str], label: str,
+                      end: float) -> ExpectationResult:
+    value = getattr(exp, key)
+    desc = (f"{label}: kube-proxy follows each scale within {_fmt_s(value)} s" if key == "kube_proxy_follows_within_s"
+            else f"{label}: kube-proxy {'misses' if value else 'never misses'} a scale")
+    faults = sorted(report["faults"], key=lambda f: float(f["t"]))
+    scales = [float(f["t"]) for f in faults if f.get("action") == "scale"]
+    if not scales:
+        return ExpectationResult(desc, False, "the scenario has no scale step")
+    ends = [next((float(f["t"]) for f in faults if float(f["t"]) > t and f.get("action") != "scale"), end)
+            for t in scales]
+    ends = [min(e, next((s for s in scales if s > t), e)) for t, e in zip(scales, ends)]
+    seen, ok_all, missed = [], True, False
+    for n in targets:
+        lags = follow_lags(cloud=report.get("service_endpoints", []), proxy=report["nodes"].get(n, {}).get(
+            "kube_proxy", []), scale_times=scales, next_times=ends)
+        for lag in lags:
+            if lag["lag_s"] is None:
+                ok_all = False
+                seen.append(f"{n}: the cloud did not settle after the scale at {_fmt_s(lag['t'])} s")
+            elif math.isinf(lag["lag_s"]):
+                missed = True
+                ok_all = False
+                seen.append(f"{n}: never programmed the {lag['target']} endpoints after the scale at "
+                            f"{_fmt_s(lag['t'])} s")
+            else:
+                ok_all = ok_all and (key != "kube_proxy_follows_within_s" or lag["lag_s"] <= value)
+                seen.append(f"{n}: {lag['target']} endpoints {_fmt_s(lag['lag_s'])} s after the cloud "
+                            f"(scale at {_fmt_s(lag['t'])} s)")
+    ok = ok_all if key == "kube_proxy_follows_within_s" else missed == value
+    return ExpectationResult(desc, ok, "; ".join(seen[:6]))
+
+
 # --------------------------------------------------------------------------------------------------
 # Side-by-side summary
 
@@ -522,6 +582,8 @@ SUMMARY_ROWS = (
     ("max detection s", "max_detection_s"),
     ("max eviction s", "max_eviction_s"),
     ("uncovered node: kill -> NotReady s", "max_not_ready_after_kill_s"),
+    ("cloud watch bytes, EndpointSlices+Services", "pool_scope_cloud_bytes"),
+    ("cloud watches open on them at the end", "pool_scope_open_watches"),
 )
 
 
@@ -539,6 +601,10 @@ def _cell(summary: dict[str, Any] | None, key: str) -> str:
         if key == "max_detection_s" and summary.get("undetected"):
             text += f" (undetected: {', '.join(summary['undetected'])})"
         return text
+    if v is None:
+        return "-"
+    if key == "pool_scope_cloud_bytes":
+        return f"{v / 1024:.0f} KiB"
     return str(v)
 
 
@@ -547,7 +613,9 @@ def summary_rows(edgewatch_report: dict[str, Any] | None,
     """``(label, edgewatch cell, stock Kubernetes cell)`` per summary row; a missing run shows ``-``."""
     ew = edgewatch_report["summary"] if edgewatch_report else None
     base = baseline_report["summary"] if baseline_report else None
-    return [(label, _cell(ew, key), _cell(base, key)) for label, key in SUMMARY_ROWS]
+    rows = [(label, _cell(ew, key), _cell(base, key)) for label, key in SUMMARY_ROWS]
+    optional = {label for label, key in SUMMARY_ROWS if key.startswith("pool_scope_")}
+    return [r for r in rows if r[0] not in optional or r[1:] != ("-", "-")]  # shown when measured
 
 
 def _scenario_name(*reports: dict[str, Any] | None) -> str:

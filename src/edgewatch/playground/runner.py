@@ -31,6 +31,7 @@ from edgewatch.names import EDGE_CONDITION_TYPE
 from edgewatch.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch.playground.identities import read_identities
 from edgewatch.playground.observer import Observer
+from edgewatch.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch.playground.report import NodeRecord, Recording, build_report, check_expectations
 from edgewatch.playground.scenario import Scenario
 from edgewatch.testing.binaries import Binaries
@@ -96,6 +97,9 @@ class ScenarioPlayer:
                    for n in scenario.all_node_names()},
             started_at=time.time(), ended_at=0.0)
         self.observer: Observer | None = None
+        self.proxies = NodeProxies(cluster=cluster, client=client,
+                                   nodes=[n for p in scenario.topology.pools for n in p.kube_proxy])
+        self._counters_at_start: dict[str, float] = {}
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -143,15 +147,21 @@ class ScenarioPlayer:
                 return healthy == len(self.scenario.node_names())  # covered nodes only
 
             await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
+        if self.proxies.nodes:
+            await self.proxies.start(timeout_s=120 + slack)
 
     async def play(self) -> Recording:
         """Run the steps on time while the observer records; returns the recording."""
+        with contextlib.suppress(Exception):
+            self._counters_at_start = await pool_scope_counters(self.client)
         t0 = time.monotonic()
         self.observer = Observer(client=self.client, recording=self.recording, namespace=WORKLOAD_NAMESPACE,
                                  service="sample", edgewatch=self.cluster.edgewatch, t0=t0)
         stop = asyncio.Event()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._observe(stop))
+            if self.proxies.nodes:
+                tg.create_task(self._observe_proxies(stop))
             display = tg.create_task(self._display(stop)) if self.live else None
             try:
                 for step in self.scenario.steps:
@@ -164,7 +174,19 @@ class ScenarioPlayer:
                 if display is not None:
                     await display
         self.recording.ended_at = self.observer.now()
+        if self._counters_at_start:
+            with contextlib.suppress(Exception):
+                end = await pool_scope_counters(self.client)
+                self.recording.pool_scope_cloud = {
+                    k: (v if k == "open_watches" else v - self._counters_at_start.get(k, 0.0)) for k, v in end.items()}
         return self.recording
+
+    async def _observe_proxies(self, stop: asyncio.Event) -> None:
+        assert self.observer is not None
+        while not stop.is_set():
+            await self.proxies.poll(self.recording, self.observer.now())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
 
     async def _observe(self, stop: asyncio.Event) -> None:
         assert self.observer is not None
@@ -218,6 +240,10 @@ class ScenarioPlayer:
         elif action == "restart-controller":
             if cluster.edgewatch:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
+        elif action == "scale":
+            await self.client.patch(Deployment, "sample", {"spec": {"replicas": step.replicas}},
+                                    namespace=WORKLOAD_NAMESPACE)
+            fault["replicas"] = step.replicas
         elif action == "heal":
             await loop.run_in_executor(None, lab.heal)
         fault["done_at"] = self.observer.now() if self.observer else t
@@ -274,9 +300,12 @@ async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Co
     client = make_client(str(cluster.admin_kubeconfig), timeout_s=5)
     try:
         player = ScenarioPlayer(scenario=scenario, cluster=cluster, client=client, console=console, live=live)
-        with console.status("waiting for the workload to serve"):
-            await player.prepare()
-        return await player.play()
+        try:
+            with console.status("waiting for the workload to serve"):
+                await player.prepare()
+            return await player.play()
+        finally:
+            await player.proxies.stop()
     finally:
         with contextlib.suppress(Exception):
             await client.close()

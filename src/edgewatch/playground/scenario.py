@@ -5,7 +5,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
     name: cloud-partition
     description: one line
     topology:
-      pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1
+      pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1;
+                                                        # kube_proxy: [a-5] runs a real kube-proxy there
       grouping: false
       cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
     timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
@@ -21,6 +22,7 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 185, action: kill-coordinator, pool: a}         # pools with coordinator: true only
       - {at: 190, action: revive-coordinator, pool: a}
       - {at: 195, action: restart-controller}
+      - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
       - {at: 200, action: heal}                              # ends every cut, split and loss
       - {at: 230, action: end}                               # exactly one, the last
     expect:
@@ -42,6 +44,10 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
 * ``untouched``: true = edgewatch never tainted, annotated or held (Lease mark) any targeted node
   (what a node edgewatch does not cover must get);
 * ``never_tainted``: true = no targeted node ever got one of edgewatch's taints;
+* ``kube_proxy_follows_within_s``: after every ``scale`` step, each targeted node's real kube-proxy
+  (pool key ``kube_proxy: [nodes]``) programs the Service's new endpoints within this many seconds of
+  the cloud showing them; ``kube_proxy_misses``: true = after some ``scale`` step it never does before
+  the next step (a cut-off node reading the cloud directly);
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -202,11 +208,22 @@ class Pool(_Model):
 
     name: Annotated[str, Field(pattern=_NAME, max_length=40)]
     nodes: Annotated[int, Field(ge=1, le=200)]
-    #: Whether the pool runs a pool coordinator (leader election, heartbeat forwarding).
+    #: Whether the pool runs a pool coordinator (leader election, heartbeat forwarding, pool cache).
     coordinator: StrictBool = False
+    #: Nodes of this pool that run a real kube-proxy (nftables, in the node's namespace) reading
+    #: Services and EndpointSlices from the agent's pool cache (edgewatch runs) or from the cloud
+    #: apiserver (baseline runs); the report records the backends it programs for the sample Service.
+    kube_proxy: list[str] = Field(default_factory=list)
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(1, self.nodes + 1)]
+
+    @model_validator(mode="after")
+    def _kube_proxy_nodes(self) -> Pool:
+        outside = [n for n in self.kube_proxy if n not in self.node_names()]
+        if outside:
+            raise ValueError(f"kube_proxy: {', '.join(map(repr, outside))} not in pool {self.name!r}")
+        return self
 
 
 CLOUD_POOL: Final = "cloud"
@@ -429,6 +446,19 @@ class RestartController(_Step):
     action: Literal["restart-controller"]
 
 
+class Scale(_Step):
+    """Scale the sample Deployment to ``replicas`` (a Service change made in the cloud)."""
+
+    action: Literal["scale"]
+    replicas: Annotated[int, Field(ge=0, le=1000)]
+
+    def target_key(self) -> tuple:
+        return (self.replicas,)
+
+    def describe(self) -> str:
+        return f"scale to {self.replicas}"
+
+
 class Heal(_Step):
     """End every network fault: cuts, splits, losses (killed nodes stay dead)."""
 
@@ -443,13 +473,13 @@ class End(_Step):
 
 Step = Annotated[
     Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
-          ReviveCoordinator, RestartController, Heal, End],
+          ReviveCoordinator, RestartController, Scale, Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
     "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
-    "revive-coordinator", "restart-controller", "heal", "end",
+    "revive-coordinator", "restart-controller", "scale", "heal", "end",
 )
 
 
@@ -458,7 +488,7 @@ ACTIONS: Final = (
 
 CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
-    "state_at_end", "untouched", "never_tainted",
+    "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
 )
 
 
@@ -477,6 +507,12 @@ class Expectation(_Model):
     state_at_end: str | None = None
     untouched: StrictBool | None = None
     never_tainted: StrictBool | None = None
+    #: After every ``scale`` step, the node's kube-proxy programs the Service's new endpoints within
+    #: this many seconds of the cloud showing them (nodes must run kube-proxy).
+    kube_proxy_follows_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: after some ``scale`` step the node's kube-proxy never programs the new endpoints before
+    #: the next step (what a cut-off node without the pool cache shows).
+    kube_proxy_misses: StrictBool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -665,6 +701,12 @@ class Scenario(_Model):
             if unknown:
                 problems.append(f"expect[{i}].nodes: no node {', '.join(map(repr, unknown))} in the "
                                 f"topology (nodes: {all_nodes})")
+            elif e.kube_proxy_follows_within_s is not None or e.kube_proxy_misses is not None:
+                proxied = {n for p in self.topology.pools for n in p.kube_proxy}
+                without = [n for n in e.target_nodes(self) if n not in proxied] if e.pool in pools or e.nodes else []
+                if without:
+                    problems.append(f"expect[{i}]: kube_proxy checks on {', '.join(without)}, which run no "
+                                    "kube-proxy (list them in the pool's kube_proxy)")
 
         if problems:
             raise ValueError("\n".join(problems))

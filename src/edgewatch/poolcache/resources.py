@@ -41,6 +41,8 @@ __all__ = [
     "PoolResourcesError",
     "SERVICES",
     "parse_pool_resources",
+    "selectable_field_names",
+    "selectable_fields",
 ]
 
 MAX_RESOURCES: Final = 16
@@ -106,6 +108,31 @@ KNOWN_KINDS: Final[dict[tuple[str, str, str], str]] = {
     (r.group, r.version, r.resource): r.kind for r in (ENDPOINTSLICES, SERVICES, ENDPOINTS)
 }
 """Kinds filled in when an entry names only group/version/resource."""
+
+
+_SERVICE_FIELDS: Final = {"spec.clusterIP": ("spec", "clusterIP"), "spec.type": ("spec", "type")}
+
+
+def selectable_fields(resource: PoolResource, obj: dict[str, object]) -> dict[str, str]:
+    """The field-selector values of ``obj`` (kube-apiserver's per-resource SelectableFields):
+    ``metadata.name`` and ``metadata.namespace`` for all, plus ``spec.clusterIP`` and ``spec.type``
+    for Services (kube-proxy lists Services with ``spec.clusterIP!=None``)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    out = {"metadata.name": str(meta.get("name", "")), "metadata.namespace": str(meta.get("namespace", ""))}
+    if (resource.group, resource.resource) == ("", "services"):
+        for label, (outer, inner) in _SERVICE_FIELDS.items():
+            part = obj.get(outer)
+            value = part.get(inner) if isinstance(part, dict) else None
+            out[label] = value if isinstance(value, str) else ""
+    return out
+
+
+def selectable_field_names(resource: PoolResource) -> tuple[str, ...]:
+    """The field labels :func:`selectable_fields` gives for ``resource`` (others are refused with 400,
+    as the apiserver does)."""
+    base = ("metadata.name", "metadata.namespace")
+    return base + tuple(_SERVICE_FIELDS) if (resource.group, resource.resource) == ("", "services") else base
 
 
 def _entry(raw: object) -> PoolResource:

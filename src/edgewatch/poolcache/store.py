@@ -54,7 +54,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from edgewatch.poolcache.resources import PoolResource
+from edgewatch.poolcache.resources import PoolResource, selectable_field_names, selectable_fields
 from edgewatch.poolcache.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 
 __all__ = [
@@ -308,7 +308,7 @@ class ResourceCache:
             TooLargeResourceVersion: a resourceVersion newer than the cache's.
         """
         del limit
-        labels, fields = _selectors(label_selector, field_selector)
+        labels, fields = _selectors(label_selector, field_selector, self.resource)
         self._require_synced()
         rv = _request_rv(resource_version)
         if resource_version_match not in (None, "", "NotOlderThan", "Exact"):
@@ -341,7 +341,7 @@ class ResourceCache:
             BadRequest: a bad selector or resourceVersion.
             Gone: the resourceVersion is older than the history floor or newer than the cache.
         """
-        labels, fields = _selectors(label_selector, field_selector)
+        labels, fields = _selectors(label_selector, field_selector, self.resource)
         self._require_synced()
         rv = _request_rv(resource_version)
         if send_initial_events and not allow_bookmarks:
@@ -516,14 +516,14 @@ class ResourceCache:
             return ("DELETED", _with_rv(event.prev, event.rv))
         return None
 
-    @staticmethod
-    def _matches(obj: dict[str, Any], namespace: str | None, labels: LabelSelector, fields: FieldSelector) -> bool:
+    def _matches(self, obj: dict[str, Any], namespace: str | None, labels: LabelSelector,
+                 fields: FieldSelector) -> bool:
         meta = obj["metadata"]
         if namespace and meta["namespace"] != namespace:
             return False
         if not labels.empty and not labels.matches(meta.get("labels")):
             return False
-        return fields.empty or fields.matches({"metadata.name": meta["name"], "metadata.namespace": meta["namespace"]})
+        return fields.empty or fields.matches(selectable_fields(self.resource, obj))
 
     def _check(self, raw: object, *, source: str, need_body: bool = True
                ) -> tuple[dict[str, Any], tuple[str, str], int, int] | None:
@@ -573,9 +573,11 @@ class ResourceCache:
                 "count": count})
 
 
-def _selectors(label_selector: str | None, field_selector: str | None) -> tuple[LabelSelector, FieldSelector]:
+def _selectors(label_selector: str | None, field_selector: str | None,
+               resource: PoolResource) -> tuple[LabelSelector, FieldSelector]:
     try:
-        return parse_label_selector(label_selector), parse_field_selector(field_selector)
+        return (parse_label_selector(label_selector),
+                parse_field_selector(field_selector, fields=selectable_field_names(resource)))
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 
