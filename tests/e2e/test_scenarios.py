@@ -4,6 +4,8 @@ simulator), real faults — and the scenario's own expectations must hold. Every
 proves, from the apiserver's audit log, that the agents and the controller used only their own
 ServiceAccounts (never the admin credential) and that each agent's token was bound to its node.
 
+pool-cache runs a real kube-proxy (built with the other binaries) on a cut-off node.
+
 The stock-Kubernetes side of cut-and-kill (its `baseline: true` expectations) runs in `make demo`
 and `edgewatch playground compare`, not here: it adds four minutes and tests Kubernetes, not us.
 """
@@ -23,8 +25,10 @@ CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
-# mixed-cluster also runs on stock Kubernetes: its uncovered node must meet the same bounds there.
-RUNS = [(name, False) for name in sorted(builtin_scenarios())] + [("mixed-cluster", True)]
+# mixed-cluster also runs on stock Kubernetes: its uncovered node must meet the same bounds there;
+# pool-cache too: without the cache, the cut-off node's kube-proxy must miss the changes (the
+# scenario would prove nothing if it followed them anyway).
+RUNS = [(name, False) for name in sorted(builtin_scenarios())] + [("mixed-cluster", True), ("pool-cache", True)]
 
 
 @pytest.mark.parametrize(("name", "baseline"), RUNS, ids=[f"{n}{'-baseline' if b else ''}" for n, b in RUNS])
