@@ -160,8 +160,8 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
     await asyncio.sleep(3)
     for i in range(changes):
         mark = f"m{i}"
+        written[mark] = time.time()  # before the write: the latency is an upper bound
         await client.replace(_slice(f"svc-{i}", 10, base=i, mark=mark))
-        written[mark] = time.time()
         await asyncio.sleep(1.0)
     await asyncio.sleep(10)
     proc.kill()
