@@ -6,12 +6,14 @@ KUBEBUILDER_ASSETS; see edgewatch.testing.binaries.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from edgewatch.testing.binaries import Binaries, ensure_binaries
 from edgewatch.testing.controlplane import ClusterTimings, ControlPlane
+from edgewatch.testing.etcd import EtcdServer
 from edgewatch.testing.kubeletsim import make_client
 
 TEST_TIMINGS = ClusterTimings(node_monitor_grace_s=20, node_monitor_period_s=2,
@@ -40,3 +42,14 @@ async def kube(control_plane: ControlPlane) -> AsyncIterator:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def etcd(binaries: Binaries) -> AsyncIterator[EtcdServer]:
+    """A real single-member etcd on loopback (a pool coordinator), removed after the test."""
+    server = EtcdServer(binary=binaries.etcd)
+    try:
+        await asyncio.to_thread(server.start)
+        yield server
+    finally:
+        await asyncio.to_thread(server.cleanup)

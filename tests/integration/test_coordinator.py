@@ -65,15 +65,6 @@ async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what:
     return time.monotonic() - start
 
 
-@pytest.fixture
-async def etcd(binaries: Binaries) -> AsyncIterator[EtcdServer]:
-    server = EtcdServer(binary=binaries.etcd)
-    try:
-        await asyncio.to_thread(server.start)
-        yield server
-    finally:
-        await asyncio.to_thread(server.cleanup)
-
 
 class Pool:
     """Nodes with cloud flags, their cloud Leases, a kubelet-like renewer, and one coordinator each."""

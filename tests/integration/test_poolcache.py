@@ -49,15 +49,6 @@ async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what:
     return time.monotonic() - start
 
 
-@pytest.fixture
-async def etcd(binaries: Binaries) -> AsyncIterator[EtcdServer]:
-    server = EtcdServer(binary=binaries.etcd)
-    try:
-        await asyncio.to_thread(server.start)
-        yield server
-    finally:
-        await asyncio.to_thread(server.cleanup)
-
 
 @pytest.fixture
 async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
@@ -181,7 +172,7 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
             assert seen == [("ADDED", "web-9-x"), ("MODIFIED", "web-0-x"), ("DELETED", "web-1-x")]
             cloud = await _cloud_state(kube, ns)
             await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20, what="cache == cloud")
-            assert registry.get_sample_value("edgewatch_pool_cache_leader_synced", {"resource": SERVICES.name}) == 1
+            assert registry.get_sample_value("edgewatch_poolcache_leader_synced", {"resource": SERVICES.name}) == 1
 
             # Leadership ends; objects change while nobody leads; the next leader reconciles: only
             # what changed is written, the deletion becomes a tombstone the node turns into DELETED.
@@ -191,7 +182,7 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
             coordinator.ready = False  # (no sync key; the node stays on the coordinator for the grace)
             await kube.delete(Service, "web-2", namespace=ns)
             await kube.create(_service(ns, "late"))
-            writes_before = registry.get_sample_value("edgewatch_pool_cache_leader_writes_total",
+            writes_before = registry.get_sample_value("edgewatch_poolcache_leader_writes_total",
                                                       {"resource": SERVICES.name, "op": "put"})
             lease2 = int((await etcd_client.lease(30)).id)
             lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease2))
@@ -199,7 +190,7 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
             await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20,
                              what="the next leader's reconcile to reach the node")
             coordinator.ready = True
-            writes = registry.get_sample_value("edgewatch_pool_cache_leader_writes_total",
+            writes = registry.get_sample_value("edgewatch_poolcache_leader_writes_total",
                                                {"resource": SERVICES.name, "op": "put"}) - writes_before
             # The whole cluster's Services were listed again (kube-system has one too), but only the
             # new one was written.
