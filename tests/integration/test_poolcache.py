@@ -16,15 +16,18 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aetcd
 import pytest
+from aiohttp import web
 from lightkube import AsyncClient, codecs
 from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 from prometheus_client import CollectorRegistry
 
+from edgewatch.poolcache.apiserver import client_kubeconfig, make_app, self_signed_tls
 from edgewatch.poolcache.etcdfeed import run_coordinator_feed
 from edgewatch.poolcache.layout import CacheKeys, encode_object
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
@@ -279,3 +282,82 @@ async def test_node_falls_back_to_the_cloud_and_then_keeps_the_last_state(kube: 
             feed.cancel()
     with contextlib.suppress(Exception):
         await etcd_client.close()
+
+
+async def _kubectl_watch(kubectl: str, kubeconfig: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        kubectl, "--kubeconfig", str(kubeconfig), "get", "endpointslices", "-A", "--watch", "--output-watch-events",
+        "-o", "json", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+
+
+def _events(text: str) -> list[tuple[str, str, str, str]]:
+    """(type, namespace, name, resourceVersion) of each document kubectl printed."""
+    decoder, rest, out = json.JSONDecoder(), text.strip(), []
+    while rest:
+        doc, end = decoder.raw_decode(rest)
+        meta = doc["object"]["metadata"]
+        out.append((doc["type"], meta["namespace"], meta["name"], meta["resourceVersion"]))
+        rest = rest[end:].strip()
+    return out
+
+
+async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
+        kube: AsyncClient, etcd: EtcdServer, namespace: str, control_plane: Any, binaries: Binaries,
+        tmp_path: Path) -> None:
+    """The whole data path — cloud -> leader -> coordinator etcd -> node cache -> endpoint — under
+    the real kubectl: ``get endpointslices -A --watch`` prints the same objects and the same events
+    (type, name, resourceVersion) through the endpoint as against the apiserver."""
+    ns = namespace
+    await kube.create(_slice(ns, "pre", ["10.244.9.1"]))
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
+    etcd_client = _client(etcd)
+    lease = int((await etcd_client.lease(30)).id)
+    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=kube._client._client, prefix=prefix,
+                             node="n-1", metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
+    caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
+    node = NodePoolCache(caches=caches, http=kube._client._client, coordinator=lambda: _Coordinator(etcd, prefix),
+                         cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
+    ssl_ctx, cert = self_signed_tls(dir=tmp_path / "tls")
+    runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    ours = tmp_path / "cache.kubeconfig"
+    ours.write_text(client_kubeconfig(server=f"https://127.0.0.1:{port}", ca_pem=cert, token="unused"))
+    procs: list[asyncio.subprocess.Process] = []
+    async with asyncio.TaskGroup() as tg:
+        lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))
+        feed = tg.create_task(node.run())
+        try:
+            cloud = await _cloud_state(kube, ns)
+            await wait_until(lambda: _cache_state(caches, ns) == cloud, timeout_s=20, what="the cache synced")
+            for kubeconfig in (control_plane.kubeconfig, ours):
+                procs.append(await _kubectl_watch(str(binaries.kubectl), kubeconfig))
+            await asyncio.sleep(3)  # both printed the initial state and watch
+            await kube.create(_slice(ns, "web", ["10.244.9.2"]))
+            es = await kube.get(EndpointSlice, "web-x", namespace=ns)
+            es.endpoints[0].addresses = ["10.244.9.3"]
+            await kube.replace(es)
+            await kube.delete(EndpointSlice, "pre-x", namespace=ns)
+            await kube.create(_slice(ns, "late", ["10.244.9.4"]))
+            await asyncio.sleep(4)
+        finally:
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+            outputs = [await proc.communicate() for proc in procs]
+            lead.cancel()
+            feed.cancel()
+    await runner.cleanup()
+    await etcd_client.close()
+    (direct, _), (cached, err) = outputs
+    direct_events = [e for e in _events(direct.decode()) if e[1] == ns]
+    cached_events = [e for e in _events(cached.decode()) if e[1] == ns]
+    assert [(t, n) for t, _, n, _ in direct_events] == [("ADDED", "pre-x"), ("ADDED", "web-x"), ("MODIFIED", "web-x"),
+                                                       ("DELETED", "pre-x"), ("ADDED", "late-x")], direct_events
+    assert cached_events == direct_events, f"through the cache: {cached_events}; kubectl said {err.decode()[-300:]}"
+    # Outside our namespace too: the same objects at the same resourceVersions at the start.
+    assert {e[1:] for e in _events(cached.decode()) if e[0] == "ADDED" and e[1] != ns} == {
+        e[1:] for e in _events(direct.decode()) if e[0] == "ADDED" and e[1] != ns}
