@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from edgewatch.playground.checks import check_expectations
 from edgewatch.playground.report import (
     REPORT_KEYS,
     NodeRecord,
     Recording,
     build_report,
-    check_expectations,
     down_intervals,
     format_summary_table,
     summary_markdown,

@@ -24,7 +24,7 @@ from edgewatch.playground.scenario import (
 )
 
 EXPECTED_BUILTINS = {"cut-and-kill", "cloud-partition", "node-failure", "pool-split", "flaky-link",
-                     "leader-failover", "clock-skew", "mixed-cluster"}
+                     "leader-failover", "clock-skew", "mixed-cluster", "pool-cache"}
 
 
 def base() -> dict[str, Any]:
@@ -63,7 +63,7 @@ def problems_of(data: dict[str, Any]) -> str:
 # built-ins
 
 
-def test_builtins_are_the_eight_scenarios():
+def test_builtins_are_the_nine_scenarios():
     assert set(builtin_scenarios()) == EXPECTED_BUILTINS
     for path in builtin_scenarios().values():
         assert path.suffix == ".yaml" and path.is_file()

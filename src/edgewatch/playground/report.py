@@ -4,7 +4,7 @@ The runner watches the real apiserver during a scenario and fills a :class:`Reco
 :class:`NodeRecord` per node; every time is in seconds from the scenario's start). Then:
 
 * :func:`build_report` turns the recording into the JSON report (plain data, see its docstring);
-* :func:`check_expectations` judges a report against the scenario's ``expect`` entries;
+* ``edgewatch.playground.checks`` judges a report against the scenario's ``expect`` entries;
 * :func:`format_summary_table` / :func:`summary_markdown` put an edgewatch run and a baseline run
   (stock Kubernetes) side by side.
 
@@ -36,20 +36,21 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edgewatch.playground.proxycheck import follow_lags
-from edgewatch.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = [
-    "ExpectationResult",
     "NodeRecord",
     "Recording",
     "SUMMARY_ROWS",
     "build_report",
-    "check_expectations",
+    "detection",
+    "detection_target",
     "down_intervals",
-    "expectations_table",
+    "during",
+    "evictions_after",
+    "is_live",
     "format_summary_table",
     "report_end",
+    "round_s",
     "summary_markdown",
     "summary_rows",
 ]
@@ -58,7 +59,7 @@ REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", 
                "pool_scope_cloud")
 
 
-def _r(x: float) -> float:
+def round_s(x: float) -> float:
     """Round a time to the millisecond (keeps reports free of float noise like 4.199999)."""
     return round(float(x), 3)
 
@@ -296,7 +297,7 @@ def report_end(report: dict[str, Any], default: float | None = None) -> float:
     return max([0.0] + [float(f["t"]) for f in report.get("faults", [])])
 
 
-def _detection_target(report: dict[str, Any], node: dict[str, Any] | None = None) -> str:
+def detection_target(report: dict[str, Any], node: dict[str, Any] | None = None) -> str:
     """``failed`` for a covered node in an edgewatch run; ``not_ready`` in the baseline and for
     nodes edgewatch does not cover (stock Kubernetes judges those)."""
     if report["baseline"] or (node is not None and not node.get("covered", True)):
@@ -304,33 +305,33 @@ def _detection_target(report: dict[str, Any], node: dict[str, Any] | None = None
     return "failed"
 
 
-def _in(t: float, start: float, end: float | None) -> bool:
+def during(t: float, start: float, end: float | None) -> bool:
     return start <= t and (end is None or t < end)
 
 
-def _is_live(node: dict[str, Any], t: float) -> bool:
-    return not any(_in(t, k["t"], k["revived_at"]) for k in node["kills"])
+def is_live(node: dict[str, Any], t: float) -> bool:
+    return not any(during(t, k["t"], k["revived_at"]) for k in node["kills"])
 
 
-def _detection(node: dict[str, Any], kill: dict[str, Any], target: str, end: float) -> tuple[float, bool]:
+def detection(node: dict[str, Any], kill: dict[str, Any], target: str, end: float) -> tuple[float, bool]:
     """(seconds from the kill to detection, detected?) for one kill of ``node``."""
     k, r = kill["t"], kill["revived_at"]
     before = [s for t, s in node["states"] if t < k]
     if before and before[-1] == target:
         return 0.0, True
     for t, s in node["states"]:
-        if s == target and _in(t, k, r):
-            return _r(t - k), True
-    return _r((r if r is not None else end) - k), False
+        if s == target and during(t, k, r):
+            return round_s(t - k), True
+    return round_s((r if r is not None else end) - k), False
 
 
-def _evictions_after(node: dict[str, Any], kill: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in node["evictions"] if _in(e["t"], kill["t"], kill["revived_at"])]
+def evictions_after(node: dict[str, Any], kill: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in node["evictions"] if during(e["t"], kill["t"], kill["revived_at"])]
 
 
 def _summarize(report: dict[str, Any]) -> dict[str, Any]:
     end = report_end(report)
-    target = _detection_target(report)
+    target = detection_target(report)
     live_evictions = live_removals = 0
     not_evicted: list[str] = []
     undetected: list[str] = []
@@ -338,17 +339,17 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
     uncovered_not_ready: list[float] = []
     eviction_times: list[float] = []
     for name, node in report["nodes"].items():
-        live_evictions += sum(1 for e in node["evictions"] if _is_live(node, e["t"]))
-        live_removals += sum(1 for e in node["endpoint_removals"] if _is_live(node, e["t"]))
+        live_evictions += sum(1 for e in node["evictions"] if is_live(node, e["t"]))
+        live_removals += sum(1 for e in node["endpoint_removals"] if is_live(node, e["t"]))
         covered = node.get("covered", True)
         for kill in node["kills"]:
-            secs, detected = _detection(node, kill, target if covered else "not_ready", end)
+            secs, detected = detection(node, kill, target if covered else "not_ready", end)
             (detections if covered else uncovered_not_ready).append(secs)
             if not detected and name not in undetected:
                 undetected.append(name)
-            evs = _evictions_after(node, kill)
+            evs = evictions_after(node, kill)
             if evs:
-                eviction_times.append(_r(max(e["t"] for e in evs) - kill["t"]))
+                eviction_times.append(round_s(max(e["t"] for e in evs) - kill["t"]))
             elif kill["pods"] != 0 and name not in not_evicted:
                 not_evicted.append(name)
     return {
@@ -374,201 +375,6 @@ def _pool_scope(report: dict[str, Any], keys: tuple[str, ...]) -> int | None:
 def _node_sort_key(name: str) -> tuple:
     pool, _, n = name.rpartition("-")
     return (pool, int(n)) if n.isdigit() else (name, -1)
-
-
-# --------------------------------------------------------------------------------------------------
-# Expectations
-
-
-@dataclass(frozen=True)
-class ExpectationResult:
-    """One check of one ``expect`` entry: what was expected, whether it held, and what was seen."""
-
-    description: str
-    passed: bool
-    detail: str
-
-
-def _fmt_s(x: float) -> str:
-    return f"{x:g}"
-
-
-def check_expectations(scenario: Scenario, report: dict[str, Any]) -> list[ExpectationResult]:
-    """Judge ``report`` against the scenario's expectations for its kind of run (``baseline`` flag).
-
-    One result per check key of each applicable entry, in file order.
-    """
-    if report["scenario"] != scenario.name:
-        raise ValueError(f"report is of scenario {report['scenario']!r}, not {scenario.name!r}")
-    results: list[ExpectationResult] = []
-    end = report_end(report, scenario.end_time)
-    for exp in scenario.expectations_for(baseline=bool(report["baseline"])):
-        for key in exp.checks():
-            results.append(_check_one(scenario, report, exp, key, end))
-    return results
-
-
-def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key: str,
-               end: float) -> ExpectationResult:
-    targets = exp.target_nodes(scenario)
-    label = f"pool {exp.pool}" if exp.pool is not None else compact_node_names(targets)
-    nodes = report["nodes"]
-    missing = [n for n in targets if n not in nodes]
-    value = getattr(exp, key)
-
-    if key in ("evictions", "endpoint_removals"):
-        comp = exp.comparison(key)
-        words = key.replace("_", " ")
-        desc = f"{label}: {words} {comp}"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        counts = {n: len(nodes[n][key]) for n in targets}
-        total = sum(counts.values())
-        seen = f"saw {total}"
-        if total:
-            seen += ": " + ", ".join(f"{n} ({c})" for n, c in counts.items() if c)
-        return ExpectationResult(desc, comp(total), f"expected {words} {comp} on {label}, {seen}")
-
-    if key == "never_not_ready":
-        desc = f"{label}: {'never NotReady' if value else 'NotReady at some point'}"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        went = []
-        for n in targets:
-            if nodes[n]["not_ready"]:
-                start, stop = nodes[n]["not_ready"][0]
-                how = f"until {_fmt_s(stop)} s" if stop is not None else "until the end"
-                went.append(f"{n} from {_fmt_s(start)} s ({how})"
-                            + (f" +{len(nodes[n]['not_ready']) - 1} more" if len(nodes[n]["not_ready"]) > 1 else ""))
-        observed = not went
-        if value:
-            detail = (f"expected {label} never NotReady, "
-                      + ("none was" if observed else "saw NotReady: " + "; ".join(went)))
-        else:
-            detail = (f"expected {label} NotReady at some point, "
-                      + ("none was" if observed else "saw NotReady: " + "; ".join(went)))
-        return ExpectationResult(desc, observed == value, detail)
-
-    if key in ("evicted_within_s", "detected_within_s"):
-        limit = float(value)
-        target_state = _detection_target(report, nodes[targets[0]] if targets and targets[0] in nodes else None)
-        if key == "evicted_within_s":
-            desc = f"{label}: pods evicted within {_fmt_s(limit)} s of a kill"
-        else:
-            desc = f"{label}: {target_state} within {_fmt_s(limit)} s of a kill"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        ok = True
-        seen: list[str] = []
-        for n in targets:
-            node = nodes[n]
-            if not node["kills"]:
-                ok = False
-                seen.append(f"{n} never killed")
-                continue
-            for kill in node["kills"]:
-                k = kill["t"]
-                if key == "detected_within_s":
-                    secs, detected = _detection(node, kill, target_state, end)
-                    if not detected:
-                        ok = False
-                        seen.append(f"{n} never {target_state} after the kill at {_fmt_s(k)} s "
-                                    f"(waited {_fmt_s(secs)} s)")
-                    else:
-                        ok = ok and secs <= limit
-                        seen.append(f"{n} {target_state} {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s")
-                    continue
-                if kill["pods"] == 0:
-                    ok = False
-                    seen.append(f"{n} had no pods at the kill at {_fmt_s(k)} s (nothing to evict)")
-                    continue
-                evs = _evictions_after(node, kill)
-                if not evs:
-                    ok = False
-                    seen.append(f"{n} no eviction after the kill at {_fmt_s(k)} s")
-                    continue
-                secs = _r(max(e["t"] for e in evs) - k)
-                pods = len({e["pod"] for e in evs})
-                note = ""
-                if kill["pods"] is not None and pods < kill["pods"]:
-                    ok = False
-                    note = f", only {pods} of its {kill['pods']} pods"
-                ok = ok and secs <= limit
-                seen.append(f"{n} last eviction {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s{note}")
-        what = "pods evicted" if key == "evicted_within_s" else target_state
-        return ExpectationResult(desc, ok, f"expected {label} {what} within {_fmt_s(limit)} s of each kill, "
-                                           f"saw {'; '.join(seen)}")
-
-    if key == "untouched":
-        desc = f"{label}: {'never touched' if value else 'touched'} by edgewatch"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        marks = {n: nodes[n].get("touched", []) for n in targets}
-        seen_m = "; ".join(f"{n}: " + ", ".join(f"{w} at {_fmt_s(t)} s" for t, w in m[:3]) for n, m in marks.items() if m)
-        observed = not seen_m
-        return ExpectationResult(desc, observed == value,
-                                 f"expected {label} {'untouched' if value else 'touched'}, "
-                                 + ("saw no mark" if observed else f"saw {seen_m}"))
-
-    if key == "never_tainted":
-        desc = f"{label}: {'never' if value else 'at some point'} tainted by edgewatch"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        added = [f"{n}: {k} at {_fmt_s(t)} s" for n in targets for t, k, c in nodes[n]["taints"]
-                 if c == "added" and k.startswith("edgewatch.io/")]
-        return ExpectationResult(desc, (not added) == value,
-                                 f"expected {label} {'never' if value else 'at some point'} tainted by edgewatch, "
-                                 + ("saw no taint" if not added else "saw " + "; ".join(added[:4])))
-
-    if key in ("kube_proxy_follows_within_s", "kube_proxy_misses"):
-        return _check_kube_proxy(report, exp, key, targets, label, end)
-
-    if key == "state_at_end":
-        desc = f"{label}: state {value} at the end"
-        if missing:
-            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
-        finals = {}
-        for n in targets:
-            states = [s for t, s in nodes[n]["states"] if t <= end]
-            finals[n] = states[-1] if states else None
-        ok = all(s == value for s in finals.values())
-        seen_s = ", ".join(f"{n} {s if s is not None else 'no state recorded'}" for n, s in finals.items())
-        return ExpectationResult(desc, ok, f"expected {label} {value} at the end, saw {seen_s}")
-
-    raise AssertionError(f"unhandled expectation key {key!r}")  # pragma: no cover
-
-
-def _check_kube_proxy(report: dict[str, Any], exp: Expectation, key: str, targets: list[str], label: str,
-                      end: float) -> ExpectationResult:
-    value = getattr(exp, key)
-    desc = (f"{label}: kube-proxy follows each scale within {_fmt_s(value)} s" if key == "kube_proxy_follows_within_s"
-            else f"{label}: kube-proxy {'misses' if value else 'never misses'} a scale")
-    faults = sorted(report["faults"], key=lambda f: float(f["t"]))
-    scales = [float(f["t"]) for f in faults if f.get("action") == "scale"]
-    if not scales:
-        return ExpectationResult(desc, False, "the scenario has no scale step")
-    ends = [next((float(f["t"]) for f in faults if float(f["t"]) > t and f.get("action") != "scale"), end)
-            for t in scales]
-    ends = [min(e, next((s for s in scales if s > t), e)) for t, e in zip(scales, ends)]
-    seen, ok_all, missed = [], True, False
-    for n in targets:
-        lags = follow_lags(cloud=report.get("service_endpoints", []), proxy=report["nodes"].get(n, {}).get(
-            "kube_proxy", []), scale_times=scales, next_times=ends)
-        for lag in lags:
-            if lag["lag_s"] is None:
-                ok_all = False
-                seen.append(f"{n}: the cloud did not settle after the scale at {_fmt_s(lag['t'])} s")
-            elif math.isinf(lag["lag_s"]):
-                missed = True
-                ok_all = False
-                seen.append(f"{n}: never programmed the {lag['target']} endpoints after the scale at "
-                            f"{_fmt_s(lag['t'])} s")
-            else:
-                ok_all = ok_all and (key != "kube_proxy_follows_within_s" or lag["lag_s"] <= value)
-                seen.append(f"{n}: {lag['target']} endpoints {_fmt_s(lag['lag_s'])} s after the cloud "
-                            f"(scale at {_fmt_s(lag['t'])} s)")
-    ok = ok_all if key == "kube_proxy_follows_within_s" else missed == value
-    return ExpectationResult(desc, ok, "; ".join(seen[:6]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -645,16 +451,3 @@ def summary_markdown(edgewatch_report: dict[str, Any] | None,
     for label, a, b in summary_rows(edgewatch_report, baseline_report):
         lines.append(f"| {label} | {a} | {b} |")
     return "\n".join(lines) + "\n"
-
-
-def expectations_table(results: list[ExpectationResult], title: str | None = None):
-    """A ``rich.table.Table`` of expectation results (PASS / FAIL, what, what was seen)."""
-    from rich.table import Table
-
-    table = Table(title=title, header_style="bold")
-    table.add_column("")
-    table.add_column("expectation")
-    table.add_column("seen")
-    for r in results:
-        table.add_row("[green]PASS[/]" if r.passed else "[red]FAIL[/]", r.description, r.detail)
-    return table

@@ -32,7 +32,8 @@ from edgewatch.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE
 from edgewatch.playground.identities import read_identities
 from edgewatch.playground.observer import Observer
 from edgewatch.playground.proxies import NodeProxies, pool_scope_counters
-from edgewatch.playground.report import NodeRecord, Recording, build_report, check_expectations
+from edgewatch.playground.checks import ExpectationResult, check_expectations
+from edgewatch.playground.report import NodeRecord, Recording, build_report
 from edgewatch.playground.scenario import Scenario
 from edgewatch.testing.binaries import Binaries
 from edgewatch.testing.kubeletsim import make_client
@@ -50,7 +51,7 @@ class RunResult:
     """The report of one run, its expectation results, and where its logs were."""
 
     report: dict[str, Any]
-    expectations: list[Any]
+    expectations: list[ExpectationResult]
     logs: list[Path]
 
     @property
