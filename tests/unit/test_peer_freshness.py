@@ -247,3 +247,59 @@ def test_datetime_is_not_used_for_freshness_in_the_peer_path() -> None:
     # The receive path must not read the wall clock at all: freshness is local and monotonic.
     source = Path(peers_module.__file__).read_text()
     assert "time.time()" not in source and "datetime" not in source and dt is not None
+
+
+async def test_a_request_split_across_tcp_segments_is_read_whole(other: LoopThread) -> None:
+    """``StreamReader.read(n)`` returns what is buffered; a request trickled in over several TCP
+    segments must still be read whole (and one over the limit refused as oversized)."""
+    port = _free_port()
+    a = Node(A, port)
+    b = other.run(_make(B, port))
+    await a.start()
+    try:
+        await a.period()
+        await asyncio.to_thread(other.run, b.period())
+        raw = a.peers.envelope_for(B, now_mono=time.monotonic(), nonce="ef" * 16)
+        assert len(raw) > 64
+
+        async def trickle() -> Any:
+            for i in range(0, len(raw), 37):
+                yield raw[i:i + 37]
+                await asyncio.sleep(0.02)  # each piece its own segment
+
+        assert a.session is not None
+        url = f"http://{ADDRESSES[B]}:{port}{EXCHANGE_PATH}"
+        async with a.session.post(url, data=trickle()) as resp:  # chunked: no Content-Length
+            assert resp.status == 200, await resp.text()
+            env = a.peers.decode(await resp.read(), sender_allowed=lambda s: s == B, reply_to="ef" * 16)
+        assert env.sender == B
+
+        async def too_much() -> Any:
+            for _ in range(a.config.wire.max_bytes // 4096 + 2):
+                yield b"x" * 4096
+
+        async with a.session.post(url, data=too_much()) as resp:
+            assert resp.status != 200
+        assert b.count("edgewatch_agent_messages_received_total", "oversized") >= 1
+    finally:
+        await a.stop()
+        other.run(b.stop())
+
+
+async def test_an_envelope_too_large_to_send_is_refused_not_fatal(other: LoopThread,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _free_port()
+    a = Node(A, port)
+    b = other.run(_make(B, port))
+    await a.start()
+    try:
+        def too_big(*_args: Any, **_kwargs: Any) -> bytes:
+            raise ValueError("envelope is 300000 bytes, more than max_bytes=262144")
+
+        monkeypatch.setattr(peers_module, "encode_envelope", too_big)
+        await a.period()  # must not raise: the probe fails, is counted and logged
+        assert a.count("edgewatch_agent_probes_total", "unencodable") == 1
+        assert a.peers.periods == 1
+    finally:
+        await a.stop()
+        other.run(b.stop())

@@ -234,12 +234,19 @@ class PeerExchange:
             self.metrics.probes.labels(result="no_address").inc()
             return False
         nonce = secrets.token_hex(16)
-        body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce)
+        try:
+            body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce)
+        except ValueError as exc:  # over max_bytes (or unencodable): refuse this one, never stop the agent
+            log.error("not probing %s: cannot encode our envelope: %s", peer, exc,
+                      extra={"kind": "encode_failed", "peer": peer})
+            self.metrics.probes.labels(result="unencodable").inc()
+            self.record(peer, ok=False, now=now_mono)
+            return False
         url = f"http://{_host(address)}:{self.config.port}{EXCHANGE_PATH}"
         try:
             async with session.post(url, data=body, headers={"Content-Type": "application/octet-stream"},
                                     timeout=aiohttp.ClientTimeout(total=self.config.probe_timeout_s)) as resp:
-                raw = await resp.content.read(self.config.wire.max_bytes + 1)
+                raw = await read_body(resp.content, self.config.wire.max_bytes)
                 if resp.status not in (200, 409):
                     raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
                 refused = resp.headers.get(REFUSED_HEADER) if resp.status == 409 else None
@@ -284,7 +291,7 @@ class PeerExchange:
         limit = self.config.wire.max_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)
-        raw = await request.content.read(limit + 1)
+        raw = await read_body(request.content, limit)
         peer_address = request.remote or ""
 
         def bound(sender: NodeName) -> bool:
@@ -325,6 +332,21 @@ class PeerExchange:
                     extra={"kind": "rejected", "remote": request.remote, "reason": reason})
         self.metrics.messages.labels(result=reason).inc()
         return web.Response(status=status, text=f"rejected: {reason}\n")
+
+
+async def read_body(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The whole body, or its first ``limit + 1`` bytes if it is longer (the caller then refuses it
+    as oversized). ``StreamReader.read(n)`` returns only what is buffered — part of a body sent in
+    several TCP segments — so read until EOF or past the limit."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _host(address: str) -> str:
