@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from edgewatch.poolcache.resources import DEFAULT_RESOURCES
 import pytest
 from click.testing import CliRunner
 from lightkube import KubeConfig
@@ -23,6 +22,7 @@ from edgewatch.agent.membership import NodeInfo
 from edgewatch.cli import main
 from edgewatch.core.types import NodeName
 from edgewatch.names import POOL_LABEL
+from edgewatch.poolcache.resources import DEFAULT_RESOURCES
 
 ME = NodeName("e-1")
 
@@ -219,3 +219,14 @@ async def test_tls_with_an_http_url_is_refused_once_not_crashing(tmp_path: Path,
             await task
     refusals = [r for r in caplog.records if "not joining pool a" in r.getMessage()]
     assert len(refusals) == 1 and agent.coordinator is None
+
+
+def test_per_node_metric_series_are_dropped_when_a_node_leaves(tmp_path: Path) -> None:
+    from edgewatch.core.quorum import decide_all
+
+    agent = _agent(tmp_path)
+    reg = agent.metrics.registry
+    agent._export(decide_all(group=frozenset({NodeName("a-9")}), votes={}, now=0.0, vote_ttl_s=5.0))
+    assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) == 1
+    agent._export({})  # a-9 left the group
+    assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) is None

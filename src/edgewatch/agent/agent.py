@@ -153,6 +153,7 @@ class Agent:
         self._coordinator_collectors: list[object] = []
         self._role_written: tuple[tuple[object, ...], float] | None = None
         self.started = asyncio.Event()
+        self._exported: set[str] = set()  # nodes with per-node metric series
         self.pool_cache: PoolCacheHost | None = None
         http = getattr(getattr(client, "_client", None), "_client", None)  # lightkube's httpx client
         if config.pool_cache_port and http is not None:
@@ -379,6 +380,10 @@ class Agent:
         verdicts = tuple(v.value for v in Verdict)
         healths = tuple(h.value for h in Health)
         now = time.monotonic()
+        current = set(decisions) | set(self.peers.detectors)
+        for gone in self._exported - current:  # left the group: drop its series
+            self.metrics.forget(gone, verdicts=verdicts, healths=healths)
+        self._exported = current
         for node, decision in decisions.items():
             self.metrics.set_state(self.metrics.verdict, node=node, label="verdict", value=decision.verdict.value,
                                    values=verdicts)

@@ -58,6 +58,15 @@ class AgentMetrics:
         self.period_seconds = Gauge("edgewatch_agent_period_seconds", "Work time of the last period, seconds.",
                                     registry=registry)
 
+    def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
+        """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""
+        for gauge, values in ((self.verdict, verdicts), (self.peer_health, healths)):
+            for v in values:
+                try:
+                    gauge.remove(node, v)
+                except KeyError:
+                    pass
+
     def set_state(self, gauge: Gauge, *, node: str, label: str, value: str, values: tuple[str, ...]) -> None:
         """Set a one-hot state gauge: 1 for ``value``, 0 for the other ``values``."""
         for v in values:
