@@ -303,3 +303,36 @@ async def test_an_envelope_too_large_to_send_is_refused_not_fatal(other: LoopThr
     finally:
         await a.stop()
         other.run(b.stop())
+
+
+def test_detector_settings_follow_the_group_size() -> None:
+    """A group that grows past full_mesh_max switches to gossip: every existing detector takes the
+    scaled timeouts, keeping what it has seen; when it shrinks back they return to the base ones."""
+    names = [NodeName(f"a-{i}") for i in range(1, 7)]
+
+    class Growing:
+        size = 3
+
+        def group_of(self, node: NodeName) -> frozenset[NodeName]:
+            return frozenset(names[: self.size])
+
+        def address_of(self, node: NodeName) -> str | None:
+            return "127.0.0.1"
+
+    members = Growing()
+    config = AgentConfig(node=A, key_file=Path("/nonexistent"), full_mesh_max=3)
+    peers = PeerExchange(me=A, config=config, keyring=lambda: RING, membership=members,  # type: ignore[arg-type]
+                         metrics=AgentMetrics(CollectorRegistry()), cloud_ok=lambda: True)
+    now = time.monotonic()
+    peers.refresh_group(now=now)
+    peers.record(names[1], ok=True, now=now)
+    before = peers.detectors[names[1]]
+    seen = before.snapshot
+    assert before.config == config.detector
+    members.size = 6  # 5 peers > full_mesh_max = 3: gossip
+    peers.refresh_group(now=now)
+    assert peers.detectors[names[1]] is before and before.config == config.detector.scaled_for(group_size=6)
+    assert before.config != config.detector and before.snapshot is seen  # evidence kept
+    members.size = 3
+    peers.refresh_group(now=now)
+    assert before.config == config.detector

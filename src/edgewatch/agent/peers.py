@@ -46,7 +46,7 @@ from aiohttp import web
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
-from edgewatch.core.detector import PeerDetector
+from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.quorum import Decision, decide_all
 from edgewatch.core.signing import Keyring
 from edgewatch.core.types import Health, NodeName
@@ -121,13 +121,15 @@ class PeerExchange:
     def _gossip_mode(self) -> bool:
         return len(self.group) - 1 > self.config.full_mesh_max
 
+    def detector_config(self) -> DetectorConfig:
+        """The detector settings for the current group size (gossip mode scales the timeouts)."""
+        cfg = self.config.detector
+        return cfg.scaled_for(group_size=len(self.group)) if self._gossip_mode() else cfg
+
     def _detector(self, peer: NodeName, now: float) -> PeerDetector:
         detector = self.detectors.get(peer)
         if detector is None:
-            cfg = self.config.detector
-            if self._gossip_mode():
-                cfg = cfg.scaled_for(group_size=len(self.group))
-            detector = self.detectors[peer] = PeerDetector(config=cfg, now=now)
+            detector = self.detectors[peer] = PeerDetector(config=self.detector_config(), now=now)
         return detector
 
     def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
@@ -159,11 +161,15 @@ class PeerExchange:
     # -- the period ----------------------------------------------------------------------------------
 
     def refresh_group(self, *, now: float) -> None:
-        """Re-read the group (relabelling regroups here) and drop detectors of non-members."""
+        """Re-read the group (relabelling regroups here), drop detectors of non-members, and give
+        the others the settings for the group's new size."""
         self.group = self.membership.group_of(self.me)
-        for peer in list(self.detectors):
+        cfg = self.detector_config()
+        for peer, detector in list(self.detectors.items()):
             if peer not in self.group:
                 del self.detectors[peer]
+            elif detector.config != cfg:  # the group's size changed its timeouts: keep the evidence
+                detector.reconfigure(cfg)
         self.book.retain(self.group)
 
     def sign_own(self, *, now_mono: float) -> Heartbeat:

@@ -355,6 +355,11 @@ class PeerDetector:
         """The thresholds in use."""
         return self._config
 
+    def reconfigure(self, config: DetectorConfig) -> None:
+        """Judge the evidence gathered so far, and what follows, with ``config`` (the group's size
+        changed, so its scaled timeouts did): the state is kept, only the thresholds change."""
+        self._config = config
+
     @property
     def snapshot(self) -> DetectorState:
         """The current immutable state (as of the latest recorded event)."""
