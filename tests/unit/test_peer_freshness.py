@@ -308,7 +308,7 @@ async def test_an_envelope_too_large_to_send_is_refused_not_fatal(other: LoopThr
 def test_detector_settings_follow_the_group_size() -> None:
     """A group that grows past full_mesh_max switches to gossip: every existing detector takes the
     scaled timeouts, keeping what it has seen; when it shrinks back they return to the base ones."""
-    names = [NodeName(f"a-{i}") for i in range(1, 7)]
+    names = [NodeName(f"a-{i}") for i in range(1, 201)]
 
     class Growing:
         size = 3
@@ -329,9 +329,9 @@ def test_detector_settings_follow_the_group_size() -> None:
     before = peers.detectors[names[1]]
     seen = before.snapshot
     assert before.config == config.detector
-    members.size = 6  # 5 peers > full_mesh_max = 3: gossip
+    members.size = 200  # 199 peers > full_mesh_max = 3: gossip
     peers.refresh_group(now=now)
-    assert peers.detectors[names[1]] is before and before.config == config.detector.scaled_for(group_size=6)
+    assert peers.detectors[names[1]] is before and before.config == config.detector.scaled_for(group_size=200)
     assert before.config != config.detector and before.snapshot is seen  # evidence kept
     members.size = 3
     peers.refresh_group(now=now)
