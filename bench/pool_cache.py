@@ -65,6 +65,12 @@ with urllib.request.urlopen(req, context=ctx, timeout=600) as resp:
 """
 
 
+METRICS = """
+import urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:51005/metrics", timeout=10).read().decode())
+"""
+
+
 def _slice(name: str, endpoints: int, *, base: int, mark: str | None = None) -> Any:
     labels = {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "bench.edgewatch.io"}
     if mark:
@@ -145,7 +151,7 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
     await asyncio.sleep(12)  # the node's cloud link is seen down; its cache stays on its source
     proc = subprocess.Popen(node.host.wrap_argv([sys.executable, "-c", WATCHER, str(cert),
                                                  f"https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}"]),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[str, float] = {}
 
     def reader() -> None:
@@ -165,16 +171,25 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
         await asyncio.sleep(1.0)
     await asyncio.sleep(10)
     proc.kill()
-    proc.wait()
+    _, watcher_err = proc.communicate()
     await thread
+    probe = subprocess.run(node.host.wrap_argv([sys.executable, "-c", METRICS]), capture_output=True, text=True,
+                           timeout=20)
+    source = [line.split('"')[1] for line in probe.stdout.splitlines()
+              if line.startswith("edgewatch_poolcache_source{") and line.rstrip().endswith(" 1.0")]
+    if len(seen) < changes:  # say why, for the record
+        print(f"{name}: saw {len(seen)}/{changes}; watcher said {watcher_err[-500:]!r}; its pool-cache metrics:",
+              file=sys.stderr)
+        print("\n".join(line for line in probe.stdout.splitlines() if "poolcache" in line and not line.startswith("#")
+                        and not line.rstrip().endswith(" 0.0")), file=sys.stderr)
     await asyncio.to_thread(cluster.lab.restore_cloud, [name])
     lags = sorted(seen[m] - written[m] for m in written if m in seen)
-    return {"cutoff_client_seen": f"{len(lags)}/{changes}",
+    return {"cutoff_client_seen": f"{len(lags)}/{changes}", "cutoff_source": source[0] if source else None,
             "cutoff_client_latency_s_median": round(lags[len(lags) // 2], 3) if lags else None,
             "cutoff_client_latency_s_max": round(lags[-1], 3) if lags else None}
 
 
-def run(nodes: int, *, cache: bool, services: int, endpoints: int, rounds: int) -> dict[str, Any]:
+def run(nodes: int, *, cache: bool, services: int, endpoints: int, rounds: int, keep: bool = False) -> dict[str, Any]:
     scenario = parse_scenario({
         "name": f"pool-cache-bench-{nodes}", "topology": {"pools": [{"name": "a", "nodes": nodes, "coordinator": cache}]},
         "steps": [{"at": 1, "action": "end"}]})
@@ -182,7 +197,10 @@ def run(nodes: int, *, cache: bool, services: int, endpoints: int, rounds: int) 
     with PlaygroundCluster(scenario=scenario, edgewatch=True) as cluster:
         result = asyncio.run(measure(cluster, nodes=nodes, services=services, endpoints=endpoints, rounds=rounds,
                                      cache=cache))
-        cluster.remove_workdir()
+        if keep:
+            print(f"logs: {cluster.workdir}", file=sys.stderr)
+        else:
+            cluster.remove_workdir()
     return {"nodes": nodes, "mode": "cache" if cache else "no-cache", "services": services,
             "endpoints": endpoints, "wall_s": round(time.monotonic() - started, 1), **result}
 
@@ -193,11 +211,13 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=200)
     parser.add_argument("--endpoints", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default="cache,no-cache", help="cache, no-cache or both (default)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep each run's folder (printed on stderr)")
     args = parser.parse_args()
     for n in args.nodes:
-        for cache in (True, False):
-            print(json.dumps(run(n, cache=cache, services=args.services, endpoints=args.endpoints,
-                                 rounds=args.rounds)), flush=True)
+        for mode in args.modes.split(","):
+            print(json.dumps(run(n, cache=mode == "cache", services=args.services, endpoints=args.endpoints,
+                                 rounds=args.rounds, keep=args.keep_logs)), flush=True)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import aetcd
 import httpx2 as httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, ObjectRejected, Reset
+from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, ObjectRejected, Reset, resource_version_of
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value, encode_object, encode_tombstone
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig
 from edgewatch.poolcache.resources import PoolResource
@@ -141,7 +141,9 @@ class _Writer:
         seen: set[bytes] = set()
         tx = self.etcd.transactions
         puts = tombstones = 0
-        for obj in event.objects:
+        # In resourceVersion order: nodes apply events in that order, so a reconcile's writes (what
+        # changed while nobody led) must reach them oldest first or the older ones look stale.
+        for obj in sorted(event.objects, key=resource_version_of):
             key = self.keys.key_of(obj)
             seen.add(key)
             rv = obj["metadata"]["resourceVersion"]
