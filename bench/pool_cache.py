@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -169,7 +170,9 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
         written[mark] = time.time()  # before the write: the latency is an upper bound
         await client.replace(_slice(f"svc-{i}", 10, base=i, mark=mark))
         await asyncio.sleep(1.0)
-    await asyncio.sleep(10)
+    deadline = time.monotonic() + 60  # a loaded machine may deliver late: measure it, do not cut it off
+    while len(seen) < changes and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
     proc.kill()
     _, watcher_err = proc.communicate()
     await thread
@@ -185,6 +188,7 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
     await asyncio.to_thread(cluster.lab.restore_cloud, [name])
     lags = sorted(seen[m] - written[m] for m in written if m in seen)
     return {"cutoff_client_seen": f"{len(lags)}/{changes}", "cutoff_source": source[0] if source else None,
+            "loadavg_1m": os.getloadavg()[0],
             "cutoff_client_latency_s_median": round(lags[len(lags) // 2], 3) if lags else None,
             "cutoff_client_latency_s_max": round(lags[-1], 3) if lags else None}
 
