@@ -45,10 +45,17 @@ _EDGE = {"True": "healthy", "False": "unhealthy"}
 
 
 def role_of(node: Node) -> str | None:
-    """The node's pool-coordinator role from its ``EdgePoolCoordinator`` condition (None: no coordinator)."""
+    """The node's pool-coordinator role and the coordinator's state as its agent sees it, from its
+    ``EdgePoolCoordinator`` condition: ``leader/ready``, ``follower/healthy`` (reachable, pool cache
+    not synced), ``pending/unreachable`` (None: no coordinator)."""
     for cond in (node.status.conditions or []) if node.status else []:
         if cond.type == ROLE_CONDITION_TYPE:
-            return (cond.reason or "").lower() or None
+            role = (cond.reason or "").lower()
+            state = (cond.message or "").rsplit("coordinator ", 1)[-1].strip() if "coordinator " in (
+                cond.message or "") else ""
+            if not role:
+                return None
+            return f"{role}/{state}" if state in ("ready", "healthy", "unreachable") else role
     return None
 
 

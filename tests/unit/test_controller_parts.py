@@ -175,3 +175,24 @@ async def test_status_rows_show_coverage_heartbeat_verdict_and_recorded_state() 
                            "metadata": {"name": "edgewatch-config", "namespace": "edgewatch"}, "data": {"typo": "x"}})
     rows = {r["node"]: r for r in await collect(kube)}  # type: ignore[arg-type]
     assert rows["cloud-1"]["covered"] is None and rows["cloud-1"]["state"] == "normal"  # unknown coverage
+
+
+def test_status_role_column_shows_the_coordinator_state() -> None:
+    """ROLE in ``edgewatch status``: the role and whether the coordinator is ready (pool cache
+    synced), merely healthy (reachable) or unreachable, from the EdgePoolCoordinator condition."""
+    from lightkube.resources.core_v1 import Node
+
+    from edgewatch.names import ROLE_CONDITION_TYPE
+    from edgewatch.status import role_of
+
+    def with_condition(reason: str, message: str) -> Node:
+        return Node.from_dict({"metadata": {"name": "a-1"}, "status": {"conditions": [{
+            "type": ROLE_CONDITION_TYPE, "status": "True", "reason": reason, "message": message}]}})
+
+    assert role_of(with_condition("Leader", "pool a: leader; leader a-1; coordinator ready")) == "leader/ready"
+    assert role_of(with_condition("Follower", "pool a: follower; leader a-2; coordinator healthy")) == \
+        "follower/healthy"
+    assert role_of(with_condition("Pending", "pool a: pending; leader none; coordinator unreachable")) == \
+        "pending/unreachable"
+    assert role_of(with_condition("Follower", "free text")) == "follower"
+    assert role_of(Node.from_dict({"metadata": {"name": "a-1"}, "status": {"conditions": []}})) is None
