@@ -10,10 +10,12 @@ The choice (:func:`choose_source`, pure and tested exhaustively)
     * ``coordinator`` while the pool coordinator is Ready (reachable and ``leader-informer-sync``
       fresh): one pool-wide cloud watch serves every node, and a node cut off from the cloud still
       gets changes its leader sees.
-    * It *stays* on the coordinator for up to ``handover_grace_s`` (10 s) while the coordinator is
-      reachable but not Ready: a leader hand-over deletes the sync key and the next leader puts it
-      back after its sync (about 6 s, see ``edgewatch.agent.coordinator``), so clients see no
-      re-list for it.
+    * It *stays* on the coordinator for up to ``handover_grace_s`` (10 s) after it was last Ready:
+      a leader hand-over deletes the sync key and the next leader puts it back after its sync
+      (about 6 s, see ``edgewatch.agent.coordinator``), and a coordinator call that times out on a
+      busy box ends the session for a moment; neither should send every node of the pool to
+      re-list from the cloud at once (the uplink cost the cache exists to avoid). Meanwhile the
+      cache serves what it has.
     * ``cloud`` otherwise, if this node's cloud link is up: as without the cache.
     * ``last-known`` when neither: the caches keep what they hold and keep serving it (never an
       empty list), and ``edgewatch_poolcache_last_known`` says so.
@@ -79,15 +81,16 @@ def choose_source(*, current: Source, coordinator_ready: bool, coordinator_healt
     Args:
         current: the source in use.
         coordinator_ready: the pool coordinator is reachable and its sync key fresh.
-        coordinator_healthy: the pool coordinator is reachable.
+        coordinator_healthy: the pool coordinator is reachable (informational: a coordinator
+            unreachable for longer than the grace is not Ready either).
         unready_for_s: seconds since the coordinator was last seen Ready (0 if it is).
         cloud_ok: this node's own cloud link is up.
         handover_grace_s: how long a reachable coordinator may be un-Ready before leaving it.
     """
     if coordinator_ready:
         return Source.COORDINATOR
-    if current is Source.COORDINATOR and coordinator_healthy and unready_for_s < handover_grace_s:
-        return Source.COORDINATOR
+    if current is Source.COORDINATOR and unready_for_s < handover_grace_s:
+        return Source.COORDINATOR  # a hand-over or a blip: no herd of cloud re-lists for it
     if cloud_ok:
         return Source.CLOUD
     return Source.LAST_KNOWN
