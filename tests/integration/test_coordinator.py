@@ -39,6 +39,7 @@ from edgewatch.names import (
     DELEGATED_VIA_ANNOTATION,
     NODE_LEASE_NAMESPACE,
 )
+from edgewatch.poolcache.resources import DEFAULT_RESOURCES
 from edgewatch.testing.binaries import Binaries
 from edgewatch.testing.etcd import EtcdServer, EtcdServerTLS
 from edgewatch.testing.pki import CertificateAuthority
@@ -523,7 +524,7 @@ async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncC
     try:
         await wait_until(lambda: agent.coordinator is not None and agent.coordinator.healthy, timeout_s=20,
                          what="the agent joined its pool's coordinator from the ConfigMap")
-        assert agent.coordinator_target == (etcd.client_url, pool)
+        assert agent.coordinator_target == (etcd.client_url, pool, DEFAULT_RESOURCES)
         await wait_until(lambda: agent.coordinator is not None and agent.coordinator.role is Role.LEADER,
                          timeout_s=15, what="the only agent of the pool leads it")
         await kube.patch(ConfigMap, "edgewatch-config", {"data": {"poolCoordinators": "other: http://10.0.0.1:2379"}},

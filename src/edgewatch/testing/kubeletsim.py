@@ -308,6 +308,7 @@ class KubeletFleet:
         """Register the nodes, then renew leases, post status and handle pods until cancelled."""
         for kubelet in self.kubelets.values():
             await self._retry(kubelet.register)
+            await self._retry(kubelet.renew_lease)  # "registered" means: Node and Lease exist
         self.registered.set()
         async with asyncio.TaskGroup() as tg:
             for kubelet in self.kubelets.values():
