@@ -150,10 +150,13 @@ def test_label_round_trip_and_semantics(rendered: tuple[list[LabelRequirement], 
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab/.=!,() in-x1")), max_size=30))
 def test_label_parser_never_crashes(text: str) -> None:
+    """Any text is either refused with SelectorError or parsed into a selector that can judge labels."""
     try:
-        parse_label_selector(text)
-    except SelectorError:
-        pass
+        sel = parse_label_selector(text)
+    except SelectorError as exc:
+        assert str(exc)  # a refusal says why
+    else:
+        assert isinstance(sel.matches({}), bool) and isinstance(sel.matches({"a": "b"}), bool)
 
 
 @settings(max_examples=150, deadline=None)

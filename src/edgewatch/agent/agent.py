@@ -36,6 +36,7 @@ import contextlib
 import datetime as dt
 import logging
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from edgewatch.agent.cachehost import PoolCacheHost, upstream_from
+from edgewatch.agent.cachehost import PoolCacheHost
 from edgewatch.agent.carrier import HeartbeatCarrier
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
@@ -62,6 +63,7 @@ from edgewatch.core.signing import Keyring, load_keyring
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
+from edgewatch.poolcache.apiserver import Upstream
 from edgewatch.poolcache.resources import PoolResource
 
 log = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ class Agent:
     """
 
     def __init__(self, *, config: AgentConfig, client: AsyncClient, registry: CollectorRegistry | None = None,
-                 cloud_endpoint: tuple[str, object] | None = None) -> None:
+                 cloud_endpoint: tuple[str, ssl.SSLContext | None] | None = None) -> None:
         self.config = config
         self.client = client
         self.registry = registry or CollectorRegistry()
@@ -160,7 +162,7 @@ class Agent:
             self.pool_cache = PoolCacheHost(
                 resources=lambda: self.membership.pool_resources if self.membership.config_synced.is_set() else None,
                 http=http,
-                upstream=upstream_from(*cloud_endpoint) if cloud_endpoint else None,  # type: ignore[arg-type]
+                upstream=Upstream(url=cloud_endpoint[0], ssl=cloud_endpoint[1]) if cloud_endpoint else None,
                 coordinator=lambda: self.coordinator, cloud_ok=lambda: self.link.up,
                 address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +42,7 @@ from edgewatch.poolcache.store import ResourceCache
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PoolCacheHost", "KUBECONFIG_FILE", "upstream_from"]
+__all__ = ["PoolCacheHost", "KUBECONFIG_FILE"]
 
 KUBECONFIG_FILE = "kubeconfig"
 """File name of the clients' kubeconfig in ``<state-dir>/pool-cache/`` (no credentials in it)."""
@@ -139,7 +138,3 @@ class PoolCacheHost:
                 cache.close_watches()
             await runner.cleanup()
 
-
-def upstream_from(url: str, context: ssl.SSLContext | None) -> Upstream:
-    """An :class:`Upstream` for the cloud apiserver at ``url`` verified by ``context``."""
-    return Upstream(url=url, ssl=context)
