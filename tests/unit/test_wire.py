@@ -765,6 +765,20 @@ def test_guard_rejection_can_be_answered() -> None:
     assert info.value.answer_to is None  # only guard refusals of authentic, bound envelopes
 
 
+def test_guard_brought_back_epoch_keeps_its_watermark() -> None:
+    """Regression (found by the model check): an answer that brings back an epoch an unproven newer
+    one had displaced must not reopen the seqs accepted in it before."""
+    g = ReplayGuard(window=8)
+    assert admit(g, 1, 0, proven=True) is None
+    assert admit(g, 1, 1) is None            # epoch 1 confirmed, seq 1 accepted
+    assert admit(g, 2, 0) is None            # an unproven "restart" displaces epoch 1
+    assert admit(g, 1, 0, proven=True) is None  # an answer proves epoch 1 again
+    assert admit(g, 1, 1) is R               # the old request stays a replay
+    assert admit(g, 1, 2) is None            # new seqs of the epoch go on
+    state = g.state_of("s")
+    assert state is not None and state.epoch == 1 and state.retired == (2,)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.integers(0, 12), st.booleans(),
                           st.integers(-1, 40)), max_size=80))

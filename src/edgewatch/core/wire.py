@@ -576,15 +576,23 @@ class SenderState:
 
     ``epoch`` is its current epoch, ``confirmed`` whether an answer has
     proved that epoch, ``high`` the highest seq accepted in it, ``seen`` a
-    bitmap (bit i set: seq ``high - i`` was accepted) and ``retired`` its
-    earlier epochs, oldest first.
+    bitmap (bit i set: seq ``high - i`` was accepted) and ``retired_marks``
+    its earlier epochs with the highest seq accepted in each, oldest first
+    (a retired epoch that an answer brings back keeps its watermark: every
+    seq up to it counts as seen, so nothing accepted before is accepted
+    again).
     """
 
     epoch: int
     confirmed: bool
     high: int
     seen: int
-    retired: tuple[int, ...]
+    retired_marks: tuple[tuple[int, int], ...]
+
+    @property
+    def retired(self) -> tuple[int, ...]:
+        """The retired epochs, oldest first."""
+        return tuple(epoch for epoch, _ in self.retired_marks)
 
 
 class ReplayGuard:
@@ -594,7 +602,8 @@ class ReplayGuard:
 
     * ``proven`` (an answer to our own request, matched by ``reply_to``):
       always accepted; its epoch becomes the sender's confirmed current
-      epoch (un-retiring it if an attacker had displaced it).
+      epoch (un-retiring it if an attacker had displaced it, with every seq
+      up to the highest accepted before counted as seen).
     * otherwise, a sender never heard of: accepted, epoch unconfirmed (the
       receiver-restart trade-off: at most one such request per epoch);
     * an epoch in the sender's retired list: REPLAYED;
@@ -629,14 +638,26 @@ class ReplayGuard:
         """What is remembered of ``sender`` (None if nothing)."""
         return self._states.get(sender)
 
-    def _retire(self, state: SenderState, *, keep_out: int) -> tuple[int, ...]:
+    def _retire(self, state: SenderState, *, keep_out: int) -> tuple[tuple[int, int], ...]:
         if self._retired_epochs == 0:
             return ()
-        epochs = [e for e in (*state.retired, state.epoch) if e != keep_out]
-        return tuple(epochs[-self._retired_epochs:])
+        marks = [m for m in (*state.retired_marks, (state.epoch, state.high)) if m[0] != keep_out]
+        return tuple(marks[-self._retired_epochs:])
 
-    def _fresh(self, epoch: int, seq: int, *, confirmed: bool, retired: tuple[int, ...]) -> SenderState:
-        return SenderState(epoch=epoch, confirmed=confirmed, high=seq, seen=1, retired=retired)
+    def _fresh(self, epoch: int, seq: int, *, confirmed: bool,
+               retired: tuple[tuple[int, int], ...]) -> SenderState:
+        return SenderState(epoch=epoch, confirmed=confirmed, high=seq, seen=1, retired_marks=retired)
+
+    def _revive(self, state: SenderState, epoch: int, seq: int) -> SenderState:
+        """The state after an answer proves ``epoch``, which is not the current one: fresh, or a
+        retired epoch brought back with every seq up to its watermark counted as seen."""
+        watermark = dict(state.retired_marks).get(epoch)
+        retired = self._retire(state, keep_out=epoch)
+        if watermark is None:
+            return self._fresh(epoch, seq, confirmed=True, retired=retired)
+        full = (1 << self._window) - 1
+        back = SenderState(epoch=epoch, confirmed=True, high=watermark, seen=full, retired_marks=retired)
+        return self._mark(back, seq, confirmed=True)
 
     def _seen(self, state: SenderState, seq: int) -> bool:
         if seq > state.high:
@@ -654,7 +675,8 @@ class ReplayGuard:
             seen, high = state.seen | (1 << (state.high - seq)), state.high
         else:
             seen, high = state.seen, state.high
-        return SenderState(epoch=state.epoch, confirmed=confirmed, high=high, seen=seen, retired=state.retired)
+        return SenderState(epoch=state.epoch, confirmed=confirmed, high=high, seen=seen,
+                           retired_marks=state.retired_marks)
 
     def _store(self, sender: str, state: SenderState) -> None:
         self._states[sender] = state
@@ -681,9 +703,10 @@ class ReplayGuard:
         state = self._states.get(sender)
         answer_to = (NodeName(sender), nonce) if nonce else None
         if proven:
-            if state is None or state.epoch != epoch:
-                retired = () if state is None else self._retire(state, keep_out=epoch)
-                self._store(sender, self._fresh(epoch, seq, confirmed=True, retired=retired))
+            if state is None:
+                self._store(sender, self._fresh(epoch, seq, confirmed=True, retired=()))
+            elif state.epoch != epoch:
+                self._store(sender, self._revive(state, epoch, seq))
             else:
                 self._store(sender, self._mark(state, seq, confirmed=True))
             return
