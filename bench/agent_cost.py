@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
-import os
 import resource
 import tempfile
 import time
@@ -34,6 +32,7 @@ from pathlib import Path
 from edgewatch.agent.agent import Agent
 from edgewatch.agent.config import AgentConfig
 from edgewatch.core.types import NodeName
+from edgewatch.names import IDENTITY_NAMESPACE
 from edgewatch.testing.controlplane import ControlPlane
 from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
 from lightkube.resources.core_v1 import Node
@@ -51,7 +50,7 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-async def measure(cp: ControlPlane, n: int, window_s: float, key: Path) -> dict[str, float]:
+async def measure(cp: ControlPlane, n: int, window_s: float, workdir: Path) -> dict[str, float]:
     client = make_client(str(cp.kubeconfig), timeout_s=10)
     nodes = [SimNode(name=f"b{n}-{i}", address=f"127.0.1.{i}", index=i) for i in range(1, n + 1)]
     fleet = KubeletFleet(client=client, nodes=nodes, config=KubeletSimConfig(healthz_port=10248))
@@ -62,7 +61,7 @@ async def measure(cp: ControlPlane, n: int, window_s: float, key: Path) -> dict[
         rss0, cpu0, t0 = rss_mib(), cpu_s(), time.monotonic()
         await asyncio.sleep(window_s / 2)
         kubelet_cpu_rate = (cpu_s() - cpu0) / (time.monotonic() - t0)
-        agents = [Agent(config=AgentConfig(node=NodeName(s.name), key_file=key, listen_address=s.address,
+        agents = [Agent(config=AgentConfig(node=NodeName(s.name), identity_file=workdir / f"{s.name}.key", listen_address=s.address,
                                            kubelet_healthz_url=f"http://{s.address}:10248/healthz",
                                            namespace="default"), client=client) for s in nodes]
         tasks = [tg.create_task(a.run()) for a in agents]
@@ -93,11 +92,11 @@ def main() -> None:
     parser.add_argument("sizes", type=int, nargs="+")
     parser.add_argument("--window", type=float, default=60.0, help="measurement window, seconds")
     args = parser.parse_args()
-    key = Path(tempfile.mkdtemp()) / "keys"
-    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    workdir = Path(tempfile.mkdtemp())  # one identity key file per simulated node
     with ControlPlane() as cp:
+        cp.kubectl("create", "namespace", IDENTITY_NAMESPACE)
         for n in args.sizes:
-            print(json.dumps(asyncio.run(measure(cp, n, args.window, key))), flush=True)
+            print(json.dumps(asyncio.run(measure(cp, n, args.window, workdir))), flush=True)
 
 
 if __name__ == "__main__":

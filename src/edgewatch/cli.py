@@ -29,8 +29,9 @@ def main() -> None:
 
 @main.command()
 @click.option("--node", envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
-@click.option("--key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="HMAC key file from a Secret: 'key_id:base64secret' per line, primary first.")
+@click.option("--identity-file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="This node's private signing key (Ed25519 PEM), created on first start; keep it on the node "
+                   "(the DaemonSet's hostPath state folder). Rotate with 'edgewatch rotate-key'.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
               help="Kubeconfig (env KUBECONFIG; default: in-cluster, the pod's ServiceAccount and "
                    "KUBERNETES_SERVICE_HOST/PORT).")
@@ -79,11 +80,30 @@ def agent(**opts: object) -> None:
     credentials, the pool coordinator from the ConfigMap):
 
     \b
-      edgewatch agent --key-file /etc/edgewatch/keys/keys --state-dir /var/lib/edgewatch
+      edgewatch agent --identity-file /var/lib/edgewatch/identity.key --state-dir /var/lib/edgewatch
     """
     from edgewatch.agent.main import run_agent
 
     sys.exit(run_agent(**opts))  # type: ignore[arg-type]
+
+
+@main.command("rotate-key")
+@click.option("--identity-file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The agent's key file (e.g. /var/lib/edgewatch/identity.key on the node).")
+def rotate_key(identity_file: Path) -> None:
+    """Put a new signing key first in a node's key file and keep the current one second.
+
+    The agent publishes both at its next start and signs with the new one; peers accept either, so
+    nothing is dropped (the old key goes at the next rotation). Example, on the node, then restart
+    the node's agent pod:
+
+    \b
+      edgewatch rotate-key --identity-file /var/lib/edgewatch/identity.key
+    """
+    from edgewatch.core.identity import rotate_key_file
+
+    keys = rotate_key_file(identity_file)
+    click.echo(f"signing key {keys[0].key_id}; still published: {', '.join(k.key_id for k in keys[1:]) or '-'}")
 
 
 @main.command()

@@ -40,3 +40,10 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_POOL_CACHE_PORT = 51007
 """The agent's pool-cache endpoint (HTTPS on loopback; kube-proxy and CoreDNS of the node read
 EndpointSlices and Services there, see edgewatch.poolcache)."""
+
+IDENTITY_NAMESPACE = "edgewatch-nodes"
+"""Per-node objects named like their node, each written only by that node's own agent (enforced by
+the apiserver, deploy/15-policy-agent.yaml): the ConfigMap of its public keys."""
+
+KEY_RECORD_KEY = "keys"
+"""The ConfigMap key of a node's public key record (edgewatch.core.identity.parse_key_record)."""

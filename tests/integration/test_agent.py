@@ -65,6 +65,15 @@ def _edge(c: PlaygroundCluster, name: str) -> str | None:
     return next((x["status"] for x in conds if x["type"] == EDGE_CONDITION_TYPE), None)
 
 
+def _condition(c: PlaygroundCluster, name: str) -> object:
+    """The whole EdgeHealthy condition (for failure messages), or the read error."""
+    try:
+        conds = _node(c, name)["status"].get("conditions", [])
+    except Exception as exc:  # noqa: BLE001 - reported, not judged
+        return repr(exc)
+    return next((x for x in conds if x["type"] == EDGE_CONDITION_TYPE), None)
+
+
 def _lease(c: PlaygroundCluster, name: str) -> dict:  # type: ignore[type-arg]
     assert c.cp is not None
     return json.loads(c.cp.kubectl("get", "lease", name, "-n", "kube-node-lease", "-o", "json"))
@@ -92,9 +101,9 @@ def _metric(c: PlaygroundCluster, name: str, metric: str, labels: str) -> float:
 
 SEND = """
 import sys, time, secrets, urllib.request, urllib.error
-from edgewatch.core.signing import load_keyring
+from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.wire import encode_envelope, sign_heartbeat
-keyring = load_keyring(sys.argv[1])
+keyring = NodeKeyring(node="a-2", keys=load_or_create_key_file(sys.argv[1]))
 own = sign_heartbeat(origin="a-2", incarnation=time.time_ns(), seq=1, kubelet_ok=True, cloud_ok=True,
                      alive=["a-2"], dead=[], keyring=keyring)
 raw = encode_envelope(sender="a-2", receiver="a-1", epoch=time.time_ns(), seq=1, nonce=secrets.token_hex(16),
@@ -106,6 +115,11 @@ for _ in range(2):  # the same bytes twice: the second is a replay
     except urllib.error.HTTPError as e:
         print(e.code, e.headers.get("X-Edgewatch-Refused"))
 """
+
+
+def _identity_file(cluster: PlaygroundCluster, node: str) -> Path:
+    """The node's agent key, in the DaemonSet's hostPath state folder on that node."""
+    return cluster.nodes[node].root / "var/lib/edgewatch/identity.key"
 
 
 def _envelope(keyring, *, dead: list[str]) -> bytes:  # type: ignore[no-untyped-def]
@@ -124,25 +138,28 @@ def test_hostile_messages_are_rejected_counted_and_harmless(cluster: PlaygroundC
                         "sender_mismatch")}
     assert _post(url, b"\xff not json") == 400
     assert _post(url, b'{"v": 1, "sender": "a-2"}') == 400  # JSON without the v2 frame (a v1 agent)
-    assert _post(url, b"edgewatch-envelope/v2 k1\n{}") == 403  # a frame without a MAC: unsigned
-    # Forged: a well-formed envelope signed with the cluster's key id but a secret it does not have.
-    from edgewatch.core.signing import load_keyring
+    from edgewatch.core.identity import NodeKey, NodeKeyring, load_or_create_key_file
+    from edgewatch.core.wire import ENVELOPE_MAGIC
 
-    real = load_keyring(cluster.key_file)  # type: ignore[arg-type]
-    forged_key = cluster.workdir / "forged-keys"  # type: ignore[operator]
-    forged_key.write_text(f"{real.primary_key_id}:" + base64.b64encode(os.urandom(32)).decode() + "\n")
-    bad = load_keyring(forged_key)
-    assert _post(url, _envelope(bad, dead=["a-1"])) == 403  # same key id, wrong secret: bad signature
-    other = cluster.workdir / "other-keys"  # type: ignore[operator]
-    other.write_text("evil:" + base64.b64encode(os.urandom(32)).decode() + "\n")
-    assert _post(url, _envelope(load_keyring(other), dead=["a-1"])) == 403  # unknown key
+    real = NodeKeyring(node="a-2", keys=load_or_create_key_file(_identity_file(cluster, "a-2")))
+    assert _post(url, ENVELOPE_MAGIC + b" " + real.primary_key_id.encode() + b"\n{}") == 403  # no signature
+    # Forged: a-2's published key id with a signature made by a key it is not.
+    header, body = _envelope(real, dead=["a-1"]).split(b"\n", 1)
+    stranger = NodeKeyring(node="a-2", keys=(NodeKey.generate(),))
+    _, wrong = stranger.sign_bytes(body, domain="edgewatch/envelope/v3")
+    assert _post(url, b" ".join(header.split(b" ")[:2] + [wrong.encode()]) + b"\n" + body) == 403  # bad signature
+    assert _post(url, _envelope(stranger, dead=["a-1"])) == 403  # a key nobody published: unknown key
+    # A compromised a-3 signs as a-2 with its own, published key: refused (a node signs only as itself).
+    a3 = NodeKeyring(node="a-3", keys=load_or_create_key_file(_identity_file(cluster, "a-3")))
+    assert _post(url, _envelope(a3, dead=["a-1"])) == 403
     assert _post(url, b"{" + b" " * 300_000 + b"}") == 413
     # Signed with the real key but sent from the wrong address (the test runs in the cloud
     # namespace, not on a-2): the sender is bound to its InternalIP.
     assert _post(url, _envelope(real, dead=["a-1"])) == 403
     # A valid envelope from a-2's own address, sent twice: accepted, then refused as a replay (and
     # still answered, 409, so a genuine sender's probe would not fail).
-    done = cluster.nodes["a-2"].host.run([sys.executable, "-c", SEND, str(cluster.key_file), url], timeout=30)
+    done = cluster.nodes["a-2"].host.run([sys.executable, "-c", SEND, str(_identity_file(cluster, "a-2")), url],
+                                         timeout=30)
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "200", done.stdout + done.stderr
     assert lines[1] == "409 replayed", lines
@@ -208,7 +225,8 @@ def test_split_3_2_judges_the_minority_never_the_majority(cluster: PlaygroundClu
         _wait(lambda: _edge(cluster, "a-4") == "False" and _edge(cluster, "a-5") == "False", 30,
               "the 2-node side judged unhealthy")
         for _ in range(10):  # and the 3-node side is never judged anything but healthy
-            assert all(_edge(cluster, n) == "True" for n in NODES[:3])
+            seen = {n: _edge(cluster, n) for n in NODES[:3]}
+            assert all(v == "True" for v in seen.values()), (seen, {n: _condition(cluster, n) for n in NODES[:3]})
             time.sleep(1)
     finally:
         lab.unsplit("a")

@@ -493,8 +493,6 @@ async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncC
                                                                     tmp_path: Path) -> None:
     """The agent without --coordinator: its Node's pool label and the ConfigMap key poolCoordinators
     pick the coordinator; removing the entry stops it, live (issue #9)."""
-    import base64
-    import os
     import socket
 
     from lightkube.models.core_v1 import NodeAddress, NodeStatus
@@ -508,8 +506,7 @@ async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncC
     tag = _suffix()
     namespace, name, pool = f"ew-cm-{tag}", f"cm-{tag}", f"p{tag}"
     cover = f"test.edgewatch.io/cm-{tag}"  # covers only this node: the agent touches no other test's nodes
-    key = tmp_path / "keys"
-    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    key = tmp_path / "identity.key"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -518,7 +515,7 @@ async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncC
                            status=NodeStatus(addresses=[NodeAddress(type="InternalIP", address="127.0.0.1")])))
     await kube.create(ConfigMap(metadata=ObjectMeta(name="edgewatch-config", namespace=namespace),
                                 data={"coverLabel": cover, "poolCoordinators": f"{pool}: {etcd.client_url}\n"}))
-    agent = Agent(config=AgentConfig(node=name, key_file=key, namespace=namespace, listen_address="127.0.0.1",
+    agent = Agent(config=AgentConfig(node=name, identity_file=key, identity_namespace=namespace, namespace=namespace, listen_address="127.0.0.1",
                                      port=port, kubelet_healthz_url="http://127.0.0.1:1/healthz"), client=kube)
     task = asyncio.create_task(agent.run())
     try:

@@ -9,9 +9,7 @@ The apiserver is a small fake whose calls can be made to hang; the Lease renewal
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime as dt
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,14 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import CollectorRegistry
 
+from _keys import ring
+
 from edgewatch.agent.agent import Agent
 from edgewatch.agent.carrier import HeartbeatCarrier
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.duties import Duties
 from edgewatch.core.quorum import Decision
-from edgewatch.core.signing import Keyring
 from edgewatch.core.types import NodeName, Verdict
 from edgewatch.core.wire import sign_heartbeat
 
@@ -71,27 +70,24 @@ class SlowKube:
 
 
 def _key(tmp_path: Path) -> Path:
-    key = tmp_path / "keys"
-    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
-    return key
+    return tmp_path / "identity.key"  # made by the agent
 
 
 def _agent(tmp_path: Path, kube: SlowKube, **config: Any) -> Agent:
-    cfg = AgentConfig(node=ME, key_file=_key(tmp_path), carry_interval_s=0.3, api_timeout_s=0.5, **config)
+    cfg = AgentConfig(node=ME, identity_file=_key(tmp_path), carry_interval_s=0.3, api_timeout_s=0.5, **config)
     agent = Agent(config=cfg, client=kube)  # type: ignore[arg-type]
     agent.carrier.poll_s = 0.05
     agent.carrier.retry_s = 0.1
     return agent
 
 
-RING = Keyring([("k", b"k" * 32)])
 
 
 def _alive(agent: Agent, *nodes: NodeName, seq: int = 1) -> None:
     """The peers' heartbeats have just been received (their last sign of life is now)."""
     for node in nodes:
         hb = sign_heartbeat(origin=node, incarnation=1, seq=seq, kubelet_ok=True, cloud_ok=False, alive=[node],
-                            dead=[], keyring=RING)
+                            dead=[], keyring=ring(node))
         agent.peers.book.offer(hb, now=time.monotonic(), age_s=0.1)
 
 

@@ -5,9 +5,7 @@ never crashing on bad input."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,7 @@ ME = NodeName("e-1")
 
 
 def _key(tmp_path: Path) -> Path:
-    key = tmp_path / "keys"
-    key.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
-    return key
+    return tmp_path / "identity.key"  # made by the agent on first start
 
 
 # -- the DaemonSet's command line ------------------------------------------------------------------
@@ -42,7 +38,7 @@ def test_the_daemonset_command_line_takes_node_from_env_and_defaults_for_host_ne
     monkeypatch.setattr(agent_main, "run_agent", lambda **opts: seen.update(opts) or 0)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("NODE_NAME", "edge-node-7")
-    result = CliRunner().invoke(main, ["agent", "--key-file", str(_key(tmp_path)), "--state-dir", "/var/lib/edgewatch"])
+    result = CliRunner().invoke(main, ["agent", "--identity-file", str(_key(tmp_path)), "--state-dir", "/var/lib/edgewatch"])
     assert result.exit_code == 0, result.output
     assert seen["node"] == "edge-node-7"
     assert seen["kubeconfig"] is None  # in-cluster
@@ -93,7 +89,7 @@ def test_outside_a_cluster_without_kubeconfig_exits_2_with_a_clear_line(
     monkeypatch.setattr(KubeConfig, "from_service_account",
                         lambda service_account=None: original(tmp_path / "no-serviceaccount"))
     with caplog.at_level(logging.ERROR):
-        code = agent_main.run_agent(node="n1", key_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
+        code = agent_main.run_agent(node="n1", identity_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
                                     port=51005, namespace="edgewatch", kubelet_healthz_url="http://127.0.0.1:10248/healthz",
                                     coordinator_url=None, pool=None, state_dir=None, exchange_period=1.0,
                                     vote_ttl=5.0, probe_timeout=0.8, log_level="INFO", log_format="text")
@@ -105,7 +101,7 @@ def test_a_bad_coordinator_flag_exits_2(tmp_path: Path, monkeypatch: pytest.Monk
                                         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(agent_main, "configure_logging", lambda **_: None)
     with caplog.at_level(logging.ERROR):
-        code = agent_main.run_agent(node="n1", key_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
+        code = agent_main.run_agent(node="n1", identity_file=_key(tmp_path), kubeconfig=None, listen_address="0.0.0.0",
                                     port=51005, namespace="edgewatch", kubelet_healthz_url="http://127.0.0.1:10248/healthz",
                                     coordinator_url="etcd:2379", pool=None, state_dir=None, exchange_period=1.0,
                                     vote_ttl=5.0, probe_timeout=0.8, log_level="INFO", log_format="text")
@@ -116,7 +112,7 @@ def test_a_bad_coordinator_flag_exits_2(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def _agent(tmp_path: Path, **config: Any) -> Agent:
-    return Agent(config=AgentConfig(node=ME, key_file=_key(tmp_path), **config), client=object())  # type: ignore[arg-type]
+    return Agent(config=AgentConfig(node=ME, identity_file=_key(tmp_path), **config), client=object())  # type: ignore[arg-type]
 
 
 def test_peer_traffic_leaves_from_the_internal_ip_when_listening_on_all_addresses(tmp_path: Path) -> None:

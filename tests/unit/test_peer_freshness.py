@@ -25,15 +25,15 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from _keys import ring
+
 from edgewatch.agent import peers as peers_module
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, REFUSED_HEADER, PeerExchange
-from edgewatch.core.signing import Keyring
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Rejected, RejectReason
 
-RING = Keyring([("k1", b"K" * 32)])
 A, B = NodeName("a-1"), NodeName("a-2")
 ADDRESSES = {A: "127.0.0.1", B: "127.0.0.2"}
 
@@ -59,9 +59,9 @@ class Node:
 
     def __init__(self, name: NodeName, port: int) -> None:
         self.name = name
-        self.config = AgentConfig(node=name, key_file=Path("/nonexistent"), listen_address=ADDRESSES[name], port=port)
+        self.config = AgentConfig(node=name, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[name], port=port)
         self.metrics = AgentMetrics(CollectorRegistry())
-        self.peers = PeerExchange(me=name, config=self.config, keyring=lambda: RING, membership=FakeMembership(),  # type: ignore[arg-type]
+        self.peers = PeerExchange(me=name, config=self.config, keyring=lambda: ring(name), membership=FakeMembership(),  # type: ignore[arg-type]
                                   metrics=self.metrics, cloud_ok=lambda: True)
         self.peers.kubelet_ok = True
         self.peers.refresh_group(now=time.monotonic())  # know the group before the first request
@@ -320,8 +320,8 @@ def test_detector_settings_follow_the_group_size() -> None:
             return "127.0.0.1"
 
     members = Growing()
-    config = AgentConfig(node=A, key_file=Path("/nonexistent"), full_mesh_max=3)
-    peers = PeerExchange(me=A, config=config, keyring=lambda: RING, membership=members,  # type: ignore[arg-type]
+    config = AgentConfig(node=A, identity_file=Path("/nonexistent"), full_mesh_max=3)
+    peers = PeerExchange(me=A, config=config, keyring=lambda: ring(A), membership=members,  # type: ignore[arg-type]
                          metrics=AgentMetrics(CollectorRegistry()), cloud_ok=lambda: True)
     now = time.monotonic()
     peers.refresh_group(now=now)

@@ -15,9 +15,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from _keys import ring
+
 from edgewatch.core.quorum import Vote
-from edgewatch.core.signing import Keyring, canonical_json
+from edgewatch.core.signing import Signer, canonical_json
 from edgewatch.core.types import NodeName
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys, format_key_record
 from edgewatch.core.wire import (
     ENVELOPE_DOMAIN,
     ENVELOPE_MAGIC,
@@ -40,11 +43,15 @@ from edgewatch.core.wire import (
     sign_heartbeat,
 )
 
-K_NEW = ("k-new", b"N" * 32)
-K_OLD = ("k-old", b"O" * 32)
-K_GONE = ("k-gone", b"G" * 32)
-RING = Keyring([K_NEW, K_OLD])
 EPOCH = 1_700_000_000_000_000_000
+KID = ring("node-a").primary_key_id.encode()
+ZSIG = b"0" * 128
+
+
+def unpublished(node: str) -> NodeKeyring:
+    """A keyring signing as ``node`` with a key nobody published."""
+    return NodeKeyring(node=NodeName(node), keys=(NodeKey.generate(),), public=PublicKeys())
+
 A, B, C = NodeName("node-a"), NodeName("node-b"), NodeName("node-c")
 
 _counter = iter(range(1, 10**9))
@@ -61,7 +68,7 @@ def hb(
     inc: int = 1,
     alive: tuple[str, ...] = ("node-a", "node-b"),
     dead: tuple[str, ...] = ("node-c",),
-    keyring: Keyring = RING,
+    keyring: Signer | None = None,
 ) -> Heartbeat:
     return sign_heartbeat(
         origin=NodeName(origin),
@@ -71,7 +78,7 @@ def hb(
         cloud_ok=False,
         alive=[NodeName(x) for x in alive],
         dead=[NodeName(x) for x in dead],
-        keyring=keyring,
+        keyring=keyring or ring(origin),
     )
 
 
@@ -87,8 +94,9 @@ def env(
     own_age: float = 0.0,
     relayed: tuple[Heartbeat, ...] = (),
     relay_age: float = 1.0,
-    keyring: Keyring = RING,
+    keyring: Signer | None = None,
 ) -> bytes:
+    keyring = keyring or ring(sender)
     return encode_envelope(
         sender=NodeName(sender),
         receiver=NodeName(receiver),
@@ -103,13 +111,14 @@ def env(
     )
 
 
-def frame(body: bytes, *, keyring: Keyring = RING, domain: str = ENVELOPE_DOMAIN) -> bytes:
-    """Sign raw body bytes into a frame (no checks: a key holder's junk)."""
+def frame(body: bytes, *, keyring: Signer | None = None, domain: str = ENVELOPE_DOMAIN) -> bytes:
+    """Sign raw body bytes into a frame (no checks: a key holder's junk); node-a's key by default."""
+    keyring = keyring or ring("node-a")
     key_id, mac = keyring.sign_bytes(body, domain=domain)
     return ENVELOPE_MAGIC + f" {key_id} {mac}\n".encode() + body
 
 
-def raw_envelope(*, heartbeats: list[object], ages: list[object] | None = None, keyring: Keyring = RING,
+def raw_envelope(*, heartbeats: list[object], ages: list[object] | None = None, keyring: Signer | None = None,
                  **overrides: object) -> bytes:
     """An envelope built by hand (signed, but not checked by the encoder)."""
     payload: dict[str, object] = {
@@ -137,13 +146,13 @@ def dec(
     *,
     receiver: str = "node-b",
     guard: ReplayGuard | None = None,
-    keyring: Keyring = RING,
+    keyring: Signer | None = None,
     max_bytes: int = 65_536,
     **kw: Any,
 ):  # type: ignore[no-untyped-def]
     return decode_envelope(
         raw,
-        keyring=keyring,
+        keyring=keyring or ring(receiver),
         receiver=NodeName(receiver),
         max_bytes=max_bytes,
         guard=guard if guard is not None else ReplayGuard(),
@@ -171,7 +180,9 @@ def signed_hb_dict(**overrides: object) -> dict[str, object]:
         "dead": [],
     }
     payload.update(overrides)
-    return RING.sign({k: v for k, v in payload.items() if v is not ...}, domain=HEARTBEAT_DOMAIN)
+    origin = payload.get("origin")
+    signer = ring(origin if isinstance(origin, str) else "node-c")
+    return signer.sign({k: v for k, v in payload.items() if v is not ...}, domain=HEARTBEAT_DOMAIN)
 
 
 # --------------------------------------------------------------------------- round trips
@@ -182,15 +193,15 @@ def test_roundtrip_frame_and_canonical_body() -> None:
     relay = hb("node-c", alive=("node-c",), dead=())
     nonce = fresh_nonce()
     raw = encode_envelope(sender=A, receiver=B, epoch=EPOCH, seq=7, nonce=nonce, own=own, own_age_s=0.25,
-                          relayed=[(relay, 2.5)], keyring=RING)
+                          relayed=[(relay, 2.5)], keyring=ring("node-a"))
     header, body = raw.split(b"\n", 1)
     words = header.split(b" ")
-    assert words[0] == ENVELOPE_MAGIC and words[1] == b"k-new" and len(words[2]) == 64
+    assert words[0] == ENVELOPE_MAGIC and words[1] == KID and len(words[2]) == 128
     assert canonical_json(json.loads(body)) == body  # the body is canonical JSON
     assert b"sent_at" not in raw  # no wall-clock time on the wire at all
     d = dec(raw)
     assert (d.sender, d.receiver, d.epoch, d.seq, d.nonce, d.reply_to, d.key_id) == (A, B, EPOCH, 7, nonce, None,
-                                                                                      "k-new")
+                                                                                      KID.decode())
     assert d.own == own and d.own_age_s == 0.25
     assert [r.accepted for r in d.relayed] == [True]
     assert d.relayed[0].heartbeat == relay and d.relayed[0].index == 1 and d.relayed[0].age_s == 2.5
@@ -207,10 +218,29 @@ def test_relayed_heartbeat_still_verifies_after_two_hops() -> None:
 
 
 def test_secondary_key_is_accepted_and_rotated_out_key_is_not() -> None:
-    old_only = Keyring([K_OLD])
-    assert dec(env(keyring=old_only)).key_id == "k-old"
-    new_only = Keyring([K_NEW])
-    assert reason_of(lambda: dec(env(keyring=old_only), keyring=new_only)) is RejectReason.UNKNOWN_KEY
+    public = PublicKeys()
+    new, old = NodeKey.generate(), NodeKey.generate()
+    receiver = NodeKeyring(node=B, keys=(NodeKey.generate(),), public=public)
+    public.update(A, format_key_record([new, old]))  # a rotation in progress: both published
+    old_signer = NodeKeyring(node=A, keys=(old,))
+    old_signer.public.add_own(A, [old])
+    raw = env(keyring=old_signer, own=hb("node-a", keyring=old_signer))
+    assert dec(raw, keyring=receiver).key_id == old.key_id
+    public.update(A, format_key_record([new]))  # the rotation ends: the old key is withdrawn
+    assert reason_of(lambda: dec(raw, keyring=receiver)) is RejectReason.UNKNOWN_KEY
+
+
+def test_a_node_cannot_sign_as_another() -> None:
+    """node-c signs an envelope and a heartbeat claiming to be node-a with its own, published key."""
+    forged_env = frame(canonical_json({
+        "v": PROTOCOL_VERSION, "sender": "node-a", "receiver": "node-b", "epoch": EPOCH, "seq": 1,
+        "nonce": fresh_nonce(), "reply_to": None, "heartbeats": [hb("node-a").to_wire()], "ages": [0.0]}),
+        keyring=ring("node-c"))
+    assert reason_of(lambda: dec(forged_env)) is RejectReason.SENDER_MISMATCH
+    forged_hb = ring("node-c").sign({"v": PROTOCOL_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,
+                                     "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": []},
+                                    domain=HEARTBEAT_DOMAIN)
+    assert reason_of(lambda: decode_heartbeat(forged_hb, keyring=ring("node-b"))) is RejectReason.SENDER_MISMATCH
 
 
 heartbeat_strategy = st.builds(
@@ -222,7 +252,7 @@ heartbeat_strategy = st.builds(
         cloud_ok=c,
         alive=[n for n, m in zip(names, dead_mask) if not m],
         dead=[n for n, m in zip(names, dead_mask) if m],
-        keyring=RING,
+        keyring=ring(origin),
     ),
     st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?(\.[a-z0-9]{1,5})?", fullmatch=True).map(NodeName),
     st.integers(0, 2**63 - 1),
@@ -240,12 +270,12 @@ heartbeat_strategy = st.builds(
 def test_roundtrip_property(own: Heartbeat, relayed: list[tuple[Heartbeat, float]], epoch: int, seq: int) -> None:
     assume(own.origin != "node-z")
     raw = encode_envelope(sender=own.origin, receiver=NodeName("node-z"), epoch=epoch, seq=seq, nonce=fresh_nonce(),
-                          own=own, relayed=relayed, keyring=RING)
+                          own=own, relayed=relayed, keyring=ring(own.origin))
     d = dec(raw, receiver="node-z")
     assert d.own == own and (d.epoch, d.seq) == (epoch, seq)
     assert [(r.heartbeat, r.age_s) for r in d.relayed] == [(h, round(a, 3)) for h, a in relayed]
     for h in [own, *(h for h, _ in relayed)]:
-        assert decode_heartbeat(h.to_wire(), keyring=RING) == h
+        assert decode_heartbeat(h.to_wire(), keyring=ring("node-z")) == h
 
 
 # --------------------------------------------------------------------------- encoder and builders
@@ -271,7 +301,7 @@ def test_roundtrip_property(own: Heartbeat, relayed: list[tuple[Heartbeat, float
 )
 def test_sign_heartbeat_refuses_bad_input(kwargs: dict[str, object]) -> None:
     args: dict[str, object] = dict(
-        origin=A, incarnation=1, seq=1, kubelet_ok=True, cloud_ok=True, alive=[], dead=[], keyring=RING
+        origin=A, incarnation=1, seq=1, kubelet_ok=True, cloud_ok=True, alive=[], dead=[], keyring=ring(A)
     )
     args.update(kwargs)
     with pytest.raises(ValueError):
@@ -307,7 +337,7 @@ def test_sign_heartbeat_sorts_and_dedups_and_votes() -> None:
 )
 def test_encode_envelope_refuses_bad_input(kwargs: dict[str, object]) -> None:
     args: dict[str, Any] = dict(sender=A, receiver=B, epoch=EPOCH, seq=1, nonce=fresh_nonce(), own=hb(), relayed=(),
-                                keyring=RING)
+                                keyring=ring(A))
     if kwargs.get("own") == "other":
         kwargs = {"own": hb("node-c")}
     if kwargs.get("relayed") == "too-many":
@@ -320,7 +350,7 @@ def test_encode_envelope_refuses_bad_input(kwargs: dict[str, object]) -> None:
 def test_encode_envelope_respects_max_bytes() -> None:
     raw = env(seq=1)
     with pytest.raises(ValueError):
-        encode_envelope(sender=A, receiver=B, epoch=EPOCH, seq=1, nonce=fresh_nonce(), own=hb(), keyring=RING,
+        encode_envelope(sender=A, receiver=B, epoch=EPOCH, seq=1, nonce=fresh_nonce(), own=hb(), keyring=ring(A),
                         max_bytes=len(raw) - 1)
 
 
@@ -342,25 +372,25 @@ def test_oversized_is_refused_before_anything_else() -> None:
         b"\xff\xfe{}",
         b'{"v": 2, "sender": "node-a"}',  # JSON without a frame (a v1 agent)
         b"[1, 2]",
-        b"edgewatch-envelope/v1 k-new " + b"0" * 64 + b"\n{}",  # wrong magic
-        b"edgewatch-envelope/v2 k-new " + b"0" * 64 + b" extra\n{}",  # too many words
-        b"edgewatch-envelope/v2 k-new \xff\xfe\n{}",  # not ASCII
-        b"edgewatch-envelope/v2 bad/key " + b"0" * 64 + b"\n{}",  # key id with a slash
-        b"edgewatch-envelope/v2 k-new " + b"0" * 64 + b" " * 300 + b"\n{}",  # header too long
-        b"edgewatch-envelope/v2  " + b"0" * 64 + b"\n{}",  # empty key id
+        b"edgewatch-envelope/v2 " + KID + b" " + ZSIG + b"\n{}",  # wrong magic (an older agent)
+        ENVELOPE_MAGIC + b" " + KID + b" " + ZSIG + b" extra\n{}",  # too many words
+        ENVELOPE_MAGIC + b" " + KID + b" \xff\xfe\n{}",  # not ASCII
+        ENVELOPE_MAGIC + b" bad/key " + ZSIG + b"\n{}",  # key id with a slash
+        ENVELOPE_MAGIC + b" " + KID + b" " + ZSIG + b" " * 300 + b"\n{}",  # header too long
+        ENVELOPE_MAGIC + b"  " + ZSIG + b"\n{}",  # empty key id
     ],
 )
 def test_malformed_frames(raw: bytes) -> None:
     assert reason_of(lambda: dec(raw, max_bytes=1_000_000)) is RejectReason.MALFORMED
 
 
-@pytest.mark.parametrize("raw", [b"edgewatch-envelope/v2\n{}", b"edgewatch-envelope/v2 k-new\n{}"])
+@pytest.mark.parametrize("raw", [ENVELOPE_MAGIC + b"\n{}", ENVELOPE_MAGIC + b" " + KID + b"\n{}"])
 def test_unsigned(raw: bytes) -> None:
     assert reason_of(lambda: dec(raw)) is RejectReason.UNSIGNED
 
 
 def test_unknown_key_and_bad_signature() -> None:
-    gone = Keyring([K_GONE])
+    gone = unpublished("node-a")
     assert reason_of(lambda: dec(env(keyring=gone))) is RejectReason.UNKNOWN_KEY
     header, body = env().split(b"\n", 1)
     tampered = body.replace(b'"seq":', b'"seq":1', 1)  # tamper after signing
@@ -369,10 +399,10 @@ def test_unknown_key_and_bad_signature() -> None:
     obj["heartbeats"][0]["seq"] = 99  # tamper a covered heartbeat
     assert reason_of(lambda: dec(header + b"\n" + canonical_json(obj))) is RejectReason.BAD_SIGNATURE
     words = header.split(b" ")
-    zero = b" ".join([words[0], words[1], b"0" * 64])
+    zero = b" ".join([words[0], words[1], ZSIG])
     assert reason_of(lambda: dec(zero + b"\n" + body)) is RejectReason.BAD_SIGNATURE
     short = b" ".join([words[0], words[1], b"abc"])
-    assert reason_of(lambda: dec(short + b"\n" + body)) is RejectReason.BAD_SIGNATURE
+    assert reason_of(lambda: dec(short + b"\n" + body)) is RejectReason.MALFORMED
     # a heartbeat-domain MAC does not pass as an envelope MAC (domain separation)
     assert reason_of(lambda: dec(frame(body, domain=HEARTBEAT_DOMAIN))) is RejectReason.BAD_SIGNATURE
 
@@ -381,7 +411,7 @@ def test_unknown_key_and_bad_signature() -> None:
 def test_nothing_is_parsed_before_the_mac_matches(body: bytes) -> None:
     """Unauthenticated bytes are never interpreted: junk with a wrong MAC is
     BAD_SIGNATURE, not MALFORMED (the JSON parser never saw it)."""
-    header = ENVELOPE_MAGIC + b" k-new " + b"0" * 64
+    header = ENVELOPE_MAGIC + b" " + KID + b" " + ZSIG
     assert reason_of(lambda: dec(header + b"\n" + body, max_bytes=1_000_000)) is RejectReason.BAD_SIGNATURE
     # with a valid MAC (a key holder) the same junk is MALFORMED
     assert reason_of(lambda: dec(frame(body), max_bytes=1_000_000)) is RejectReason.MALFORMED
@@ -490,7 +520,7 @@ def test_sender_mismatch() -> None:
 @pytest.mark.parametrize(
     ("own", "age", "reason"),
     [
-        (hb("node-a", keyring=Keyring([K_GONE])).to_wire(), 0.0, RejectReason.UNKNOWN_KEY),
+        (hb("node-a", keyring=unpublished("node-a")).to_wire(), 0.0, RejectReason.UNKNOWN_KEY),
         ({**hb("node-a").to_wire(), "seq": 2}, 0.0, RejectReason.BAD_SIGNATURE),
         (hb("node-a").to_wire(), 30.5, RejectReason.STALE),
         ({k: v for k, v in hb("node-a").to_wire().items() if k != "mac"}, 0.0, RejectReason.UNSIGNED),
@@ -505,7 +535,7 @@ def test_sender_own_heartbeat_must_be_valid(own: dict[str, object], age: float, 
 def test_one_bad_relayed_heartbeat_does_not_drop_the_envelope() -> None:
     good = hb("node-c", alive=("node-c",), dead=())
     tampered = {**hb("node-d", alive=(), dead=()).to_wire(), "kubelet_ok": False}
-    unknown = hb("node-e", keyring=Keyring([K_GONE]), alive=(), dead=()).to_wire()
+    unknown = hb("node-e", keyring=unpublished("node-e"), alive=(), dead=()).to_wire()
     stale = hb("node-f", alive=(), dead=()).to_wire()
     extra = signed_hb_dict(extra=1)
     unsorted = signed_hb_dict(alive=["node-z", "node-c"])
@@ -585,7 +615,7 @@ def test_fuzz_random_json_without_a_frame(value: object) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(alphabet="k-new0123456789abcdef /", max_size=100), json_values)
+@given(st.text(alphabet="0123456789abcdef /x", max_size=200), json_values)
 def test_fuzz_random_headers(header: str, value: object) -> None:
     raw = ENVELOPE_MAGIC + b" " + header.encode() + b"\n" + dumps(value)
     assert reason_of(lambda: dec(raw)) in FRAME_REASONS
@@ -994,10 +1024,10 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
                 raw = encode_envelope(sender=m, receiver=peer, epoch=EPOCH, seq=seqs[(m, peer)],
                                       nonce=f"{rng.getrandbits(128):032x}", own=own[m],
                                       relayed=[(h, books[m].get(h.origin).age_at(now)) for h in relays],  # type: ignore[union-attr]
-                                      keyring=RING, max_bytes=cfg.max_bytes)
+                                      keyring=ring(m), max_bytes=cfg.max_bytes)
                 books[m].mark_relayed(relays)
                 sent += 1
-                d = decode_envelope(raw, keyring=RING, receiver=peer, max_bytes=cfg.max_bytes, guard=guards[peer],
+                d = decode_envelope(raw, keyring=ring(peer), receiver=peer, max_bytes=cfg.max_bytes, guard=guards[peer],
                                     heartbeat_max_age_s=cfg.heartbeat_max_age_s)
                 assert all(r.accepted for r in d.relayed)
                 books[peer].offer(d.own, now=now, age_s=d.own_age_s)

@@ -54,12 +54,13 @@ from edgewatch.agent.carrier import HeartbeatCarrier
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinator import CoordinatorError, PoolCoordinator
+from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.agent.publisher import ConditionPublisher
 from edgewatch.core.duties import Duties, PeerReport, assign_duties
-from edgewatch.core.signing import Keyring, load_keyring
+from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
@@ -78,32 +79,6 @@ async def apiserver_ready(client: AsyncClient) -> bool:
     http = client._client._client  # lightkube AsyncClient -> GenericAsyncClient -> httpx AsyncClient
     resp = await http.get("/readyz")
     return resp.status_code == 200
-
-
-class KeyringFile:
-    """The HMAC keyring, re-read when the mounted Secret file changes (key rotation without restart)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._mtime = path.stat().st_mtime_ns
-        self.keyring = load_keyring(path)
-
-    def __call__(self) -> Keyring:
-        return self.keyring
-
-    def reload_if_changed(self) -> bool:
-        """Re-read the file if it changed; a broken file keeps the old keyring (logged)."""
-        try:
-            mtime = self.path.stat().st_mtime_ns
-            if mtime == self._mtime:
-                return False
-            self.keyring = load_keyring(self.path)
-            self._mtime = mtime
-            log.info("reloaded keyring from %s: key ids %s", self.path, list(self.keyring.key_ids))
-            return True
-        except (OSError, ValueError) as exc:
-            log.error("keeping the old keyring: cannot load %s: %s", self.path, exc)
-            return False
 
 
 @dataclass(frozen=True)
@@ -135,14 +110,17 @@ class Agent:
         self.client = client
         self.registry = registry or CollectorRegistry()
         self.metrics = AgentMetrics(self.registry)
-        self.keyring = KeyringFile(config.key_file)
+        self.keyring = NodeKeyring(node=config.node, keys=load_or_create_key_file(config.identity_file))
+        self.identity = IdentityKeeper(client=client, keyring=self.keyring, namespace=config.identity_namespace,
+                                       state_dir=config.state_dir,
+                                       on_reject=lambda r: self.metrics.key_records_rejected.labels(reason=r).inc())
         self.membership = Membership(client=client, namespace=config.namespace, state_dir=config.state_dir,
                                      on_reject=lambda r: self.metrics.config_rejected.labels(reason=r).inc(),
                                      on_save_error=lambda r: self.metrics.state_save_failures.labels(reason=r).inc())
         self.link = CloudLinkMonitor(probe=lambda: apiserver_ready(client), config=config.cloud_link,
                                      on_change=lambda up: self.metrics.cloud_link_up.set(1 if up else 0))
         self.metrics.cloud_link_up.set(1)
-        self.peers = PeerExchange(me=config.node, config=config, keyring=self.keyring, membership=self.membership,
+        self.peers = PeerExchange(me=config.node, config=config, keyring=lambda: self.keyring, membership=self.membership,
                                   metrics=self.metrics, cloud_ok=lambda: self.link.up)
         self.publisher = ConditionPublisher(client=client, me=config.node, membership=self.membership,
                                             metrics=self.metrics, refresh_s=config.publish_refresh_s,
@@ -194,7 +172,7 @@ class Agent:
                     tg.create_task(self.link.run())
                     tg.create_task(self._exchange_loop(local))
                     tg.create_task(self._cloud_loops())
-                    tg.create_task(self._keyring_loop())
+                    tg.create_task(self.identity.run())
                     tg.create_task(self._coordinator_loop())
                     if self.pool_cache is not None:
                         tg.create_task(self.pool_cache.run())
@@ -316,11 +294,6 @@ class Agent:
         if self.pool_cache is not None:
             body += generate_latest(self.pool_cache.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def _keyring_loop(self) -> None:
-        while True:
-            await asyncio.sleep(10)
-            self.keyring.reload_if_changed()
 
     async def _kubelet_ok(self, session: aiohttp.ClientSession) -> bool:
         try:

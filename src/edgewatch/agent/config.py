@@ -13,7 +13,7 @@ from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import WireConfig
-from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
+from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT, IDENTITY_NAMESPACE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +22,12 @@ class AgentConfig:
 
     Attributes:
         node: this node's name (the downward API's spec.nodeName in the DaemonSet).
-        key_file: HMAC key file mounted from a Secret (``key_id:base64`` per line, primary first).
+        identity_file: this node's private signing keys (Ed25519, PKCS#8 PEM, signing key first),
+            created with a new key on first start (``edgewatch.core.identity``). Keep it on the
+            node (the DaemonSet's hostPath state folder) so the node keeps its identity across
+            agent restarts, also while it is cut off from the cloud.
+        identity_namespace: where every node's public key record lives (default
+            ``edgewatch-nodes``; see ``edgewatch.agent.identity``).
         listen_address: address the peer/ops server binds (default 0.0.0.0; the playground binds
             the node's own address).
         port: peer port (seed 003: 51005), also serving /healthz, /readyz, /metrics.
@@ -58,7 +63,8 @@ class AgentConfig:
     """
 
     node: NodeName
-    key_file: Path
+    identity_file: Path
+    identity_namespace: str = IDENTITY_NAMESPACE
     listen_address: str = "0.0.0.0"
     port: int = DEFAULT_PEER_PORT
     namespace: str = "edgewatch"

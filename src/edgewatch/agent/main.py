@@ -53,7 +53,7 @@ def _client(kubeconfig: str | None) -> object | None:
     return None
 
 
-def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_address: str, port: int,
+def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_address: str, port: int,
               namespace: str, kubelet_healthz_url: str, coordinator_url: str | None, pool: str | None,
               state_dir: Path | None, exchange_period: float, vote_ttl: float, probe_timeout: float,
               log_level: str, log_format: str, coordinator_ca: Path | None = None,
@@ -70,7 +70,7 @@ def run_agent(*, node: str, key_file: Path, kubeconfig: str | None, listen_addre
     try:
         tls = CoordinatorTLS(ca_file=coordinator_ca, cert_file=coordinator_cert, key_file=coordinator_key) \
             if all(tls_files) else None
-        config = AgentConfig(node=node_name(node), key_file=key_file, kubeconfig=kubeconfig,
+        config = AgentConfig(node=node_name(node), identity_file=identity_file, kubeconfig=kubeconfig,
                              listen_address=listen_address, port=port, namespace=namespace,
                              kubelet_healthz_url=kubelet_healthz_url, coordinator_url=coordinator_url, pool=pool,
                              state_dir=state_dir, probe_timeout_s=probe_timeout,

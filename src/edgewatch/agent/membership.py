@@ -25,7 +25,6 @@ without an InternalIP are members that cannot be probed (they count in the group
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -42,6 +41,7 @@ from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_PO
                                      parse_grouping_config)
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
 from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
+from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.types import NodeName
 from edgewatch.names import EDGE_CONDITION_TYPE
 
@@ -148,24 +148,9 @@ class Membership:
             tg.create_task(self._watch_nodes())
             tg.create_task(self._watch_config())
 
-    async def _events(self, watch: AsyncIterator[T]) -> AsyncIterator[T]:
+    def _events(self, watch: AsyncIterator[T]) -> AsyncIterator[T]:
         """Yield a watch's events; end it when nothing arrives for ``idle_timeout_s``."""
-        iterator = aiter(watch)
-        try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(anext(iterator), self.idle_timeout_s)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:
-                    log.info("watch silent for %.0f s: re-establishing it", self.idle_timeout_s)
-                    return
-                yield event
-        finally:
-            closer = getattr(iterator, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(closer(), 2.0)
+        return bounded_events(watch, idle_timeout_s=self.idle_timeout_s)
 
     async def _watch_nodes(self) -> None:
         while True:
@@ -327,8 +312,4 @@ def _persisted(info: NodeInfo) -> tuple[object, ...]:
 
 def _list_version(listing: object) -> str | None:
     """The resourceVersion of a finished lightkube list (None if it has none)."""
-    try:
-        version = getattr(listing, "resourceVersion", None)
-    except Exception:  # noqa: BLE001 - lightkube raises NotReadyError when there is none
-        return None
-    return version if isinstance(version, str) and version else None
+    return list_version(listing)

@@ -29,6 +29,8 @@ class AgentMetrics:
         state_save_failures: failed saves of the node list to ``--state-dir``, by ``reason`` (the
             exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
+        key_records_rejected: other nodes' published key records refused, by ``reason``
+            (``bad_key_record``, ``key_conflict``: a key another node already published).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -57,6 +59,8 @@ class AgentMetrics:
                                        ["reason"], registry=registry)
         self.period_seconds = Gauge("edgewatch_agent_period_seconds", "Work time of the last period, seconds.",
                                     registry=registry)
+        self.key_records_rejected = Counter("edgewatch_agent_key_records_rejected", "Refused key records by reason.",
+                                            ["reason"], registry=registry)
 
     def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
         """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""

@@ -48,7 +48,7 @@ from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.quorum import Decision, decide_all
-from edgewatch.core.signing import Keyring
+from edgewatch.core.signing import Signer
 from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import (
     DecodedEnvelope,
@@ -81,14 +81,14 @@ class PeerExchange:
     Args:
         me: this node.
         config: agent settings.
-        keyring: returns the current keyring (re-read from the Secret file on rotation).
+        keyring: returns this node's signer (its own key; every published key to verify).
         membership: the group and the peers' addresses.
         metrics: where to count.
         cloud_ok: this node's own cloud link state.
         rng: randomness for target and relay choice (seedable in tests).
     """
 
-    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Keyring],
+    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Signer],
                  membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
                  rng: random.Random | None = None) -> None:
         self.me = me

@@ -11,13 +11,14 @@ monotonic clock and adds up (OSPF's LS-age idea).
 Two layers:
 
 ``Heartbeat`` — one agent's observation (its vote), signed by its ORIGIN
-    (canonical JSON, HMAC domain ``edgewatch/heartbeat/v2``) and relayable
+    (canonical JSON, Ed25519 with the origin's own key, domain
+    ``edgewatch/heartbeat/v3``; :mod:`edgewatch.core.identity`) and relayable
     unchanged by anyone::
 
-        {"v": 2, "origin": "node-a", "incarnation": 1700000000123456789,
+        {"v": 3, "origin": "node-a", "incarnation": 1700000000123456789,
          "seq": 42, "kubelet_ok": true, "cloud_ok": false,
          "alive": ["node-a", "node-b"], "dead": ["node-c"],
-         "key_id": "k1", "mac": "<64 hex>"}
+         "key_id": "<32 hex>", "mac": "<128 hex: Ed25519 signature>"}
 
     ``incarnation`` identifies one run of the origin's agent (its start time
     in ns: mostly increasing, but never trusted to be); ``seq`` grows by one
@@ -29,15 +30,16 @@ Two layers:
 ``Envelope`` — one message from SENDER to RECEIVER, a frame of one ASCII
     header line and a canonical JSON body::
 
-        edgewatch-envelope/v2 <key_id> <mac: 64 hex>\n
-        {"v": 2, "sender": "node-a", "receiver": "node-b",
+        edgewatch-envelope/v3 <key_id: 32 hex> <mac: 128 hex>\n
+        {"v": 3, "sender": "node-a", "receiver": "node-b",
          "epoch": 1700000000123456789, "seq": 17,
          "nonce": "<32 hex = 16 random bytes>", "reply_to": null | "<32 hex>",
          "heartbeats": [<node-a's own heartbeat>, <relayed>, ...],
          "ages": [0.012, 3.5, ...]}
 
-    The MAC (domain ``edgewatch/envelope/v2``) covers every body byte and
-    is checked before the body is parsed. ``epoch`` identifies the sender's
+    The signature (the sender's own key, domain ``edgewatch/envelope/v3``)
+    covers every body byte and is checked before the body is parsed; the
+    key's owner must be the body's ``sender``. ``epoch`` identifies the sender's
     run (its agent's start time in ns; compared only with the same sender's
     earlier epochs), ``seq`` grows by one per envelope to this receiver
     within the epoch. ``nonce`` is fresh for every envelope; an answer
@@ -77,10 +79,11 @@ Freshness and replay protection (:func:`decode_envelope`)
 
 Decoding checks, in this order, and raises :class:`Rejected` with the first
 failing reason: size (OVERSIZED), the frame (MALFORMED; UNSIGNED without a
-MAC), key known (UNKNOWN_KEY), MAC over the body bytes (BAD_SIGNATURE), UTF-8
+signature), key known (UNKNOWN_KEY), signature over the body bytes (BAD_SIGNATURE), UTF-8
 JSON without duplicate keys or non-finite numbers (MALFORMED), strict schema
-(MALFORMED), receiver (WRONG_RECEIVER), sender binding: first heartbeat's
-origin and the optional ``sender_allowed`` hook (SENDER_MISMATCH), the reply
+(MALFORMED), sender binding: the key is the sender's own (SENDER_MISMATCH),
+receiver (WRONG_RECEIVER), first heartbeat's origin and the optional
+``sender_allowed`` hook (SENDER_MISMATCH), the reply
 binding (REPLAYED), the sender's own heartbeat (its reason; STALE if too
 old), and finally the :class:`ReplayGuard` (REPLAYED / UNCONFIRMED). Relayed
 heartbeats are checked one by one and reported per heartbeat; a bad one never
@@ -90,13 +93,14 @@ drops the envelope. Hostile input never raises anything but
 Limits
     Pure: no sockets, no clocks, no randomness of its own (nonces, epochs
     and the relay RNG come from the caller). Ages ignore transit time (LAN:
-    milliseconds) and clock-rate differences between hops. With a
-    cluster-wide HMAC key any key holder can forge any node's heartbeat and
-    any age (see :mod:`edgewatch.core.signing`); envelopes bind a sender
-    only as far as the ``sender_allowed`` hook (e.g. source address ==
-    node's InternalIP) does. ``alive``/``dead`` list whole groups, so a
-    heartbeat is O(group size) bytes (about 25 B per member). Version 2 is
-    not compatible with version 1: agents of both versions do not hear each
+    milliseconds) and clock-rate differences between hops. Every signature
+    is checked against the key its owner published, and the owner must be
+    the heartbeat's origin or the envelope's sender: a node can sign only as
+    itself. A relaying node can still lie about a relayed heartbeat's *age*
+    (never make it younger than its true freshness allows: the origin's
+    seq orders it) and can withhold heartbeats. ``alive``/``dead`` list whole groups, so a
+    heartbeat is O(group size) bytes (about 25 B per member). Version 3 is
+    not compatible with version 2: agents of both versions do not hear each
     other (roll out while the cloud link is up, when the edge view does not
     decide anything).
 
@@ -127,7 +131,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from edgewatch.core.quorum import Vote
-from edgewatch.core.signing import KEY_ID_PATTERN, Keyring, Verification, canonical_json
+from edgewatch.core.signing import Signer, Verification, canonical_json
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH, NodeName, is_node_name
 
 __all__ = [
@@ -157,16 +161,16 @@ __all__ = [
     "sign_heartbeat",
 ]
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 """Value of the ``v`` field; any other value is MALFORMED."""
 
-HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v2"
-"""MAC domain of heartbeats."""
+HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v3"
+"""Signature domain of heartbeats."""
 
-ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v2"
-"""MAC domain of envelopes (over the body bytes)."""
+ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v3"
+"""Signature domain of envelopes (over the body bytes)."""
 
-ENVELOPE_MAGIC: Final = b"edgewatch-envelope/v2"
+ENVELOPE_MAGIC: Final = b"edgewatch-envelope/v3"
 """First word of an envelope's header line."""
 
 MAX_NAMES_PER_LIST: Final = 5000
@@ -185,7 +189,7 @@ NONCE_HEX_LENGTH: Final = 32
 _MAX_COUNTER: Final = 2**63 - 1
 _NONCE: Final = re.compile(r"[0-9a-f]{32}")
 _DETAIL_MAX: Final = 300
-_HEADER_MAX: Final = 200  # magic + space + 64-char key id + space + 64 hex, with room to spare
+_HEADER_MAX: Final = 256  # magic + space + 32-hex key id + space + 128 hex, with room to spare
 
 
 # --------------------------------------------------------------------------- config
@@ -234,8 +238,8 @@ class WireConfig:
     """Largest envelope accepted or produced, bytes. Default 256 KiB: fits 9
     heartbeats of a ~700-node group with 30-character names; bounds the
     memory and CPU an unauthenticated sender can make a receiver spend (one
-    HMAC over at most this many bytes; nothing is parsed before the MAC
-    matches). Use a stream transport (TCP/HTTP) above 64 KiB."""
+    signature check over at most this many bytes; nothing is parsed before
+    the signature matches). Use a stream transport (TCP/HTTP) above 64 KiB."""
 
     heartbeat_max_age_s: float = 30.0
     """A heartbeat (own or relayed) whose age — summed over its hops, each
@@ -352,15 +356,23 @@ _FROM_VERIFICATION: Final = {
 _VERIFICATION_DETAIL: Final = {
     Verification.MALFORMED: "not an object with string key_id and mac",
     Verification.UNSIGNED: "no key_id or mac",
-    Verification.UNKNOWN_KEY: "key id not in keyring",
-    Verification.BAD_SIGNATURE: "MAC does not match",
+    Verification.UNKNOWN_KEY: "key id not published by any node",
+    Verification.BAD_SIGNATURE: "signature does not match",
 }
 
 
-def _authenticate(obj: object, *, keyring: Keyring, domain: str, what: str) -> None:
+def _authenticate(obj: object, *, keyring: Signer, domain: str, what: str) -> None:
     outcome = keyring.verify(obj, domain=domain)
     if outcome is not Verification.OK:
         raise Rejected(_FROM_VERIFICATION[outcome], f"{what}: {_VERIFICATION_DETAIL[outcome]}")
+
+
+def _check_owner(keyring: Signer, key_id: str, claimed: str, what: str) -> None:
+    """The signing key must be one ``claimed`` published: no node signs as another."""
+    owner = keyring.owner(key_id)
+    if owner != claimed:
+        raise Rejected(RejectReason.SENDER_MISMATCH,
+                       f"{what} of {claimed!r:.260} is signed with the key of {owner!r:.260}")
 
 
 def _schema_detail(what: str, exc: ValidationError) -> str:
@@ -379,8 +391,8 @@ _NodeNameStr = Annotated[
     str,
     StringConstraints(min_length=1, max_length=NODE_NAME_MAX_LENGTH, pattern=DNS1123_SUBDOMAIN_PATTERN),
 ]
-_KeyIdStr = Annotated[str, StringConstraints(pattern=KEY_ID_PATTERN)]
-_MacStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+_KeyIdStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+_MacStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
 _NonceStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 _Version = Annotated[int, Field(ge=PROTOCOL_VERSION, le=PROTOCOL_VERSION)]
 _Counter = Annotated[int, Field(ge=0, le=_MAX_COUNTER)]
@@ -516,7 +528,7 @@ def sign_heartbeat(
     cloud_ok: bool,
     alive: Iterable[NodeName],
     dead: Iterable[NodeName],
-    keyring: Keyring,
+    keyring: Signer,
 ) -> Heartbeat:
     """Build and sign this node's heartbeat with the keyring's primary key.
 
@@ -548,11 +560,12 @@ def sign_heartbeat(
     return _from_model(model)
 
 
-def decode_heartbeat(obj: object, *, keyring: Keyring) -> Heartbeat:
+def decode_heartbeat(obj: object, *, keyring: Signer) -> Heartbeat:
     """Verify and parse one heartbeat object (parsed JSON).
 
     Checks in order: signature (UNSIGNED / UNKNOWN_KEY / BAD_SIGNATURE /
-    MALFORMED), then the strict schema (MALFORMED). Freshness is not a
+    MALFORMED), then the strict schema (MALFORMED), then that the key is
+    the origin's own (SENDER_MISMATCH). Freshness is not a
     property of the heartbeat but of the age it arrives with
     (:func:`decode_envelope`).
 
@@ -564,6 +577,7 @@ def decode_heartbeat(obj: object, *, keyring: Keyring) -> Heartbeat:
         model = _HeartbeatModel.model_validate(obj)
     except ValidationError as exc:
         raise Rejected(RejectReason.MALFORMED, _schema_detail("heartbeat", exc)) from None
+    _check_owner(keyring, model.key_id, model.origin, "heartbeat")
     return _from_model(model)
 
 
@@ -793,7 +807,7 @@ def encode_envelope(
     own: Heartbeat,
     own_age_s: float = 0.0,
     relayed: Sequence[tuple[Heartbeat, float]] = (),
-    keyring: Keyring,
+    keyring: Signer,
     max_bytes: int | None = None,
 ) -> bytes:
     """Sign and encode one envelope: the header line, then canonical JSON.
@@ -888,8 +902,8 @@ def _parse_json(raw: bytes) -> object:
         raise Rejected(RejectReason.MALFORMED, f"not UTF-8 JSON: {type(exc).__name__}: {exc}") from None
 
 
-def _authenticate_frame(raw: bytes, *, keyring: Keyring) -> tuple[str, bytes]:
-    """Split the frame and check the MAC over the body bytes; returns
+def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes]:
+    """Split the frame and check the signature over the body bytes; returns
     ``(key_id, body)``. Nothing of the body is interpreted here."""
     newline = raw.find(b"\n", 0, _HEADER_MAX + 1)
     if newline < 0:
@@ -914,7 +928,7 @@ def _authenticate_frame(raw: bytes, *, keyring: Keyring) -> tuple[str, bytes]:
 def decode_envelope(
     raw: bytes,
     *,
-    keyring: Keyring,
+    keyring: Signer,
     receiver: NodeName,
     max_bytes: int,
     guard: ReplayGuard,
@@ -974,6 +988,7 @@ def decode_envelope(
         raise Rejected(RejectReason.MALFORMED, _schema_detail("envelope", exc)) from None
     if env.sender == env.receiver:
         raise Rejected(RejectReason.MALFORMED, "envelope: sender equals receiver")
+    _check_owner(keyring, key_id, env.sender, "envelope")
     if env.receiver != receiver:
         raise Rejected(RejectReason.WRONG_RECEIVER, f"envelope for {env.receiver}, this is {receiver}")
     sender = NodeName(env.sender)

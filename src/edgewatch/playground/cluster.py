@@ -97,7 +97,6 @@ class PlaygroundCluster:
         #: which get ServiceAccount tokens (the report's ``identities`` proves it).
         self.admin_kubeconfig: Path | None = None
         #: The admin's copy of the key the Secret holds (tests sign probe messages with it).
-        self.key_file: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -154,8 +153,9 @@ class PlaygroundCluster:
             self.start_node(name)
 
     def install(self) -> None:
-        """Render the shipped kustomize base with the playground's overlay and apply it, then the
-        key Secret from ``deploy/make-key-secret.sh`` — what an operator does."""
+        """Render the shipped kustomize base with the playground's overlay and apply it — what an
+        operator does (there is no key to create: each agent makes its own, see
+        ``edgewatch.core.identity``)."""
         assert self.cp is not None and self.workdir is not None
         sc = self.scenario
         coordinators = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
@@ -167,11 +167,6 @@ class PlaygroundCluster:
             controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
             controller_replicas=min(2, sc.topology.cloud_nodes))
         self.cp.kubectl("apply", "-f", "-", input_text=rendered, timeout_s=60)
-        secret = install.key_secret()
-        self.cp.kubectl("apply", "-f", "-", input_text=secret)
-        self.key_file = self.workdir / "keys"
-        self.key_file.write_text(yaml.safe_load(secret)["stringData"]["keys"])
-        self.key_file.chmod(0o600)
 
     def stop(self) -> None:
         """Stop every process and remove the lab. Safe to call twice."""

@@ -1,6 +1,6 @@
 """Install edgewatch into a playground cluster exactly as an operator does: render the shipped
-kustomize base (``deploy/``) with a small overlay and apply it with kubectl, then create the key
-Secret with ``deploy/make-key-secret.sh``.
+kustomize base (``deploy/``) with a small overlay and apply it with kubectl. Nothing else: there
+is no shared key to create (every agent makes and publishes its own, ``edgewatch.core.identity``).
 
 The overlay changes only what an operator's own overlay would: the ConfigMap keys (grouping, the
 pool coordinators' URLs), the controller's timing flags, and its replica count (the controller
@@ -14,7 +14,6 @@ checkout); kustomize is kubectl's built-in one.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,7 +72,3 @@ def render(*, workdir: Path, kubectl: Callable[..., str], config: dict[str, str]
     return rendered
 
 
-def key_secret() -> str:
-    """A fresh key Secret manifest from the shipped ``make-key-secret.sh``."""
-    return subprocess.run(["bash", str(deploy_dir() / "make-key-secret.sh"), "k-playground"], check=True,
-                          capture_output=True, text=True, timeout=30).stdout
