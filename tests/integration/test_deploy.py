@@ -37,10 +37,7 @@ def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: st
 
 @pytest.fixture(scope="module")
 def applied(control_plane: ControlPlane):  # type: ignore[no-untyped-def]
-    secret = subprocess.run(["bash", str(DEPLOY / "make-key-secret.sh"), "k-test"], capture_output=True,
-                            text=True, check=True).stdout
     out = control_plane.kubectl("apply", "-k", str(DEPLOY))  # the kustomize base, as the README says
-    control_plane.kubectl("apply", "-f", "-", input_text=secret)
     yield out
     control_plane.kubectl("delete", "-k", str(DEPLOY), "--ignore-not-found", "--wait=false", timeout_s=60)
 
@@ -59,8 +56,6 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     spec = ds["spec"]["template"]["spec"]
     assert spec["hostNetwork"] is True
     assert spec["containers"][0]["ports"][0]["containerPort"] == 51005
-    keys = control_plane.kubectl("get", "secret", "edgewatch-keys", "-n", "edgewatch", "-o", "jsonpath={.data.keys}")
-    assert keys  # the key comes from make-key-secret.sh, never from a default shipped in the manifests
 
 
 @pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
@@ -87,6 +82,24 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("list", "secrets", "edgewatch", False),
     ("delete", "pods", "default", False),
     ("create", "pods/eviction", "default", False),
+    # edgewatch-nodes: its own keys and evidence (which objects: deploy/15-policy-agent.yaml, test_policy.py)
+    ("create", "configmaps", "edgewatch-nodes", True),
+    ("update", "configmaps", "edgewatch-nodes", True),
+    ("watch", "configmaps", "edgewatch-nodes", True),     # every node's public keys
+    ("delete", "configmaps", "edgewatch-nodes", False),
+    ("create", "leases", "edgewatch-nodes", True),
+    ("patch", "leases", "edgewatch-nodes", True),
+    ("list", "leases", "edgewatch-nodes", False),         # nobody else's evidence
+    ("delete", "leases", "edgewatch-nodes", False),
+    ("create", "secrets", "edgewatch-nodes", False),
+    # the controller's beacon, by name only (list/watch with the field selector metadata.name)
+    ("get", "leases/edgewatch-beacon", "edgewatch", True),
+    ("list", "leases/edgewatch-beacon", "edgewatch", True),
+    ("watch", "leases/edgewatch-beacon", "edgewatch", True),
+    ("update", "leases/edgewatch-beacon", "edgewatch", False),
+    ("list", "leases", "edgewatch", False),
+    ("get", "leases/edgewatch-controller", "edgewatch", False),
+    ("create", "configmaps", "edgewatch", False),
 ])
 def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
                                        namespace: str | None, allowed: bool) -> None:
@@ -111,6 +124,15 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("watch", "configmaps/edgewatch-config", "edgewatch", True),
     ("get", "configmaps/other", "edgewatch", False),
     ("patch", "nodes/status", None, False),      # the edge view is the agents' to write
+    ("get", "leases/edgewatch-beacon", "edgewatch", True),      # its signed beacon
+    ("update", "leases/edgewatch-beacon", "edgewatch", True),
+    ("delete", "leases/edgewatch-beacon", "edgewatch", False),
+    ("list", "configmaps", "edgewatch-nodes", True),            # the agents' keys and evidence: read only
+    ("watch", "leases", "edgewatch-nodes", True),
+    ("get", "leases", "edgewatch-nodes", True),
+    ("create", "configmaps", "edgewatch-nodes", False),
+    ("update", "leases", "edgewatch-nodes", False),
+    ("delete", "configmaps", "edgewatch-nodes", False),
 ])
 def test_controller_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
                                             namespace: str | None, allowed: bool) -> None:

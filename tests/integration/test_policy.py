@@ -1,0 +1,483 @@
+"""deploy/15-policy-agent.yaml on the real apiserver: an agent writes only what its own node needs.
+
+Every agent request here is made with a REAL ServiceAccount token of edgewatch/edgewatch-agent:
+pod-bound tokens (TokenRequest bound to a Pod on node n1 or n2, as the kubelet gets for a DaemonSet
+pod: the apiserver puts the Pod's node into the token's user extra
+``authentication.kubernetes.io/node-name``) and a plain, unbound one. No impersonation: the
+policies match the authenticated user, and the node claim cannot be impersonated into a real token.
+
+The Nodes carry a test-only NoSchedule taint (nothing else lands on them) and the Pods tolerate
+everything (no kubelet here: the node lifecycle controller taints the nodes unreachable, and an
+evicted Pod would invalidate its tokens).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube.resources.core_v1 import Node
+
+from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
+from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, EDGE_CONDITION_TYPE, ROLE_CONDITION_TYPE
+from edgewatch.runtime import api_client
+from edgewatch.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+NODES_NS = "edgewatch-nodes"
+OWN = "edgewatch-agent-own-objects"
+LEASES = "edgewatch-agent-node-leases"
+STATUS = "edgewatch-agent-node-status"
+NODE_CLAIM = "authentication.kubernetes.io/node-name"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """kubectl as one real token (a kubeconfig with the CA, the server and only that token)."""
+
+    label: str
+    kubeconfig: Path
+    kubectl_bin: Path
+    server: str
+    ca_file: Path
+    token: str
+
+    def run(self, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.kubectl_bin), f"--kubeconfig={self.kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=30, input=input_text)
+
+    def ok(self, *args: str, input_text: str | None = None) -> str:
+        done = self.run(*args, input_text=input_text)
+        assert done.returncode == 0, f"{self.label}: kubectl {' '.join(args)} failed: {done.stderr}"
+        return done.stdout
+
+    def denied(self, *args: str, policy: str, input_text: str | None = None) -> str:
+        """Run a write that must be denied by ``policy`` (403, the policy named); return the message."""
+        done = self.run(*args, input_text=input_text)
+        assert done.returncode != 0, f"{self.label}: kubectl {' '.join(args)} was allowed: {done.stdout}"
+        # "is forbidden: ..." is how a 403 Forbidden Status reads (reason: Forbidden in the policy)
+        assert f"is forbidden: ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request" \
+            in done.stderr, done.stderr
+        return done.stderr
+
+    def patch_status(self, node: str, body: dict[str, Any], *, dry_run: bool = False) -> tuple[int, str]:
+        """PATCH nodes/<node>/status (strategic merge) as the agent does: kubectl would GET the
+        subresource first, which the agent may not. Returns (HTTP status, Status message or "")."""
+        url = f"{self.server}/api/v1/nodes/{node}/status" + ("?dryRun=All" if dry_run else "")
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH", headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/strategic-merge-patch+json"})
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=context) as response:
+                return response.status, ""
+        except urllib.error.HTTPError as exc:
+            return exc.code, str(json.loads(exc.read()).get("message", ""))
+
+    def whoami(self) -> dict[str, Any]:
+        return json.loads(self.ok("auth", "whoami", "-o", "json"))["status"]["userInfo"]  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class World:
+    admin: ControlPlane
+    n1: Identity            # agent, token bound to Pod agent-n1 on node n1
+    n2: Identity            # agent, token bound to Pod agent-n2 on node n2
+    unbound: Identity       # agent, plain token (no Pod, no node)
+    controller: Identity    # controller, plain token
+
+
+def _token_identity(cp: ControlPlane, folder: Path, label: str, token: str) -> Identity:
+    assert cp.ca_file is not None and cp.binaries is not None
+    path = folder / f"{label}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "cp", "cluster": {
+            "server": cp.apiserver_url,
+            "certificate-authority-data": base64.b64encode(cp.ca_file.read_bytes()).decode()}}],
+        "users": [{"name": label, "user": {"token": token}}],
+        "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": label}}],
+        "current-context": "cp",
+    }))
+    return Identity(label=label, kubeconfig=path, kubectl_bin=cp.binaries.kubectl, server=cp.apiserver_url,
+                    ca_file=cp.ca_file, token=token)
+
+
+def _apply(cp: ControlPlane, obj: dict[str, Any]) -> None:
+    cp.kubectl("apply", "-f", "-", input_text=json.dumps(obj))
+
+
+def _wait_namespaces_gone_or_active(cp: ControlPlane, timeout_s: float = 120) -> None:
+    """test_deploy.py deletes the install without waiting: do not apply into a terminating namespace."""
+    deadline = time.monotonic() + timeout_s
+    for ns in ("edgewatch", NODES_NS):
+        while cp.kubectl("get", "namespace", ns, "--ignore-not-found",
+                         "-o", "jsonpath={.status.phase}") == "Terminating":
+            assert time.monotonic() < deadline, f"namespace {ns} still terminating"
+            time.sleep(0.5)
+
+
+def _micro(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dry(*args: str) -> tuple[str, ...]:
+    return (*args, "--dry-run=server")
+
+
+def _wait_enforced(w: World, timeout_s: float = 60) -> None:
+    """Policies, bindings and RBAC reach the admission plugin and authorizer through informers:
+    wait until each policy denies a probe (server-side dry runs: nothing is written)."""
+    probes = [
+        (w.unbound, OWN, ("create", "configmap", "probe", "-n", NODES_NS)),
+        (w.n1, LEASES, ("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge",
+                        "-p", '{"spec":{"holderIdentity":"n1"}}')),
+    ]
+    deadline = time.monotonic() + timeout_s
+    for who, policy, args in probes:
+        while True:
+            done = who.run(*_dry(*args))
+            if f"ValidatingAdmissionPolicy '{policy}'" in done.stderr:
+                break
+            assert time.monotonic() < deadline, f"{policy} not enforced after {timeout_s} s: {done.stdout}{done.stderr}"
+            time.sleep(0.5)
+    while True:
+        code, message = w.n1.patch_status("n2", {"metadata": {"labels": {"probe": "x"}}}, dry_run=True)
+        if f"ValidatingAdmissionPolicy '{STATUS}'" in message:
+            break
+        assert time.monotonic() < deadline, f"{STATUS} not enforced after {timeout_s} s: {code} {message}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    cp = control_plane
+    folder = tmp_path_factory.mktemp("tokens")
+    _wait_namespaces_gone_or_active(cp)
+    cp.kubectl("apply", "-k", str(DEPLOY))
+    tokens: dict[str, str] = {}
+    for node in ("n1", "n2"):
+        _apply(cp, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                    "spec": {"taints": [{"key": "edgewatch.io/policy-test", "effect": "NoSchedule"}]}})
+        _apply(cp, {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"agent-{node}", "namespace": "edgewatch"},
+                    "spec": {"nodeName": node, "serviceAccountName": "edgewatch-agent",
+                             "tolerations": [{"operator": "Exists"}],
+                             "containers": [{"name": "agent", "image": "ghcr.io/edgewatch/edgewatch:0.1.0"}]}})
+        uid = cp.kubectl("get", "pod", f"agent-{node}", "-n", "edgewatch", "-o", "jsonpath={.metadata.uid}")
+        tokens[node] = cp.kubectl("create", "token", "edgewatch-agent", "-n", "edgewatch", "--bound-object-kind=Pod",
+                                  f"--bound-object-name=agent-{node}", f"--bound-object-uid={uid}").strip()
+    # n2 as its kubelet would have left it: status, and its Lease in kube-node-lease
+    n2_status = {"status": {
+        "addresses": [{"type": "InternalIP", "address": "10.9.0.2"}, {"type": "Hostname", "address": "n2"}],
+        "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+        "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is ready",
+                        "lastHeartbeatTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    cp.kubectl("patch", "node", "n2", "--subresource=status", "--type=merge", "-p", json.dumps(n2_status))
+    w = World(admin=cp,
+              n1=_token_identity(cp, folder, "agent-n1", tokens["n1"]),
+              n2=_token_identity(cp, folder, "agent-n2", tokens["n2"]),
+              unbound=_token_identity(cp, folder, "agent-unbound", cp.kubectl(
+                  "create", "token", "edgewatch-agent", "-n", "edgewatch").strip()),
+              controller=_token_identity(cp, folder, "controller", cp.kubectl(
+                  "create", "token", "edgewatch-controller", "-n", "edgewatch").strip()))
+    _reset_node_lease(cp)
+    _wait_enforced(w)
+    yield w
+    cp.kubectl("delete", "pod", "agent-n1", "agent-n2", "-n", "edgewatch", "--force", "--grace-period=0",
+               "--ignore-not-found")
+    cp.kubectl("delete", "lease", "n2", "-n", "kube-node-lease", "--ignore-not-found")
+    cp.kubectl("delete", "node", "n1", "n2", "--ignore-not-found")
+    cp.kubectl("delete", "-k", str(DEPLOY), "--ignore-not-found", "--wait=true", timeout_s=180)
+
+
+def _reset_node_lease(cp: ControlPlane) -> dict[str, Any]:
+    """n2's node Lease as its kubelet keeps it, plus a label and an annotation other tools own."""
+    cp.kubectl("delete", "lease", "n2", "-n", "kube-node-lease", "--ignore-not-found")
+    node_uid = cp.kubectl("get", "node", "n2", "-o", "jsonpath={.metadata.uid}")
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "n2", "namespace": "kube-node-lease",
+                          "labels": {"example.com/rack": "r1"},
+                          "annotations": {"example.com/owner": "ops"},
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n2", "uid": node_uid}]},
+             "spec": {"holderIdentity": "n2", "leaseDurationSeconds": 40,
+                      "renewTime": _micro(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30))}}
+    cp.kubectl("create", "-f", "-", input_text=json.dumps(lease))
+    written: dict[str, Any] = json.loads(cp.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    return written
+
+
+@pytest.fixture
+def node_lease(world: World) -> dict[str, Any]:
+    """A fresh n2 Lease in kube-node-lease for each test."""
+    return _reset_node_lease(world.admin)
+
+
+# -- the token itself ------------------------------------------------------------------------------
+
+
+def test_policies_type_check_cleanly(world: World) -> None:
+    for name in (OWN, LEASES, STATUS):
+        policy = json.loads(world.admin.kubectl("get", "validatingadmissionpolicy", name, "-o", "json"))
+        assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
+        assert not policy["status"].get("typeChecking", {}).get("expressionWarnings"), policy["status"]
+
+
+def test_pod_bound_token_names_its_node_and_plain_token_none(world: World) -> None:
+    n1 = world.n1.whoami()
+    assert n1["username"] == "system:serviceaccount:edgewatch:edgewatch-agent"
+    assert n1["extra"][NODE_CLAIM] == ["n1"]
+    assert n1["extra"]["authentication.kubernetes.io/pod-name"] == ["agent-n1"]
+    assert world.n2.whoami()["extra"][NODE_CLAIM] == ["n2"]
+    unbound = world.unbound.whoami()
+    assert unbound["username"] == "system:serviceaccount:edgewatch:edgewatch-agent"
+    assert NODE_CLAIM not in unbound.get("extra", {})
+
+
+# -- 1. edgewatch-nodes: only the objects named after the token's node -------------------------------
+
+
+def _configmap(name: str, keys: str) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NODES_NS},
+                       "data": {"keys": keys}})
+
+
+def _evidence_lease(name: str, evidence: str) -> str:
+    return json.dumps({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": name, "namespace": NODES_NS,
+                                    "annotations": {"edgewatch.io/evidence": evidence}},
+                       "spec": {"holderIdentity": name}})
+
+
+def test_agent_writes_its_own_node_objects(world: World) -> None:
+    world.admin.kubectl("delete", "configmap,lease", "n1", "-n", NODES_NS, "--ignore-not-found")
+    a = world.n1
+    a.ok("create", "-f", "-", input_text=_configmap("n1", "00ff k1"))
+    a.ok("replace", "-f", "-", input_text=_configmap("n1", "00ff k1\n11ee k0"))             # UPDATE
+    a.ok("patch", "configmap", "n1", "-n", NODES_NS, "--type=merge", "-p", '{"data":{"keys":"22dd k2"}}')
+    a.ok("create", "-f", "-", input_text=_evidence_lease("n1", "report-1"))
+    a.ok("patch", "lease", "n1", "-n", NODES_NS, "--type=merge",
+         "-p", '{"metadata":{"annotations":{"edgewatch.io/evidence":"report-2"}}}')
+    assert world.admin.kubectl("get", "configmap", "n1", "-n", NODES_NS, "-o", "jsonpath={.data.keys}") == "22dd k2"
+    assert world.admin.kubectl("get", "lease", "n1", "-n", NODES_NS,
+                               "-o", "jsonpath={.metadata.annotations.edgewatch\\.io/evidence}") == "report-2"
+    # every agent reads every node's keys (RBAC), and the controller reads keys and evidence
+    assert "n1" in world.n2.ok("get", "configmap", "-n", NODES_NS, "-o", "name")
+    assert world.controller.ok("get", "lease", "n1", "-n", NODES_NS, "-o", "name").strip() == \
+        "lease.coordination.k8s.io/n1"
+
+
+def test_agent_cannot_write_another_nodes_objects(world: World) -> None:
+    a = world.n1
+    msg = a.denied("create", "-f", "-", input_text=_configmap("n2", "00ff forged"), policy=OWN)
+    assert "agent of node n1 may write in edgewatch-nodes only the objects named n1, not n2" in msg
+    a.denied("create", "-f", "-", input_text=_evidence_lease("n2", "forged"), policy=OWN)
+    # the real n2 agent publishes its own; n1 can neither replace nor patch them
+    world.n2.ok("apply", "-f", "-", input_text=_configmap("n2", "33cc k-n2"))
+    world.n2.ok("apply", "-f", "-", input_text=_evidence_lease("n2", "n2-report"))
+    a.denied("replace", "-f", "-", input_text=_configmap("n2", "00ff forged"), policy=OWN)
+    a.denied("patch", "configmap", "n2", "-n", NODES_NS, "--type=merge", "-p", '{"data":{"keys":"00ff forged"}}',
+             policy=OWN)
+    a.denied("patch", "lease", "n2", "-n", NODES_NS, "--type=merge",
+             "-p", '{"metadata":{"annotations":{"edgewatch.io/evidence":"forged"}}}', policy=OWN)
+    assert world.admin.kubectl("get", "configmap", "n2", "-n", NODES_NS, "-o", "jsonpath={.data.keys}") == "33cc k-n2"
+    # an object named after no node at all is not the agent's either
+    a.denied("create", "configmap", "shared", "-n", NODES_NS, policy=OWN)
+
+
+def test_token_without_node_claim_writes_nothing_in_edgewatch_nodes(world: World) -> None:
+    world.n1.ok("apply", "-f", "-", input_text=_configmap("n1", "00ff k1"))
+    u = world.unbound
+    for name in ("n1", "n2", "unbound"):
+        msg = u.denied("create", "-f", "-", input_text=_evidence_lease(name, "r"), policy=OWN)
+        assert "this token names no node" in msg
+    u.denied("replace", "-f", "-", input_text=_configmap("n1", "00ff forged"), policy=OWN)
+    u.denied("patch", "configmap", "n1", "-n", NODES_NS, "--type=merge", "-p", '{"data":{"keys":"x"}}', policy=OWN)
+    # reading is RBAC's business and allowed: the denial above is the policy's, not a missing grant
+    assert u.ok("get", "configmap", "n1", "-n", NODES_NS, "-o", "jsonpath={.data.keys}") == "00ff k1"
+
+
+# -- 2. kube-node-lease: renewTime and edgewatch.io/ annotations only ---------------------------------
+
+
+def _lease_patch(who: Identity, body: dict[str, Any], **kw: Any) -> Any:
+    args = ("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge", "-p", json.dumps(body))
+    return who.denied(*args, **kw) if kw else who.ok(*args)
+
+
+def test_agent_carries_a_peers_heartbeat(world: World, node_lease: dict[str, Any]) -> None:
+    renew = _micro(dt.datetime.now(dt.timezone.utc))
+    _lease_patch(world.n1, {"spec": {"renewTime": renew},
+                            "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true",
+                                                         "edgewatch.io/delegated-by": "n1",
+                                                         "edgewatch.io/delegated-renew-time": renew}}})
+    # GET then UPDATE of the whole object, as the carrier does
+    lease = json.loads(world.n1.ok("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    lease["spec"]["renewTime"] = _micro(dt.datetime.now(dt.timezone.utc))
+    lease["metadata"]["annotations"]["edgewatch.io/delegated-via"] = "peer"
+    world.n1.ok("replace", "-f", "-", input_text=json.dumps(lease))
+    # removing the mark is allowed too (the node's own agent clears a stale one)
+    _lease_patch(world.n2, {"metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: None}}})
+    after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    assert after["spec"]["renewTime"] == lease["spec"]["renewTime"]
+    assert after["spec"]["holderIdentity"] == "n2"
+    assert after["metadata"]["annotations"]["example.com/owner"] == "ops"
+    assert DELEGATE_HEARTBEAT_ANNOTATION not in after["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"spec": {"holderIdentity": "n1"}}, "spec.holderIdentity"),
+    ({"spec": {"leaseDurationSeconds": 86400}}, "spec.leaseDurationSeconds"),
+    ({"spec": {"acquireTime": "2026-01-01T00:00:00.000000Z"}}, "spec.acquireTime"),     # absent before
+    ({"spec": {"leaseTransitions": 7}}, "spec.leaseTransitions"),
+    ({"spec": {"holderIdentity": None}}, "spec.holderIdentity"),                         # removed
+    ({"metadata": {"annotations": {"example.com/owner": "mallory"}}}, "metadata.annotations[example.com/owner]"),
+    ({"metadata": {"annotations": {"example.com/owner": None}}}, "metadata.annotations[example.com/owner]"),
+    ({"metadata": {"annotations": {"example.com/new": "x"}}}, "metadata.annotations[example.com/new]"),
+    ({"metadata": {"labels": {"example.com/rack": "r9"}}}, "metadata.labels"),
+    ({"metadata": {"finalizers": ["example.com/keep"]}}, "metadata.finalizers"),
+    ({"metadata": {"ownerReferences": None}}, "metadata.ownerReferences"),
+    # an allowed change does not carry a forbidden one along
+    ({"spec": {"renewTime": "2030-01-01T00:00:00.000000Z", "holderIdentity": "n1"},
+      "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true"}}}, "spec.holderIdentity"),
+])
+def test_agent_cannot_change_anything_else_of_a_node_lease(world: World, node_lease: dict[str, Any],
+                                                          body: dict[str, Any], field: str) -> None:
+    msg = _lease_patch(world.n1, body, policy=LEASES)
+    assert f"this request changes {field}" in msg
+    after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == node_lease["metadata"]["resourceVersion"]  # nothing written
+
+
+def test_agent_cannot_change_its_own_node_lease_either(world: World, node_lease: dict[str, Any]) -> None:
+    msg = _lease_patch(world.n2, {"spec": {"leaseDurationSeconds": 86400}}, policy=LEASES)
+    assert "spec.leaseDurationSeconds" in msg
+
+
+# -- 3. nodes/status: the EdgeHealthy condition only ---------------------------------------------------
+
+
+def _condition(kind: str, status: str) -> dict[str, Any]:
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": kind, "status": status, "reason": "Test", "message": "policy test",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}
+
+
+def _status_patch(who: Identity, node: str, body: dict[str, Any], *, policy: str | None = None) -> str:
+    code, message = who.patch_status(node, body)
+    if policy is None:
+        assert code == 200, f"{who.label}: status patch of {node} {body} refused: {code} {message}"
+    else:
+        assert code == 403, f"{who.label}: status patch of {node} {body} gave {code} {message}"
+        assert f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request" in message, message
+    return message
+
+
+def _conditions(world: World, node: str) -> dict[str, str]:
+    node_obj = json.loads(world.admin.kubectl("get", "node", node, "-o", "json"))
+    return {c["type"]: c["status"] for c in node_obj["status"].get("conditions", [])}
+
+
+def test_agent_publishes_edge_healthy_of_a_peer(world: World) -> None:
+    _status_patch(world.n1, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "False")]}})
+    assert _conditions(world, "n2")[EDGE_CONDITION_TYPE] == "False"
+    _status_patch(world.n1, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True")]}})
+    assert _conditions(world, "n2")[EDGE_CONDITION_TYPE] == "True"
+    # its own pool role goes on its own node only
+    _status_patch(world.n1, "n1", {"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}})
+    assert _conditions(world, "n1")[ROLE_CONDITION_TYPE] == "True"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"status": {"conditions": [_condition("Ready", "False")]}}, "status.conditions other than EdgeHealthy"),
+    ({"status": {"conditions": [_condition("MemoryPressure", "True")]}}, "status.conditions other than EdgeHealthy"),
+    ({"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}}, "status.conditions other than EdgeHealthy"),
+    ({"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True"), _condition("Ready", "Unknown")]}},
+     "status.conditions other than EdgeHealthy"),
+    ({"status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}]}}, "status.addresses"),
+    ({"status": {"capacity": {"cpu": "64"}}}, "status.capacity"),
+    ({"status": {"allocatable": {"pods": "0"}}}, "status.allocatable"),
+    ({"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 1}}}}, "status.daemonEndpoints"),
+    ({"status": {"nodeInfo": {"kubeletVersion": "v0.0.0"}}}, "status.nodeInfo"),
+    # nodes/status writes the Node's labels and annotations too (its spec it cannot)
+    ({"metadata": {"labels": {"edgewatch.io/pool": "stolen"}}}, "metadata.labels"),
+    ({"metadata": {"annotations": {"edgewatch.io/state": "forged"}}}, "metadata.annotations"),
+])
+def test_agent_cannot_change_anything_else_of_a_node_status(world: World, body: dict[str, Any], field: str) -> None:
+    before = json.loads(world.admin.kubectl("get", "node", "n2", "-o", "json"))
+    msg = _status_patch(world.n1, "n2", body, policy=STATUS)
+    assert f"this request changes {field}" in msg
+    after = json.loads(world.admin.kubectl("get", "node", "n2", "-o", "json"))
+    assert after["status"].get("addresses") == before["status"].get("addresses")
+    assert after["metadata"].get("labels") == before["metadata"].get("labels")
+    assert _conditions(world, "n2").get("Ready") != "False"
+
+
+# -- the agent's own code paths, with its real token ---------------------------------------------------
+
+
+async def test_agent_code_paths_pass_the_policies(world: World, node_lease: dict[str, Any]) -> None:
+    """renew_on_behalf (carrier), clear_stale_mark (own agent) and the publisher's condition patch."""
+    n1 = api_client(str(world.n1.kubeconfig), timeout_s=10)
+    n2 = api_client(str(world.n2.kubeconfig), timeout_s=10)
+    try:
+        done = await renew_on_behalf(client=n1, node="n2", delegate="n1", via="peer",
+                                     alive_at=dt.datetime.now(dt.timezone.utc))
+        assert done.outcome is RenewOutcome.RENEWED, done
+        # n2's kubelet renews by itself (admin here), then n2's agent clears the stale mark
+        world.admin.kubectl("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge",
+                            "-p", json.dumps({"spec": {"renewTime": _micro(dt.datetime.now(dt.timezone.utc))}}))
+        assert await clear_stale_mark(client=n2, node="n2") is True
+        await n1.patch(Node.Status, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True")]}})
+    finally:
+        await n1.close()
+        await n2.close()
+    after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    assert not any(k.startswith("edgewatch.io/") for k in after["metadata"]["annotations"])
+    assert after["spec"]["holderIdentity"] == "n2"
+
+
+# -- RBAC by name, and who the policies do not restrict ----------------------------------------------
+
+
+def test_agent_reads_the_beacon_by_name_only(world: World) -> None:
+    world.admin.kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "edgewatch-beacon", "namespace": "edgewatch"}, "spec": {"holderIdentity": "ctl"}}))
+    a = world.n1
+    assert a.ok("get", "lease", "edgewatch-beacon", "-n", "edgewatch", "-o", "name").strip() == \
+        "lease.coordination.k8s.io/edgewatch-beacon"
+    # list (and so watch) with the field selector metadata.name is authorized by resourceNames
+    listed = json.loads(a.ok("get", "lease", "-n", "edgewatch", "--field-selector=metadata.name=edgewatch-beacon",
+                             "-o", "json"))
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["edgewatch-beacon"]
+    for args in (("get", "lease", "-n", "edgewatch"),
+                 ("get", "lease", "-n", "edgewatch", "--field-selector=metadata.name=edgewatch-controller"),
+                 ("get", "lease", "edgewatch-controller", "-n", "edgewatch")):
+        done = a.run(*args)
+        assert done.returncode != 0 and "Forbidden" in done.stderr, done
+
+
+def test_controller_is_not_restricted_by_the_agent_policies(world: World, node_lease: dict[str, Any]) -> None:
+    # the same change of a non-edgewatch annotation: denied to an agent, allowed to the controller
+    lease = json.loads(world.controller.ok("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    lease["metadata"]["annotations"]["example.com/owner"] = "controller"
+    world.n1.denied("replace", "-f", "-", input_text=json.dumps(lease), policy=LEASES)
+    world.controller.ok("replace", "-f", "-", input_text=json.dumps(lease))
+    assert world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease",
+                               "-o", "jsonpath={.metadata.annotations.example\\.com/owner}") == "controller"
