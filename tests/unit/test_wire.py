@@ -178,6 +178,7 @@ def signed_hb_dict(**overrides: object) -> dict[str, object]:
         "cloud_ok": True,
         "alive": ["node-c"],
         "dead": [],
+        "beacon": "",
     }
     payload.update(overrides)
     origin = payload.get("origin")
@@ -238,7 +239,7 @@ def test_a_node_cannot_sign_as_another() -> None:
         keyring=ring("node-c"))
     assert reason_of(lambda: dec(forged_env)) is RejectReason.SENDER_MISMATCH
     forged_hb = ring("node-c").sign({"v": PROTOCOL_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,
-                                     "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": []},
+                                     "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": [], "beacon": ""},
                                     domain=HEARTBEAT_DOMAIN)
     assert reason_of(lambda: decode_heartbeat(forged_hb, keyring=ring("node-b"))) is RejectReason.SENDER_MISMATCH
 

@@ -227,6 +227,22 @@ class PublicKeys:
         """``node``'s key ids, signing key first (empty if none)."""
         return self._by_node.get(node, ())
 
+    def verify(self, signed: object, *, domain: str) -> Verification:
+        """Check the ``key_id``/``mac`` of a signed object (parsed JSON): the signature over the
+        canonical JSON of the object without ``mac``. Never raises for any ``signed`` value;
+        ValueError only for an invalid ``domain``."""
+        check_domain(domain)
+        if not isinstance(signed, Mapping):
+            return Verification.MALFORMED
+        if _MAC_FIELD not in signed or _KEY_ID_FIELD not in signed:
+            return Verification.UNSIGNED
+        body = {k: v for k, v in signed.items() if k != _MAC_FIELD}
+        try:
+            data = canonical_json(body)
+        except (ValueError, TypeError, RecursionError):
+            return Verification.MALFORMED
+        return self.verify_bytes(key_id=signed[_KEY_ID_FIELD], mac=signed[_MAC_FIELD], data=data, domain=domain)
+
     def verify_bytes(self, *, key_id: object, mac: object, data: bytes, domain: str) -> Verification:
         """Check a hex signature over raw bytes: OK, UNKNOWN_KEY, MALFORMED or BAD_SIGNATURE.
 
@@ -322,18 +338,7 @@ class NodeKeyring:
     def verify(self, signed: object, *, domain: str) -> Verification:
         """Check the ``key_id``/``mac`` of a signed object (parsed JSON). Never raises for any
         ``signed`` value; ValueError only for an invalid ``domain``."""
-        check_domain(domain)
-        if not isinstance(signed, Mapping):
-            return Verification.MALFORMED
-        if _MAC_FIELD not in signed or _KEY_ID_FIELD not in signed:
-            return Verification.UNSIGNED
-        body = {k: v for k, v in signed.items() if k != _MAC_FIELD}
-        try:
-            data = canonical_json(body)
-        except (ValueError, TypeError, RecursionError):
-            return Verification.MALFORMED
-        return self.public.verify_bytes(key_id=signed[_KEY_ID_FIELD], mac=signed[_MAC_FIELD], data=data,
-                                        domain=domain)
+        return self.public.verify(signed, domain=domain)
 
     def __repr__(self) -> str:
         return f"NodeKeyring(node={self.node!r}, key_ids={[k.key_id for k in self._keys]!r})"

@@ -25,6 +25,7 @@ from typing import Final, Protocol
 __all__ = [
     "MAX_DEPTH",
     "Signer",
+    "Verifier",
     "Verification",
     "canonical_json",
     "check_domain",
@@ -116,7 +117,23 @@ def check_domain(domain: str) -> bytes:
     return domain.encode("ascii") + b"\x00"
 
 
-class Signer(Protocol):
+class Verifier(Protocol):
+    """What checking a signature needs: the published keys and whose each one is."""
+
+    def verify(self, signed: object, *, domain: str) -> Verification:
+        """Check a signed object; never raises for hostile input."""
+        ...
+
+    def verify_bytes(self, *, key_id: object, mac: object, data: bytes, domain: str) -> Verification:
+        """Check a signature over raw bytes; never raises for hostile input."""
+        ...
+
+    def owner(self, key_id: object) -> str | None:
+        """The node that published ``key_id`` (None: unknown)."""
+        ...
+
+
+class Signer(Verifier, Protocol):
     """What the wire needs of a signer: sign as this node, verify anyone, and say whose a key is."""
 
     @property
@@ -130,16 +147,4 @@ class Signer(Protocol):
 
     def sign_bytes(self, data: bytes, *, domain: str) -> tuple[str, str]:
         """``(key id, signature)`` over raw bytes."""
-        ...
-
-    def verify(self, signed: object, *, domain: str) -> Verification:
-        """Check a signed object; never raises for hostile input."""
-        ...
-
-    def verify_bytes(self, *, key_id: object, mac: object, data: bytes, domain: str) -> Verification:
-        """Check a signature over raw bytes; never raises for hostile input."""
-        ...
-
-    def owner(self, key_id: object) -> str | None:
-        """The node that published ``key_id`` (None: unknown)."""
         ...

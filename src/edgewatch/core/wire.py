@@ -18,13 +18,18 @@ Two layers:
         {"v": 3, "origin": "node-a", "incarnation": 1700000000123456789,
          "seq": 42, "kubelet_ok": true, "cloud_ok": false,
          "alive": ["node-a", "node-b"], "dead": ["node-c"],
+         "beacon": "<32 hex, or empty>",
          "key_id": "<32 hex>", "mac": "<128 hex: Ed25519 signature>"}
 
     ``incarnation`` identifies one run of the origin's agent (its start time
     in ns: mostly increasing, but never trusted to be); ``seq`` grows by one
     per period within an incarnation; ``alive``/``dead`` are sorted,
     duplicate-free, disjoint lists of node names (members in neither are
-    suspect). No timestamp: how old a heartbeat is travels next to it, in
+    suspect). ``beacon`` is the newest beacon of the cloud controller the
+    origin knew when it signed (:mod:`edgewatch.core.beacon`; empty: none
+    yet): a random value the controller issued at a time *it* knows, so the
+    controller can tell how fresh the statement is without any clock of the
+    origin's, and a replayed old statement names an old beacon. No timestamp: how old a heartbeat is travels next to it, in
     the envelope's ``ages``.
 
 ``Envelope`` — one message from SENDER to RECEIVER, a frame of one ASCII
@@ -131,7 +136,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from edgewatch.core.quorum import Vote
-from edgewatch.core.signing import Signer, Verification, canonical_json
+from edgewatch.core.signing import Signer, Verification, Verifier, canonical_json
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH, NodeName, is_node_name
 
 __all__ = [
@@ -361,13 +366,13 @@ _VERIFICATION_DETAIL: Final = {
 }
 
 
-def _authenticate(obj: object, *, keyring: Signer, domain: str, what: str) -> None:
+def _authenticate(obj: object, *, keyring: Verifier, domain: str, what: str) -> None:
     outcome = keyring.verify(obj, domain=domain)
     if outcome is not Verification.OK:
         raise Rejected(_FROM_VERIFICATION[outcome], f"{what}: {_VERIFICATION_DETAIL[outcome]}")
 
 
-def _check_owner(keyring: Signer, key_id: str, claimed: str, what: str) -> None:
+def _check_owner(keyring: Verifier, key_id: str, claimed: str, what: str) -> None:
     """The signing key must be one ``claimed`` published: no node signs as another."""
     owner = keyring.owner(key_id)
     if owner != claimed:
@@ -412,6 +417,7 @@ class _HeartbeatModel(BaseModel):
     cloud_ok: bool
     alive: _Names
     dead: _Names
+    beacon: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{32})?$")]
     key_id: _KeyIdStr
     mac: _MacStr
 
@@ -472,6 +478,7 @@ class Heartbeat:
     dead: tuple[NodeName, ...]
     key_id: str
     mac: str
+    beacon: str = ""
 
     @property
     def order(self) -> tuple[int, int]:
@@ -490,6 +497,7 @@ class Heartbeat:
             "cloud_ok": self.cloud_ok,
             "alive": list(self.alive),
             "dead": list(self.dead),
+            "beacon": self.beacon,
             "key_id": self.key_id,
             "mac": self.mac,
         }
@@ -516,6 +524,7 @@ def _from_model(m: _HeartbeatModel) -> Heartbeat:
         dead=tuple(NodeName(n) for n in m.dead),
         key_id=m.key_id,
         mac=m.mac,
+        beacon=m.beacon,
     )
 
 
@@ -529,11 +538,13 @@ def sign_heartbeat(
     alive: Iterable[NodeName],
     dead: Iterable[NodeName],
     keyring: Signer,
+    beacon: str = "",
 ) -> Heartbeat:
     """Build and sign this node's heartbeat with the keyring's primary key.
 
     ``alive`` and ``dead`` may be given in any order (duplicates are
-    merged); ``incarnation`` and ``seq`` are ints in ``[0, 2**63)``.
+    merged); ``incarnation`` and ``seq`` are ints in ``[0, 2**63)``;
+    ``beacon`` is the newest controller beacon value known (32 hex) or "".
 
     Raises:
         ValueError: an invalid node name, a node both alive and dead, a
@@ -550,6 +561,7 @@ def sign_heartbeat(
             "cloud_ok": cloud_ok,
             "alive": sorted(set(alive)),
             "dead": sorted(set(dead)),
+            "beacon": beacon,
         }
         signed = keyring.sign(payload, domain=HEARTBEAT_DOMAIN)
         model = _HeartbeatModel.model_validate(signed)
@@ -560,7 +572,7 @@ def sign_heartbeat(
     return _from_model(model)
 
 
-def decode_heartbeat(obj: object, *, keyring: Signer) -> Heartbeat:
+def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
     """Verify and parse one heartbeat object (parsed JSON).
 
     Checks in order: signature (UNSIGNED / UNKNOWN_KEY / BAD_SIGNATURE /
