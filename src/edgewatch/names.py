@@ -47,3 +47,16 @@ the apiserver, deploy/15-policy-agent.yaml): the ConfigMap of its public keys.""
 
 KEY_RECORD_KEY = "keys"
 """The ConfigMap key of a node's public key record (edgewatch.core.identity.parse_key_record)."""
+
+EVIDENCE_ANNOTATION = f"{DOMAIN}/evidence"
+"""On the Lease ``edgewatch-nodes/<node>``: the node's signed statements and the ones it carries
+(edgewatch.core.evidence)."""
+
+BEACON_LEASE_NAME = "edgewatch-beacon"
+"""The Lease (in the edgewatch namespace, written by the controller only) holding the beacon."""
+
+BEACON_ANNOTATION = f"{DOMAIN}/beacon"
+"""The newest beacon token (edgewatch.core.beacon)."""
+
+BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
+"""The controller's beacon public key, base64 of the raw 32 bytes."""

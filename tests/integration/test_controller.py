@@ -27,6 +27,7 @@ from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.reconciler import Reconciler
 from edgewatch.leases import clear_stale_mark, is_marked, renew_on_behalf
 from edgewatch.names import (
+    IDENTITY_NAMESPACE,
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_RENEW_TIME_ANNOTATION,
@@ -36,6 +37,7 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
     POOL_LABEL,
 )
+from edgewatch.testing.evidence import SignedEdge
 from edgewatch.timefmt import format_micro_time, format_rfc3339
 from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
 from edgewatch.testing.smoke import ready_endpoints, wait_for
@@ -45,26 +47,39 @@ pytestmark = pytest.mark.controlplane
 
 
 class EdgeStandIn:
-    """Writes what the agents would: EdgeHealthy per node, and delegated renewals for cut nodes."""
+    """Plays the agents: signed statements of every node (the ``verdict`` its peers see, in evidence
+    Leases naming the controller's beacon, ``edgewatch.testing.evidence``) and, for cut nodes, a
+    peer's delegated Lease renewal carrying the node's own statement."""
 
-    def __init__(self, client: AsyncClient, nodes: list[str], *, skew_s: float = 0.0) -> None:
+    def __init__(self, client: AsyncClient, nodes: list[str], *, namespace: str, skew_s: float = 0.0) -> None:
         self.client = client
-        self.verdict = {n: "True" for n in nodes}
+        self.verdict: dict[str, str | None] = {n: "True" for n in nodes}
         self.carried: set[str] = set()
-        self.skew_s = skew_s  # the agents' clock: this many seconds off
+        self.signed = SignedEdge(beacon_namespace=namespace)
+        self.skew_s = skew_s  # the agents' clock: signed evidence carries none, so it cannot matter
 
     async def run(self) -> None:
         while True:
-            now = dt.datetime.now(dt.timezone.utc)
-            stamp = format_rfc3339(now + dt.timedelta(seconds=self.skew_s))
+            now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=self.skew_s)
             for node, status in list(self.verdict.items()):
-                with contextlib.suppress(Exception):
-                    await self.client.patch(Node.Status, node, {"status": {"conditions": [{
-                        "type": EDGE_CONDITION_TYPE, "status": status, "reason": "Test", "message": "test",
-                        "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}})
+                self.signed.set(node, status)
+            carriers = [n for n, s in self.verdict.items() if s == "True" and n not in self.carried]
+            for node in self.verdict:
+                self.signed.carry(node, by=carriers[0] if node in self.carried and carriers else None)
+            with contextlib.suppress(Exception):
+                await self.signed.publish(self.client)
             for node in self.carried:
                 await renew_on_behalf(client=self.client, node=node, delegate="stand-in", via="peer", alive_at=now)
-            await asyncio.sleep(3)
+            await asyncio.sleep(2)
+
+
+async def _grouped(kube: AsyncClient, ns: str) -> None:
+    """The test's own ConfigMap: grouping on by the pool label (each test's nodes are a group of their
+    own, whatever other nodes the shared control plane holds), and the identity namespace."""
+    await kube.create(ConfigMap.from_dict({"metadata": {"name": "edgewatch-config", "namespace": ns},
+                                           "data": {"grouping": "on", "groupLabel": POOL_LABEL}}))
+    with contextlib.suppress(ApiError):
+        await kube.create(Namespace.from_dict({"metadata": {"name": IDENTITY_NAMESPACE}}))
 
 
 @pytest.fixture
@@ -75,10 +90,12 @@ async def cluster(kube):  # type: ignore[no-untyped-def]
     names = [f"ctl{suffix}-{i}" for i in range(1, 5)]
     ns = f"ctl-{suffix}"
     await kube.create(Namespace.from_dict({"metadata": {"name": ns}}))
-    fleet = KubeletFleet(client=kube, nodes=[SimNode(name=n, address="127.0.0.1", index=i + 20)
+    await _grouped(kube, ns)
+    fleet = KubeletFleet(client=kube, nodes=[SimNode(name=n, address="127.0.0.1", index=i + 20,
+                                                     labels={POOL_LABEL: ns})
                                              for i, n in enumerate(names)],
                          config=KubeletSimConfig(healthz_port=None))
-    edge = EdgeStandIn(kube, names)
+    edge = EdgeStandIn(kube, names, namespace=ns)
     state: dict = {"fleet": fleet, "edge": edge, "names": names, "ns": ns}
 
     def start_reconciler() -> asyncio.Task[None]:
@@ -244,11 +261,17 @@ async def test_controller_restart_mid_outage_leaves_no_stuck_taint(kube, cluster
 
 
 @contextlib.asynccontextmanager
-async def bare_nodes(kube, names: list[str], *, labels: dict[str, dict[str, str]] | None = None):  # type: ignore[no-untyped-def]
-    """Simulated nodes (no pods), a namespace for the test's ConfigMap, and a reconciler reading it."""
+async def bare_nodes(kube, names: list[str], *, labels: dict[str, dict[str, str]] | None = None,  # type: ignore[no-untyped-def]
+                     grouping: bool = True):
+    """Simulated nodes (no pods), a namespace for the test's ConfigMap, and a reconciler reading it.
+    With ``grouping`` every node is a group of its own (its pool label names it) and the ConfigMap
+    says so; without, the test writes its own ConfigMap."""
     suffix = secrets.token_hex(2)
     ns = f"ctl-{suffix}"
     await kube.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    if grouping:
+        await _grouped(kube, ns)
+        labels = {n: {POOL_LABEL: f"{ns}-{n}", **(labels or {}).get(n, {})} for n in names}
     nodes = [SimNode(name=f"{n}-{suffix}", address="127.0.0.1", index=i + 40, labels=(labels or {}).get(n, {}))
              for i, n in enumerate(names)]
     fleet = KubeletFleet(client=kube, nodes=nodes, config=KubeletSimConfig(healthz_port=None))
@@ -306,7 +329,8 @@ async def test_node_clocks_minutes_off_are_judged_by_what_the_controller_saw(kub
         alive = {slow: asyncio.Event(), fast: asyncio.Event()}
         for event in alive.values():
             event.set()
-        edges = {slow: EdgeStandIn(kube, [slow], skew_s=-60), fast: EdgeStandIn(kube, [fast], skew_s=120)}
+        edges = {slow: EdgeStandIn(kube, [slow], namespace=env["ns"], skew_s=-60),
+                 fast: EdgeStandIn(kube, [fast], namespace=env["ns"], skew_s=120)}
         env["tasks"].extend([asyncio.create_task(skewed_kubelet(kube, slow, skew_s=-60, alive=alive[slow])),
                              asyncio.create_task(skewed_kubelet(kube, fast, skew_s=120, alive=alive[fast])),
                              *(asyncio.create_task(e.run()) for e in edges.values())])
@@ -338,7 +362,7 @@ async def _taints_of_ours(kube, node: str) -> set[str]:  # type: ignore[no-untyp
 
 
 async def test_uncovered_node_gets_stock_behaviour_and_coverage_follows_the_configmap(kube) -> None:  # type: ignore[no-untyped-def]
-    async with bare_nodes(kube, ["cov", "unc"], labels={"cov": {POOL_LABEL: "a"}}) as env:
+    async with bare_nodes(kube, ["cov", "unc"], labels={"cov": {POOL_LABEL: "a"}}, grouping=False) as env:
         cov, unc = env["name"]["cov"], env["name"]["unc"]
         ns = env["ns"]
         await kube.create(ConfigMap.from_dict({"metadata": {"name": "edgewatch-config", "namespace": ns},

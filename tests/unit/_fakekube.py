@@ -148,7 +148,7 @@ class FakeKube:
 
     async def patch(self, res: Any, name: str, obj: Any, *, namespace: str | None = None, **_: Any) -> Any:
         kind = _kind(res)
-        if kind == "Status":  # Node.Status
+        if kind in ("Status", "NodeStatus"):  # Node.Status
             kind = "Node"
         await self._hook("patch", kind, name)
         key = (kind, namespace or "", name)

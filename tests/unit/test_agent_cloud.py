@@ -119,19 +119,15 @@ def _renewed(kube: SlowKube, node: NodeName) -> int:
     return sum(1 for _t, n in kube.replaced if n == node)
 
 
-async def test_a_hanging_condition_write_never_delays_carrying(tmp_path: Path) -> None:
+async def test_a_hanging_status_write_never_delays_carrying(tmp_path: Path) -> None:
     kube = SlowKube()
-    kube.hang.add(("patch", "*"))  # every EdgeHealthy / role write hangs
+    kube.hang.add(("patch", "*"))  # every status write (the role condition) hangs
     agent = _agent(tmp_path, kube)
     _alive(agent, C)
     agent.peers.decisions = _decisions(ME, B, C)
     agent.duties = Duties(publish=frozenset({ME, B, C}), carry=frozenset({C}), able=frozenset({ME}))
     await _run_for(agent._cloud_loops(), 2.0, _heartbeats(agent, C))
-    assert _renewed(kube, C) >= 4, kube.replaced  # every 0.3 s, whatever the publisher does
-    # The hung writes were abandoned at api_timeout_s and counted, not left hanging.
-    timeouts = agent.metrics.registry.get_sample_value("edgewatch_agent_condition_writes_total",
-                                                       {"result": "timeout"})
-    assert timeouts is not None and timeouts >= 3
+    assert _renewed(kube, C) >= 4, kube.replaced  # every 0.3 s, whatever the status writes do
 
 
 async def test_one_slow_lease_never_delays_another_nodes_carry(tmp_path: Path) -> None:

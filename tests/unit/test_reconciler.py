@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.reconciler import Reconciler
+from edgewatch.testing.evidence import SignedEdge
 from edgewatch.names import (
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,
@@ -64,15 +65,15 @@ def add_pod(kube: FakeKube, name: str, *, node: str) -> None:
                      "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
 
 
-def set_edge(kube: FakeKube, name: str, status: str, *, skew_s: float = 0.0) -> None:
-    """What an agent writes: EdgeHealthy with lastHeartbeatTime from the agent's own clock."""
-    node = kube.obj("Node", name)
-    stamp = format_rfc3339(_clock(skew_s))
-    conditions = [c for c in node["status"]["conditions"] if c["type"] != EDGE_CONDITION_TYPE]
-    conditions.append({"type": EDGE_CONDITION_TYPE, "status": status, "reason": "Test", "message": "test",
-                       "lastHeartbeatTime": stamp, "lastTransitionTime": stamp})
-    node["status"]["conditions"] = conditions
-    kube.put("Node", node)
+def set_edge(kube: FakeKube, name: str, status: str | None, *, skew_s: float = 0.0) -> None:
+    """What the agents sign: ``name``'s peers see it alive ("True"), dead ("False") or nothing, in
+    statements naming the controller's current beacon (``skew_s`` is ignored: signed evidence carries
+    no timestamp at all)."""
+    edge = getattr(kube, "signed_edge", None)
+    if edge is None:
+        edge = kube.signed_edge = SignedEdge()  # type: ignore[attr-defined]
+    edge.set(name, status)
+    edge.sync_fake(kube)
 
 
 async def kubelet(kube: FakeKube, name: str, *, skew_s: float, alive: Callable[[], bool] = lambda: True,
@@ -105,7 +106,7 @@ async def eventually(check: Callable[[], bool], *, timeout_s: float, what: str) 
 @contextlib.asynccontextmanager
 async def running(kube: FakeKube, **kwargs) -> AsyncIterator[Reconciler]:  # type: ignore[no-untyped-def]
     rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
-                     resync_s=2.0, hold_interval_s=0.5, **kwargs)
+                     resync_s=2.0, hold_interval_s=0.5, evidence_ttl_s=2.0, beacon_period_s=0.2, **kwargs)
     task = asyncio.create_task(rec.run())
     try:
         yield rec

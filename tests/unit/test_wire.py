@@ -131,6 +131,7 @@ def raw_envelope(*, heartbeats: list[object], ages: list[object] | None = None, 
         "reply_to": None,
         "heartbeats": heartbeats,
         "ages": ages if ages is not None else [0.0] * len(heartbeats) if isinstance(heartbeats, list) else [0.0],
+        "beacon": "",
     }
     payload.update(overrides)
     return frame(canonical_json({k: v for k, v in payload.items() if v is not ...}), keyring=keyring)
@@ -235,7 +236,7 @@ def test_a_node_cannot_sign_as_another() -> None:
     """node-c signs an envelope and a heartbeat claiming to be node-a with its own, published key."""
     forged_env = frame(canonical_json({
         "v": PROTOCOL_VERSION, "sender": "node-a", "receiver": "node-b", "epoch": EPOCH, "seq": 1,
-        "nonce": fresh_nonce(), "reply_to": None, "heartbeats": [hb("node-a").to_wire()], "ages": [0.0]}),
+        "nonce": fresh_nonce(), "reply_to": None, "heartbeats": [hb("node-a").to_wire()], "ages": [0.0], "beacon": ""}),
         keyring=ring("node-c"))
     assert reason_of(lambda: dec(forged_env)) is RejectReason.SENDER_MISMATCH
     forged_hb = ring("node-c").sign({"v": PROTOCOL_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,

@@ -1,5 +1,5 @@
-"""The edge agent, composed: membership, cloud link, peer exchange, verdict publishing, heartbeat
-carrying (peer path and the pool coordinator), and the ops endpoints.
+"""The edge agent, composed: identity, membership, cloud link, peer exchange, signed evidence for
+the controller, heartbeat carrying (peer path and the pool coordinator), and the ops endpoints.
 
 Structure: one ``asyncio.TaskGroup``; every loop is a task in it (loops with sub-tasks have their own
 TaskGroup inside), and all are cancelled and awaited on shutdown.
@@ -10,12 +10,17 @@ TaskGroup inside), and all are cancelled and awaited on shutdown.
 - the **cloud loops**, independent of each other so a slow apiserver call in one never delays
   another, each call bounded by ``api_timeout_s``, all level-triggered (they act on the newest
   duties, never on a queue of past ones):
-  - *publish* (every second): EdgeHealthy for the nodes this agent writes for, writes concurrent;
+  - *evidence* (``edgewatch.agent.reporter``): this node's signed statement, and those of the
+    cut-off peers it carries, in its own Lease ``edgewatch-nodes/<node>`` (on change, at least every
+    10 s). The controller verifies and counts them itself and shows the verdict in the
+    ``EdgeHealthy`` condition; agents no longer write any verdict;
   - *carry* (``edgewatch.agent.carrier``): one task per carried cut-off peer renewing its Lease
     every ``carry_interval_s``;
   - *role* (every second): this node's ``EdgePoolCoordinator`` condition, on change or every minute;
   - *own mark*: clears a stale delegate mark from our own Lease once our link is back (looking
     every 2 s for 90 s, since the mark goes stale only when our kubelet renews by itself);
+- the **identity loop** (``edgewatch.agent.identity``): publishes this node's public key and keeps
+  every other node's current for the peer wire;
 - the **coordinator loop**: runs the pool coordinator for ``--coordinator URL``, or — without it —
   for this node's pool's entry in the ConfigMap's ``poolCoordinators`` (pool: ``--pool`` or the node
   label ``edgewatch.io/pool``). A change of the entry or of the label restarts the coordinator
@@ -55,11 +60,13 @@ from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinator import CoordinatorError, PoolCoordinator
 from edgewatch.agent.identity import IdentityKeeper
+from edgewatch.agent.reporter import EvidenceReporter
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
-from edgewatch.agent.publisher import ConditionPublisher
 from edgewatch.core.duties import Duties, PeerReport, assign_duties
+from edgewatch.core.beacon import BeaconHolder
+from edgewatch.core.wire import Heartbeat
 from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
@@ -120,11 +127,16 @@ class Agent:
         self.link = CloudLinkMonitor(probe=lambda: apiserver_ready(client), config=config.cloud_link,
                                      on_change=lambda up: self.metrics.cloud_link_up.set(1 if up else 0))
         self.metrics.cloud_link_up.set(1)
+        self.beacon = BeaconHolder()
         self.peers = PeerExchange(me=config.node, config=config, keyring=lambda: self.keyring, membership=self.membership,
-                                  metrics=self.metrics, cloud_ok=lambda: self.link.up)
-        self.publisher = ConditionPublisher(client=client, me=config.node, membership=self.membership,
-                                            metrics=self.metrics, refresh_s=config.publish_refresh_s,
-                                            timeout_s=config.api_timeout_s)
+                                  metrics=self.metrics, cloud_ok=lambda: self.link.up, beacon=self.beacon)
+        self.evidence_carry: frozenset[NodeName] = frozenset()
+        self.reporter = EvidenceReporter(
+            client=client, node=config.node, beacon=self.beacon, own=lambda: self.peers.own,
+            carried=self._carried_statements, cloud_ok=lambda: self.link.up,
+            on_write=lambda r: self.metrics.evidence_writes.labels(result=r).inc(),
+            config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
+            timeout_s=config.api_timeout_s)
         self.carrier = HeartbeatCarrier(renew=self._renew_for_peer, life_sign=self._life_sign, metrics=self.metrics,
                                         interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s)
         self.duties: Duties | None = None
@@ -173,6 +185,7 @@ class Agent:
                     tg.create_task(self._exchange_loop(local))
                     tg.create_task(self._cloud_loops())
                     tg.create_task(self.identity.run())
+                    tg.create_task(self.reporter.run())
                     tg.create_task(self._coordinator_loop())
                     if self.pool_cache is not None:
                         tg.create_task(self.pool_cache.run())
@@ -346,10 +359,24 @@ class Agent:
         if not (self.membership.synced.is_set() or self.membership.nodes):
             return  # without the node list our "group" is just us: no cloud duties on that basis
         carry_enabled = self.coordinator is None or not self.coordinator.covers_delegation()
-        self.duties = assign_duties(me=self.config.node, group=self.peers.group,
-                                    verdicts={n: d.verdict for n, d in self.peers.decisions.items()},
-                                    reports=self._reports(), carry_enabled=carry_enabled)
+        verdicts = {n: d.verdict for n, d in self.peers.decisions.items()}
+        reports = self._reports()
+        self.duties = assign_duties(me=self.config.node, group=self.peers.group, verdicts=verdicts,
+                                    reports=reports, carry_enabled=carry_enabled)
+        # The statements of cut-off peers go into our evidence on the same rule, whichever path
+        # carries their Lease: the controller needs the node's own signed word either way.
+        self.evidence_carry = self.duties.carry if carry_enabled else assign_duties(
+            me=self.config.node, group=self.peers.group, verdicts=verdicts, reports=reports).carry
         self.metrics.carrying.set(len(self.duties.carry))
+
+    def _carried_statements(self) -> list[Heartbeat]:
+        """The newest signed heartbeats of the cut-off peers whose statements we carry."""
+        out = []
+        for node in sorted(self.evidence_carry):
+            entry = self.peers.book.get(node)
+            if entry is not None:
+                out.append(entry.heartbeat)
+        return out
 
     def _export(self, decisions: dict) -> None:  # type: ignore[type-arg]
         verdicts = tuple(v.value for v in Verdict)
@@ -371,7 +398,6 @@ class Agent:
     async def _cloud_loops(self) -> None:
         """The cloud-facing work as independent loops (see the module docstring)."""
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._publish_loop())
             tg.create_task(self.carrier.run(self._carry_wanted))
             tg.create_task(self._role_loop())
             tg.create_task(self._own_mark_loop())
@@ -391,14 +417,6 @@ class Agent:
     async def _renew_for_peer(self, *, node: NodeName, alive_at: dt.datetime) -> object:
         return await renew_on_behalf(client=self.client, node=node, delegate=self.config.node, via="peer",
                                      alive_at=alive_at)
-
-    async def _publish_loop(self, *, every_s: float = 1.0) -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            duties = self.duties
-            if duties is None or not self.link.up:
-                continue
-            await self.publisher.publish(duties.publish, self.peers.decisions)
 
     async def _role_loop(self, *, every_s: float = 1.0) -> None:
         while True:

@@ -23,12 +23,13 @@ class AgentMetrics:
         delegations: Lease renewals done for cut-off peers, by ``outcome`` (a ``RenewOutcome`` value,
             ``timeout`` or ``error``).
         carrying: number of peers whose heartbeat this agent carries now.
-        condition_writes: EdgeHealthy condition writes, by ``result`` (``ok``, ``failed``, ``timeout``).
         config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
             ``invalid_pool_coordinators``, ``invalid_pool_coordinator``).
         state_save_failures: failed saves of the node list to ``--state-dir``, by ``reason`` (the
             exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
+        evidence_writes: writes of this node's signed evidence Lease, by ``result`` (``ok``, ``failed``,
+            ``conflict``, ``timeout``).
         key_records_rejected: other nodes' published key records refused, by ``reason``
             (``bad_key_record``, ``key_conflict``: a key another node already published).
     """
@@ -53,12 +54,12 @@ class AgentMetrics:
                                    ["outcome"], registry=registry)
         self.carrying = Gauge("edgewatch_agent_carrying", "Peers whose heartbeat this agent carries now.",
                               registry=registry)
-        self.condition_writes = Counter("edgewatch_agent_condition_writes", "EdgeHealthy writes by result.",
-                                        ["result"], registry=registry)
         self.config_rejected = Counter("edgewatch_agent_config_rejected", "ConfigMap updates refused.",
                                        ["reason"], registry=registry)
         self.period_seconds = Gauge("edgewatch_agent_period_seconds", "Work time of the last period, seconds.",
                                     registry=registry)
+        self.evidence_writes = Counter("edgewatch_agent_evidence_writes", "Evidence Lease writes by result.",
+                                       ["result"], registry=registry)
         self.key_records_rejected = Counter("edgewatch_agent_key_records_rejected", "Refused key records by reason.",
                                             ["reason"], registry=registry)
 

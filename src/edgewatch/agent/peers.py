@@ -48,6 +48,7 @@ from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.quorum import Decision, decide_all
+from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.signing import Signer
 from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import (
@@ -86,11 +87,12 @@ class PeerExchange:
         metrics: where to count.
         cloud_ok: this node's own cloud link state.
         rng: randomness for target and relay choice (seedable in tests).
+        beacon: the controller beacon this agent signs with and passes on (its own by default).
     """
 
     def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Signer],
                  membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, beacon: BeaconHolder | None = None) -> None:
         self.me = me
         self.config = config
         self._keyring = keyring
@@ -98,6 +100,7 @@ class PeerExchange:
         self.metrics = metrics
         self._cloud_ok = cloud_ok
         self.rng = rng or random.Random()
+        self.beacon = beacon if beacon is not None else BeaconHolder()
         wire = config.wire
         self.book = HeartbeatBook(max_origins=wire.book_max_origins)
         self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
@@ -187,7 +190,7 @@ class PeerExchange:
         self.seq += 1
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=self._cloud_ok(), alive=alive, dead=dead,
-                                  keyring=self._keyring())
+                                  keyring=self._keyring(), beacon=self.beacon.value)
         self._signed_at = now_mono
         self.book.offer(self.own, now=now_mono)
         return self.own
@@ -213,7 +216,8 @@ class PeerExchange:
         self._sent[peer] = seq
         raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
                               reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
-                              relayed=aged, keyring=self._keyring(), max_bytes=wire.max_bytes)
+                              relayed=aged, keyring=self._keyring(), max_bytes=wire.max_bytes,
+                              beacon=self.beacon.token)
         self.book.mark_relayed(relays)
         return raw
 
@@ -222,9 +226,11 @@ class PeerExchange:
         """Decode an inbound envelope addressed to us: a request (``reply_to`` None) or the answer to
         our request with nonce ``reply_to``. Raises ``Rejected``."""
         wire = self.config.wire
-        return decode_envelope(raw, keyring=self._keyring(), receiver=self.me, max_bytes=wire.max_bytes,
-                               guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
-                               sender_allowed=sender_allowed)
+        env = decode_envelope(raw, keyring=self._keyring(), receiver=self.me, max_bytes=wire.max_bytes,
+                              guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
+                              sender_allowed=sender_allowed)
+        self.beacon.offer(env.beacon)  # adopted only if the controller's key signed it and it is newer
+        return env
 
     async def exchange(self, session: aiohttp.ClientSession, peer: NodeName) -> bool:
         """One probe: POST our envelope to ``peer`` and absorb its answer. Returns success.

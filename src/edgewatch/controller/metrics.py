@@ -19,6 +19,9 @@ class ControllerMetrics:
         config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
         queue_depth: nodes waiting for a worker.
         leader: 1 while this replica holds the controller Lease.
+        evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
+            ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
+            ``sender_mismatch``, ``bad_key_record``, ``key_conflict``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -39,3 +42,5 @@ class ControllerMetrics:
         self.queue_depth = Gauge("edgewatch_controller_queue_depth", "Nodes waiting for a worker.",
                                  registry=registry)
         self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)
+        self.evidence = Counter("edgewatch_controller_evidence", "Signed statements and key records looked at, by "
+                                "result.", ["result"], registry=registry)

@@ -213,6 +213,9 @@ class LeaseSnapshot:
     * ``duration_s``: ``spec.leaseDurationSeconds``, or None (then
       ``ControllerConfig.default_lease_duration_s``).
     * ``annotations``: the Lease's annotations (the delegate mark). ``holder``: ``spec.holderIdentity``.
+    * ``delegation_proven``: the node's own recent signed statement (verified by the controller,
+      ``edgewatch.controller.verified``) proves it alive. A delegate mark without it is anyone's
+      claim: the renewal then counts as no heartbeat at all (LOST), never as the node's own.
     """
 
     renew_time: str | None = None
@@ -221,6 +224,7 @@ class LeaseSnapshot:
     duration_s: float | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     holder: str | None = None
+    delegation_proven: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))

@@ -38,6 +38,7 @@ call has a timeout (``api_timeout_s``); watches are re-established after ``watch
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import secrets
@@ -64,12 +65,14 @@ from edgewatch.controller.model import (
     NodePlan,
     NodeState,
 )
+from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
 from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
+from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue
 from edgewatch.leases import RenewOutcome, hold_renewal
-from edgewatch.names import NODE_LEASE_NAMESPACE
+from edgewatch.names import EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 
 __all__ = ["Reconciler"]
@@ -111,12 +114,18 @@ class Reconciler:
             server is asked to end it after 120 s).
         clock: the controller's clock, seconds since the epoch (default a ``MonotonicClock``: ages
             are monotonic differences); injectable for tests.
+        evidence_ttl_s: a signed statement counts while its beacon is at most this old, seconds
+            (default 30 s; ``edgewatch.controller.verified``).
+        beacon_period_s: seconds between beacons (default 5 s; ``edgewatch.controller.evidence``).
+        identity_namespace: where the agents' keys and evidence Leases live.
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
                  namespace: str = "edgewatch", resync_s: float = 30.0, hold_interval_s: float = 5.0,
                  workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
-                 watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None) -> None:
+                 watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None,
+                 evidence_ttl_s: float = 30.0, beacon_period_s: float = 5.0,
+                 identity_namespace: str = IDENTITY_NAMESPACE) -> None:
         if workers < 1 or evictions_in_flight < 1:
             raise ValueError("workers and evictions_in_flight must be >= 1")
         if api_timeout_s <= 0 or watch_timeout_s <= 0:
@@ -137,18 +146,28 @@ class Reconciler:
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
+        self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
+                                     on_result=lambda r: metrics.evidence.labels(result=r).inc())
+        self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
+                                    period_s=beacon_period_s, api_timeout_s=api_timeout_s)
+        self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
+                                         on_change=self.queue.add, namespace=identity_namespace,
+                                         watch_timeout_s=watch_timeout_s)
 
     # -- loops -------------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Read the coverage, then watch, resync and work until cancelled."""
         await self._load_config()
+        self.verified.set_grouping(self.coverage.config)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node))
             tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease))
             tg.create_task(self._watch(ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
                                        on_event=self._on_config))
             tg.create_task(self._resync())
+            tg.create_task(self.beacons.run())
+            tg.create_task(self.evidence.run())
             tg.create_task(self.queue.serve(workers=self.workers, handle=self._handle))
 
     async def _call(self, call: Awaitable[_T]) -> _T:
@@ -195,9 +214,11 @@ class Reconciler:
             self.plans.pop(name, None)
             self.observations.forget(name=name)
             self.queue.forget(name)
+            self.verified.set_node(name, None)
             return
         self.nodes.add(name)
-        node_snapshot(node, observations=self.observations, now=self.clock())  # note the verdict's time now
+        labels = dict(node.metadata.labels or {})
+        self.verified.set_node(name, labels if self.coverage.covers(labels) else None)
         self.queue.add(name)
 
     def _on_lease(self, op: str, lease: Lease) -> None:
@@ -207,7 +228,9 @@ class Reconciler:
         self.queue.add(name)
 
     def _on_config(self, op: str, cm: ConfigMap) -> None:
-        if self._apply_config(None if op == "DELETED" else (cm.data or {})):
+        changed = self._apply_config(None if op == "DELETED" else (cm.data or {}))
+        self.verified.set_grouping(self.coverage.config)
+        if changed:
             for name in sorted(self.nodes | set(self.plans)):
                 self.queue.add(name)
 
@@ -288,6 +311,13 @@ class Reconciler:
         lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
         if not self.coverage.covers(snap.labels):
             return await self._release(node)
+        # The edge view is what the controller verified itself, never the condition on the Node
+        # (anyone with an agent token could write that); a delegate mark needs the node's own word.
+        snap = dataclasses.replace(snap, edge_condition=self.verified.condition(name))
+        if lease_snap is not None:
+            lease_snap = dataclasses.replace(
+                lease_snap, delegation_proven=self.verified.own_life(name, now=now) is not None)
+        await self._show_verdict(node)
         p = plan(node=snap, lease=lease_snap, now=now, config=self.config)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
@@ -325,6 +355,26 @@ class Reconciler:
         if p.evict_pods:
             requeue = _sooner(requeue, await self._evict(name, p, now))
         return requeue
+
+    async def _show_verdict(self, node: Node) -> None:
+        """Make the ``EdgeHealthy`` condition show the verified verdict (for ``kubectl describe
+        node``), written only when its status, reason or message differs."""
+        held = self.verified.verdict(node.metadata.name)
+        if held is None:
+            return
+        current = next((c for c in ((node.status.conditions or []) if node.status else [])
+                        if c.type == EDGE_CONDITION_TYPE), None)
+        if current is not None and (current.status, current.reason, current.message) == \
+                (held.status, held.reason, held.message):
+            return
+        now = format_rfc3339(time.time())
+        moved = now
+        if current is not None and current.status == held.status and current.lastTransitionTime is not None:
+            moved = format_rfc3339(current.lastTransitionTime)
+        body = {"status": {"conditions": [{"type": EDGE_CONDITION_TYPE, "status": held.status, "reason": held.reason,
+                                           "message": held.message, "lastHeartbeatTime": now,
+                                           "lastTransitionTime": moved}]}}
+        await self._call(self.client.patch(Node.Status, node.metadata.name, body))
 
     async def _release(self, node: Node) -> float | None:
         """An uncovered node: stock behaviour. Remove what edgewatch left on it while it was covered

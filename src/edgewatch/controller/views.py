@@ -90,11 +90,15 @@ def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
     controller's first look (``first_sight``) is taken as "just now", as kube-controller-manager does
     after a restart, unless ``trust_first_sight`` is False (the node has a recorded outage, see
     ``plan``): then an own renewal counts only once the controller has seen one happen. A current
-    delegate mark is trusted either way (it says "cut off", not "back").
+    delegate mark is trusted either way (it says "cut off", not "back") — but only with the node's own
+    verified statement behind it (``lease.delegation_proven``): an unproven mark (a compromised
+    agent's, or one whose node went quiet) is LOST.
     """
     if lease is None or lease.observed_at is None or is_held_by_controller(lease):
         return CloudView.LOST
     delegated = is_delegated(lease)
+    if delegated and not lease.delegation_proven:
+        return CloudView.LOST
     if lease.first_sight and not trust_first_sight and not delegated:
         return CloudView.LOST
     if not is_fresh(observed_at=lease.observed_at, now=now, grace_s=grace_s):

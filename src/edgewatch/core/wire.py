@@ -445,6 +445,9 @@ class _EnvelopeModel(BaseModel):
     # heartbeat is reported, not fatal.
     heartbeats: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
     ages: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
+    # The newest controller beacon token the sender holds ("" if none); checked by the receiver
+    # against the controller's key (edgewatch.core.beacon), never trusted as is.
+    beacon: Annotated[str, StringConstraints(max_length=200)]
 
     @model_validator(mode="after")
     def _ages_match(self) -> _EnvelopeModel:
@@ -801,6 +804,7 @@ class DecodedEnvelope:
     own: Heartbeat
     own_age_s: float
     relayed: tuple[HeartbeatResult, ...]
+    beacon: str = ""
 
     @property
     def heartbeats(self) -> tuple[Heartbeat, ...]:
@@ -821,6 +825,7 @@ def encode_envelope(
     relayed: Sequence[tuple[Heartbeat, float]] = (),
     keyring: Signer,
     max_bytes: int | None = None,
+    beacon: str = "",
 ) -> bytes:
     """Sign and encode one envelope: the header line, then canonical JSON.
 
@@ -840,6 +845,8 @@ def encode_envelope(
             with its age in seconds (age when received + time held).
         keyring: signs with its primary key.
         max_bytes: if given, refuse to produce a larger message.
+        beacon: the newest controller beacon token the sender holds, passed on so that a peer
+            cut off from the cloud can sign with a current beacon ("" if none).
 
     Raises:
         ValueError: any argument invalid, too many heartbeats, or the
@@ -873,6 +880,7 @@ def encode_envelope(
         "reply_to": reply_to,
         "heartbeats": [hb.to_wire() for hb, _age_s in beats],
         "ages": ages,
+        "beacon": beacon,
     })
     key_id, mac = keyring.sign_bytes(body, domain=ENVELOPE_DOMAIN)
     raw = b"%s %s %s\n%s" % (ENVELOPE_MAGIC, key_id.encode("ascii"), mac.encode("ascii"), body)
@@ -1050,6 +1058,7 @@ def decode_envelope(
         own=own,
         own_age_s=own_age,
         relayed=tuple(results),
+        beacon=env.beacon,
     )
 
 
