@@ -123,7 +123,10 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("get", "configmaps/edgewatch-config", "edgewatch", True),   # coverLabel
     ("watch", "configmaps/edgewatch-config", "edgewatch", True),
     ("get", "configmaps/other", "edgewatch", False),
-    ("patch", "nodes/status", None, False),      # the edge view is the agents' to write
+    ("patch", "nodes/status", None, True),       # EdgeHealthy: the verdict it counted itself
+    ("get", "secrets/edgewatch-beacon-key", "edgewatch", True),  # its beacon signing key
+    ("get", "secrets/other", "edgewatch", False),
+    ("create", "secrets", "edgewatch", True),    # the key, made once (create has no resourceNames)
     ("get", "leases/edgewatch-beacon", "edgewatch", True),      # its signed beacon
     ("update", "leases/edgewatch-beacon", "edgewatch", True),
     ("delete", "leases/edgewatch-beacon", "edgewatch", False),

@@ -369,7 +369,7 @@ def test_agent_cannot_change_its_own_node_lease_either(world: World, node_lease:
     assert "spec.leaseDurationSeconds" in msg
 
 
-# -- 3. nodes/status: the EdgeHealthy condition only ---------------------------------------------------
+# -- 3. nodes/status: its own pool role only (verdicts are the controller's) ---------------------------
 
 
 def _condition(kind: str, status: str) -> dict[str, Any]:
@@ -393,22 +393,25 @@ def _conditions(world: World, node: str) -> dict[str, str]:
     return {c["type"]: c["status"] for c in node_obj["status"].get("conditions", [])}
 
 
-def test_agent_publishes_edge_healthy_of_a_peer(world: World) -> None:
-    _status_patch(world.n1, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "False")]}})
-    assert _conditions(world, "n2")[EDGE_CONDITION_TYPE] == "False"
-    _status_patch(world.n1, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True")]}})
-    assert _conditions(world, "n2")[EDGE_CONDITION_TYPE] == "True"
-    # its own pool role goes on its own node only
+def test_agent_writes_its_own_pool_role_and_no_verdict(world: World) -> None:
+    """A compromised agent cannot write a verdict on any node, its own included: EdgeHealthy is the
+    controller's (counted from signed statements)."""
     _status_patch(world.n1, "n1", {"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}})
     assert _conditions(world, "n1")[ROLE_CONDITION_TYPE] == "True"
+    for node in ("n1", "n2"):
+        before = _conditions(world, node).get(EDGE_CONDITION_TYPE)
+        msg = _status_patch(world.n1, node, {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "False")]}},
+                            policy=STATUS)
+        assert "this request changes status.conditions" in msg
+        assert _conditions(world, node).get(EDGE_CONDITION_TYPE) == before
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    ({"status": {"conditions": [_condition("Ready", "False")]}}, "status.conditions other than EdgeHealthy"),
-    ({"status": {"conditions": [_condition("MemoryPressure", "True")]}}, "status.conditions other than EdgeHealthy"),
-    ({"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}}, "status.conditions other than EdgeHealthy"),
+    ({"status": {"conditions": [_condition("Ready", "False")]}}, "status.conditions"),
+    ({"status": {"conditions": [_condition("MemoryPressure", "True")]}}, "status.conditions"),
+    ({"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}}, "status.conditions"),
     ({"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True"), _condition("Ready", "Unknown")]}},
-     "status.conditions other than EdgeHealthy"),
+     "status.conditions"),
     ({"status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}]}}, "status.addresses"),
     ({"status": {"capacity": {"cpu": "64"}}}, "status.capacity"),
     ({"status": {"allocatable": {"pods": "0"}}}, "status.allocatable"),
@@ -432,7 +435,7 @@ def test_agent_cannot_change_anything_else_of_a_node_status(world: World, body: 
 
 
 async def test_agent_code_paths_pass_the_policies(world: World, node_lease: dict[str, Any]) -> None:
-    """renew_on_behalf (carrier), clear_stale_mark (own agent) and the publisher's condition patch."""
+    """renew_on_behalf (carrier), clear_stale_mark (own agent) and the role condition on its own node."""
     n1 = api_client(str(world.n1.kubeconfig), timeout_s=10)
     n2 = api_client(str(world.n2.kubeconfig), timeout_s=10)
     try:
@@ -443,7 +446,7 @@ async def test_agent_code_paths_pass_the_policies(world: World, node_lease: dict
         world.admin.kubectl("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge",
                             "-p", json.dumps({"spec": {"renewTime": _micro(dt.datetime.now(dt.timezone.utc))}}))
         assert await clear_stale_mark(client=n2, node="n2") is True
-        await n1.patch(Node.Status, "n2", {"status": {"conditions": [_condition(EDGE_CONDITION_TYPE, "True")]}})
+        await n1.patch(Node.Status, "n1", {"status": {"conditions": [_condition(ROLE_CONDITION_TYPE, "True")]}})
     finally:
         await n1.close()
         await n2.close()

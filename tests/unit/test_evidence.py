@@ -224,3 +224,32 @@ def test_one_key_never_decides_against_an_honest_majority(n: int, data: st.DataO
     if honest > n // 2:
         expected = Verdict.HEALTHY if honest_view == "alive" else Verdict.UNHEALTHY
         assert d.verdict is expected
+
+
+# --------------------------------------------------------------------------- rate limit
+
+
+def test_rate_limiter_token_bucket_per_source() -> None:
+    from edgewatch.core.ratelimit import RateLimiter
+
+    lim = RateLimiter(rate_per_s=2.0, burst=3, max_sources=2)
+    assert [lim.allow("a", now=0.0) for _ in range(4)] == [True, True, True, False]
+    assert lim.allow("b", now=0.0)  # another source is not affected
+    assert not lim.allow("a", now=0.2) and lim.allow("a", now=0.5)  # refills at 2/s
+    lim.allow("c", now=1.0)
+    assert len(lim) == 2  # bounded: the least recently used source went
+    with pytest.raises(ValueError):
+        RateLimiter(rate_per_s=0, burst=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 0.5), max_size=200))
+def test_rate_limiter_never_allows_more_than_burst_plus_rate(gaps: list[float]) -> None:
+    from edgewatch.core.ratelimit import RateLimiter
+
+    lim = RateLimiter(rate_per_s=5.0, burst=4)
+    now, allowed = 0.0, 0
+    for gap in gaps:
+        now += gap
+        allowed += lim.allow("x", now=now)
+    assert allowed <= 4 + 5.0 * now + 1e-9

@@ -49,6 +49,7 @@ from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.quorum import Decision, decide_all
 from edgewatch.core.beacon import BeaconHolder
+from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
 from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import (
@@ -102,6 +103,8 @@ class PeerExchange:
         self.rng = rng or random.Random()
         self.beacon = beacon if beacon is not None else BeaconHolder()
         wire = config.wire
+        self.limiter = RateLimiter(rate_per_s=wire.rate_per_source_s, burst=wire.rate_burst)
+        self._limited_logged: dict[str, float] = {}
         self.book = HeartbeatBook(max_origins=wire.book_max_origins)
         self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
                                  retired_epochs=wire.replay_retired_epochs)
@@ -300,6 +303,17 @@ class PeerExchange:
 
     async def handle(self, request: web.Request) -> web.Response:
         """POST /v1/exchange: absorb the sender's envelope and answer with ours."""
+        remote = request.remote or ""
+        now = time.monotonic()
+        if not self.limiter.allow(remote, now=now):
+            self.metrics.messages.labels(result="rate_limited").inc()
+            if now - self._limited_logged.get(remote, -3600.0) >= 60.0:  # one line a minute per source
+                self._limited_logged[remote] = now
+                if len(self._limited_logged) > 1_000:
+                    self._limited_logged.clear()
+                log.warning("peer requests from %s over %g/s: refusing them (429)", remote,
+                            self.config.wire.rate_per_source_s, extra={"kind": "rate_limited", "remote": remote})
+            return web.Response(status=429, text="rate limited\n")
         limit = self.config.wire.max_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)

@@ -292,10 +292,22 @@ class WireConfig:
     """Capacity of the :class:`HeartbeatBook` (one entry per origin).
     Default 5,000: Kubernetes' largest supported cluster."""
 
+    rate_per_source_s: float = 20.0
+    """Requests a second one source address may send to the peer server
+    (:class:`edgewatch.core.ratelimit.RateLimiter`); more are refused with
+    429 before the body is read or a signature checked. Default 20: a peer
+    sends one request a period (1 s) in full mesh, a few in gossip mode;
+    20 leaves room for retries and a burst of restarts."""
+
+    rate_burst: float = 40.0
+    """Requests one source may send at once before its rate applies."""
+
     def __post_init__(self) -> None:
         _positive_int("max_bytes", self.max_bytes, 256)
         max_age = _positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
         _positive_int("fanout", self.fanout)
+        _positive_seconds("rate_per_source_s", self.rate_per_source_s)
+        _positive_seconds("rate_burst", self.rate_burst)
         _positive_int("max_relays", self.max_relays, 0)
         relay_age = _positive_seconds("relay_max_age_s", self.relay_max_age_s)
         _positive_int("replay_window", self.replay_window)
