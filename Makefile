@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries unit bench bench-lab bench-cache clean-lab
+.PHONY: demo test setup system-deps binaries unit bench bench-lab bench-cache fuzz clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -53,6 +53,10 @@ bench-lab: setup binaries
 # (200 Services x 10 endpoints; about 16 minutes).
 bench-cache: setup binaries
 	$(PY) bench/pool_cache.py 5 20
+
+# Fuzz every parser reachable from the network or the API (20,000 inputs each; about 10 minutes).
+fuzz: setup
+	$(PY) hack/fuzz.py 20000
 
 # Remove network namespaces and control planes left by a crashed run.
 clean-lab: setup

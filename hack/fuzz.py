@@ -1,0 +1,190 @@
+"""Fuzz every parser edgewatch exposes to the network or the API, with hypothesis, and print how
+many inputs each took (``make fuzz``; issue 12).
+
+A parser passes when, for every input, it returns or raises only its documented refusal (never
+another exception, never a hang). Inputs mix pure junk with mutations of valid messages, so the
+checks after the signature (schema, binding) are reached too: the mutations are signed with a real
+key, as a compromised node could.
+
+Usage: ``python hack/fuzz.py [examples per target, default 20000]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgewatch.agent.coordinator import HeartbeatRejected, parse_heartbeat
+from edgewatch.core.beacon import BeaconHolder, Beacon, sign_beacon
+from edgewatch.core.evidence import decode_evidence
+from edgewatch.core.grouping import parse_grouping_config
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys, parse_key_record
+from edgewatch.core.poolconfig import parse_pool_coordinators
+from edgewatch.core.types import NodeName
+from edgewatch.core.wire import (
+    ENVELOPE_DOMAIN,
+    ENVELOPE_MAGIC,
+    Rejected,
+    ReplayGuard,
+    decode_envelope,
+    encode_envelope,
+    sign_heartbeat,
+)
+from edgewatch.poolcache.feed import ObjectRejected, check_object
+from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResourcesError, parse_pool_resources
+from edgewatch.poolcache.selectors import SelectorError, parse_field_selector, parse_label_selector
+
+PUBLIC = PublicKeys()
+A = NodeKeyring(node=NodeName("a-1"), keys=(NodeKey.generate(),), public=PUBLIC)
+B = NodeKeyring(node=NodeName("a-2"), keys=(NodeKey.generate(),), public=PUBLIC)
+BEACON_KEY = NodeKey.generate()
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=30)
+
+
+def _valid_body() -> dict[str, object]:
+    own = sign_heartbeat(origin=NodeName("a-1"), incarnation=1, seq=1, kubelet_ok=True, cloud_ok=True,
+                         alive=[NodeName("a-1")], dead=[], keyring=A)
+    raw = encode_envelope(sender=NodeName("a-1"), receiver=NodeName("a-2"), epoch=1, seq=1, nonce="0" * 32,
+                          own=own, keyring=A)
+    return json.loads(raw.split(b"\n", 1)[1])
+
+
+VALID = _valid_body()
+
+
+@st.composite
+def envelopes(draw: st.DrawFn) -> bytes:
+    """Junk, or a valid envelope body with one field replaced, re-signed by a-1's real key."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=600))
+    body = dict(VALID)
+    body[draw(st.sampled_from(sorted(VALID) + ["extra"]))] = draw(json_values)
+    data = json.dumps(body, separators=(",", ":")).encode()
+    key_id, mac = A.sign_bytes(data, domain=ENVELOPE_DOMAIN)
+    return ENVELOPE_MAGIC + f" {key_id} {mac}\n".encode() + data
+
+
+def _envelope(raw: bytes) -> None:
+    try:
+        decode_envelope(raw, keyring=B, receiver=NodeName("a-2"), max_bytes=65_536, guard=ReplayGuard())
+    except Rejected:
+        pass
+
+
+def _evidence(text: str) -> None:
+    try:
+        decode_evidence(text, writer=NodeName("a-1"), verifier=PUBLIC)
+    except Rejected:
+        pass
+
+
+@st.composite
+def evidence_texts(draw: st.DrawFn) -> str:
+    if draw(st.booleans()):
+        return draw(st.text(max_size=400))
+    hb = dict(VALID["heartbeats"][0])  # type: ignore[index]
+    hb[draw(st.sampled_from(sorted(hb)))] = draw(json_values)
+    return json.dumps([A.sign({k: v for k, v in hb.items() if k not in ("key_id", "mac")},
+                              domain="edgewatch/heartbeat/v3") if draw(st.booleans()) else hb])
+
+
+def _key_record(text: str) -> None:
+    try:
+        parse_key_record(text)
+    except ValueError:
+        pass
+
+
+def _beacon(token: str) -> None:
+    holder = BeaconHolder()
+    holder.trust(BEACON_KEY.public_raw)
+    holder.offer(token)  # never raises
+
+
+@st.composite
+def beacon_tokens(draw: st.DrawFn) -> str:
+    good = sign_beacon(Beacon(draw(st.integers(0, 10**15)), "ab" * 16), BEACON_KEY)
+    return draw(st.sampled_from([good, good[:-1], good + "0", good.replace(".", ":")]) | st.text(max_size=220))
+
+
+def _coordinator_heartbeat(value: bytes) -> None:
+    try:
+        parse_heartbeat("a-1", value)
+    except HeartbeatRejected:
+        pass
+
+
+def _pool_object(obj: object) -> None:
+    try:
+        check_object(obj, DEFAULT_RESOURCES[0])
+    except ObjectRejected:
+        pass
+
+
+def _selectors(text: str) -> None:
+    for parse in (parse_label_selector, parse_field_selector):
+        try:
+            parse(text)
+        except SelectorError:
+            pass
+
+
+def _config(data: dict[str, str]) -> None:
+    try:
+        parse_grouping_config(data)
+    except ValueError:
+        pass
+    for parse, errors in ((parse_pool_coordinators, (ValueError,)), (parse_pool_resources, (PoolResourcesError,))):
+        try:
+            parse(data.get("x", ""))
+        except errors:
+            pass
+
+
+TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] = [
+    ("peer envelope (decode_envelope)", _envelope, envelopes()),
+    ("evidence Lease (decode_evidence)", _evidence, evidence_texts()),
+    ("key record (parse_key_record)", _key_record, st.text(max_size=400)),
+    ("beacon token (BeaconHolder.offer)", _beacon, beacon_tokens()),
+    ("coordinator heartbeat (parse_heartbeat)", _coordinator_heartbeat,
+     st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode())),
+    ("pool-cache object (check_object)", _pool_object, json_values),
+    ("label and field selectors", _selectors, st.text(max_size=120)),
+    ("edgewatch-config keys", _config, st.dictionaries(st.sampled_from(
+        ["grouping", "groupLabel", "coverLabel", "x", "poolCoordinators"]), st.text(max_size=80), max_size=4)),
+]
+
+
+def run(examples: int) -> int:
+    """Fuzz every target; returns the total number of inputs tried."""
+    total = 0
+    for name, target, strategy in TARGETS:
+        count = 0
+
+        @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                  suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def case(value: object) -> None:
+            nonlocal count
+            count += 1
+            target(value)
+
+        started = time.monotonic()
+        case()
+        total += count
+        print(f"{name:45s} {count:>8,d} inputs  {time.monotonic() - started:6.1f} s", flush=True)
+    print(f"{'total':45s} {total:>8,d} inputs")
+    return total
+
+
+if __name__ == "__main__":
+    run(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)
