@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from _pool import NODES, edge, five_node_pool, node, wait
 from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
@@ -38,45 +39,20 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
 )
 from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.playground.scenario import parse_scenario
 from edgewatch.testing.kubeletsim import make_client
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
-NODES = [f"a-{i}" for i in range(1, 6)]
 AGENT_SUBJECT = "system:serviceaccount:edgewatch:edgewatch-agent"
 
 
 @pytest.fixture(scope="module")
 def cluster(binaries) -> Iterator[PlaygroundCluster]:  # type: ignore[no-untyped-def]
-    scenario = parse_scenario({"name": "adversary-test", "topology": {"pools": [{"name": "a", "nodes": 5}]},
-                               "steps": [{"at": 1, "action": "end"}]})
-    with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=binaries) as c:
-        _wait(lambda: all(_edge(c, n) == "True" for n in NODES), 120, "EdgeHealthy=True everywhere")
+    with five_node_pool(binaries, "adversary-test") as c:
         yield c
-    c.remove_workdir()
 
 
-def _wait(predicate, timeout_s: float, what: str, interval_s: float = 0.5) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
-    return time.monotonic() - start
-
-
-def _node(c: PlaygroundCluster, name: str) -> dict:  # type: ignore[type-arg]
-    assert c.cp is not None
-    return json.loads(c.cp.kubectl("get", "node", name, "-o", "json"))
-
-
-def _edge(c: PlaygroundCluster, name: str) -> str | None:
-    try:
-        conds = _node(c, name)["status"].get("conditions", [])
-    except Exception:  # noqa: BLE001 - a failed read is "not yet"
-        return None
-    return next((x["status"] for x in conds if x["type"] == EDGE_CONDITION_TYPE), None)
+_wait, _node, _edge = wait, node, edge
 
 
 def _taints(c: PlaygroundCluster, name: str) -> set[str]:

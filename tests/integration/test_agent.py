@@ -10,9 +10,7 @@ judges the minority and never the majority.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import re
 import secrets
 import sys
@@ -23,46 +21,22 @@ from collections.abc import Iterator
 
 import pytest
 
+from _pool import NODES, edge, five_node_pool, node, wait
+
 from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, DELEGATED_VIA_ANNOTATION, EDGE_CONDITION_TYPE
 from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.playground.scenario import parse_scenario
 from edgewatch.testing.kubeletsim import make_client
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
-NODES = [f"a-{i}" for i in range(1, 6)]
-
 
 @pytest.fixture(scope="module")
 def cluster(binaries) -> Iterator[PlaygroundCluster]:  # type: ignore[no-untyped-def]
-    scenario = parse_scenario({"name": "agent-test", "topology": {"pools": [{"name": "a", "nodes": 5}]},
-                               "steps": [{"at": 1, "action": "end"}]})
-    with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=binaries) as c:
-        _wait(lambda: all(_edge(c, n) == "True" for n in NODES), 90, "EdgeHealthy=True everywhere")
+    with five_node_pool(binaries, "agent-test", settle_s=90) as c:
         yield c
-    c.remove_workdir()
 
 
-def _wait(predicate, timeout_s: float, what: str, interval_s: float = 0.25) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
-    return time.monotonic() - start
-
-
-def _node(c: PlaygroundCluster, name: str) -> dict:  # type: ignore[type-arg]
-    assert c.cp is not None
-    return json.loads(c.cp.kubectl("get", "node", name, "-o", "json"))
-
-
-def _edge(c: PlaygroundCluster, name: str) -> str | None:
-    try:
-        conds = _node(c, name)["status"].get("conditions", [])
-    except Exception:
-        return None
-    return next((x["status"] for x in conds if x["type"] == EDGE_CONDITION_TYPE), None)
+_wait, _node, _edge = wait, node, edge
 
 
 def _condition(c: PlaygroundCluster, name: str) -> object:
