@@ -146,6 +146,7 @@ class Reconciler:
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
+        self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
         self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
                                      on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
@@ -214,12 +215,18 @@ class Reconciler:
             self.plans.pop(name, None)
             self.observations.forget(name=name)
             self.queue.forget(name)
+            self._labels.pop(name, None)
             self.verified.set_node(name, None)
             return
         self.nodes.add(name)
-        labels = dict(node.metadata.labels or {})
-        self.verified.set_node(name, labels if self.coverage.covers(labels) else None)
+        self._labels[name] = dict(node.metadata.labels or {})
+        self._cover_in_evidence(name)
         self.queue.add(name)
+
+    def _cover_in_evidence(self, name: str) -> None:
+        """Tell the verified view whether ``name`` is a covered node, and its labels (its group)."""
+        labels = self._labels.get(name)
+        self.verified.set_node(name, labels if labels is not None and self.coverage.covers(labels) else None)
 
     def _on_lease(self, op: str, lease: Lease) -> None:
         name = lease.metadata.name
@@ -231,6 +238,8 @@ class Reconciler:
         changed = self._apply_config(None if op == "DELETED" else (cm.data or {}))
         self.verified.set_grouping(self.coverage.config)
         if changed:
+            for name in list(self._labels):
+                self._cover_in_evidence(name)
             for name in sorted(self.nodes | set(self.plans)):
                 self.queue.add(name)
 
