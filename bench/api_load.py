@@ -34,8 +34,9 @@ def _watch_events(cluster: PlaygroundCluster) -> Counter[str]:
     assert cluster.cp is not None
     out: Counter[str] = Counter()
     for m in _WATCH_EVENTS.finditer(cluster.cp.kubectl("get", "--raw", "/metrics")):
-        kind = re.search(r'kind="([^"]*)"', m.group("labels"))
-        out[kind.group(1) if kind else "?"] += int(float(m.group("value")))
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
+        kind = labels.get("resource") or labels.get("kind") or "?"
+        out[f"{labels.get('group', '') or 'core'}/{kind}"] += int(float(m.group("value")))
     return out
 
 

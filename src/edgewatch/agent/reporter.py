@@ -15,8 +15,9 @@ Two loops:
   changes (not their seq) and at least every ``refresh_s`` with a current beacon, so a quiet node
   costs one small write per ``refresh_s`` (the kubelet's own Lease: one per 10 s).
 
-Every write is bounded by ``timeout_s`` and carries the resourceVersion it read (a conflict is
-retried on the next tick). Errors are logged and counted, never fatal.
+Every write is bounded by ``timeout_s`` and carries the resourceVersion of the Lease as the last
+write returned it (one request per write; a conflict makes the next tick read it again). Errors are
+logged and counted, never fatal.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class EvidenceReporter:
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
         self._written: tuple[tuple[object, ...], str, float] | None = None  # (content, beacon, monotonic)
+        self._lease: Lease | None = None  # the evidence Lease as the apiserver returned our last write
         self.writes = 0
         self._load_key()
 
@@ -184,8 +186,9 @@ class EvidenceReporter:
             return None
         return own, carried
 
-    async def write(self, own: Heartbeat, carried: list[Heartbeat]) -> str:
-        """Write the evidence Lease once; returns ``ok``, ``failed``, ``conflict`` or ``timeout``."""
+    async def write(self, own: Heartbeat, carried: list[Heartbeat], *, now: float | None = None) -> str:
+        """Write the evidence Lease once; returns ``ok``, ``failed``, ``conflict`` or ``timeout``.
+        ``now``: this agent's monotonic time (seconds) the write is noted at (default: the clock's)."""
         try:
             text = encode_evidence(own, carried)
         except ValueError as exc:
@@ -195,11 +198,13 @@ class EvidenceReporter:
         try:
             async with asyncio.timeout(self.timeout_s):
                 try:
-                    lease = await self.client.get(Lease, self.node, namespace=self.namespace)
+                    # The Lease as we last wrote it (its resourceVersion is the precondition); read
+                    # it only when we have none, or after a conflict showed someone else wrote it.
+                    lease = self._lease or await self.client.get(Lease, self.node, namespace=self.namespace)
                 except ApiError as exc:
                     if exc.status.code != 404:
                         raise
-                    await self.client.create(Lease(
+                    self._lease = await self.client.create(Lease(
                         metadata=ObjectMeta(name=self.node, namespace=self.namespace,
                                             labels={"app.kubernetes.io/part-of": "edgewatch"},
                                             annotations={EVIDENCE_ANNOTATION: text}),
@@ -210,19 +215,23 @@ class EvidenceReporter:
                         lease.spec = LeaseSpec()
                     lease.spec.holderIdentity = self.node
                     lease.spec.renewTime = now_text
-                    await self.client.replace(lease)  # with the resourceVersion read: 409 if raced
+                    self._lease = None
+                    self._lease = await self.client.replace(lease)  # with its resourceVersion: 409 if raced
         except TimeoutError:
+            self._lease = None
             return "timeout"
         except ApiError as exc:
+            self._lease = None
             if exc.status.code == 409:
                 return "conflict"
             log.info("writing the evidence of %s failed: %s", self.node, exc)
             return "failed"
         except (httpx.HTTPError, OSError) as exc:
+            self._lease = None
             log.info("writing the evidence of %s failed: %s", self.node, exc or type(exc).__name__)
             return "failed"
         content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
-        self._written = (content, own.beacon, time.monotonic())
+        self._written = (content, own.beacon, time.monotonic() if now is None else now)
         self.writes += 1
         return "ok"
 
@@ -231,10 +240,11 @@ class EvidenceReporter:
             await asyncio.sleep(self.tick_s)
             if not self._cloud_ok():
                 continue
-            wanted = self.due(now=time.monotonic())
+            now = time.monotonic()
+            wanted = self.due(now=now)
             if wanted is None:
                 continue
-            result = await self.write(*wanted)
+            result = await self.write(*wanted, now=now)
             self._on_write(result)
 
     async def run(self) -> None:
