@@ -134,10 +134,15 @@ def test_encode_refuses_too_many() -> None:
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=15).map(json.dumps)))
 def test_decode_evidence_never_raises_anything_but_rejected(text: str) -> None:
+    """Junk is refused with an explained reason; anything accepted starts with the writer's own
+    statement, verified (no junk here carries a valid signature, so nothing is accepted)."""
     try:
-        decode_evidence(text, writer=N[0], verifier=PUBLIC)
-    except Rejected:
-        pass
+        accepted, refused = decode_evidence(text, writer=N[0], verifier=PUBLIC)
+    except Rejected as exc:
+        assert exc.reason in set(RejectReason) and 0 < len(exc.detail) <= 300
+        return
+    assert accepted and accepted[0].origin == N[0]
+    assert all(r.reason in set(RejectReason) for r in refused)
 
 
 # --------------------------------------------------------------------------- the book

@@ -140,10 +140,14 @@ def test_parse_key_record_limits() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_parse_key_record_never_raises_anything_but_value_error(text: str) -> None:
+    """Junk is refused with a message; a record that parses names each key by its own id."""
     try:
-        parse_key_record(text)
-    except ValueError:
-        pass
+        parsed = parse_key_record(text)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    assert 1 <= len(parsed) <= MAX_KEYS_PER_NODE
+    assert all(key_id == key_id_of(raw) for key_id, raw in parsed)
 
 
 def test_key_file_create_load_rotate(tmp_path: Path) -> None:

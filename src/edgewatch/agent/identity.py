@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.identity import NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
+from edgewatch.statefile import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,7 @@ class IdentityKeeper:
             return
         path = self.state_dir / _STATE_FILE
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._records, sort_keys=True))
-            os.replace(tmp, path)
+            replace_file(path, json.dumps(self._records, sort_keys=True))
         except OSError as exc:
             log.info("cannot save known keys to %s: %s", path, exc)
 

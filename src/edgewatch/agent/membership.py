@@ -44,6 +44,7 @@ from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
 from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.types import NodeName
 from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch.statefile import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -273,11 +274,8 @@ class Membership:
         if path is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps([{"name": i.name, "address": i.address, "labels": i.labels}
-                                       for i in self.nodes.values()]))
-            os.replace(tmp, path)
+            replace_file(path, json.dumps([{"name": i.name, "address": i.address, "labels": i.labels}
+                                           for i in self.nodes.values()]))
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc.strerror or exc}"
             self._on_save_error(type(exc).__name__)

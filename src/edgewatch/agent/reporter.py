@@ -27,7 +27,6 @@ import base64
 import binascii
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +49,7 @@ from edgewatch.names import (
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
 )
+from edgewatch.statefile import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +130,7 @@ class EvidenceReporter:
             return
         path = self.state_dir / _KEY_FILE
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(raw)
-            os.replace(tmp, path)
+            replace_file(path, raw)
         except OSError as exc:
             log.info("cannot save the controller key to %s: %s", path, exc)
 
