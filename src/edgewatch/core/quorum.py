@@ -54,6 +54,7 @@ __all__ = [
     "VoteConfig",
     "decide",
     "decide_all",
+    "fresh_votes",
     "is_fresh",
     "majority",
     "validate_timing",
@@ -209,13 +210,20 @@ class Decision:
         )
 
 
-def _counted_votes(
+def fresh_votes(
     *,
     group: frozenset[NodeName],
     votes: Mapping[NodeName, Vote],
     now: float,
     vote_ttl_s: float,
 ) -> list[Vote]:
+    """The votes that count at ``now``: those of members of ``group`` that are fresh
+    (:func:`is_fresh`).
+
+    Raises:
+        ValueError: a key of ``votes`` differs from its vote's observer; ``now``/``vote_ttl_s``
+            not finite, or ``vote_ttl_s <= 0``.
+    """
     _finite_seconds("now", now, positive=False)
     _finite_seconds("vote_ttl_s", vote_ttl_s, positive=True)
     counted: list[Vote] = []
@@ -272,7 +280,7 @@ def decide(
     """
     if subject not in group:
         raise ValueError(f"subject {subject!r} is not a member of the group")
-    counted = _counted_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
+    counted = fresh_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
     return _decide_from(subject, group_size=len(group), counted=counted)
 
 
@@ -286,5 +294,5 @@ def decide_all(
     """:func:`decide` for every member of ``group`` (same arguments and
     errors, minus ``subject``). Returns member -> decision; empty for an
     empty group."""
-    counted = _counted_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
+    counted = fresh_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
     return {m: _decide_from(m, group_size=len(group), counted=counted) for m in sorted(group)}

@@ -1,0 +1,167 @@
+"""Tests of edgewatch.core.reach: the strict-majority rule over who reaches a node, for full meshes
+(equal to the direct count of edgewatch.core.quorum) and K-ring groups up to 1,000, including one
+lying member."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgewatch.core.quorum import Vote, decide_all
+from edgewatch.core.reach import components, decide_reach
+from edgewatch.core.topology import neighbours
+from edgewatch.core.types import NodeName, Verdict
+
+TTL = 5.0
+NOW = 100.0
+
+
+def group(n: int) -> list[NodeName]:
+    return [NodeName(f"e{i:04d}") for i in range(n)]
+
+
+def partition_votes(members: list[NodeName], side_of: dict[NodeName, int], *, dead: set[NodeName],
+                    silent: set[NodeName], ring: dict[NodeName, frozenset[NodeName]],
+                    claims_dead: bool = True) -> dict[NodeName, Vote]:
+    """Votes of a clean partition: every live member with a delivered statement names its neighbours
+    on its own side alive (and itself), the others (other sides, dead nodes) dead."""
+    votes = {}
+    for m in members:
+        if m in dead or m in silent:
+            continue
+        near = ring[m]
+        alive = {p for p in near if p not in dead and side_of[p] == side_of[m]} | {m}
+        gone = {p for p in near if p not in alive} if claims_dead else set()
+        votes[m] = Vote(observer=m, observed_at=NOW, alive=frozenset(alive), dead=frozenset(gone))
+    return votes
+
+
+@st.composite
+def full_mesh_case(draw: st.DrawFn) -> tuple[list[NodeName], dict[NodeName, int], set[NodeName], set[NodeName]]:
+    n = draw(st.integers(min_value=1, max_value=7))
+    members = group(n)
+    sides = draw(st.lists(st.integers(min_value=0, max_value=2), min_size=n, max_size=n))
+    dead = {m for m, d in zip(members, draw(st.lists(st.booleans(), min_size=n, max_size=n))) if d}
+    silent = {m for m, s in zip(members, draw(st.lists(st.booleans(), min_size=n, max_size=n))) if s} - dead
+    return members, dict(zip(members, sides)), dead, silent
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=full_mesh_case())
+def test_full_mesh_equals_the_direct_count(case) -> None:  # type: ignore[no-untyped-def]
+    members, side_of, dead, silent = case
+    ring = dict(neighbours(members))
+    votes = partition_votes(members, side_of, dead=dead, silent=silent, ring=ring)
+    g = frozenset(members)
+    direct = decide_all(group=g, votes=votes, now=NOW, vote_ttl_s=TTL)
+    reached = decide_reach(group=g, votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert {m: d.verdict for m, d in reached.items()} == {m: d.verdict for m, d in direct.items()}
+
+
+@st.composite
+def ring_case(draw: st.DrawFn) -> tuple[list[NodeName], dict[NodeName, int]]:
+    n = draw(st.integers(min_value=8, max_value=80))
+    members = group(n)
+    rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
+    sides = draw(st.integers(min_value=2, max_value=3))
+    side_of = {m: rng.randrange(sides) for m in members}
+    return members, side_of
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=ring_case(), claims_dead=st.booleans())
+def test_a_side_of_at_least_half_is_never_unhealthy(case, claims_dead: bool) -> None:  # type: ignore[no-untyped-def]
+    members, side_of = case
+    ring = dict(neighbours(members))
+    votes = partition_votes(members, side_of, dead=set(), silent=set(), ring=ring, claims_dead=claims_dead)
+    n = len(members)
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    root = components(group=frozenset(members), fresh=votes, ring=ring)
+    for m in members:
+        side = [p for p in members if side_of[p] == side_of[m]]
+        if 2 * len(side) >= n:
+            assert out[m].verdict is not Verdict.UNHEALTHY
+        if 2 * len(side) > n and len({root[p] for p in side}) == 1:
+            assert out[m].verdict is Verdict.HEALTHY
+        if not claims_dead:
+            assert out[m].verdict is not Verdict.UNHEALTHY  # no evidence of death: only abstentions
+        assert out[m].alive_count + out[m].dead_count <= n
+
+
+@pytest.mark.parametrize("n", [4, 50, 1000])
+def test_an_even_split_decides_nothing(n: int) -> None:
+    members = group(n)
+    side_of = {m: i % 2 for i, m in enumerate(members)}
+    ring = dict(neighbours(members))
+    votes = partition_votes(members, side_of, dead=set(), silent=set(), ring=ring)
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert {d.verdict for d in out.values()} == {Verdict.UNKNOWN}
+
+
+@pytest.mark.parametrize("n", [5, 25, 200, 1000])
+def test_a_dead_node_is_unhealthy_and_a_silent_live_one_is_not(n: int) -> None:
+    members = group(n)
+    ring = dict(neighbours(members))
+    victim, cut_off = members[0], members[-1]
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead={victim}, silent={cut_off}, ring=ring)
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert out[victim].verdict is Verdict.UNHEALTHY
+    assert out[cut_off].verdict is Verdict.HEALTHY  # its neighbours reach it: attached
+    assert all(out[m].verdict is Verdict.HEALTHY for m in members[1:])
+
+
+def test_stale_and_foreign_votes_do_not_count() -> None:
+    members = group(5)
+    ring = dict(neighbours(members))
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead=set(), silent=set(), ring=ring)
+    stale = {m: Vote(observer=m, observed_at=NOW - 2 * TTL, alive=v.alive, dead=v.dead) for m, v in votes.items()}
+    out = decide_reach(group=frozenset(members), votes=stale, now=NOW, vote_ttl_s=TTL)
+    assert {d.verdict for d in out.values()} == {Verdict.UNKNOWN}
+    assert all(d.votes_counted == 0 for d in out.values())
+    with pytest.raises(ValueError):
+        decide_reach(group=frozenset(members), votes={members[0]: votes[members[1]]}, now=NOW, vote_ttl_s=TTL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(min_value=1, max_value=12), data=st.data())
+def test_counts_never_exceed_the_fresh_statements(n: int, data: st.DataObject) -> None:
+    members = group(n)
+    votes = {}
+    for m in members:
+        if data.draw(st.booleans()):
+            claims = data.draw(st.lists(st.sampled_from([None, True, False]), min_size=n, max_size=n))
+            alive = frozenset(p for p, c in zip(members, claims) if c is True)
+            dead = frozenset(p for p, c in zip(members, claims) if c is False)
+            votes[m] = Vote(observer=m, observed_at=NOW, alive=alive, dead=dead)
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL)
+    for d in out.values():
+        assert 0 <= d.alive_count and 0 <= d.dead_count
+        assert d.alive_count + d.dead_count <= len(votes)
+        assert not (2 * d.alive_count > n and 2 * d.dead_count > n)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(min_value=5, max_value=120), liar_at=st.integers(min_value=0, max_value=10**6),
+       victim_at=st.integers(min_value=0, max_value=10**6), data=st.data())
+def test_one_liar_cannot_flip_a_verdict(n: int, liar_at: int, victim_at: int, data: st.DataObject) -> None:
+    members = group(n)
+    ring = dict(neighbours(members))
+    liar, victim = members[liar_at % n], members[victim_at % n]
+    if liar == victim:
+        return
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead={victim}, silent=set(), ring=ring)
+    honest_witnesses = [p for p in ring[victim] if p != liar]
+    # The liar says anything at all about anyone.
+    claims = data.draw(st.lists(st.sampled_from([None, True, False]), min_size=n, max_size=n))
+    votes[liar] = Vote(observer=liar, observed_at=NOW,
+                       alive=frozenset(p for p, c in zip(members, claims) if c is True),
+                       dead=frozenset(p for p, c in zip(members, claims) if c is False))
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    for m in members:
+        if m not in (liar, victim):
+            assert out[m].verdict is Verdict.HEALTHY, out[m].message
+    if len(honest_witnesses) >= 2:
+        assert out[victim].verdict is not Verdict.HEALTHY
