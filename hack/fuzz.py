@@ -94,7 +94,7 @@ def evidence_texts(draw: st.DrawFn) -> str:
     hb = dict(VALID["heartbeats"][0])  # type: ignore[index]
     hb[draw(st.sampled_from(sorted(hb)))] = draw(json_values)
     return json.dumps([A.sign({k: v for k, v in hb.items() if k not in ("key_id", "mac")},
-                              domain="edgewatch/heartbeat/v3") if draw(st.booleans()) else hb])
+                              domain="edgewatch/heartbeat/v4") if draw(st.booleans()) else hb])
 
 
 def _key_record(text: str) -> None:

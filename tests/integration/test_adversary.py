@@ -106,9 +106,9 @@ class Attacker:
 
     def forged_statement(self, origin: str, *, dead: list[str]) -> dict[str, object]:
         """A statement claiming to be ``origin``'s, signed with the attacker's own (published) key."""
-        payload = {"v": 3, "origin": origin, "incarnation": 1, "seq": 1, "kubelet_ok": True, "cloud_ok": True,
-                   "alive": [], "dead": sorted(dead), "beacon": self.beacon.value}
-        return self.ring.sign(payload, domain="edgewatch/heartbeat/v3")
+        payload = {"v": 4, "origin": origin, "incarnation": 1, "seq": 1, "kubelet_ok": True, "cloud_ok": True,
+                   "alive": [], "dead": sorted(dead), "carrier": "", "beacon": self.beacon.value}
+        return self.ring.sign(payload, domain="edgewatch/heartbeat/v4")
 
     async def write_evidence(self, client, text: str) -> None:  # type: ignore[no-untyped-def]
         lease = await client.get(Lease, self.node, namespace=IDENTITY_NAMESPACE)

@@ -120,7 +120,7 @@ def test_hostile_messages_are_rejected_counted_and_harmless(cluster: PlaygroundC
     # Forged: a-2's published key id with a signature made by a key it is not.
     header, body = _envelope(real, dead=["a-1"]).split(b"\n", 1)
     stranger = NodeKeyring(node="a-2", keys=(NodeKey.generate(),))
-    _, wrong = stranger.sign_bytes(body, domain="edgewatch/envelope/v3")
+    _, wrong = stranger.sign_bytes(body, domain="edgewatch/envelope/v4")
     assert _post(url, b" ".join(header.split(b" ")[:2] + [wrong.encode()]) + b"\n" + body) == 403  # bad signature
     assert _post(url, _envelope(stranger, dead=["a-1"])) == 403  # a key nobody published: unknown key
     # A compromised a-3 signs as a-2 with its own, published key: refused (a node signs only as itself).

@@ -125,7 +125,7 @@ async def test_a_hanging_status_write_never_delays_carrying(tmp_path: Path) -> N
     agent = _agent(tmp_path, kube)
     _alive(agent, C)
     agent.peers.decisions = _decisions(ME, B, C)
-    agent.duties = Duties(publish=frozenset({ME, B, C}), carry=frozenset({C}), able=frozenset({ME}))
+    agent.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
     await _run_for(agent._cloud_loops(), 2.0, _heartbeats(agent, C))
     assert _renewed(kube, C) >= 4, kube.replaced  # every 0.3 s, whatever the status writes do
 
@@ -136,7 +136,7 @@ async def test_one_slow_lease_never_delays_another_nodes_carry(tmp_path: Path) -
     agent = _agent(tmp_path, kube)
     _alive(agent, B, C, D)
     agent.peers.decisions = _decisions(ME, B, C, D)
-    agent.duties = Duties(publish=frozenset(), carry=frozenset({B, C, D}), able=frozenset({ME}))
+    agent.duties = Duties(carry=frozenset({B, C, D}), statements=frozenset({B, C, D}), able=True)
     started = time.monotonic()
     await _run_for(agent.carrier.run(lambda: agent.duties.carry), 1.6,  # type: ignore[union-attr]
                    _heartbeats(agent, B, C, D))
@@ -185,7 +185,7 @@ async def test_no_carrying_and_no_writes_while_our_own_link_is_down(tmp_path: Pa
     agent = _agent(tmp_path, kube)
     _alive(agent, C)
     agent.peers.decisions = _decisions(ME, C)
-    agent.duties = Duties(publish=frozenset({ME}), carry=frozenset({C}), able=frozenset({ME}))
+    agent.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
     agent.link.state = type(agent.link.state)(up=False)
     await _run_for(agent._cloud_loops(), 1.2)
     assert kube.replaced == [] and kube.patched == []

@@ -220,9 +220,15 @@ async def test_tls_with_an_http_url_is_refused_once_not_crashing(tmp_path: Path,
 def test_per_node_metric_series_are_dropped_when_a_node_leaves(tmp_path: Path) -> None:
     from edgewatch.core.quorum import decide_all
 
+    from edgewatch.core.detector import PeerDetector
+
     agent = _agent(tmp_path)
     reg = agent.metrics.registry
-    agent._export(decide_all(group=frozenset({NodeName("a-9")}), votes={}, now=0.0, vote_ttl_s=5.0))
+    agent.peers.detectors[NodeName("a-9")] = PeerDetector(now=0.0)  # a watched neighbour
+    agent._export(decide_all(group=frozenset({NodeName("a-9"), NodeName("a-10")}), votes={}, now=0.0, vote_ttl_s=5.0))
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) == 1
+    # a-10 is in the group but not watched: no series (1,000 members must not cost 3,000 series)
+    assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-10", "verdict": "unknown"}) is None
+    del agent.peers.detectors[NodeName("a-9")]
     agent._export({})  # a-9 left the group
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) is None

@@ -1,5 +1,5 @@
-"""Duties (who publishes, who carries) and the rendezvous choice behind them: exhaustive small
-cases and hypothesis properties."""
+"""Duties (who carries a cut-off node) and the rendezvous choice behind them: the cut-off node names
+its carrier; exhaustive small cases and hypothesis properties."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgewatch.core.assign import choose
-from edgewatch.core.duties import PeerReport, assign_duties
+from edgewatch.core.duties import PeerReport, assign_duties, choose_carrier
 from edgewatch.core.types import NodeName, Verdict
 
 NAMES = [NodeName(f"n-{i}") for i in range(1, 8)]
-UP, CUT = PeerReport(cloud_ok=True, kubelet_ok=True), PeerReport(cloud_ok=False, kubelet_ok=True)
+UP = PeerReport(cloud_ok=True, kubelet_ok=True)
 
 
-def _all_duties(group, verdicts, reports, carry_enabled=True):  # type: ignore[no-untyped-def]
-    return {m: assign_duties(me=m, group=group, verdicts=verdicts, reports=reports, carry_enabled=carry_enabled)
-            for m in group}
+def cut(carrier: str = "") -> PeerReport:
+    return PeerReport(cloud_ok=False, kubelet_ok=True, carrier=carrier)
 
 
 def test_choose_is_deterministic_and_none_for_no_candidates() -> None:
@@ -33,45 +32,49 @@ def test_removing_the_chosen_moves_only_its_subjects(candidates: set, subject: s
 
 
 @settings(max_examples=300)
-@given(
-    group=st.sets(st.sampled_from(NAMES), min_size=1),
-    data=st.data(),
-)
-def test_each_subject_has_exactly_one_publisher_and_at_most_one_carrier(group: set, data) -> None:  # type: ignore[no-untyped-def,type-arg]
-    group = frozenset(group)
-    verdicts = {m: data.draw(st.sampled_from(list(Verdict))) for m in group}
-    reports = {m: data.draw(st.sampled_from([None, UP, CUT])) for m in group}
-    duties = _all_duties(group, verdicts, reports)
-    able = {m for m in group if verdicts[m] is Verdict.HEALTHY and reports[m] is UP}
-    for subject in group:
-        publishers = [m for m, d in duties.items() if subject in d.publish]
-        carriers = [m for m, d in duties.items() if subject in d.carry]
-        assert len(publishers) == (1 if able else 0)
-        assert set(publishers) <= able
-        needs = verdicts[subject] is Verdict.HEALTHY and reports[subject] is CUT
-        assert len(carriers) == (1 if needs and able - {subject} else 0)
-        assert subject not in carriers  # nobody carries itself
-        assert set(carriers) <= able
+@given(reachable=st.sets(st.sampled_from(NAMES[1:])), data=st.data())
+def test_a_cut_off_node_names_one_able_reachable_carrier(reachable: set, data) -> None:  # type: ignore[no-untyped-def,type-arg]
+    me = NAMES[0]
+    reports = {m: data.draw(st.sampled_from([None, UP, cut(), PeerReport(cloud_ok=True, kubelet_ok=False)]))
+               for m in NAMES[1:]}
+    able = {m for m in reachable if reports[m] is UP}
+    chosen = choose_carrier(me=me, cloud_ok=False, reachable=frozenset(reachable), reports=reports)
+    assert (chosen is None) == (not able)
+    assert chosen is None or chosen in able
+    assert choose_carrier(me=me, cloud_ok=True, reachable=frozenset(reachable), reports=reports) is None
 
 
-def test_unhealthy_or_unknown_nodes_are_never_carried() -> None:
-    group = frozenset(NAMES[:3])
-    reports = {NAMES[0]: UP, NAMES[1]: UP, NAMES[2]: CUT}
-    for verdict in (Verdict.UNHEALTHY, Verdict.UNKNOWN):
-        verdicts = {NAMES[0]: Verdict.HEALTHY, NAMES[1]: Verdict.HEALTHY, NAMES[2]: verdict}
-        assert all(not d.carry for d in _all_duties(group, verdicts, reports).values())
-    verdicts = {n: Verdict.HEALTHY for n in group}
-    carriers = [m for m, d in _all_duties(group, verdicts, reports).items() if NAMES[2] in d.carry]
-    assert len(carriers) == 1 and carriers[0] in NAMES[:2]
+@settings(max_examples=300)
+@given(data=st.data())
+def test_exactly_the_named_carrier_carries(data) -> None:  # type: ignore[no-untyped-def]
+    subject = NAMES[0]
+    neighbours = NAMES[1:]
+    reports = {m: UP for m in neighbours}
+    carrier = choose_carrier(me=subject, cloud_ok=False, reachable=frozenset(neighbours), reports=reports)
+    assert carrier is not None
+    reports[subject] = cut(carrier)
+    verdict = data.draw(st.sampled_from(list(Verdict)))
+    carriers = [m for m in neighbours
+                if subject in assign_duties(me=m, cloud_ok=True, reachable=frozenset({subject}),
+                                            verdicts={subject: verdict}, reports=reports).carry]
+    assert carriers == ([] if verdict is Verdict.UNHEALTHY else [carrier])
 
 
-def test_a_cut_off_agent_has_no_cloud_duties_and_carrying_can_be_disabled() -> None:
-    group = frozenset(NAMES[:2])
-    verdicts = {n: Verdict.HEALTHY for n in group}
-    reports = {NAMES[0]: CUT, NAMES[1]: UP}
-    cut = assign_duties(me=NAMES[0], group=group, verdicts=verdicts, reports=reports)
-    assert not cut.publish and not cut.carry
-    up = assign_duties(me=NAMES[1], group=group, verdicts=verdicts, reports=reports)
-    assert up.publish == group and up.carry == {NAMES[0]}
-    standing_back = assign_duties(me=NAMES[1], group=group, verdicts=verdicts, reports=reports, carry_enabled=False)
-    assert standing_back.publish == group and not standing_back.carry
+def test_no_carrying_without_direct_evidence_a_fresh_report_or_an_own_link() -> None:
+    me, subject = NAMES[1], NAMES[0]
+    reports = {subject: cut(me)}
+    args = dict(me=me, verdicts={}, reports=reports)
+    assert assign_duties(cloud_ok=True, reachable=frozenset({subject}), **args).carry == {subject}  # type: ignore[arg-type]
+    assert not assign_duties(cloud_ok=True, reachable=frozenset(), **args).carry  # type: ignore[arg-type]
+    assert not assign_duties(cloud_ok=False, reachable=frozenset({subject}), **args).carry  # type: ignore[arg-type]
+    assert not assign_duties(me=me, cloud_ok=True, reachable=frozenset({subject}), verdicts={},
+                             reports={}).carry
+    sick = {subject: PeerReport(cloud_ok=False, kubelet_ok=False, carrier=me)}
+    assert not assign_duties(me=me, cloud_ok=True, reachable=frozenset({subject}), verdicts={}, reports=sick).carry
+
+
+def test_standing_back_still_carries_the_statement() -> None:
+    me, subject = NAMES[1], NAMES[0]
+    duties = assign_duties(me=me, cloud_ok=True, reachable=frozenset({subject}), verdicts={},
+                           reports={subject: cut(me)}, carry_enabled=False)
+    assert not duties.carry and duties.statements == {subject} and duties.able

@@ -31,7 +31,7 @@ from edgewatch.agent import peers as peers_module
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, REFUSED_HEADER, PeerExchange
-from edgewatch.core.types import NodeName
+from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import Rejected, RejectReason
 
 A, B = NodeName("a-1"), NodeName("a-2")
@@ -305,9 +305,11 @@ async def test_an_envelope_too_large_to_send_is_refused_not_fatal(other: LoopThr
         other.run(b.stop())
 
 
-def test_detector_settings_follow_the_group_size() -> None:
-    """A group that grows past full_mesh_max switches to gossip: every existing detector takes the
-    scaled timeouts, keeping what it has seen; when it shrinks back they return to the base ones."""
+def test_the_topology_follows_the_group_size() -> None:
+    """A group that grows past the full mesh (2 * rings + 1) switches to the ring topology: the agent
+    watches and probes at most 2 * rings neighbours, drops the detectors of the others and keeps
+    the evidence of those it still watches; when the group shrinks back everyone is a neighbour
+    again. The detector settings do not scale: every piece of evidence is direct."""
     names = [NodeName(f"a-{i}") for i in range(1, 201)]
 
     class Growing:
@@ -320,19 +322,22 @@ def test_detector_settings_follow_the_group_size() -> None:
             return "127.0.0.1"
 
     members = Growing()
-    config = AgentConfig(node=A, identity_file=Path("/nonexistent"), full_mesh_max=3)
+    config = AgentConfig(node=A, identity_file=Path("/nonexistent"))
     peers = PeerExchange(me=A, config=config, keyring=lambda: ring(A), membership=members,  # type: ignore[arg-type]
                          metrics=AgentMetrics(CollectorRegistry()), cloud_ok=lambda: True)
     now = time.monotonic()
     peers.refresh_group(now=now)
-    peers.record(names[1], ok=True, now=now)
-    before = peers.detectors[names[1]]
-    seen = before.snapshot
-    assert before.config == config.detector
-    members.size = 200  # 199 peers > full_mesh_max = 3: gossip
+    assert peers.targets(now=now) == sorted(names[1:3])
+    for peer in names[1:3]:
+        peers.record(peer, ok=True, now=now)
+    members.size = 200
     peers.refresh_group(now=now)
-    assert peers.detectors[names[1]] is before and before.config == config.detector.scaled_for(group_size=200)
-    assert before.config != config.detector and before.snapshot is seen  # evidence kept
+    assert len(peers.near) <= 2 * config.rings and set(peers.targets(now=now)) == set(peers.near)
+    assert set(peers.detectors) <= peers.near
+    kept = [p for p in names[1:3] if p in peers.near]
+    assert all(peers.detectors[p].config == config.detector for p in peers.detectors)
+    for p in kept:
+        assert peers.detectors[p].state(now=now) is Health.ALIVE  # evidence kept
     members.size = 3
     peers.refresh_group(now=now)
-    assert before.config == config.detector
+    assert peers.near == frozenset(names[1:3])

@@ -240,7 +240,7 @@ def test_a_node_cannot_sign_as_another() -> None:
         keyring=ring("node-c"))
     assert reason_of(lambda: dec(forged_env)) is RejectReason.SENDER_MISMATCH
     forged_hb = ring("node-c").sign({"v": PROTOCOL_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,
-                                     "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": [], "beacon": ""},
+                                     "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": [], "carrier": "", "beacon": ""},
                                     domain=HEARTBEAT_DOMAIN)
     assert reason_of(lambda: decode_heartbeat(forged_hb, keyring=ring("node-b"))) is RejectReason.SENDER_MISMATCH
 
@@ -998,7 +998,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
     every agent learns every other agent's heartbeat within a few periods while sending exactly
     `fanout` envelopes per period, and in steady state the heartbeats it holds are on average less
     than 2 periods old — by their seq and by the ages they arrived with."""
-    cfg = WireConfig()
+    cfg, fanout = WireConfig(), 3
     n, rng = 20, random.Random(42)
     nodes = [NodeName(f"n{i:02d}") for i in range(n)]
     books = {m: HeartbeatBook() for m in nodes}
@@ -1017,7 +1017,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
         for m in nodes:
             books[m].offer(own[m], now=now)
         for m in nodes:
-            for peer in rng.sample([p for p in nodes if p != m], cfg.fanout):
+            for peer in rng.sample([p for p in nodes if p != m], fanout):
                 relays = select_relays(
                     books[m], for_peer=peer, now=now, max_count=cfg.max_relays, max_age_s=cfg.relay_max_age_s,
                     rng=rng, exclude={m}, max_total_age_s=cfg.heartbeat_max_age_s,
@@ -1040,7 +1040,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
             complete_at = period
     now = 1000.0 + periods
     assert complete_at is not None and complete_at <= 8
-    assert sent == n * cfg.fanout * periods
+    assert sent == n * fanout * periods
     ages = [periods - e.heartbeat.seq for m in nodes for e in books[m].entries()]
     assert sum(ages) / len(ages) < 2.0
     measured = [e.age_at(now) for m in nodes for e in books[m].entries()]
@@ -1053,7 +1053,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
 
 def test_wire_config_defaults_are_consistent() -> None:
     cfg = WireConfig()
-    assert cfg.max_bytes == 262_144 and cfg.fanout == 3 and cfg.max_relays == 8
+    assert cfg.max_bytes == 65_536 and cfg.fallback_probes == 2 and cfg.max_relays == 8
     assert cfg.relay_max_age_s <= cfg.heartbeat_max_age_s and cfg.replay_window == 64
 
 
@@ -1063,7 +1063,8 @@ def test_wire_config_defaults_are_consistent() -> None:
         {"max_bytes": 10},
         {"heartbeat_max_age_s": math.nan},
         {"heartbeat_max_age_s": MAX_AGE_S + 1},
-        {"fanout": 0},
+        {"fallback_probes": -1},
+        {"max_contacts": 1.5},
         {"max_relays": MAX_HEARTBEATS_PER_ENVELOPE},
         {"max_relays": -1},
         {"relay_max_age_s": 31.0},

@@ -64,7 +64,7 @@ from edgewatch.agent.reporter import EvidenceReporter
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
-from edgewatch.core.duties import Duties, PeerReport, assign_duties
+from edgewatch.core.duties import Duties, assign_duties
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.wire import Heartbeat
 from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
@@ -345,28 +345,17 @@ class Agent:
             if session is not None:
                 await session.close()
 
-    def _reports(self) -> dict[NodeName, PeerReport | None]:
-        now = time.monotonic()
-        ttl = self.config.votes.vote_ttl_s
-        reports: dict[NodeName, PeerReport | None] = {}
-        for member in self.peers.group:
-            entry = self.peers.book.get(member)
-            if entry is not None and now - entry.received_at <= ttl:
-                reports[member] = PeerReport(cloud_ok=entry.heartbeat.cloud_ok, kubelet_ok=entry.heartbeat.kubelet_ok)
-        return reports
-
     def _update_duties(self) -> None:
         if not (self.membership.synced.is_set() or self.membership.nodes):
             return  # without the node list our "group" is just us: no cloud duties on that basis
         carry_enabled = self.coordinator is None or not self.coordinator.covers_delegation()
-        verdicts = {n: d.verdict for n, d in self.peers.decisions.items()}
-        reports = self._reports()
-        self.duties = assign_duties(me=self.config.node, group=self.peers.group, verdicts=verdicts,
-                                    reports=reports, carry_enabled=carry_enabled)
-        # The statements of cut-off peers go into our evidence on the same rule, whichever path
+        now = time.monotonic()
+        self.duties = assign_duties(me=self.config.node, cloud_ok=self.link.up, reachable=self.peers.reachable(now=now),
+                                    verdicts={n: d.verdict for n, d in self.peers.decisions.items()},
+                                    reports=self.peers.reports(now=now), carry_enabled=carry_enabled)
+        # The statements of the cut-off peers that named us go into our evidence whichever path
         # carries their Lease: the controller needs the node's own signed word either way.
-        self.evidence_carry = self.duties.carry if carry_enabled else assign_duties(
-            me=self.config.node, group=self.peers.group, verdicts=verdicts, reports=reports).carry
+        self.evidence_carry = self.duties.statements
         self.metrics.carrying.set(len(self.duties.carry))
 
     def _carried_statements(self) -> list[Heartbeat]:
@@ -382,11 +371,15 @@ class Agent:
         verdicts = tuple(v.value for v in Verdict)
         healths = tuple(h.value for h in Health)
         now = time.monotonic()
-        current = set(decisions) | set(self.peers.detectors)
-        for gone in self._exported - current:  # left the group: drop its series
+        # Series for this node and the peers it watches only (at most 2 * rings + contacts), never
+        # the whole group: a 1,000-node group would otherwise cost every agent 6,000 series.
+        current = {self.config.node} | set(self.peers.detectors)
+        for gone in self._exported - current:  # left the group or no longer watched: drop its series
             self.metrics.forget(gone, verdicts=verdicts, healths=healths)
         self._exported = current
         for node, decision in decisions.items():
+            if node not in current:
+                continue
             self.metrics.set_state(self.metrics.verdict, node=node, label="verdict", value=decision.verdict.value,
                                    values=verdicts)
         for node, detector in self.peers.detectors.items():

@@ -11,6 +11,7 @@ from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.coordinator import CoordinatorTLS
 from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.quorum import VoteConfig
+from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import WireConfig
 from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT, IDENTITY_NAMESPACE
@@ -36,10 +37,10 @@ class AgentConfig:
             http://127.0.0.1:10248/healthz).
         probe_timeout_s: timeout of one peer exchange, seconds (default 0.8 s: a LAN answers in
             milliseconds; the slack absorbs a busy node without calling it dead).
-        full_mesh_max: groups up to this many peers are probed all-to-all every period (exact
-            majority with direct evidence). Larger groups switch to gossip: ``wire.fanout`` random
-            peers per period, relayed heartbeats as evidence, timeouts scaled by log10(n) — so a
-            1,000-node group costs each node ``fanout`` messages per period, not 1,000.
+        rings: rings of the monitoring topology (``edgewatch.core.topology``, default 3): every
+            agent probes at most ``2 * rings`` neighbours per period at any group size; groups of
+            up to ``2 * rings + 1`` are a full mesh. The cloud controller must use the same value
+            (its ``--rings``), since it counts the verdicts over the same graph.
         publish_refresh_s: rewrite an unchanged EdgeHealthy condition this often, seconds
             (default 15 s: well inside the controller's 60 s edge-view TTL, so a live writer never
             looks stale, at one small write per node per 15 s).
@@ -70,7 +71,7 @@ class AgentConfig:
     namespace: str = "edgewatch"
     kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
     probe_timeout_s: float = 0.8
-    full_mesh_max: int = 64
+    rings: int = DEFAULT_RINGS
     publish_refresh_s: float = 15.0
     carry_interval_s: float = 5.0
     api_timeout_s: float = 5.0
@@ -93,7 +94,7 @@ class AgentConfig:
             raise ValueError(f"pool cache port out of range or equal to the peer port: {self.pool_cache_port}")
         if self.probe_timeout_s <= 0 or self.probe_timeout_s >= self.votes.exchange_period_s * 2:
             raise ValueError("probe_timeout_s must be > 0 and below two exchange periods")
-        if self.full_mesh_max < 1:
-            raise ValueError("full_mesh_max must be >= 1")
+        if isinstance(self.rings, bool) or not isinstance(self.rings, int) or self.rings < 1:
+            raise ValueError("rings must be an int >= 1")
         if self.api_timeout_s <= 0 or self.carry_interval_s <= 0:
             raise ValueError("api_timeout_s and carry_interval_s must be > 0 seconds")

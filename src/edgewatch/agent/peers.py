@@ -8,11 +8,14 @@ envelope. A target counts alive only if it answers with a valid, signed envelope
 heartbeat reports its kubelet healthy; a timeout, a refused connection or a rejected answer is a
 failed probe. Inbound envelopes are evidence too (the sender reached us).
 
-Targets: every peer of the group while the group has at most ``full_mesh_max`` peers (direct
-evidence, exact majority); beyond that ``wire.fanout`` random peers per period, with relayed
-heartbeats as evidence of their origins and detector timeouts scaled by log10(n) (van Renesse et
-al. 1998 gossip-style failure detection; memberlist/Lifeguard scaling) — messages per node per
-period stay constant as the group grows.
+Targets: this node's neighbours in the group's monitoring topology (``edgewatch.core.topology``:
+every peer in groups of up to ``2 * rings + 1``, at most ``2 * rings`` beyond), every period, so
+messages per node per period stay constant (12 with 3 rings) as the group grows. The heartbeat
+names only those neighbours; the verdict is counted over who reaches whom
+(``edgewatch.core.reach``). A node that reaches fewer than two of its neighbours also probes
+``wire.fallback_probes`` random other members per period (SWIM's indirect probing, simplified), so a
+node whose neighbours all sit across a partition is still found by its own side; such a contact
+counts only if both ends name each other alive.
 
 Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC over the
 bytes before parsing, schema, receiver, sender bound to the source address = the sender Node's
@@ -47,14 +50,16 @@ from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.detector import DetectorConfig, PeerDetector
-from edgewatch.core.quorum import Decision, decide_all
+from edgewatch.core.duties import PeerReport, choose_carrier
+from edgewatch.core.quorum import Decision
+from edgewatch.core.reach import decide_reach
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
+from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import (
     DecodedEnvelope,
-    Freshness,
     Heartbeat,
     HeartbeatBook,
     Rejected,
@@ -119,18 +124,22 @@ class PeerExchange:
         self.own: Heartbeat | None = None
         self.decisions: dict[NodeName, Decision] = {}
         self.group: frozenset[NodeName] = frozenset({me})
+        self.ring: dict[NodeName, frozenset[NodeName]] = {me: frozenset()}
+        self.near: frozenset[NodeName] = frozenset()  # our neighbours in the topology
+        self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
+        self.carrier: NodeName | None = None
         self.periods = 0
-        self._direct_this_period: set[NodeName] = set()
 
     # -- evidence ----------------------------------------------------------------------------------
 
-    def _gossip_mode(self) -> bool:
-        return len(self.group) - 1 > self.config.full_mesh_max
-
     def detector_config(self) -> DetectorConfig:
-        """The detector settings for the current group size (gossip mode scales the timeouts)."""
-        cfg = self.config.detector
-        return cfg.scaled_for(group_size=len(self.group)) if self._gossip_mode() else cfg
+        """The detector settings: the same at every group size, since every piece of evidence is
+        direct (a neighbour's own answer or request), never relayed."""
+        return self.config.detector
+
+    def watched(self) -> frozenset[NodeName]:
+        """The peers this node keeps a detector for: its neighbours and its fallback contacts."""
+        return self.near | frozenset(self.contacts)
 
     def _detector(self, peer: NodeName, now: float) -> PeerDetector:
         detector = self.detectors.get(peer)
@@ -139,71 +148,108 @@ class PeerExchange:
         return detector
 
     def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
-        """Feed one piece of evidence about a group peer into its detector."""
+        """Feed one piece of direct evidence about a group peer into its detector. Evidence about a
+        peer that is neither a neighbour nor a contact makes it a contact (a member probing us
+        because it lost its neighbours), up to ``wire.max_contacts``."""
         if peer == self.me or peer not in self.group:
             return
+        if peer not in self.near:
+            if peer not in self.contacts and len(self.contacts) >= self.config.wire.max_contacts:
+                return
+            if ok or peer in self.contacts:
+                self.contacts[peer] = now if ok else self.contacts.get(peer, now)
+            else:
+                return
         self._detector(peer, now).record(ok, now=now)
 
     def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
         """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
         came with); count direct/relayed evidence."""
         own = env.own
-        if self.book.offer(own, now=now_mono, age_s=env.own_age_s) is Freshness.NEW and not direct:
-            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
+        self.book.offer(own, now=now_mono, age_s=env.own_age_s)
         if direct:
             self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
-            self._direct_this_period.add(own.origin)
-        gossip = self._gossip_mode()
-        for result in env.relayed:
+        for result in env.relayed:  # statements for the local count and for carrying; no detector evidence
             if result.heartbeat is None:
                 self.metrics.relayed.labels(result=str(result.reason)).inc()
                 continue
-            hb = result.heartbeat
-            freshness = self.book.offer(hb, now=now_mono, age_s=result.age_s)
+            freshness = self.book.offer(result.heartbeat, now=now_mono, age_s=result.age_s)
             self.metrics.relayed.labels(result=str(freshness)).inc()
-            if gossip and freshness is Freshness.NEW and hb.origin in self.group:
-                self.record(hb.origin, ok=hb.kubelet_ok, now=now_mono)
 
     # -- the period ----------------------------------------------------------------------------------
 
     def refresh_group(self, *, now: float) -> None:
-        """Re-read the group (relabelling regroups here), drop detectors of non-members, and give
-        the others the settings for the group's new size."""
-        self.group = self.membership.group_of(self.me)
+        """Re-read the group (relabelling regroups here) and its topology; forget contacts silent
+        for a vote TTL, and the detectors of peers we no longer watch."""
+        group = self.membership.group_of(self.me)
+        if group != self.group or self.me not in self.ring:
+            self.group = group
+            self.ring = dict(neighbours(group, k=self.config.rings))
+            self.near = self.ring.get(self.me, frozenset())
+        ttl = self.config.votes.vote_ttl_s
+        for peer, last in list(self.contacts.items()):
+            if peer in self.near or peer not in self.group or now - last > ttl:
+                del self.contacts[peer]
         cfg = self.detector_config()
+        watched = self.watched()
         for peer, detector in list(self.detectors.items()):
-            if peer not in self.group:
+            if peer not in watched:
                 del self.detectors[peer]
-            elif detector.config != cfg:  # the group's size changed its timeouts: keep the evidence
+            elif detector.config != cfg:
                 detector.reconfigure(cfg)
         self.book.retain(self.group)
 
+    def reachable(self, *, now: float) -> frozenset[NodeName]:
+        """The watched peers whose detector says ALIVE at ``now`` (monotonic s)."""
+        return frozenset(p for p, d in self.detectors.items() if d.state(now=now) is Health.ALIVE)
+
+    def reports(self, *, now: float) -> dict[NodeName, PeerReport]:
+        """Each member's newest heartbeat received at most a vote TTL ago, as a self-report."""
+        ttl = self.config.votes.vote_ttl_s
+        out = {}
+        for entry in self.book.entries():
+            if now - entry.received_at <= ttl:
+                hb = entry.heartbeat
+                out[hb.origin] = PeerReport(cloud_ok=hb.cloud_ok, kubelet_ok=hb.kubelet_ok, carrier=hb.carrier)
+        return out
+
     def sign_own(self, *, now_mono: float) -> Heartbeat:
-        """Sign this period's heartbeat (vote) and put it in the book (``now_mono``: monotonic s)."""
-        alive, dead = [], []
-        for peer in self.group:
-            if peer == self.me:
-                (alive if self.kubelet_ok else dead).append(peer)
-                continue
+        """Sign this period's heartbeat and put it in the book (``now_mono``: monotonic s).
+
+        Its vote names this node and the peers it watches: neighbours alive or dead as their
+        detectors say (suspect: neither), fallback contacts only when alive. With the cloud link
+        down it names a carrier (:func:`edgewatch.core.duties.choose_carrier`)."""
+        alive, dead = [self.me] if self.kubelet_ok else [], [] if self.kubelet_ok else [self.me]
+        for peer in self.watched():
             health = self._detector(peer, now_mono).state(now=now_mono)
             if health is Health.ALIVE:
                 alive.append(peer)
-            elif health is Health.DEAD:
+            elif health is Health.DEAD and peer in self.near:
                 dead.append(peer)
+        cloud_ok = self._cloud_ok()
+        self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
+                                      reports=self.reports(now=now_mono))
         self.seq += 1
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
-                                  kubelet_ok=self.kubelet_ok, cloud_ok=self._cloud_ok(), alive=alive, dead=dead,
-                                  keyring=self._keyring(), beacon=self.beacon.value)
+                                  kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,
+                                  keyring=self._keyring(), beacon=self.beacon.value, carrier=self.carrier or "")
         self._signed_at = now_mono
         self.book.offer(self.own, now=now_mono)
         return self.own
 
-    def targets(self) -> list[NodeName]:
-        """The peers to exchange with this period."""
-        peers = sorted(self.group - {self.me})
-        if len(peers) <= self.config.full_mesh_max:
-            return peers
-        return self.rng.sample(peers, self.config.wire.fanout)
+    def targets(self, *, now: float) -> list[NodeName]:
+        """The peers to exchange with this period: every neighbour and contact, plus
+        ``wire.fallback_probes`` random other members while fewer than two neighbours are alive
+        (``now``: monotonic s)."""
+        targets = set(self.near) | set(self.contacts)
+        alive_near = len(self.reachable(now=now) & self.near)
+        room = self.config.wire.max_contacts - len(self.contacts)
+        if alive_near < min(2, len(self.near)) and self.periods >= 2 and room > 0:  # neighbours get two periods first
+            others = sorted(self.group - self.near - targets - {self.me})
+            for peer in self.rng.sample(others, min(self.config.wire.fallback_probes, len(others), room)):
+                self.contacts[peer] = self.contacts.get(peer, now)
+                targets.add(peer)
+        return sorted(targets)
 
     def envelope_for(self, peer: NodeName, *, now_mono: float, nonce: str, reply_to: str | None = None) -> bytes:
         """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it, each with
@@ -289,13 +335,18 @@ class PeerExchange:
         """One exchange period: sign, exchange with the targets, decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
-        self._direct_this_period = set()
         self.sign_own(now_mono=now_mono)
-        targets = self.targets()
+        targets = self.targets(now=now_mono)
         if targets:
             await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
-        self.decisions = decide_all(group=self.group, votes=self.book.votes(), now=time.monotonic(),
-                                    vote_ttl_s=self.config.votes.vote_ttl_s)
+        return self.decide(now=time.monotonic())
+
+    def decide(self, *, now: float) -> dict[NodeName, Decision]:
+        """Count the local verdicts from the statements held (``now``: monotonic s) and end the
+        period. In a full mesh every statement is held, so they equal the controller's; in a ring
+        group they cover only what the neighbours and relays told us (mostly UNKNOWN far away)."""
+        self.decisions = decide_reach(group=self.group, votes=self.book.votes(), now=now,
+                                      vote_ttl_s=self.config.votes.vote_ttl_s, ring=self.ring)
         self.periods += 1
         return self.decisions
 

@@ -1,19 +1,28 @@
-"""Which duties fall to this agent in a period: publishing a node's verdict to the cloud, and
-carrying a cut-off node's heartbeat (its Lease) to the cloud.
+"""Who carries a cut-off node's heartbeat (its Lease) and signed statement to the cloud.
 
-Both duties go to exactly one agent at a time, chosen deterministically among the *able* members
-of the group: those the group judges HEALTHY and whose own newest heartbeat says their cloud link
-is up (a cut-off agent can write nothing to the cloud). The choice is rendezvous hashing
-(``edgewatch.core.assign``), so when the chosen agent dies or is cut off, the duty moves to the next
-one as soon as the group's view of it changes, and nothing else moves (takeover).
+The cut-off node chooses (issue 11: this must work in groups of 1,000, where no agent knows the
+whole group's view). A node whose own cloud link is down names one *carrier* in its signed
+heartbeat (:func:`choose_carrier`): among the neighbours its own detector sees alive whose own fresh
+heartbeat says their cloud link and kubelet are up, the rendezvous-hash winner
+(``edgewatch.core.assign``). When that carrier dies or loses its link, the next one wins and nothing
+else moves (takeover). Only the node itself knows all its neighbours' states first hand, and its
+choice is signed, so every neighbour agrees on who carries without any exchange among them.
 
-A node is carried only while (a) its own newest heartbeat is fresh and says its cloud link is down
-and (b) the group's verdict on it is HEALTHY — the moment the verdict changes, the carrying stops
-(issue: "it stops at once when the verdict is no longer healthy"). Sources: seeds 000/001
-(delegation by a connected peer), seed 003 (the vote decides).
+A neighbour carries a node (:func:`assign_duties`) while
 
-Limits: pure; agents whose views differ for a period may both act; the writes they do are
-idempotent, and a carried Lease's renewTime never runs ahead of the node's last life sign.
+* its own cloud link is up (a cut-off agent can write nothing to the cloud);
+* the node's newest heartbeat is fresh, says its cloud link is down and its kubelet healthy, and
+  names this agent as carrier;
+* its own detector sees the node alive (direct evidence, not hearsay);
+* the local verdict on the node is not UNHEALTHY (the moment peers judge it dead, carrying stops).
+
+Sources: seeds 000/001 (delegation by a connected peer), seed 003 (the vote decides), Rapid and
+memberlist (a node's state is spread by those who observe it directly).
+
+Limits: pure. Two neighbours may both carry for a period when they hold different heartbeats of
+the node (one older); the writes are idempotent and a carried Lease's renewTime never runs ahead
+of the node's last life sign. The cloud controller checks the carried statements itself (issue 12),
+so a carrier that lies gains nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from dataclasses import dataclass
 from edgewatch.core.assign import choose
 from edgewatch.core.types import NodeName, Verdict
 
+__all__ = ["Duties", "PeerReport", "assign_duties", "choose_carrier"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class PeerReport:
@@ -31,6 +42,8 @@ class PeerReport:
 
     cloud_ok: bool
     kubelet_ok: bool
+    carrier: str = ""
+    """The carrier it named ("" = none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,69 +51,60 @@ class Duties:
     """This agent's duties for the period.
 
     Attributes:
-        publish: members whose EdgeHealthy condition this agent writes.
-        carry: members whose Lease this agent renews on their behalf (peer path).
-        able: the members able to write to the cloud (for status and logs).
+        carry: members whose Lease this agent renews on their behalf (peer path; empty when another
+            path carries Leases).
+        statements: members whose signed statements this agent puts into its evidence Lease (the
+            controller needs the node's own word whichever path carries the Lease).
+        able: whether this agent can write to the cloud at all.
     """
 
-    publish: frozenset[NodeName]
     carry: frozenset[NodeName]
-    able: frozenset[NodeName]
+    statements: frozenset[NodeName]
+    able: bool
 
 
-def able_members(
+def choose_carrier(
     *,
-    group: frozenset[NodeName],
-    verdicts: Mapping[NodeName, Verdict],
+    me: NodeName,
+    cloud_ok: bool,
+    reachable: frozenset[NodeName],
     reports: Mapping[NodeName, PeerReport | None],
-) -> frozenset[NodeName]:
-    """Members judged HEALTHY whose own fresh heartbeat reports a working cloud link."""
-    able = set()
-    for member in group:
-        report = reports.get(member)
-        if verdicts.get(member) == Verdict.HEALTHY and report is not None and report.cloud_ok:
-            able.add(member)
-    return frozenset(able)
-
-
-def needs_carrying(
-    member: NodeName, *, verdicts: Mapping[NodeName, Verdict], reports: Mapping[NodeName, PeerReport | None]
-) -> bool:
-    """True if ``member`` is HEALTHY by the vote and its own fresh heartbeat says it is cut off."""
-    report = reports.get(member)
-    return verdicts.get(member) == Verdict.HEALTHY and report is not None and not report.cloud_ok
+) -> NodeName | None:
+    """The carrier this node names in its heartbeat: None while its own cloud link is up, else the
+    rendezvous winner among ``reachable`` peers (its detector sees them alive) whose fresh report
+    says cloud link and kubelet up (None if there is none)."""
+    if cloud_ok:
+        return None
+    able = [p for p in reachable
+            if p != me and (r := reports.get(p)) is not None and r.cloud_ok and r.kubelet_ok]
+    return choose(subject=me, candidates=able)
 
 
 def assign_duties(
     *,
     me: NodeName,
-    group: frozenset[NodeName],
+    cloud_ok: bool,
+    reachable: frozenset[NodeName],
     verdicts: Mapping[NodeName, Verdict],
     reports: Mapping[NodeName, PeerReport | None],
     carry_enabled: bool = True,
 ) -> Duties:
-    """Compute this agent's duties (pure).
+    """This agent's duties (pure; see the module docstring).
 
     Args:
         me: this agent's node.
-        group: the members of its group (including ``me``).
-        verdicts: the group's verdict on each member (missing = UNKNOWN).
+        cloud_ok: this agent's own cloud link.
+        reachable: the peers its detector sees alive.
+        verdicts: its local verdicts (missing = UNKNOWN).
         reports: each member's newest fresh self-report (missing/None = none fresh).
-        carry_enabled: False when another path (the pool coordinator's leader) carries
-            heartbeats, so the peer path stands back.
-
-    Returns:
-        ``Duties``; empty when ``me`` is not itself able (a cut-off agent has no cloud duties).
+        carry_enabled: False when another path (the pool coordinator's leader) carries Leases, so
+            the peer path stands back (statements are still carried).
     """
-    able = able_members(group=group, verdicts=verdicts, reports=reports)
-    if me not in able:
-        return Duties(publish=frozenset(), carry=frozenset(), able=able)
-    publish = frozenset(s for s in group if choose(subject=s, candidates=able) == me)
-    carry: frozenset[NodeName] = frozenset()
-    if carry_enabled:
-        carry = frozenset(
-            s for s in group
-            if s != me and needs_carrying(s, verdicts=verdicts, reports=reports)
-            and choose(subject=s, candidates=able - {s}) == me
-        )
-    return Duties(publish=publish, carry=carry, able=able)
+    if not cloud_ok:
+        return Duties(carry=frozenset(), statements=frozenset(), able=False)
+    named = frozenset(
+        p for p in reachable
+        if p != me and (r := reports.get(p)) is not None and not r.cloud_ok and r.kubelet_ok
+        and r.carrier == me and verdicts.get(p) is not Verdict.UNHEALTHY
+    )
+    return Duties(carry=named if carry_enabled else frozenset(), statements=named, able=True)

@@ -35,8 +35,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from edgewatch.core.quorum import Decision, Vote, decide
+from edgewatch.core.quorum import Decision, Vote
+from edgewatch.core.reach import decide_reach
 from edgewatch.core.signing import Verifier, canonical_json
+from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, Rejected, RejectReason, decode_heartbeat
 
@@ -48,6 +50,7 @@ __all__ = [
     "decode_evidence",
     "encode_evidence",
     "verified_decision",
+    "verified_decisions",
 ]
 
 MAX_EVIDENCE_BYTES: Final = 200_000
@@ -210,13 +213,28 @@ class EvidenceBook:
         return st
 
 
-def verified_decision(subject: NodeName, *, group: frozenset[NodeName], votes: Mapping[NodeName, Vote],
-                      now: float, ttl_s: float) -> Decision:
-    """The group's verdict on ``subject`` from verified statements (seed 003's rule, counted by the
-    controller): strict majority of ``group``'s size, statements younger than ``ttl_s`` seconds by
-    their beacon.
+def verified_decisions(*, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], now: float, ttl_s: float,
+                       ring: Mapping[NodeName, frozenset[NodeName]] | None = None,
+                       rings: int = DEFAULT_RINGS) -> dict[NodeName, Decision]:
+    """The group's verdict on every member from verified statements (seed 003's rule over who
+    reaches whom, :func:`edgewatch.core.reach.decide_reach`, counted by the controller): strict
+    majority of ``group``'s size, statements younger than ``ttl_s`` seconds by their beacon.
+    ``ring``: the group's topology if cached, else computed with ``rings`` rings (the agents'
+    ``rings`` setting).
 
     Raises:
-        ValueError: ``subject`` not in ``group`` (see :func:`edgewatch.core.quorum.decide`).
+        ValueError: see :func:`edgewatch.core.reach.decide_reach`.
     """
-    return decide(subject, group=group, votes=votes, now=now, vote_ttl_s=ttl_s)
+    return decide_reach(group=group, votes=votes, now=now, vote_ttl_s=ttl_s, ring=ring, k=rings)
+
+
+def verified_decision(subject: NodeName, *, group: frozenset[NodeName], votes: Mapping[NodeName, Vote],
+                      now: float, ttl_s: float) -> Decision:
+    """:func:`verified_decisions` for one ``subject``.
+
+    Raises:
+        ValueError: ``subject`` not in ``group``, or as :func:`verified_decisions`.
+    """
+    if subject not in group:
+        raise ValueError(f"subject {subject!r} is not a member of the group")
+    return verified_decisions(group=group, votes=votes, now=now, ttl_s=ttl_s)[subject]

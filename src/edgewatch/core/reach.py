@@ -9,7 +9,7 @@ What it is for
     graph. :func:`decide_reach` computes that for a whole group in O(n * k):
 
     1. **Fresh statements** only (``vote_ttl_s`` on the deciding clock), of group members.
-    2. **Edges** between two fresh members ``a``, ``b``:
+    2. **Edges** between two fresh members ``a``, ``b`` that do not name themselves dead:
 
        * ring neighbours: at least one names the other alive and neither names the other dead (one
          lost probe, or a suspect detector on one side, does not cut the edge);
@@ -17,7 +17,8 @@ What it is for
 
        A claim about a non-neighbour counts only when mutual, so one node cannot glue itself to
        nodes it does not really exchange with.
-    3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead):
+    3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead),
+       or whose statement names itself dead (its kubelet is down):
        ``x`` joins the components of its fresh ring neighbours that name it alive, if at least two
        do and they outnumber those naming it dead. One lying neighbour can neither keep a dead node
        in (it is outnumbered by the others) nor cut a live one out.
@@ -25,7 +26,7 @@ What it is for
 
        * alive votes: the fresh members of ``C`` (they reach ``x``), minus those naming ``x`` dead;
        * dead votes: the fresh members of every other component ``D`` in which some member names some
-         member of ``C`` dead (positive evidence across the cut: ``D`` has looked at ``C`` and found
+         ring neighbour in ``C`` dead (positive evidence across the cut: ``D`` has looked at ``C`` and found
          it dead; without such a claim ``D`` abstains, like a suspect observer), plus the members of
          ``C`` naming ``x`` dead;
        * HEALTHY iff alive votes > n / 2, UNHEALTHY iff dead votes > n / 2, else UNKNOWN, where n is
@@ -43,7 +44,10 @@ Guarantees (property-tested in ``tests/unit/test_reach.py``)
     * On a full mesh (n <= 2k + 1) with a consistent view (everyone's claims describe the same sides)
       the verdicts equal :func:`edgewatch.core.quorum.decide_all`'s.
     * One node's statement, whatever it says, cannot make a dead node HEALTHY while at least two of its
-      other neighbours name it dead, and cannot make a node of a connected majority UNHEALTHY.
+      other neighbours name it dead, nor a node whose own statement says its kubelet is down (both need two witnesses), and
+      cannot make a node of a connected majority UNHEALTHY. (It can keep a *live* node, whose own
+      fresh statement names it alive, in its component when the node's other neighbours cannot reach
+      it: the node is alive, and the liar's claim to reach it cannot be checked.)
 
 Limits
     Pure; no clocks (``now`` and the votes' ``observed_at`` share the caller's clock). A member whose
@@ -119,17 +123,20 @@ def components(
     """
     members = sorted(group)
     uf = _UnionFind(members)
-    for a, va in fresh.items():
+    # A node that names itself dead (its kubelet is down) gets no edges of its own: like a node
+    # without a statement, only its neighbours' word can attach it (below).
+    linked = {a: v for a, v in fresh.items() if a not in v.dead}
+    for a, va in linked.items():
         near = ring.get(a, frozenset())
         for b in near:
-            if a < b and (vb := fresh.get(b)) is not None and _edge(va, vb, ring_pair=True):
+            if a < b and (vb := linked.get(b)) is not None and _edge(va, vb, ring_pair=True):
                 uf.union(a, b)
         for b in va.alive:  # fallback edges: non-neighbours both ends name alive
-            if a < b and b not in near and b in group and (vb := fresh.get(b)) is not None \
+            if a < b and b not in near and b in group and (vb := linked.get(b)) is not None \
                     and _edge(va, vb, ring_pair=False):
                 uf.union(a, b)
     for x in members:
-        if x in fresh:
+        if x in linked:
             continue
         witnesses = [o for o in ring.get(x, frozenset()) if o in fresh]
         alive = [o for o in witnesses if x in fresh[o].alive]
@@ -180,9 +187,10 @@ def decide_reach(
     named_dead: dict[NodeName, int] = {}  # subject -> fresh members of its own component naming it dead
     for o, vote in fresh.items():
         ro = root[o]
+        near = topo.get(o, frozenset())
         for x in vote.dead:
-            if x not in group:
-                continue
+            if x not in group or (x not in near and x != o):
+                continue  # only a neighbour (or oneself) can have looked and found it dead
             rx = root[x]
             if rx == ro:
                 named_dead[x] = named_dead.get(x, 0) + 1

@@ -12,20 +12,25 @@ Two layers:
 
 ``Heartbeat`` — one agent's observation (its vote), signed by its ORIGIN
     (canonical JSON, Ed25519 with the origin's own key, domain
-    ``edgewatch/heartbeat/v3``; :mod:`edgewatch.core.identity`) and relayable
+    ``edgewatch/heartbeat/v4``; :mod:`edgewatch.core.identity`) and relayable
     unchanged by anyone::
 
-        {"v": 3, "origin": "node-a", "incarnation": 1700000000123456789,
+        {"v": 4, "origin": "node-a", "incarnation": 1700000000123456789,
          "seq": 42, "kubelet_ok": true, "cloud_ok": false,
          "alive": ["node-a", "node-b"], "dead": ["node-c"],
-         "beacon": "<32 hex, or empty>",
+         "carrier": "node-b", "beacon": "<32 hex, or empty>",
          "key_id": "<32 hex>", "mac": "<128 hex: Ed25519 signature>"}
 
     ``incarnation`` identifies one run of the origin's agent (its start time
     in ns: mostly increasing, but never trusted to be); ``seq`` grows by one
     per period within an incarnation; ``alive``/``dead`` are sorted,
     duplicate-free, disjoint lists of node names (members in neither are
-    suspect). ``beacon`` is the newest beacon of the cloud controller the
+    suspect); they name only the origin itself and its neighbours in the
+    monitoring topology (:mod:`edgewatch.core.topology`: all peers in groups
+    of up to 7, at most 6 beyond), so a heartbeat is O(1) bytes at any group
+    size. ``carrier`` is the neighbour the origin chose to carry its Lease and
+    statement to the cloud while its own cloud link is down ("" otherwise;
+    never the origin). ``beacon`` is the newest beacon of the cloud controller the
     origin knew when it signed (:mod:`edgewatch.core.beacon`; empty: none
     yet): a random value the controller issued at a time *it* knows, so the
     controller can tell how fresh the statement is without any clock of the
@@ -35,14 +40,14 @@ Two layers:
 ``Envelope`` — one message from SENDER to RECEIVER, a frame of one ASCII
     header line and a canonical JSON body::
 
-        edgewatch-envelope/v3 <key_id: 32 hex> <mac: 128 hex>\n
-        {"v": 3, "sender": "node-a", "receiver": "node-b",
+        edgewatch-envelope/v4 <key_id: 32 hex> <mac: 128 hex>\n
+        {"v": 4, "sender": "node-a", "receiver": "node-b",
          "epoch": 1700000000123456789, "seq": 17,
          "nonce": "<32 hex = 16 random bytes>", "reply_to": null | "<32 hex>",
          "heartbeats": [<node-a's own heartbeat>, <relayed>, ...],
          "ages": [0.012, 3.5, ...]}
 
-    The signature (the sender's own key, domain ``edgewatch/envelope/v3``)
+    The signature (the sender's own key, domain ``edgewatch/envelope/v4``)
     covers every body byte and is checked before the body is parsed; the
     key's owner must be the body's ``sender``. ``epoch`` identifies the sender's
     run (its agent's start time in ns; compared only with the same sender's
@@ -103,11 +108,12 @@ Limits
     the heartbeat's origin or the envelope's sender: a node can sign only as
     itself. A relaying node can still lie about a relayed heartbeat's *age*
     (never make it younger than its true freshness allows: the origin's
-    seq orders it) and can withhold heartbeats. ``alive``/``dead`` list whole groups, so a
-    heartbeat is O(group size) bytes (about 25 B per member). Version 3 is
-    not compatible with version 2: agents of both versions do not hear each
-    other (roll out while the cloud link is up, when the edge view does not
-    decide anything).
+    seq orders it) and can withhold heartbeats. ``alive``/``dead`` list at
+    most the origin and its neighbours (about 25 B each), so a heartbeat is
+    under 1 KiB at any group size. Version 4 (neighbour lists, ``carrier``)
+    is not compatible with version 3: agents of both versions do not hear
+    each other (roll out while the cloud link is up, when the edge view does
+    not decide anything).
 
 Sources
     Seed 003; van Renesse, Minsky, Hayden 1998 (gossip-style failure
@@ -131,7 +137,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
@@ -166,16 +172,16 @@ __all__ = [
     "sign_heartbeat",
 ]
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 """Value of the ``v`` field; any other value is MALFORMED."""
 
-HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v3"
+HEARTBEAT_DOMAIN: Final = "edgewatch/heartbeat/v4"
 """Signature domain of heartbeats."""
 
-ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v3"
+ENVELOPE_DOMAIN: Final = "edgewatch/envelope/v4"
 """Signature domain of envelopes (over the body bytes)."""
 
-ENVELOPE_MAGIC: Final = b"edgewatch-envelope/v3"
+ENVELOPE_MAGIC: Final = b"edgewatch-envelope/v4"
 """First word of an envelope's header line."""
 
 MAX_NAMES_PER_LIST: Final = 5000
@@ -229,22 +235,25 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
 class WireConfig:
     """Limits and timings of the wire protocol. Durations in seconds.
 
-    Cost model (per node, per exchange period): ``fanout`` envelopes sent and,
-    on average, ``fanout`` received; each at most ``max_bytes`` bytes and
-    ``1 + max_relays`` heartbeats. Independent of group size, except that a
-    heartbeat itself is O(group size) bytes.
+    Cost model (per node, per exchange period): one request to each
+    neighbour (at most ``2 * rings``, :mod:`edgewatch.core.topology`) and one
+    answer to each neighbour's request, plus ``fallback_probes`` requests
+    while isolated; each envelope at most ``1 + max_relays`` heartbeats of
+    at most ``1 + 2 * rings + max_contacts`` names. Independent of group size.
 
     Raises:
         ValueError: on construction, if a value is out of range or the
             relations documented on the fields do not hold.
     """
 
-    max_bytes: int = 262_144
-    """Largest envelope accepted or produced, bytes. Default 256 KiB: fits 9
-    heartbeats of a ~700-node group with 30-character names; bounds the
-    memory and CPU an unauthenticated sender can make a receiver spend (one
-    signature check over at most this many bytes; nothing is parsed before
-    the signature matches). Use a stream transport (TCP/HTTP) above 64 KiB."""
+    max_bytes: int = 65_536
+    """Largest envelope accepted or produced, bytes. Default 64 KiB: 9
+    heartbeats of 15 names of Kubernetes' longest (253 characters) take
+    about 40 KiB; typical envelopes are 3-5 KiB. Bounds the memory and CPU an
+    unauthenticated sender can make a receiver spend (one signature check
+    over at most this many bytes; nothing is parsed before the signature
+    matches). An envelope that would be larger is not sent (counted and
+    logged); the agent goes on."""
 
     heartbeat_max_age_s: float = 30.0
     """A heartbeat (own or relayed) whose age — summed over its hops, each
@@ -253,16 +262,20 @@ class WireConfig:
     votes that have expired anyway (vote TTL 5 s) and would only let a
     restarted receiver believe a dead node's last words."""
 
-    fanout: int = 3
-    """Envelopes each agent sends per period, to random group peers.
-    Default 3: push gossip reaches all n nodes in about log_3(n) + ln(n)
-    periods (a few periods for 1,000 nodes) while costing 3 messages per
-    node per period regardless of n."""
+    fallback_probes: int = 2
+    """Random non-neighbours an agent probes per period while it reaches
+    fewer than two of its neighbours (SWIM's indirect probing, simplified:
+    a node whose neighbours all sit across a partition still finds its own
+    side). Default 2."""
+
+    max_contacts: int = 8
+    """Most fallback contacts (non-neighbours exchanging with us) watched at
+    once; a contact is forgotten after a vote TTL without evidence. Default
+    8: four periods of fallback probes."""
 
     max_relays: int = 8
     """Relayed heartbeats per envelope (:func:`select_relays`). Default 8:
-    with ``fanout`` 3 each node forwards 24 heartbeat copies per period;
-    bytes per message stay bounded. ``1 + max_relays`` must be <=
+    redundancy under loss in small groups; bytes per message stay bounded. ``1 + max_relays`` must be <=
     :data:`MAX_HEARTBEATS_PER_ENVELOPE`."""
 
     relay_max_age_s: float = 10.0
@@ -296,8 +309,7 @@ class WireConfig:
     """Requests a second one source address may send to the peer server
     (:class:`edgewatch.core.ratelimit.RateLimiter`); more are refused with
     429 before the body is read or a signature checked. Default 20: a peer
-    sends one request a period (1 s) in full mesh, a few in gossip mode;
-    20 leaves room for retries and a burst of restarts."""
+    sends one request a period (1 s), a contact as many; 20 leaves room for retries and a burst of restarts."""
 
     rate_burst: float = 40.0
     """Requests one source may send at once before its rate applies."""
@@ -305,7 +317,8 @@ class WireConfig:
     def __post_init__(self) -> None:
         _positive_int("max_bytes", self.max_bytes, 256)
         max_age = _positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
-        _positive_int("fanout", self.fanout)
+        _positive_int("fallback_probes", self.fallback_probes, 0)
+        _positive_int("max_contacts", self.max_contacts, 0)
         _positive_seconds("rate_per_source_s", self.rate_per_source_s)
         _positive_seconds("rate_burst", self.rate_burst)
         _positive_int("max_relays", self.max_relays, 0)
@@ -429,6 +442,7 @@ class _HeartbeatModel(BaseModel):
     cloud_ok: bool
     alive: _Names
     dead: _Names
+    carrier: _NodeNameStr | Literal[""]
     beacon: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{32})?$")]
     key_id: _KeyIdStr
     mac: _MacStr
@@ -440,6 +454,8 @@ class _HeartbeatModel(BaseModel):
                 raise ValueError(f"{name} must be sorted and free of duplicates")
         if not set(self.alive).isdisjoint(self.dead):
             raise ValueError("a node cannot be both alive and dead")
+        if self.carrier == self.origin:
+            raise ValueError("a node cannot name itself its carrier")
         return self
 
 
@@ -494,6 +510,8 @@ class Heartbeat:
     key_id: str
     mac: str
     beacon: str = ""
+    carrier: str = ""
+    """The neighbour chosen to carry this origin to the cloud ("": none)."""
 
     @property
     def order(self) -> tuple[int, int]:
@@ -512,6 +530,7 @@ class Heartbeat:
             "cloud_ok": self.cloud_ok,
             "alive": list(self.alive),
             "dead": list(self.dead),
+            "carrier": self.carrier,
             "beacon": self.beacon,
             "key_id": self.key_id,
             "mac": self.mac,
@@ -540,6 +559,7 @@ def _from_model(m: _HeartbeatModel) -> Heartbeat:
         key_id=m.key_id,
         mac=m.mac,
         beacon=m.beacon,
+        carrier=m.carrier,
     )
 
 
@@ -554,15 +574,19 @@ def sign_heartbeat(
     dead: Iterable[NodeName],
     keyring: Signer,
     beacon: str = "",
+    carrier: str = "",
 ) -> Heartbeat:
     """Build and sign this node's heartbeat with the keyring's primary key.
 
     ``alive`` and ``dead`` may be given in any order (duplicates are
     merged); ``incarnation`` and ``seq`` are ints in ``[0, 2**63)``;
-    ``beacon`` is the newest controller beacon value known (32 hex) or "".
+    ``beacon`` is the newest controller beacon value known (32 hex) or "";
+    ``carrier`` the neighbour chosen to carry this node while its cloud link is
+    down, or "".
 
     Raises:
-        ValueError: an invalid node name, a node both alive and dead, a
+        ValueError: an invalid node name, a node both alive and dead, itself as
+            carrier, a
             counter out of range, or a list longer than
             :data:`MAX_NAMES_PER_LIST`.
     """
@@ -576,6 +600,7 @@ def sign_heartbeat(
             "cloud_ok": cloud_ok,
             "alive": sorted(set(alive)),
             "dead": sorted(set(dead)),
+            "carrier": carrier,
             "beacon": beacon,
         }
         signed = keyring.sign(payload, domain=HEARTBEAT_DOMAIN)
