@@ -84,7 +84,7 @@ def test_a_side_of_at_least_half_is_never_unhealthy(case, claims_dead: bool) -> 
         side = [p for p in members if side_of[p] == side_of[m]]
         if 2 * len(side) >= n:
             assert out[m].verdict is not Verdict.UNHEALTHY
-        if 2 * len(side) > n and len({root[p] for p in side}) == 1:
+        if 2 * len(side) > n and len({root.get(p, p) for p in side}) == 1:
             assert out[m].verdict is Verdict.HEALTHY
         if not claims_dead:
             assert out[m].verdict is not Verdict.UNHEALTHY  # no evidence of death: only abstentions
@@ -165,3 +165,37 @@ def test_one_liar_cannot_flip_a_verdict(n: int, liar_at: int, victim_at: int, da
             assert out[m].verdict is Verdict.HEALTHY, out[m].message
     if len(honest_witnesses) >= 2:
         assert out[victim].verdict is not Verdict.HEALTHY
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=ring_case(), data=st.data())
+def test_deciding_on_some_subjects_gives_their_full_count(case, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    members, side_of = case
+    ring = dict(neighbours(members))
+    silent = set(data.draw(st.lists(st.sampled_from(members), max_size=len(members) // 2)))
+    votes = partition_votes(members, side_of, dead=set(), silent=silent, ring=ring)
+    subjects = data.draw(st.sets(st.sampled_from(members), max_size=6))
+    every = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    some = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring,
+                        subjects=subjects | {NodeName("not-a-member")})
+    assert some == {s: every[s] for s in subjects}
+
+
+@pytest.mark.parametrize("n", [25, 200])
+def test_one_dead_claim_does_not_make_a_whole_component_vote_dead(n: int) -> None:
+    """A node without a statement of its own, which one neighbour names dead and the others do not
+    name at all (suspect), gets one dead vote, not the whole group's; a second claimant decides."""
+    members = group(n)
+    ring = dict(neighbours(members))
+    x = members[0]
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead=set(), silent={x}, ring=ring)
+    near = sorted(ring[x])
+    for i, o in enumerate(near):  # the neighbours abstain on x ...
+        dead = frozenset({x}) if i < 1 else frozenset()  # ... but one names it dead
+        votes[o] = Vote(observer=o, observed_at=NOW, alive=votes[o].alive - {x}, dead=dead)
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert out[x].verdict is Verdict.UNKNOWN and out[x].dead_count == 1
+    o = near[1]
+    votes[o] = Vote(observer=o, observed_at=NOW, alive=votes[o].alive, dead=frozenset({x}))
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert out[x].verdict is Verdict.UNHEALTHY and out[x].dead_count == n - 1

@@ -998,7 +998,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
     every agent learns every other agent's heartbeat within a few periods while sending exactly
     `fanout` envelopes per period, and in steady state the heartbeats it holds are on average less
     than 2 periods old — by their seq and by the ages they arrived with."""
-    cfg, fanout = WireConfig(), 3
+    cfg, fanout = WireConfig(max_relays=8), 3
     n, rng = 20, random.Random(42)
     nodes = [NodeName(f"n{i:02d}") for i in range(n)]
     books = {m: HeartbeatBook() for m in nodes}
@@ -1053,7 +1053,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
 
 def test_wire_config_defaults_are_consistent() -> None:
     cfg = WireConfig()
-    assert cfg.max_bytes == 65_536 and cfg.fallback_probes == 2 and cfg.max_relays == 8
+    assert cfg.max_bytes == 65_536 and cfg.fallback_probes == 2 and cfg.max_relays == 2
     assert cfg.relay_max_age_s <= cfg.heartbeat_max_age_s and cfg.replay_window == 64
 
 

@@ -342,11 +342,13 @@ class PeerExchange:
         return self.decide(now=time.monotonic())
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:
-        """Count the local verdicts from the statements held (``now``: monotonic s) and end the
-        period. In a full mesh every statement is held, so they equal the controller's; in a ring
-        group they cover only what the neighbours and relays told us (mostly UNKNOWN far away)."""
+        """Count the local verdicts on this node and the peers it watches from the statements held
+        (``now``: monotonic s) and end the period. In a full mesh every statement is held, so they
+        equal the controller's; in a ring group they count only what the neighbours and relays told
+        us (the controller's count over every statement is the one that acts)."""
         self.decisions = decide_reach(group=self.group, votes=self.book.votes(), now=now,
-                                      vote_ttl_s=self.config.votes.vote_ttl_s, ring=self.ring)
+                                      vote_ttl_s=self.config.votes.vote_ttl_s, ring=self.ring,
+                                      subjects=self.watched() | {self.me})
         self.periods += 1
         return self.decisions
 

@@ -25,10 +25,11 @@ What it is for
     4. **Counting**, for subject ``x`` in component ``C``:
 
        * alive votes: the fresh members of ``C`` (they reach ``x``), minus those naming ``x`` dead;
-       * dead votes: the fresh members of every other component ``D`` in which some member names some
-         ring neighbour in ``C`` dead (positive evidence across the cut: ``D`` has looked at ``C`` and found
-         it dead; without such a claim ``D`` abstains, like a suspect observer), plus the members of
-         ``C`` naming ``x`` dead;
+       * dead votes: for every other component ``D``, its fresh members if at least two of them name
+         ring neighbours in ``C`` dead, more than name them alive (positive evidence across the cut:
+         ``D`` has looked at ``C`` and found it dead); otherwise just the members of ``D`` naming
+         some neighbour in ``C`` dead (their own direct votes, as in the full mesh); plus the
+         members of ``C`` naming ``x`` dead;
        * HEALTHY iff alive votes > n / 2, UNHEALTHY iff dead votes > n / 2, else UNKNOWN, where n is
          the group's size (seed 003: the majority of the group, not of the votes received).
 
@@ -64,30 +65,39 @@ Sources
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from edgewatch.core.quorum import Decision, Vote, fresh_votes, majority
 from edgewatch.core.topology import DEFAULT_RINGS, neighbours
 from edgewatch.core.types import NodeName, Verdict
 
-__all__ = ["MIN_ATTACH_WITNESSES", "components", "decide_reach"]
+__all__ = ["MIN_ATTACH_WITNESSES", "MIN_DEAD_WITNESSES", "components", "decide_reach"]
 
 MIN_ATTACH_WITNESSES = 2
 """Fresh neighbours that must name a statement-less member alive before it joins their component: more
 than one, so a single (possibly compromised) neighbour can never keep a dead node in."""
 
 
+MIN_DEAD_WITNESSES = 2
+"""Members of one component naming ring neighbours in another dead that make the whole first
+component vote the second dead (they must also outnumber those naming them alive): two detectors
+that each saw failures and a timeout, so one lost probe or one lying member never turns a whole
+component's abstention into dead votes (one claimant counts as its own single vote)."""
+
+
 class _UnionFind:
-    def __init__(self, items: list[NodeName]) -> None:
-        self.parent = {x: x for x in items}
+    """Disjoint sets over names, created lazily (a name never united is its own root)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[NodeName, NodeName] = {}
 
     def find(self, x: NodeName) -> NodeName:
         parent = self.parent
         root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:  # path compression
-            parent[x], x = root, parent[x]
+        while (up := parent.get(root, root)) != root:
+            root = up
+        while (up := parent.get(x, x)) != root:  # path compression
+            parent[x], x = root, up
         return root
 
     def union(self, a: NodeName, b: NodeName) -> None:
@@ -119,10 +129,11 @@ def components(
         ring: member -> its ring neighbours (:func:`edgewatch.core.topology.neighbours` of ``group``).
 
     Returns:
-        ``{member: root}``; two members are in one component iff their roots are equal.
+        ``{member: root}`` for the members that are fresh or named alive in a fresh statement; any
+        other member is alone in its component (its own root). Two members are in one component iff
+        their roots are equal. Cost O(fresh statements x their length), not O(group size).
     """
-    members = sorted(group)
-    uf = _UnionFind(members)
+    uf = _UnionFind()
     # A node that names itself dead (its kubelet is down) gets no edges of its own: like a node
     # without a statement, only its neighbours' word can attach it (below).
     linked = {a: v for a, v in fresh.items() if a not in v.dead}
@@ -135,16 +146,16 @@ def components(
             if a < b and b not in near and b in group and (vb := linked.get(b)) is not None \
                     and _edge(va, vb, ring_pair=False):
                 uf.union(a, b)
-    for x in members:
-        if x in linked:
-            continue
+    candidates = {x for v in fresh.values() for x in v.alive if x in group and x not in linked}
+    for x in sorted(candidates):
         witnesses = [o for o in ring.get(x, frozenset()) if o in fresh]
         alive = [o for o in witnesses if x in fresh[o].alive]
         dead = sum(1 for o in witnesses if x in fresh[o].dead)
         if len(alive) >= MIN_ATTACH_WITNESSES and len(alive) > dead:
             for o in alive:
                 uf.union(x, o)
-    return {x: uf.find(x) for x in members}
+    involved = set(fresh) | candidates
+    return {x: uf.find(x) for x in involved}
 
 
 def decide_reach(
@@ -155,6 +166,7 @@ def decide_reach(
     vote_ttl_s: float,
     k: int = DEFAULT_RINGS,
     ring: Mapping[NodeName, frozenset[NodeName]] | None = None,
+    subjects: Iterable[NodeName] | None = None,
 ) -> dict[NodeName, Decision]:
     """The verdict on every member of ``group`` (see the module docstring).
 
@@ -166,10 +178,14 @@ def decide_reach(
         vote_ttl_s: seconds a vote counts (> 0).
         k: rings of the topology (ignored when ``ring`` is given).
         ring: the topology of ``group`` if the caller caches it.
+        subjects: the members to decide on (default all). The cost is O(fresh statements x their
+            length + subjects), so an agent of a 1,000-node group that holds a few statements and
+            asks about its neighbours pays for those only.
 
     Returns:
-        member -> :class:`~edgewatch.core.quorum.Decision` (``alive_count``: fresh members reaching
+        subject -> :class:`~edgewatch.core.quorum.Decision` (``alive_count``: fresh members reaching
         it; ``dead_count``: fresh members with evidence it is dead); empty for an empty group.
+        Subjects outside ``group`` are left out.
 
     Raises:
         ValueError: a key of ``votes`` differs from its vote's observer; ``now`` or ``vote_ttl_s``
@@ -178,31 +194,46 @@ def decide_reach(
     counted = fresh_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
     fresh = {v.observer: v for v in counted}
     topo = ring if ring is not None else neighbours(group, k=k)
-    root = components(group=group, fresh=fresh, ring=topo)
+    found = components(group=group, fresh=fresh, ring=topo)
+
+    def root_of(x: NodeName) -> NodeName:
+        return found.get(x, x)
+
     size = len(group)
     fresh_in: dict[NodeName, int] = {}
     for o in fresh:
-        fresh_in[root[o]] = fresh_in.get(root[o], 0) + 1
-    against: dict[NodeName, set[NodeName]] = {}  # component -> components with evidence it is dead
+        fresh_in[found[o]] = fresh_in.get(found[o], 0) + 1
+    # Claimants across components, per (looked-at component, looking component): (dead, alive).
+    across: dict[tuple[NodeName, NodeName], tuple[set[NodeName], set[NodeName]]] = {}
     named_dead: dict[NodeName, int] = {}  # subject -> fresh members of its own component naming it dead
     for o, vote in fresh.items():
-        ro = root[o]
+        ro = found[o]
         near = topo.get(o, frozenset())
         for x in vote.dead:
             if x not in group or (x not in near and x != o):
                 continue  # only a neighbour (or oneself) can have looked and found it dead
-            rx = root[x]
+            rx = root_of(x)
             if rx == ro:
                 named_dead[x] = named_dead.get(x, 0) + 1
             else:
-                against.setdefault(rx, set()).add(ro)
+                across.setdefault((rx, ro), (set(), set()))[0].add(o)
+        for x in vote.alive & near:
+            rx = root_of(x)
+            if rx != ro:
+                across.setdefault((rx, ro), (set(), set()))[1].add(o)
+    against: dict[NodeName, int] = {}  # component -> dead votes from the other components
+    for (rx, ro), (dead_by, alive_by) in across.items():
+        if len(dead_by) >= MIN_DEAD_WITNESSES and len(dead_by) > len(alive_by):
+            against[rx] = against.get(rx, 0) + fresh_in.get(ro, 0)  # the whole component looked
+        else:
+            against[rx] = against.get(rx, 0) + len(dead_by)  # only the claimants' own votes
     needed = majority(size) if size else 0
     out: dict[NodeName, Decision] = {}
-    for x in sorted(group):
-        rx = root[x]
+    for x in sorted(group if subjects is None else set(subjects) & group):
+        rx = root_of(x)
         own_dead = named_dead.get(x, 0)
         alive = fresh_in.get(rx, 0) - own_dead
-        dead = own_dead + sum(fresh_in.get(d, 0) for d in against.get(rx, ()))
+        dead = own_dead + against.get(rx, 0)
         if alive >= needed:
             verdict = Verdict.HEALTHY
         elif dead >= needed:

@@ -273,10 +273,14 @@ class WireConfig:
     once; a contact is forgotten after a vote TTL without evidence. Default
     8: four periods of fallback probes."""
 
-    max_relays: int = 8
-    """Relayed heartbeats per envelope (:func:`select_relays`). Default 8:
-    redundancy under loss in small groups; bytes per message stay bounded. ``1 + max_relays`` must be <=
-    :data:`MAX_HEARTBEATS_PER_ENVELOPE`."""
+    max_relays: int = 2
+    """Relayed heartbeats per envelope (:func:`select_relays`). Default 2:
+    nothing decides on relayed heartbeats any more (detectors take direct
+    evidence only, a carrier is a direct neighbour); they give the local
+    count of a small group some redundancy under loss. Each costs its
+    signature check once (the verified-signature cache of
+    :class:`edgewatch.core.identity.PublicKeys`) and about 400 bytes.
+    ``1 + max_relays`` must be <= :data:`MAX_HEARTBEATS_PER_ENVELOPE`."""
 
     relay_max_age_s: float = 10.0
     """Heartbeats received (local clock) longer ago than this are not
