@@ -59,8 +59,24 @@ _KEY_FILE = "controller-beacon.key"
 
 
 def _content(hb: Heartbeat) -> tuple[object, ...]:
-    """What a statement says, without its counters and signature."""
-    return (hb.origin, hb.kubelet_ok, hb.cloud_ok, hb.alive, hb.dead)
+    """What a statement says that decides something at once: a neighbour found dead, the node's own
+    kubelet and cloud link, its carrier. A neighbour moving between alive and suspect (an
+    abstention; frequent on a lossy link) waits for the next refresh, so loss does not turn into
+    API writes."""
+    return (hb.origin, hb.kubelet_ok, hb.cloud_ok, hb.dead, hb.carrier)
+
+
+def write_due(*, last: tuple[tuple[object, ...], str, float] | None, own: Heartbeat, carried: list[Heartbeat],
+              now: float, refresh_s: float) -> tuple[object, ...] | None:
+    """The content to write now, or None (pure; the reporter's rule, also run by ``edgewatch sim``).
+
+    ``last`` is ``(content, beacon, time)`` of the last write; times in seconds on one clock. Due
+    when what decides changed (:func:`_content`), or after ``refresh_s`` once the beacon moved on.
+    """
+    content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
+    if last is not None and last[0] == content and (now - last[2] < refresh_s or own.beacon == last[1]):
+        return None
+    return content
 
 
 class EvidenceReporter:
@@ -177,9 +193,7 @@ class EvidenceReporter:
         if own is None or not own.beacon:
             return None
         carried = [hb for hb in self._carried() if hb.origin != self.node]
-        content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
-        last = self._written
-        if last is not None and last[0] == content and (now - last[2] < self.refresh_s or own.beacon == last[1]):
+        if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s) is None:
             return None
         return own, carried
 

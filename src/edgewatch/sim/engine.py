@@ -22,8 +22,9 @@ Time
     1,000-node group simulates faster than real time.
 
 Cloud model
-    A node whose cloud link is up uploads its own statement when its vote changes or every
-    ``upload_every_s`` (the evidence reporter's rule) and the statements of the cut-off neighbours
+    A node whose cloud link is up uploads its own statement by the evidence reporter's rule
+    (:func:`edgewatch.agent.reporter.write_due`: at once when a neighbour is found dead or its own
+    state changes, else every ``upload_every_s``) and the statements of the cut-off neighbours
     that named it carrier; an upload reaches the controller after ``upload_delay_s``. The controller
     recounts every ``recount_s`` with statements timed by their beacon (issued every
     ``beacon_period_s``), TTL ``evidence_ttl_s``.
@@ -34,6 +35,7 @@ pool coordinator path is not simulated.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from typing import Any
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.peers import PeerExchange
+from edgewatch.agent.reporter import write_due
 from edgewatch.core.duties import assign_duties
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.core.reach import decide_reach
@@ -137,8 +140,7 @@ class _Held:
 class _NodeState:
     agent: PeerExchange
     clock: SimClock
-    last_vote: tuple[frozenset[NodeName], frozenset[NodeName]] | None = None
-    last_upload: float = -1e9
+    written: tuple[tuple[object, ...], str, float] | None = None
     carried: dict[NodeName, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -171,8 +173,8 @@ class Simulation:
                                  rng=random.Random(self.rng.getrandbits(64)))
             agent.kubelet_ok = True
             agent.incarnation = 1 + self.rng.getrandbits(40)
-            clock = SimClock(offset_s=self.rng.uniform(-3600.0, 3600.0), rate=1.0 + self.rng.uniform(-1e-4, 1e-4)) \
-                if config.skew else SimClock()
+            offset, rate = self.rng.uniform(-3600.0, 3600.0), 1.0 + self.rng.uniform(-1e-4, 1e-4)  # drawn either way
+            clock = SimClock(offset_s=offset, rate=rate) if config.skew else SimClock()
             self.nodes[name] = _NodeState(agent=agent, clock=clock)
         self.now = 0.0
         self._events: list[tuple[float, int, NodeName]] = []
@@ -184,6 +186,7 @@ class Simulation:
         self.verdicts: dict[NodeName, Verdict] = dict.fromkeys(self.names, Verdict.UNKNOWN)
         self.transitions: list[Transition] = []
         self.periods = 0
+        self.uploads = 0  # statements sent to the cloud (each one evidence Lease write in the agent)
 
     # -- driving -----------------------------------------------------------------------------------
 
@@ -282,11 +285,14 @@ class Simulation:
         agent = state.agent
         own = agent.own
         assert own is not None
-        vote = (frozenset(own.alive), frozenset(own.dead))
-        if vote != state.last_vote or self.now - state.last_upload >= self.config.upload_every_s:
-            state.last_vote, state.last_upload = vote, self.now
+        beacon = f"{int(self.now // self.config.beacon_period_s):032x}"  # the beacon it would name
+        content = write_due(last=state.written, own=dataclasses.replace(own, beacon=beacon), carried=[],
+                            now=self.now, refresh_s=self.config.upload_every_s)
+        if content is not None:  # the evidence reporter's rule (carried statements are uploaded below)
+            state.written = (content, beacon, self.now)
             self._uploads.append(_Upload(arrives=self.now + self.config.upload_delay_s, heartbeat=own,
                                          signed_at=self.now))
+            self.uploads += 1
         duties = assign_duties(me=name, cloud_ok=True, reachable=agent.reachable(now=local),
                                verdicts={n: d.verdict for n, d in agent.decisions.items()},
                                reports=agent.reports(now=local))
@@ -298,6 +304,7 @@ class Simulation:
             signed_at = self.now - entry.age_at(local)
             self._uploads.append(_Upload(arrives=self.now + self.config.upload_delay_s, heartbeat=entry.heartbeat,
                                          signed_at=signed_at))
+            self.uploads += 1
 
     def _recount(self) -> None:
         arrived = [u for u in self._uploads if u.arrives <= self.now]

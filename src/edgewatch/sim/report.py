@@ -104,6 +104,8 @@ class FalseVerdicts:
     node_hours: float
     unhealthy: int
     unknown: int
+    writes_per_node_min: float
+    """Statements uploaded to the cloud (evidence Lease writes) per node per minute."""
 
     @property
     def per_node_hour(self) -> float:
@@ -117,7 +119,7 @@ def false_verdicts(n: int, *, loss: float, node_hours: float, seed: int, progres
     sim = Simulation(SimConfig(n=n, seed=seed))
     sim.run_until(WARMUP_S)
     sim.net.set_loss(dict.fromkeys(sim.names, loss))
-    start = len(sim.transitions)
+    start, uploads = len(sim.transitions), sim.uploads
     duration = node_hours * 3600.0 / n
     step = max(60.0, duration / 5)
     t = WARMUP_S
@@ -128,7 +130,8 @@ def false_verdicts(n: int, *, loss: float, node_hours: float, seed: int, progres
     changes = sim.transitions[start:]
     return FalseVerdicts(n=n, loss=loss, node_hours=duration * n / 3600.0,
                          unhealthy=sum(1 for c in changes if c.verdict is Verdict.UNHEALTHY),
-                         unknown=sum(1 for c in changes if c.verdict is Verdict.UNKNOWN))
+                         unknown=sum(1 for c in changes if c.verdict is Verdict.UNKNOWN),
+                         writes_per_node_min=(sim.uploads - uploads) / n / (duration / 60.0))
 
 
 @dataclass(frozen=True)

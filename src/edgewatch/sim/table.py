@@ -45,7 +45,8 @@ def measure(*, sizes: Sequence[int] = DEFAULT_SIZES, seed: int = 1, kills: int =
             "kills": len(det.times_s) + det.missed,
             "missed": det.missed,
             "false": [{"loss": f.loss, "node_hours": round(f.node_hours, 1), "unhealthy": f.unhealthy,
-                       "unknown": f.unknown} for f in falses],
+                       "unknown": f.unknown, "writes_per_node_min": round(f.writes_per_node_min, 1)}
+                      for f in falses],
             "messages_per_period": None if c is None else round(c.messages_per_period, 2),
             "max_messages_per_period": None if c is None else round(c.max_messages_per_period, 2),
             "bytes_per_message": None if c is None else round(c.bytes_per_message),
@@ -58,8 +59,8 @@ def markdown(result: dict[str, Any]) -> str:
     """The result as two Markdown tables (figures; split outcomes)."""
     lines = [
         "| nodes | kill → unhealthy, median / p99 (s) | false unhealthy (unknown) at 10 % loss | at 30 % loss "
-        "| messages per node per period (max) | bytes per message |",
-        "|---:|---|---|---|---|---:|",
+        "| messages per node per period (max) | bytes per message | cloud writes per node per min at 30 % loss |",
+        "|---:|---|---|---|---|---:|---:|",
     ]
     for row in result["rows"]:
         falses = {f["loss"]: f for f in row["false"]}
@@ -73,9 +74,11 @@ def markdown(result: dict[str, Any]) -> str:
         msgs = "–" if row["messages_per_period"] is None else \
             f"{row['messages_per_period']:.1f} ({row['max_messages_per_period']:.0f})"
         size = "–" if row["bytes_per_message"] is None else f"{row['bytes_per_message']:,}"
+        writes = f"{falses[0.3]['writes_per_node_min']:.1f}" if 0.3 in falses else "–"
         missed = f", {row['missed']} missed" if row["missed"] else ""
         lines.append(f"| {row['n']:,} | {row['detection_median_s']:.1f} / {row['detection_p99_s']:.1f} "
-                     f"({row['kills']} kills{missed}) | {fv(0.1)} | {fv(0.3)} | {msgs} | {size} |")
+                     f"({row['kills']} kills{missed}) | {fv(0.1)} | {fv(0.3)} | {msgs} | {size} "
+                     f"| {writes} |")
     lines += ["", "| nodes | " + " | ".join(f"split {name}" for name in SPLITS) + " |",
               "|---:|" + "---|" * len(SPLITS)]
     for row in result["rows"]:

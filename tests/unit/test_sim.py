@@ -1,0 +1,114 @@
+"""Property tests of the protocol on the simulator (edgewatch.sim): over seeds and group sizes
+beyond the full mesh, the seed's guarantees hold with the agents' real core — a dead node is judged
+unhealthy, no live node ever is (also under 30 % loss), the bigger side of a split never is, a
+cut-off node is carried by one of its neighbours, clock skew changes nothing, the cost per node
+stays bounded, and a run is a pure function of its seed."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgewatch.core.topology import DEFAULT_RINGS
+from edgewatch.core.types import Verdict
+from edgewatch.sim import report
+from edgewatch.sim.engine import SimConfig, Simulation
+
+SEEDS = st.integers(min_value=0, max_value=2**31)
+SIZES = st.integers(min_value=8, max_value=40)
+SLOW = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def unhealthy(sim: Simulation, since: float = 0.0) -> set[str]:
+    return {t.node for t in sim.transitions if t.verdict is Verdict.UNHEALTHY and t.at >= since}
+
+
+@SLOW
+@given(n=SIZES, seed=SEEDS)
+def test_a_dead_node_is_judged_unhealthy_and_no_live_node_is(n: int, seed: int) -> None:
+    sim = Simulation(SimConfig(n=n, seed=seed))
+    sim.run_until(20.0)
+    assert set(sim.verdicts.values()) == {Verdict.HEALTHY}
+    victim = sim.rng.choice(sim.names)
+    sim.kill(victim)
+    sim.run_until(35.0)
+    assert sim.verdicts[victim] is Verdict.UNHEALTHY
+    assert unhealthy(sim) == {victim}
+    assert all(v is Verdict.HEALTHY for m, v in sim.verdicts.items() if m != victim)
+
+
+@SLOW
+@given(n=SIZES, seed=SEEDS)
+def test_no_false_verdict_under_30_percent_loss(n: int, seed: int) -> None:
+    sim = Simulation(SimConfig(n=n, seed=seed))
+    sim.run_until(20.0)
+    sim.net.set_loss(dict.fromkeys(sim.names, 0.3))
+    sim.run_until(200.0)
+    assert unhealthy(sim) == set()
+
+
+@SLOW
+@given(n=SIZES, seed=SEEDS, big=st.floats(min_value=0.55, max_value=0.8))
+def test_the_bigger_side_of_a_split_is_never_unhealthy(n: int, seed: int, big: float) -> None:
+    sides = report.split(n, (big, 1 - big), seed=seed)
+    bigger = max(sides, key=lambda s: s.size)
+    assert bigger.unhealthy == 0
+    if 2 * bigger.size > n:
+        # Every node of the bigger side is healthy, or unknown when all its neighbours are across.
+        assert bigger.healthy + bigger.unknown == bigger.size and bigger.healthy >= bigger.size - 2
+
+
+@SLOW
+@given(n=st.integers(min_value=4, max_value=30), seed=SEEDS)
+def test_an_even_split_decides_nothing(n: int, seed: int) -> None:
+    n -= n % 2
+    for side in report.split(n, (0.5, 0.5), seed=seed):
+        assert side.unhealthy == 0 and side.healthy == 0
+
+
+@SLOW
+@given(n=SIZES, seed=SEEDS)
+def test_a_node_cut_from_the_cloud_is_carried_by_a_neighbour(n: int, seed: int) -> None:
+    sim = Simulation(SimConfig(n=n, seed=seed))
+    sim.run_until(20.0)
+    cut = sim.rng.choice(sim.names)
+    sim.net.cloud_cut.add(cut)
+    sim.run_until(80.0)  # well past the 30 s statement TTL: only carried statements keep it fresh
+    assert sim.verdicts[cut] is Verdict.HEALTHY
+    carrier = sim.nodes[cut].agent.carrier
+    assert carrier in sim.ring[cut]
+    assert cut in sim.nodes[carrier].carried
+    assert unhealthy(sim) == set()
+
+
+@settings(max_examples=5, deadline=None)
+@given(n=SIZES, seed=SEEDS)
+def test_clock_skew_changes_nothing(n: int, seed: int) -> None:
+    runs = []
+    for skew in (False, True):
+        sim = Simulation(SimConfig(n=n, seed=seed, skew=skew))
+        sim.run_until(15.0)
+        sim.kill(sim.names[seed % n])
+        sim.run_until(40.0)
+        runs.append([(t.node, t.verdict) for t in sim.transitions])
+    assert runs[0] == runs[1]
+
+
+@settings(max_examples=5, deadline=None)
+@given(n=SIZES, seed=SEEDS)
+def test_a_run_is_a_function_of_its_seed(n: int, seed: int) -> None:
+    def run() -> list[tuple[str, Verdict, float]]:
+        sim = Simulation(SimConfig(n=n, seed=seed))
+        sim.net.set_loss(dict.fromkeys(sim.names, 0.2))
+        sim.run_until(10.0)
+        sim.kill(sim.names[0])
+        sim.run_until(30.0)
+        return [(t.node, t.verdict, t.at) for t in sim.transitions]
+    assert run() == run()
+
+
+def test_messages_per_node_stay_bounded_with_real_envelopes() -> None:
+    for n in (5, 40):
+        c = report.cost(n, seed=3, seconds=3.0)
+        assert c.max_messages_per_period <= 4 * DEFAULT_RINGS  # 6 requests + 6 answers
+        assert c.bytes_per_message < 4_000
