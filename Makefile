@@ -41,9 +41,12 @@ binaries:
 unit: setup
 	$(VENV)/bin/pytest tests/unit
 
-# Agent memory and CPU for groups of 5 and 50 on the real control plane (about 5 minutes).
+# Issue 11's table (the simulator: detection, false verdicts under loss, cost, splits for groups of
+# 5, 50, 200 and 1,000; about 10 minutes), then one real agent process in groups of 50 and 1,000 on
+# the real control plane (about 5 minutes).
 bench: setup binaries
-	$(PY) bench/agent_cost.py 5 50
+	$(VENV)/bin/edgewatch sim --json reports/sim.json
+	$(PY) bench/agent_process.py 50 1000
 
 # CPU and RSS of one pool as shipped (agents as pods in namespaces), for pools of 10 and 15 nodes.
 bench-lab: setup binaries
