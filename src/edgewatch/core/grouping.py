@@ -22,7 +22,7 @@ Limits
     that list has no group (ValueError), because giving it one would break
     symmetry. Label values are compared exactly (Kubernetes label values are
     case-sensitive). Group size is not bounded here; large groups are the
-    business of the gossip layer (:mod:`edgewatch.core.wire`).
+    business of the monitoring topology (:mod:`edgewatch.core.topology`).
 
 Sources
     Seed 003 (TKE Edge multi-region: ``tencent.tkeedgehealth/topology-zone``

@@ -107,16 +107,16 @@ class VoteConfig:
     exchange_period_s: float = 1.0
     """Seconds between two heartbeats (votes) of one agent. Default 1.0 s,
     memberlist's probe interval: fast enough to detect a dead node in a few
-    seconds, cheap because dissemination is gossip (fanout messages per
-    node per period, see :func:`edgewatch.core.wire.select_relays`)."""
+    seconds, cheap because each node exchanges only with its (at most 6)
+    neighbours (:mod:`edgewatch.core.topology`)."""
 
     vote_ttl_s: float = 5.0
     """Seconds a vote counts after it was received. Default 5.0 s (5
     periods): survives four lost exchanges in a row, yet a vanished
     observer stops counting about as fast as the detector declares a node
     DEAD (``dead_timeout_s`` 5 s). Must be >= 3 * ``exchange_period_s``.
-    In large groups, where gossip delivers a given origin's heartbeat less
-    often than every period, raise it accordingly."""
+    Neighbours exchange directly every period at any group size, so it
+    does not grow with the group."""
 
     def __post_init__(self) -> None:
         validate_timing(exchange_period_s=self.exchange_period_s, vote_ttl_s=self.vote_ttl_s)
