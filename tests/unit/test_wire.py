@@ -21,6 +21,7 @@ from edgewatch.core.quorum import Vote
 from edgewatch.core.signing import Signer, canonical_json
 from edgewatch.core.types import NodeName
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys, format_key_record
+from edgewatch.core.book import Freshness, HeartbeatBook, select_relays
 from edgewatch.core.wire import (
     ENVELOPE_DOMAIN,
     ENVELOPE_MAGIC,
@@ -29,9 +30,7 @@ from edgewatch.core.wire import (
     MAX_HEARTBEATS_PER_ENVELOPE,
     MAX_NAMES_PER_LIST,
     PROTOCOL_VERSION,
-    Freshness,
     Heartbeat,
-    HeartbeatBook,
     Rejected,
     RejectReason,
     ReplayGuard,
@@ -39,7 +38,6 @@ from edgewatch.core.wire import (
     decode_envelope,
     decode_heartbeat,
     encode_envelope,
-    select_relays,
     sign_heartbeat,
 )
 

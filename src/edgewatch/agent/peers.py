@@ -58,16 +58,15 @@ from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName
+from edgewatch.core.book import HeartbeatBook, select_relays
 from edgewatch.core.wire import (
     DecodedEnvelope,
     Heartbeat,
-    HeartbeatBook,
     Rejected,
     RejectReason,
     ReplayGuard,
     decode_envelope,
     encode_envelope,
-    select_relays,
     sign_heartbeat,
 )
 

@@ -54,6 +54,7 @@ __all__ = [
     "VoteConfig",
     "decide",
     "decide_all",
+    "decision_from_counts",
     "fresh_votes",
     "is_fresh",
     "majority",
@@ -235,9 +236,14 @@ def fresh_votes(
     return counted
 
 
-def _decide_from(subject: NodeName, *, group_size: int, counted: list[Vote]) -> Decision:
-    alive = sum(1 for v in counted if subject in v.alive)
-    dead = sum(1 for v in counted if subject in v.dead)
+def decision_from_counts(subject: NodeName, *, alive: int, dead: int, group_size: int,
+                         votes_counted: int) -> Decision:
+    """The verdict for ``alive`` and ``dead`` votes in a group of ``group_size`` (seed 003's rule):
+    HEALTHY iff alive is a strict majority of the group, UNHEALTHY iff dead is, else UNKNOWN.
+
+    Raises:
+        ValueError: ``group_size < 1``.
+    """
     needed = majority(group_size)
     if alive >= needed:
         verdict = Verdict.HEALTHY
@@ -245,14 +251,15 @@ def _decide_from(subject: NodeName, *, group_size: int, counted: list[Vote]) -> 
         verdict = Verdict.UNHEALTHY
     else:
         verdict = Verdict.UNKNOWN
-    return Decision(
-        subject=subject,
-        verdict=verdict,
-        alive_count=alive,
-        dead_count=dead,
-        group_size=group_size,
-        votes_counted=len(counted),
-    )
+    return Decision(subject=subject, verdict=verdict, alive_count=alive, dead_count=dead, group_size=group_size,
+                    votes_counted=votes_counted)
+
+
+def _decide_from(subject: NodeName, *, group_size: int, counted: list[Vote]) -> Decision:
+    alive = sum(1 for v in counted if subject in v.alive)
+    dead = sum(1 for v in counted if subject in v.dead)
+    return decision_from_counts(subject, alive=alive, dead=dead, group_size=group_size, votes_counted=len(counted))
+
 
 
 def decide(

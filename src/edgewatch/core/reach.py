@@ -67,9 +67,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from edgewatch.core.quorum import Decision, Vote, fresh_votes, majority
+from edgewatch.core.quorum import Decision, Vote, decision_from_counts, fresh_votes
 from edgewatch.core.topology import DEFAULT_RINGS, neighbours
-from edgewatch.core.types import NodeName, Verdict
+from edgewatch.core.types import NodeName
 
 __all__ = ["MIN_ATTACH_WITNESSES", "MIN_DEAD_WITNESSES", "components", "decide_reach"]
 
@@ -227,19 +227,11 @@ def decide_reach(
             against[rx] = against.get(rx, 0) + fresh_in.get(ro, 0)  # the whole component looked
         else:
             against[rx] = against.get(rx, 0) + len(dead_by)  # only the claimants' own votes
-    needed = majority(size) if size else 0
     out: dict[NodeName, Decision] = {}
     for x in sorted(group if subjects is None else set(subjects) & group):
         rx = root_of(x)
         own_dead = named_dead.get(x, 0)
         alive = fresh_in.get(rx, 0) - own_dead
         dead = own_dead + against.get(rx, 0)
-        if alive >= needed:
-            verdict = Verdict.HEALTHY
-        elif dead >= needed:
-            verdict = Verdict.UNHEALTHY
-        else:
-            verdict = Verdict.UNKNOWN
-        out[x] = Decision(subject=x, verdict=verdict, alive_count=alive, dead_count=dead, group_size=size,
-                          votes_counted=len(fresh))
+        out[x] = decision_from_counts(x, alive=alive, dead=dead, group_size=size, votes_counted=len(fresh))
     return out

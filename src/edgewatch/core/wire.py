@@ -1,6 +1,8 @@
-"""The agent-to-agent wire format, its strict decoder, clock-free replay
-protection, the book of newest heartbeats and the choice of heartbeats to
-relay (gossip).
+"""The agent-to-agent wire format and its strict decoder, with clock-free
+replay protection (:mod:`edgewatch.core.replay`). The book of newest
+heartbeats and the choice of heartbeats to relay live in
+:mod:`edgewatch.core.book`; the refusal reasons in
+:mod:`edgewatch.core.rejection`.
 
 Nothing here compares a timestamp written by another machine with a local
 clock. Freshness comes from three things, each measured by one machine only:
@@ -129,19 +131,19 @@ Sources
 
 from __future__ import annotations
 
-import enum
 import json
 import math
-import random
 import re
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from edgewatch.core.checks import bounded_age, positive_int, positive_seconds
 from edgewatch.core.quorum import Vote
+from edgewatch.core.rejection import Rejected, RejectReason
+from edgewatch.core.replay import ReplayGuard, SenderState
 from edgewatch.core.signing import Signer, Verification, Verifier, canonical_json
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH, NodeName, is_node_name
 
@@ -154,11 +156,8 @@ __all__ = [
     "MAX_NAMES_PER_LIST",
     "NONCE_HEX_LENGTH",
     "PROTOCOL_VERSION",
-    "BookEntry",
     "DecodedEnvelope",
-    "Freshness",
     "Heartbeat",
-    "HeartbeatBook",
     "HeartbeatResult",
     "RejectReason",
     "Rejected",
@@ -168,7 +167,6 @@ __all__ = [
     "decode_envelope",
     "decode_heartbeat",
     "encode_envelope",
-    "select_relays",
     "sign_heartbeat",
 ]
 
@@ -199,36 +197,14 @@ NONCE_HEX_LENGTH: Final = 32
 
 _MAX_COUNTER: Final = 2**63 - 1
 _NONCE: Final = re.compile(r"[0-9a-f]{32}")
-_DETAIL_MAX: Final = 300
 _HEADER_MAX: Final = 256  # magic + space + 32-hex key id + space + 128 hex, with room to spare
 
 
 # --------------------------------------------------------------------------- config
 
 
-def _positive_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0 seconds, got {value!r}")
-    return float(value)
 
 
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)
-
-
-def _age(name: str, value: object) -> float:
-    age = _finite(name, value)
-    if not 0 <= age <= MAX_AGE_S:
-        raise ValueError(f"{name} must be in [0, {MAX_AGE_S}] seconds, got {value!r}")
-    return age
-
-
-def _positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,65 +295,24 @@ class WireConfig:
     """Requests one source may send at once before its rate applies."""
 
     def __post_init__(self) -> None:
-        _positive_int("max_bytes", self.max_bytes, 256)
-        max_age = _positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
-        _positive_int("fallback_probes", self.fallback_probes, 0)
-        _positive_int("max_contacts", self.max_contacts, 0)
-        _positive_seconds("rate_per_source_s", self.rate_per_source_s)
-        _positive_seconds("rate_burst", self.rate_burst)
-        _positive_int("max_relays", self.max_relays, 0)
-        relay_age = _positive_seconds("relay_max_age_s", self.relay_max_age_s)
-        _positive_int("replay_window", self.replay_window)
-        _positive_int("replay_max_senders", self.replay_max_senders)
-        _positive_int("replay_retired_epochs", self.replay_retired_epochs, 0)
-        _positive_int("book_max_origins", self.book_max_origins)
+        positive_int("max_bytes", self.max_bytes, 256)
+        max_age = positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
+        positive_int("fallback_probes", self.fallback_probes, 0)
+        positive_int("max_contacts", self.max_contacts, 0)
+        positive_seconds("rate_per_source_s", self.rate_per_source_s)
+        positive_seconds("rate_burst", self.rate_burst)
+        positive_int("max_relays", self.max_relays, 0)
+        relay_age = positive_seconds("relay_max_age_s", self.relay_max_age_s)
+        positive_int("replay_window", self.replay_window)
+        positive_int("replay_max_senders", self.replay_max_senders)
+        positive_int("replay_retired_epochs", self.replay_retired_epochs, 0)
+        positive_int("book_max_origins", self.book_max_origins)
         if max_age > MAX_AGE_S:
             raise ValueError(f"heartbeat_max_age_s must be <= {MAX_AGE_S}")
         if 1 + self.max_relays > MAX_HEARTBEATS_PER_ENVELOPE:
             raise ValueError(f"1 + max_relays must be <= {MAX_HEARTBEATS_PER_ENVELOPE}")
         if relay_age > max_age:
             raise ValueError("relay_max_age_s must be <= heartbeat_max_age_s")
-
-
-# --------------------------------------------------------------------------- rejections
-
-
-class RejectReason(enum.StrEnum):
-    """Why a message (or one relayed heartbeat) was refused."""
-
-    OVERSIZED = "oversized"
-    MALFORMED = "malformed"
-    UNSIGNED = "unsigned"
-    UNKNOWN_KEY = "unknown_key"
-    BAD_SIGNATURE = "bad_signature"
-    WRONG_RECEIVER = "wrong_receiver"
-    STALE = "stale"
-    REPLAYED = "replayed"
-    UNCONFIRMED = "unconfirmed"
-    """A further request from a sender epoch that no answer has confirmed
-    yet (see :class:`ReplayGuard`); genuine right after a restart."""
-    SENDER_MISMATCH = "sender_mismatch"
-
-
-class Rejected(Exception):
-    """A message was refused. ``reason`` is a :class:`RejectReason`, ``detail``
-    a short human explanation (never more than a few hundred characters of
-    the hostile input).
-
-    ``answer_to`` is ``(sender, nonce)`` when the envelope was authentic,
-    bound to its sender and refused only by the :class:`ReplayGuard` (a
-    request that may be genuine, e.g. right after the sender restarted): the
-    receiver may still answer it, so the sender's probe succeeds, without
-    absorbing anything from it. None otherwise.
-    """
-
-    def __init__(self, reason: RejectReason, detail: str, *,
-                 answer_to: tuple[NodeName, str] | None = None) -> None:
-        detail = detail[:_DETAIL_MAX]
-        super().__init__(f"{reason.value}: {detail}")
-        self.reason = reason
-        self.detail = detail
-        self.answer_to = answer_to
 
 
 _FROM_VERIFICATION: Final = {
@@ -637,175 +572,6 @@ def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
     return _from_model(model)
 
 
-# --------------------------------------------------------------------------- replay guard
-
-
-@dataclass(frozen=True, kw_only=True)
-class SenderState:
-    """What a :class:`ReplayGuard` remembers of one sender.
-
-    ``epoch`` is its current epoch, ``confirmed`` whether an answer has
-    proved that epoch, ``high`` the highest seq accepted in it, ``seen`` a
-    bitmap (bit i set: seq ``high - i`` was accepted) and ``retired_marks``
-    its earlier epochs with the highest seq accepted in each, oldest first
-    (a retired epoch that an answer brings back keeps its watermark: every
-    seq up to it counts as seen, so nothing accepted before is accepted
-    again).
-    """
-
-    epoch: int
-    confirmed: bool
-    high: int
-    seen: int
-    retired_marks: tuple[tuple[int, int], ...]
-
-    @property
-    def retired(self) -> tuple[int, ...]:
-        """The retired epochs, oldest first."""
-        return tuple(epoch for epoch, _ in self.retired_marks)
-
-
-class ReplayGuard:
-    """Per-sender anti-replay state: epochs, confirmation and a sequence window.
-
-    Rules of :meth:`admit` (see the module docstring for why):
-
-    * ``proven`` (an answer to our own request, matched by ``reply_to``):
-      always accepted; its epoch becomes the sender's confirmed current
-      epoch (un-retiring it if an attacker had displaced it, with every seq
-      up to the highest accepted before counted as seen).
-    * otherwise, a sender never heard of: accepted, epoch unconfirmed (the
-      receiver-restart trade-off: at most one such request per epoch);
-    * an epoch in the sender's retired list: REPLAYED;
-    * the current epoch: REPLAYED if the seq was already accepted or lies
-      ``window`` or more below the highest; else UNCONFIRMED while the epoch
-      is unconfirmed; else accepted;
-    * a larger epoch than the current one (a restart): accepted once,
-      unconfirmed, the current one retired;
-    * a smaller, never-seen epoch: REPLAYED (until an answer proves it).
-
-    Bounded: at most ``max_senders`` senders (least recently accepted
-    evicted first), ``retired_epochs`` retired epochs each. Pure: no clock;
-    mutated only when :meth:`admit` accepts.
-
-    Raises:
-        ValueError: on construction, ``window`` or ``max_senders`` < 1 or
-            ``retired_epochs`` < 0.
-    """
-
-    __slots__ = ("_max_senders", "_retired_epochs", "_states", "_window")
-
-    def __init__(self, *, window: int = 64, max_senders: int = 5_000, retired_epochs: int = 8) -> None:
-        self._window = _positive_int("window", window)
-        self._max_senders = _positive_int("max_senders", max_senders)
-        self._retired_epochs = _positive_int("retired_epochs", retired_epochs, 0)
-        self._states: OrderedDict[str, SenderState] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._states)
-
-    def state_of(self, sender: str) -> SenderState | None:
-        """What is remembered of ``sender`` (None if nothing)."""
-        return self._states.get(sender)
-
-    def _retire(self, state: SenderState, *, keep_out: int) -> tuple[tuple[int, int], ...]:
-        if self._retired_epochs == 0:
-            return ()
-        marks = [m for m in (*state.retired_marks, (state.epoch, state.high)) if m[0] != keep_out]
-        return tuple(marks[-self._retired_epochs:])
-
-    def _fresh(self, epoch: int, seq: int, *, confirmed: bool,
-               retired: tuple[tuple[int, int], ...]) -> SenderState:
-        return SenderState(epoch=epoch, confirmed=confirmed, high=seq, seen=1, retired_marks=retired)
-
-    def _revive(self, state: SenderState, epoch: int, seq: int) -> SenderState:
-        """The state after an answer proves ``epoch``, which is not the current one: fresh, or a
-        retired epoch brought back with every seq up to its watermark counted as seen."""
-        watermark = dict(state.retired_marks).get(epoch)
-        retired = self._retire(state, keep_out=epoch)
-        if watermark is None:
-            return self._fresh(epoch, seq, confirmed=True, retired=retired)
-        full = (1 << self._window) - 1
-        back = SenderState(epoch=epoch, confirmed=True, high=watermark, seen=full, retired_marks=retired)
-        return self._mark(back, seq, confirmed=True)
-
-    def _seen(self, state: SenderState, seq: int) -> bool:
-        if seq > state.high:
-            return False
-        distance = state.high - seq
-        return distance >= self._window or bool(state.seen >> distance & 1)
-
-    def _mark(self, state: SenderState, seq: int, *, confirmed: bool) -> SenderState:
-        mask = (1 << self._window) - 1
-        if seq > state.high:
-            shift = seq - state.high
-            seen = ((state.seen << shift) | 1) & mask if shift < self._window else 1
-            high = seq
-        elif state.high - seq < self._window:
-            seen, high = state.seen | (1 << (state.high - seq)), state.high
-        else:
-            seen, high = state.seen, state.high
-        return SenderState(epoch=state.epoch, confirmed=confirmed, high=high, seen=seen,
-                           retired_marks=state.retired_marks)
-
-    def _store(self, sender: str, state: SenderState) -> None:
-        self._states[sender] = state
-        self._states.move_to_end(sender)
-        while len(self._states) > self._max_senders:
-            self._states.popitem(last=False)
-
-    def admit(self, *, sender: str, epoch: int, seq: int, proven: bool, nonce: str = "") -> None:
-        """Accept (and remember) envelope ``(epoch, seq)`` of ``sender``, or
-        raise.
-
-        Args:
-            sender: the authenticated sender.
-            epoch, seq: the envelope's counters (ints >= 0).
-            proven: True for an answer whose ``reply_to`` matched our own
-                request's nonce (fresh by construction).
-            nonce: the envelope's nonce, only to let a refused request be
-                answered (:attr:`Rejected.answer_to`).
-
-        Raises:
-            Rejected: REPLAYED or UNCONFIRMED (see the class docstring); the
-                state is then unchanged.
-        """
-        state = self._states.get(sender)
-        answer_to = (NodeName(sender), nonce) if nonce else None
-        if proven:
-            if state is None:
-                self._store(sender, self._fresh(epoch, seq, confirmed=True, retired=()))
-            elif state.epoch != epoch:
-                self._store(sender, self._revive(state, epoch, seq))
-            else:
-                self._store(sender, self._mark(state, seq, confirmed=True))
-            return
-        if state is None:
-            self._store(sender, self._fresh(epoch, seq, confirmed=False, retired=()))
-            return
-        if epoch in state.retired:
-            raise Rejected(RejectReason.REPLAYED, f"{sender}: epoch {epoch} is an earlier run of that sender",
-                           answer_to=answer_to)
-        if epoch == state.epoch:
-            if self._seen(state, seq):
-                raise Rejected(RejectReason.REPLAYED,
-                               f"{sender}: seq {seq} already seen (highest {state.high}, window {self._window})",
-                               answer_to=answer_to)
-            if not state.confirmed:
-                raise Rejected(RejectReason.UNCONFIRMED,
-                               f"{sender}: epoch {epoch} not yet confirmed by an answer to our probe",
-                               answer_to=answer_to)
-            self._store(sender, self._mark(state, seq, confirmed=True))
-            return
-        if epoch > state.epoch:
-            self._store(sender, self._fresh(epoch, seq, confirmed=False,
-                                            retired=self._retire(state, keep_out=epoch)))
-            return
-        raise Rejected(RejectReason.REPLAYED,
-                       f"{sender}: epoch {epoch} is older than its current epoch {state.epoch} and unproven",
-                       answer_to=answer_to)
-
-
 # --------------------------------------------------------------------------- envelope
 
 
@@ -910,7 +676,7 @@ def encode_envelope(
     beats = [(own, own_age_s), *relayed]
     if len(beats) > MAX_HEARTBEATS_PER_ENVELOPE:
         raise ValueError(f"at most {MAX_HEARTBEATS_PER_ENVELOPE} heartbeats per envelope")
-    ages = [round(_age("age", age), 3) for _hb, age in beats]
+    ages = [round(bounded_age("age", age, MAX_AGE_S), 3) for _hb, age in beats]
     body = canonical_json({
         "v": PROTOCOL_VERSION,
         "sender": sender,
@@ -1029,8 +795,8 @@ def decode_envelope(
     """
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise TypeError(f"raw must be bytes, got {type(raw).__name__}")
-    limit = _positive_int("max_bytes", max_bytes)
-    max_age = _positive_seconds("heartbeat_max_age_s", heartbeat_max_age_s)
+    limit = positive_int("max_bytes", max_bytes)
+    max_age = positive_seconds("heartbeat_max_age_s", heartbeat_max_age_s)
     if not is_node_name(receiver):
         raise ValueError("receiver must be a valid node name")
     if reply_to is not None and (not isinstance(reply_to, str) or not _NONCE.fullmatch(reply_to)):
@@ -1101,185 +867,3 @@ def decode_envelope(
         relayed=tuple(results),
         beacon=env.beacon,
     )
-
-
-# --------------------------------------------------------------------------- heartbeat book
-
-
-class Freshness(enum.StrEnum):
-    """What :meth:`HeartbeatBook.offer` made of a heartbeat."""
-
-    NEW = "new"
-    """Newer than what the book had (or the first from its origin): stored;
-    the detector may count it as a success for its origin."""
-    DUPLICATE = "duplicate"
-    """Same ``(incarnation, seq)`` as the stored one: ignored."""
-    OLDER = "older"
-    """Older than the stored one (a late relay): ignored."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class BookEntry:
-    """The newest heartbeat of one origin: when it arrived (``received_at``,
-    local monotonic seconds), the age it arrived with (``age_s``, seconds)
-    and how many times it has been relayed since."""
-
-    heartbeat: Heartbeat
-    received_at: float
-    relay_count: int
-    age_s: float = 0.0
-
-    @property
-    def signed_at(self) -> float:
-        """Local-clock estimate of when its origin signed it (receipt minus
-        reported age): the origin's last sign of life as seen from here."""
-        return self.received_at - self.age_s
-
-    def age_at(self, now: float) -> float:
-        """Its age at local time ``now`` (seconds): the age it arrived with
-        plus the time held here. What a relay of it reports."""
-        return self.age_s + max(0.0, now - self.received_at)
-
-
-class HeartbeatBook:
-    """Newest heartbeat per origin.
-
-    Within one incarnation of an origin, a larger ``seq`` is newer. Across
-    incarnations (a restart) the numbers say nothing (an origin's clock may
-    have gone back), so the heartbeat signed later by the local estimate
-    (:attr:`BookEntry.signed_at`: local receipt time minus reported age)
-    wins; ties go to the larger incarnation. Old or duplicate relays are
-    harmless: only a NEW heartbeat replaces the entry and refreshes
-    ``received_at``. Times are the caller's local clock (monotonic), the same
-    clock later given to :func:`~edgewatch.core.quorum.decide` via
-    :meth:`votes`; no cross-node clock comparison happens here. The agent
-    offers its own heartbeats too, so its own vote is in :meth:`votes`.
-    """
-
-    __slots__ = ("_entries", "_max_origins")
-
-    def __init__(self, *, max_origins: int = 5_000) -> None:
-        """Raises ValueError if ``max_origins < 1``."""
-        self._max_origins = _positive_int("max_origins", max_origins)
-        self._entries: dict[NodeName, BookEntry] = {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, origin: object) -> bool:
-        return origin in self._entries
-
-    def get(self, origin: NodeName) -> BookEntry | None:
-        """The entry of ``origin``, if any."""
-        return self._entries.get(origin)
-
-    def entries(self) -> tuple[BookEntry, ...]:
-        """All entries, sorted by origin."""
-        return tuple(self._entries[o] for o in sorted(self._entries))
-
-    def offer(self, heartbeat: Heartbeat, *, now: float, age_s: float = 0.0) -> Freshness:
-        """Offer a verified heartbeat received at ``now`` (local seconds) with
-        reported age ``age_s`` (seconds).
-
-        When the book is full, a NEW origin evicts the least recently
-        refreshed entry. Raises ValueError if ``now`` is not finite or
-        ``age_s`` is out of ``[0, MAX_AGE_S]``.
-        """
-        t = _finite("now", now)
-        age = _age("age_s", age_s)
-        current = self._entries.get(heartbeat.origin)
-        if current is not None:
-            if heartbeat.order == current.heartbeat.order:
-                return Freshness.DUPLICATE
-            if heartbeat.incarnation == current.heartbeat.incarnation:
-                if heartbeat.seq < current.heartbeat.seq:
-                    return Freshness.OLDER
-            elif (t - age, heartbeat.incarnation) <= (current.signed_at, current.heartbeat.incarnation):
-                return Freshness.OLDER
-        elif len(self._entries) >= self._max_origins:
-            stalest = min(self._entries.values(), key=lambda e: (e.received_at, e.heartbeat.origin))
-            del self._entries[stalest.heartbeat.origin]
-        self._entries[heartbeat.origin] = BookEntry(heartbeat=heartbeat, received_at=t, relay_count=0, age_s=age)
-        return Freshness.NEW
-
-    def retain(self, origins: Collection[NodeName]) -> None:
-        """Drop every entry whose origin is not in ``origins`` (e.g. after a
-        regrouping)."""
-        for origin in [o for o in self._entries if o not in origins]:
-            del self._entries[origin]
-
-    def mark_relayed(self, heartbeats: Iterable[Heartbeat]) -> None:
-        """Count one more relay for each heartbeat that is still its origin's
-        current entry (call after sending what :func:`select_relays`
-        chose)."""
-        for hb in heartbeats:
-            entry = self._entries.get(hb.origin)
-            if entry is not None and entry.heartbeat.order == hb.order:
-                self._entries[hb.origin] = BookEntry(
-                    heartbeat=entry.heartbeat, received_at=entry.received_at, relay_count=entry.relay_count + 1,
-                    age_s=entry.age_s,
-                )
-
-    def votes(self) -> dict[NodeName, Vote]:
-        """Every origin's newest heartbeat as a vote observed at its local
-        receipt time (feed to :func:`~edgewatch.core.quorum.decide`, which
-        drops expired ones: the vote TTL runs on the receiver's clock)."""
-        return {o: e.heartbeat.vote(observed_at=e.received_at) for o, e in self._entries.items()}
-
-
-def select_relays(
-    book: HeartbeatBook,
-    *,
-    for_peer: NodeName,
-    now: float,
-    max_count: int,
-    max_age_s: float,
-    rng: random.Random,
-    exclude: Collection[NodeName] = (),
-    max_total_age_s: float | None = None,
-) -> list[Heartbeat]:
-    """Choose the heartbeats to piggyback on one envelope to ``for_peer``.
-
-    Candidates: book entries received at most ``max_age_s`` seconds before
-    ``now`` (local clock), whose total age (:meth:`BookEntry.age_at`) is at
-    most ``max_total_age_s`` if given (older ones would be STALE at the
-    receiver), whose origin is neither ``for_peer`` (it knows its own) nor
-    in ``exclude`` (e.g. the sender itself, whose own heartbeat is always
-    first anyway). Order: least relayed first (memberlist's transmit-limited
-    queue: a NEW heartbeat has count 0, so the freshest news goes first and
-    every entry gets its turn), then most recently received, then random
-    (``rng``) to break ties. At most ``max_count`` are returned; send each
-    with ``book.get(origin).age_at(now)`` and call
-    :meth:`HeartbeatBook.mark_relayed` with what was actually sent.
-
-    Cost model: each node sends ``fanout`` envelopes per period, each with
-    1 + ``max_count`` heartbeats — O(fanout * max_count) heartbeats per node
-    per period whatever the group size n (SuperEdge: n messages and O(n^2)
-    bytes per node). A NEW heartbeat spreads epidemically and reaches all n
-    nodes in O(log n) periods while fresh news exists. But the relay
-    capacity per node per period is ``fanout * (1 + max_count)``: when n is
-    larger than that, each node hears a given origin only about every
-    ``n / (fanout * (1 + max_count))`` periods, and the vote TTL and the
-    detector's timeouts must be at least that long.
-
-    Raises:
-        ValueError: ``max_count < 0``, ``max_age_s`` or ``max_total_age_s``
-            negative or not finite, ``now`` not finite.
-    """
-    t = _finite("now", now)
-    limit = _positive_int("max_count", max_count, 0)
-    max_age = _finite("max_age_s", max_age_s)
-    if max_age < 0:
-        raise ValueError("max_age_s must be >= 0")
-    total = math.inf if max_total_age_s is None else _finite("max_total_age_s", max_total_age_s)
-    if total < 0:
-        raise ValueError("max_total_age_s must be >= 0")
-    candidates = [
-        e
-        for e in book.entries()
-        if e.heartbeat.origin != for_peer and e.heartbeat.origin not in exclude and t - e.received_at <= max_age
-        and e.age_at(t) <= total
-    ]
-    keyed = [(e.relay_count, -e.received_at, rng.random(), e.heartbeat.origin, e) for e in candidates]
-    keyed.sort(key=lambda k: k[:4])
-    return [k[4].heartbeat for k in keyed[:limit]]
