@@ -263,3 +263,42 @@ async def test_a_stuck_eviction_does_not_stop_another_node_from_being_tainted() 
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_edge_condition_is_written_on_verdict_change_and_counts_only_rarely() -> None:
+    """EdgeHealthy is written when its status or reason changes; a change of the counts alone (the
+    message) waits VERDICT_MESSAGE_REFRESH_S: in a group of 1,000 one death moves the counts of all
+    999 others, and every Node write is a watch event for every Node watcher."""
+    from lightkube.resources.core_v1 import Node
+
+    from edgewatch.controller import reconciler as reconciler_module
+    from edgewatch.controller.verified import VerifiedVerdict
+    from edgewatch.core.quorum import decision_from_counts
+    from edgewatch.core.types import NodeName
+
+    kube = FakeKube()
+    add_node(kube, "n1")
+    now = [1000.0]
+    rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+                     clock=lambda: now[0])
+
+    def hold(alive: int, dead: int) -> None:
+        decision = decision_from_counts(NodeName("n1"), alive=alive, dead=dead, group_size=1000, votes_counted=1000)
+        rec.verified._verdicts[NodeName("n1")] = VerifiedVerdict(decision=decision, since=0.0)  # noqa: SLF001
+
+    async def show() -> int:
+        before = sum(1 for c in kube.calls if c[0] == "patch")
+        await rec._show_verdict(Node.from_dict(kube.obj("Node", "n1")))  # noqa: SLF001
+        return sum(1 for c in kube.calls if c[0] == "patch") - before
+
+    hold(999, 0)
+    assert await show() == 1  # first time: written
+    assert await show() == 0  # unchanged
+    hold(998, 1)  # a peer died: only the counts moved
+    assert await show() == 0
+    now[0] += reconciler_module.VERDICT_MESSAGE_REFRESH_S
+    assert await show() == 1  # refreshed, rarely
+    hold(300, 700)  # the verdict itself changed: at once
+    assert await show() == 1
+    condition = next(c for c in kube.obj("Node", "n1")["status"]["conditions"] if c["type"] == EDGE_CONDITION_TYPE)
+    assert condition["status"] == "False"

@@ -96,6 +96,11 @@ def _skip_eviction(pod: Pod) -> bool:
     return any(ref.kind == "DaemonSet" for ref in meta.ownerReferences or [])
 
 
+VERDICT_MESSAGE_REFRESH_S = 600.0
+"""Seconds between two writes of an ``EdgeHealthy`` condition whose status and reason are unchanged
+but whose message (the vote counts) is not: ten minutes keeps ``kubectl describe node`` roughly
+current at one Node write per node per ten minutes."""
+
 class Reconciler:
     """Reconciles every covered Node against the decision table.
 
@@ -147,6 +152,7 @@ class Reconciler:
         self.observations = Observations()
         self.queue = WorkQueue()
         self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
+        self._verdict_shown: dict[str, float] = {}  # node -> when we last wrote its EdgeHealthy (our clock)
         self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
                                      on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
@@ -367,15 +373,21 @@ class Reconciler:
 
     async def _show_verdict(self, node: Node) -> None:
         """Make the ``EdgeHealthy`` condition show the verified verdict (for ``kubectl describe
-        node``), written only when its status, reason or message differs."""
-        held = self.verified.verdict(node.metadata.name)
+        node``): written when its status or reason differs, and when only the message (the vote
+        counts) differs at most every ``VERDICT_MESSAGE_REFRESH_S``. Every Node write is a watch event
+        for every Node watcher, and in a group of 1,000 one node's death changes the counts of all
+        999 others: counts are shown, not streamed (issue 11)."""
+        name = node.metadata.name
+        held = self.verified.verdict(name)
         if held is None:
             return
         current = next((c for c in ((node.status.conditions or []) if node.status else [])
                         if c.type == EDGE_CONDITION_TYPE), None)
-        if current is not None and (current.status, current.reason, current.message) == \
-                (held.status, held.reason, held.message):
-            return
+        if current is not None and (current.status, current.reason) == (held.status, held.reason):
+            shown = self._verdict_shown.get(name)
+            if current.message == held.message or (shown is not None and
+                                                   self.clock() - shown < VERDICT_MESSAGE_REFRESH_S):
+                return
         now = format_rfc3339(time.time())
         moved = now
         if current is not None and current.status == held.status and current.lastTransitionTime is not None:
@@ -383,7 +395,10 @@ class Reconciler:
         body = {"status": {"conditions": [{"type": EDGE_CONDITION_TYPE, "status": held.status, "reason": held.reason,
                                            "message": held.message, "lastHeartbeatTime": now,
                                            "lastTransitionTime": moved}]}}
-        await self._call(self.client.patch(Node.Status, node.metadata.name, body))
+        await self._call(self.client.patch(Node.Status, name, body))
+        self._verdict_shown[name] = self.clock()
+        if len(self._verdict_shown) > 4 * max(len(self.nodes), 1_000):
+            self._verdict_shown.clear()
 
     async def _release(self, node: Node) -> float | None:
         """An uncovered node: stock behaviour. Remove what edgewatch left on it while it was covered
