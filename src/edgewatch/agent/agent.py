@@ -16,7 +16,7 @@ TaskGroup inside), and all are cancelled and awaited on shutdown.
     ``EdgeHealthy`` condition; agents no longer write any verdict;
   - *carry* (``edgewatch.agent.carrier``): one task per carried cut-off peer renewing its Lease
     every ``carry_interval_s``;
-  - *role* (every second): this node's ``EdgePoolCoordinator`` condition, on change or every minute;
+  - *role* (every second): this node's ``EdgePoolCoordinator`` condition, on change or every ten minutes;
   - *own mark*: clears a stale delegate mark from our own Lease once our link is back (looking
     every 2 s for 90 s, since the mark goes stale only when our kubelet renews by itself);
 - the **identity loop** (``edgewatch.agent.identity``): publishes this node's public key and keeps
@@ -89,6 +89,9 @@ async def apiserver_ready(client: AsyncClient) -> bool:
 
 
 @dataclass(frozen=True)
+ROLE_REFRESH_S = 600.0
+"""Seconds between two writes of an unchanged ``EdgePoolCoordinator`` condition (ten minutes)."""
+
 class AgentSnapshot:
     """What the agent knows right now, for status, tests and the playground."""
 
@@ -445,14 +448,16 @@ class Agent:
 
     async def _publish_role(self) -> None:
         """Show this node's pool-coordinator role on its own Node (condition ``EdgePoolCoordinator``,
-        for ``kubectl describe node`` and ``edgewatch status``): on change, else every minute."""
+        for ``kubectl describe node`` and ``edgewatch status``): on change, else every
+        ``ROLE_REFRESH_S``. Every Node write is a watch event for every Node watcher (every agent),
+        so a per-minute refresh cost a 1,000-node pool 1,000 x 1,000 events a minute (issue 11)."""
         coordinator = self.coordinator
         if coordinator is None:
             return
         role = str(coordinator.role)
         value = (role, coordinator.healthy, coordinator.ready, coordinator.leader)
         now = time.monotonic()
-        if self._role_written is not None and self._role_written[0] == value and now - self._role_written[1] < 60:
+        if self._role_written is not None and self._role_written[0] == value and now - self._role_written[1] < ROLE_REFRESH_S:
             return
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = "ready" if coordinator.ready else ("healthy" if coordinator.healthy else "unreachable")
