@@ -88,10 +88,11 @@ async def apiserver_ready(client: AsyncClient) -> bool:
     return resp.status_code == 200
 
 
-@dataclass(frozen=True)
 ROLE_REFRESH_S = 600.0
 """Seconds between two writes of an unchanged ``EdgePoolCoordinator`` condition (ten minutes)."""
 
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """What the agent knows right now, for status, tests and the playground."""
 
