@@ -260,3 +260,15 @@ def test_cover_label_keeps_uncovered_nodes_out_of_every_group() -> None:
 def test_cover_label_must_be_a_label_key(bad: str) -> None:
     with pytest.raises(ValueError, match="coverLabel"):
         parse_grouping_config({"coverLabel": bad})
+
+
+def test_monitoring_rings_key() -> None:
+    from edgewatch.core.grouping import MAX_RINGS
+
+    assert parse_grouping_config({}).rings == 3
+    assert parse_grouping_config({"monitoringRings": " 5 "}).rings == 5
+    for bad in ("0", str(MAX_RINGS + 1), "three", "-1", "2.5", ""):
+        with pytest.raises(ValueError, match="monitoringRings"):
+            parse_grouping_config({"monitoringRings": bad})
+    with pytest.raises(ValueError):
+        GroupingConfig(rings=True)  # type: ignore[arg-type]

@@ -37,10 +37,9 @@ class AgentConfig:
             http://127.0.0.1:10248/healthz).
         probe_timeout_s: timeout of one peer exchange, seconds (default 0.8 s: a LAN answers in
             milliseconds; the slack absorbs a busy node without calling it dead).
-        rings: rings of the monitoring topology (``edgewatch.core.topology``, default 3): every
-            agent probes at most ``2 * rings`` neighbours per period at any group size; groups of
-            up to ``2 * rings + 1`` are a full mesh. The cloud controller must use the same value
-            (its ``--rings``), since it counts the verdicts over the same graph.
+        rings: rings of the monitoring topology (``edgewatch.core.topology``, default 3) used only
+            when the membership has no grouping config (tests, the simulator); deployed agents and
+            the controller both take ``monitoringRings`` from the ``edgewatch-config`` ConfigMap.
         publish_refresh_s: rewrite an unchanged EdgeHealthy condition this often, seconds
             (default 15 s: well inside the controller's 60 s edge-view TTL, so a live writer never
             looks stale, at one small write per node per 15 s).

@@ -125,6 +125,7 @@ class PeerExchange:
         self.group: frozenset[NodeName] = frozenset({me})
         self.ring: dict[NodeName, frozenset[NodeName]] = {me: frozenset()}
         self.near: frozenset[NodeName] = frozenset()  # our neighbours in the topology
+        self._rings = 0  # rings the topology was computed with
         self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
         self.carrier: NodeName | None = None
         self.periods = 0
@@ -135,6 +136,12 @@ class PeerExchange:
         """The detector settings: the same at every group size, since every piece of evidence is
         direct (a neighbour's own answer or request), never relayed."""
         return self.config.detector
+
+    def rings(self) -> int:
+        """Rings of the topology: the ``monitoringRings`` of the ConfigMap (via the membership's
+        grouping config), else ``config.rings``."""
+        grouping = getattr(self.membership, "grouping", None)
+        return grouping.rings if grouping is not None else self.config.rings
 
     def watched(self) -> frozenset[NodeName]:
         """The peers this node keeps a detector for: its neighbours and its fallback contacts."""
@@ -181,9 +188,10 @@ class PeerExchange:
         """Re-read the group (relabelling regroups here) and its topology; forget contacts silent
         for a vote TTL, and the detectors of peers we no longer watch."""
         group = self.membership.group_of(self.me)
-        if group != self.group or self.me not in self.ring:
+        if group != self.group or self.me not in self.ring or self._rings != self.rings():
+            self._rings = self.rings()
             self.group = group
-            self.ring = dict(neighbours(group, k=self.config.rings))
+            self.ring = dict(neighbours(group, k=self.rings()))
             self.near = self.ring.get(self.me, frozenset())
         ttl = self.config.votes.vote_ttl_s
         for peer, last in list(self.contacts.items()):

@@ -101,6 +101,7 @@ VERDICT_MESSAGE_REFRESH_S = 600.0
 but whose message (the vote counts) is not: ten minutes keeps ``kubectl describe node`` roughly
 current at one Node write per node per ten minutes."""
 
+
 class Reconciler:
     """Reconciles every covered Node against the decision table.
 

@@ -33,7 +33,7 @@ from edgewatch.core.evidence import EvidenceBook, Statement, decode_evidence, ve
 from edgewatch.core.grouping import GroupingConfig, groups
 from edgewatch.core.identity import PublicKeys
 from edgewatch.core.quorum import Decision
-from edgewatch.core.topology import DEFAULT_RINGS, neighbours
+from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict, is_node_name
 from edgewatch.core.wire import Rejected
 
@@ -75,15 +75,15 @@ class VerifiedEdge:
         on_result: called with a result label per statement or record looked at (``new``,
             ``older``, ``duplicate``, ``unknown_beacon``, a ``RejectReason`` value, ``bad_key_record``,
             ``key_conflict``): the metric ``edgewatch_controller_evidence_total{result}``.
-        rings: rings of the monitoring topology; must equal the agents' ``rings`` (default 3).
+
+    The monitoring topology's rings come with the grouping switches (ConfigMap key
+    ``monitoringRings``, :meth:`set_grouping`), as the agents read them.
     """
 
-    def __init__(self, *, ttl_s: float = 30.0, on_result: Callable[[str], None] = lambda _r: None,
-                 rings: int = DEFAULT_RINGS) -> None:
+    def __init__(self, *, ttl_s: float = 30.0, on_result: Callable[[str], None] = lambda _r: None) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0 seconds")
         self.ttl_s = ttl_s
-        self.rings = rings
         self._rings: dict[frozenset[NodeName], dict[NodeName, frozenset[NodeName]]] = {}
         self.on_result = on_result
         self.keys = PublicKeys()
@@ -188,7 +188,7 @@ class VerifiedEdge:
             if group not in counted:
                 ring = self._rings.get(group)
                 if ring is None:
-                    ring = self._rings[group] = dict(neighbours(group, k=self.rings))
+                    ring = self._rings[group] = dict(neighbours(group, k=self.grouping.rings))
                 counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
             decision = counted[group][node]
             held = self._verdicts.get(node)

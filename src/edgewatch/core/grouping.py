@@ -45,6 +45,8 @@ __all__ = [
     "CONFIG_KEY_GROUPING",
     "CONFIG_KEY_GROUP_LABEL",
     "CONFIG_KEY_POOL_COORDINATORS",
+    "CONFIG_KEY_RINGS",
+    "MAX_RINGS",
     "CONFIG_KEY_POOL_SCOPE_RESOURCES",
     "DEFAULT_LABEL_KEY",
     "GroupingConfig",
@@ -66,6 +68,9 @@ CONFIG_KEY_GROUP_LABEL: Final = "groupLabel"
 CONFIG_KEY_COVER_LABEL: Final = "coverLabel"
 """ConfigMap key: only nodes with this label key are covered (see :attr:`GroupingConfig.cover_label`)."""
 
+CONFIG_KEY_RINGS: Final = "monitoringRings"
+"""ConfigMap key: rings of the monitoring topology (see :attr:`GroupingConfig.rings`)."""
+
 CONFIG_KEY_POOL_COORDINATORS: Final = "poolCoordinators"
 """ConfigMap key of the per-pool coordinator URLs. Known here (so the
 grouping parser accepts a ConfigMap that has it) but parsed on its own by
@@ -76,8 +81,10 @@ CONFIG_KEY_POOL_SCOPE_RESOURCES: Final = "poolScopeResources"
 """ConfigMap key of the pool cache's resources; parsed on its own by
 :func:`edgewatch.poolcache.resources.parse_pool_resources`."""
 
-_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL,
+_KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL, CONFIG_KEY_RINGS,
                       CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES)
+MAX_RINGS: Final = 8
+"""Most rings accepted: 16 neighbours, 32 messages per node per period."""
 _TRUE: Final = frozenset({"on", "true"})
 _FALSE: Final = frozenset({"off", "false"})
 
@@ -133,8 +140,17 @@ class GroupingConfig:
     cloud nodes without an agent never count in an edge group's size (they
     would always look dead and could deny every majority)."""
 
+    rings: int = 3
+    """Rings of the monitoring topology (:mod:`edgewatch.core.topology`): every agent probes at most
+    ``2 * rings`` neighbours, groups of up to ``2 * rings + 1`` are a full mesh. Default 3 (12
+    messages per node per period; docs/scaling.md). Read from the ConfigMap by the agents and the
+    controller alike, since the controller counts the verdicts over the same graph. 1 to
+    :data:`MAX_RINGS`."""
+
     def __post_init__(self) -> None:
         _check_args(enabled=self.enabled, label_key=self.label_key)
+        if isinstance(self.rings, bool) or not isinstance(self.rings, int) or not 1 <= self.rings <= MAX_RINGS:
+            raise ValueError(f"rings must be an int from 1 to {MAX_RINGS}, got {self.rings!r}")
         if self.cover_label and not is_label_key(self.cover_label):
             raise ValueError(f"cover_label is not a valid Kubernetes label key: {self.cover_label!r:.300}")
 
@@ -166,6 +182,7 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
             (case-insensitive, surrounding whitespace ignored).
         ``groupLabel``: the label key to group by.
         ``coverLabel``: only nodes with this label key are covered (empty: all).
+        ``monitoringRings``: rings of the monitoring topology, 1 to :data:`MAX_RINGS` (default 3).
         ``poolCoordinators``, ``poolScopeResources``: accepted and not interpreted here (see
             :data:`CONFIG_KEY_POOL_COORDINATORS`, :data:`CONFIG_KEY_POOL_SCOPE_RESOURCES`).
 
@@ -215,7 +232,14 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
             raise ValueError(
                 f"config key {CONFIG_KEY_COVER_LABEL!r} is not a valid Kubernetes label key: {raw!r:.300}"
             )
-    return GroupingConfig(enabled=enabled, label_key=label_key, cover_label=cover_label)
+    rings = GroupingConfig.rings
+    if CONFIG_KEY_RINGS in data:
+        raw = data[CONFIG_KEY_RINGS]
+        if not isinstance(raw, str) or not raw.strip().isdigit() or not 1 <= int(raw.strip()) <= MAX_RINGS:
+            raise ValueError(f"config key {CONFIG_KEY_RINGS!r} must be a whole number from 1 to {MAX_RINGS}, "
+                             f"got {raw!r:.100}")
+        rings = int(raw.strip())
+    return GroupingConfig(enabled=enabled, label_key=label_key, cover_label=cover_label, rings=rings)
 
 
 def _zone(node: NodeName, labels: Mapping[str, str], label_key: str) -> str | None:
