@@ -12,7 +12,8 @@ What it is for
     2. **Edges** between two fresh members ``a``, ``b`` that do not name themselves dead:
 
        * ring neighbours: at least one names the other alive and neither names the other dead (one
-         lost probe, or a suspect detector on one side, does not cut the edge);
+         lost probe, or a suspect detector on one side, does not cut the edge; a dead verdict does,
+         so a killed node whose last statement is still within its TTL is cut off at once);
        * any other pair: both name each other alive (a fallback probe both ends confirm).
 
        A claim about a non-neighbour counts only when mutual, so one node cannot glue itself to
@@ -24,12 +25,14 @@ What it is for
        in (it is outnumbered by the others) nor cut a live one out.
     4. **Counting**, for subject ``x`` in component ``C``:
 
-       * alive votes: the fresh members of ``C`` (they reach ``x``), minus those naming ``x`` dead;
+       * alive votes: the fresh members of ``C`` (they reach ``x``), minus, when ``x`` is not linked
+         itself (step 3), those naming ``x`` dead (a linked ``x`` signed that it is alive and is reached
+         through ``C``: a neighbour's "dead" about it is a lossy link);
        * dead votes: for every other component ``D``, its fresh members if at least two of them name
          ring neighbours in ``C`` dead, more than name them alive (positive evidence across the cut:
          ``D`` has looked at ``C`` and found it dead); otherwise just the members of ``D`` naming
-         some neighbour in ``C`` dead (their own direct votes, as in the full mesh); plus the
-         members of ``C`` naming ``x`` dead;
+         some neighbour in ``C`` dead (their own direct votes, as in the full mesh); plus, for an
+         ``x`` not linked itself, the members of ``C`` naming ``x`` dead;
        * HEALTHY iff alive votes > n / 2, UNHEALTHY iff dead votes > n / 2, else UNKNOWN, where n is
          the group's size (seed 003: the majority of the group, not of the votes received).
 
@@ -205,7 +208,12 @@ def decide_reach(
         fresh_in[found[o]] = fresh_in.get(found[o], 0) + 1
     # Claimants across components, per (looked-at component, looking component): (dead, alive).
     across: dict[tuple[NodeName, NodeName], tuple[set[NodeName], set[NodeName]]] = {}
-    named_dead: dict[NodeName, int] = {}  # subject -> fresh members of its own component naming it dead
+    # Subject -> fresh members of its own component naming it dead. Counted only for a subject that
+    # is not linked itself (no fresh statement, or one naming itself dead): a linked subject signed a
+    # fresh statement and is reached through its component, so a neighbour's "dead" about it is a
+    # lossy link, not a dead node (the full mesh at 30 % loss made such claims tip verdicts).
+    linked = {o for o, v in fresh.items() if o not in v.dead}
+    named_dead: dict[NodeName, int] = {}
     for o, vote in fresh.items():
         ro = found[o]
         near = topo.get(o, frozenset())
@@ -214,7 +222,8 @@ def decide_reach(
                 continue  # only a neighbour (or oneself) can have looked and found it dead
             rx = root_of(x)
             if rx == ro:
-                named_dead[x] = named_dead.get(x, 0) + 1
+                if x not in linked:
+                    named_dead[x] = named_dead.get(x, 0) + 1
             else:
                 across.setdefault((rx, ro), (set(), set()))[0].add(o)
         for x in vote.alive & near:
