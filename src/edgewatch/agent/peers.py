@@ -160,12 +160,12 @@ class PeerExchange:
         if peer == self.me or peer not in self.group:
             return
         if peer not in self.near:
-            if peer not in self.contacts and len(self.contacts) >= self.config.wire.max_contacts:
-                return
-            if ok or peer in self.contacts:
-                self.contacts[peer] = now if ok else self.contacts.get(peer, now)
-            else:
-                return
+            if peer not in self.contacts:
+                if not ok or len(self.contacts) >= self.config.wire.max_contacts:
+                    return
+                self.contacts[peer] = now
+            elif ok:
+                self.contacts[peer] = now
         self._detector(peer, now).record(ok, now=now)
 
     def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
@@ -188,10 +188,11 @@ class PeerExchange:
         """Re-read the group (relabelling regroups here) and its topology; forget contacts silent
         for a vote TTL, and the detectors of peers we no longer watch."""
         group = self.membership.group_of(self.me)
-        if group != self.group or self.me not in self.ring or self._rings != self.rings():
-            self._rings = self.rings()
+        rings = self.rings()
+        if group != self.group or self.me not in self.ring or self._rings != rings:
+            self._rings = rings
             self.group = group
-            self.ring = dict(neighbours(group, k=self.rings()))
+            self.ring = dict(neighbours(group, k=rings))
             self.near = self.ring.get(self.me, frozenset())
         ttl = self.config.votes.vote_ttl_s
         for peer, last in list(self.contacts.items()):

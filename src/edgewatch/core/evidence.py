@@ -237,4 +237,4 @@ def verified_decision(subject: NodeName, *, group: frozenset[NodeName], votes: M
     """
     if subject not in group:
         raise ValueError(f"subject {subject!r} is not a member of the group")
-    return verified_decisions(group=group, votes=votes, now=now, ttl_s=ttl_s)[subject]
+    return decide_reach(group=group, votes=votes, now=now, vote_ttl_s=ttl_s, subjects=(subject,))[subject]
