@@ -5,7 +5,7 @@ The measured node M and its ring neighbours (edgewatch.core.topology: at most 6,
 as real ``edgewatch agent`` processes; the other members are Node objects without an agent (dead to
 the group). With the ring protocol an agent exchanges only with its neighbours, so M does exactly
 the work it would do in a group of N live agents: 6 probes and 6 answers a period, real Ed25519
-envelopes, its informer holding all N Nodes, the topology of N members. A tiny HTTP server plays
+envelopes, its roster holding all N members, the topology of N members. A tiny HTTP server plays
 every node's kubelet /healthz.
 
 Measured from /proc/<pid>/stat and /proc/<pid>/status of M's process after a warm-up:
@@ -16,8 +16,8 @@ Measured from /proc/<pid>/stat and /proc/<pid>/status of M's process after a war
 
 Usage: .venv/bin/python bench/agent_process.py 50 1000 [--window 60]   (one JSON line per N)
 
-Limits: the agents use the admin kubeconfig (a benchmark, not a deployment); no controller runs,
-so no beacon is issued and agents write no evidence (one write per 10 s in a real cluster); the
+Limits: the agents use the admin kubeconfig (a benchmark, not a deployment); no controller runs
+(the bench writes the group's roster itself), so no beacon is issued and agents write no evidence (one write per 10 s in a real cluster); the
 neighbours' own other neighbours are absent, so they probe a few fallback contacts (M's cost does
 not include theirs).
 """
@@ -37,12 +37,15 @@ from pathlib import Path
 
 from aiohttp import web
 
+from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName
 from edgewatch.names import IDENTITY_NAMESPACE
 from edgewatch.testing.controlplane import ControlPlane
 from edgewatch.testing.kubeletsim import make_client
-from lightkube.resources.core_v1 import Node
+from lightkube import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Node
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -81,8 +84,15 @@ async def kubelet_healthz() -> web.AppRunner:
 
 
 async def create_nodes(kubeconfig: str, names: list[str]) -> None:
+    """The N Node objects, and their group's roster as the controller would publish it (no
+    controller runs here)."""
     client = make_client(kubeconfig, timeout_s=30)
     sem = asyncio.Semaphore(16)
+    data = encode_roster(Roster(group="", members={NodeName(n): address(i) for i, n in enumerate(names)}))
+    try:
+        await client.replace(ConfigMap(metadata=ObjectMeta(name=ROSTER_PREFIX, namespace="default"), data=data))
+    except ApiError:
+        await client.create(ConfigMap(metadata=ObjectMeta(name=ROSTER_PREFIX, namespace="default"), data=data))
 
     async def one(i: int, name: str) -> None:
         async with sem:

@@ -78,7 +78,9 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("delete", "leases", "kube-node-lease", False),
     ("update", "leases", "default", False),
     ("get", "configmaps/edgewatch-config", "edgewatch", True),
-    ("get", "configmaps/other", "edgewatch", False),
+    ("watch", "configmaps/edgewatch-roster", "edgewatch", True),   # its group's roster
+    ("update", "configmaps/edgewatch-roster", "edgewatch", False),  # written by the controller only
+    ("create", "configmaps", "edgewatch", False),
     ("list", "secrets", "edgewatch", False),
     ("delete", "pods", "default", False),
     ("create", "pods/eviction", "default", False),
@@ -122,7 +124,10 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("list", "secrets", "edgewatch", False),
     ("get", "configmaps/edgewatch-config", "edgewatch", True),   # coverLabel
     ("watch", "configmaps/edgewatch-config", "edgewatch", True),
-    ("get", "configmaps/other", "edgewatch", False),
+    ("create", "configmaps", "edgewatch", True),             # the group rosters
+    ("update", "configmaps/edgewatch-roster", "edgewatch", True),
+    ("delete", "configmaps/edgewatch-roster", "edgewatch", True),
+    ("patch", "configmaps/edgewatch-roster", "edgewatch", False),
     ("patch", "nodes/status", None, True),       # EdgeHealthy: the verdict it counted itself
     ("get", "secrets/edgewatch-beacon-key", "edgewatch", True),  # its beacon signing key
     ("get", "secrets/other", "edgewatch", False),

@@ -7,12 +7,12 @@ tests/integration; this fake only keeps what those behaviours need:
   stored as MicroTime text, as the apiserver does;
 - get / list / watch (events to every open watch, ADDED for what exists when a watch opens);
 - patch (JSON merge; ``metadata.resourceVersion`` in the body is a precondition: 409 on mismatch),
-  replace (409 on a stale resourceVersion), create (Events, Pod.Eviction, anything else);
+  replace (409 on a stale resourceVersion), create (Events, Pod.Eviction, anything else), delete;
 - ``hooks``: an async callable per operation name, awaited before the operation runs, to make one
   call slow or fail (``hooks["evict"] = ...``).
 
-Limits: no field selectors except ``metadata.name`` and ``spec.nodeName``, no label selectors, no
-strategic merge (a patch of ``status.conditions`` merges by ``type`` as the apiserver does).
+Limits: no field selectors except ``metadata.name`` and ``spec.nodeName``, label selectors in
+``list`` only (equality), no strategic merge (a patch of ``status.conditions`` merges by ``type`` as the apiserver does).
 """
 
 from __future__ import annotations
@@ -115,13 +115,15 @@ class FakeKube:
         return res.from_dict(copy.deepcopy(obj))
 
     def list(self, res: Any, *, namespace: str | None = None, fields: dict[str, str] | None = None,
-             **_: Any) -> AsyncIterator[Any]:
+             labels: dict[str, str] | None = None, **_: Any) -> AsyncIterator[Any]:
         kind = _kind(res)
 
         async def items() -> AsyncIterator[Any]:
             await self._hook("list", kind)
             for (k, _ns, _n), obj in list(self.objects.items()):
-                if k == kind and self._matches(obj, namespace, fields):
+                have = obj["metadata"].get("labels") or {}
+                if k == kind and self._matches(obj, namespace, fields) and \
+                        all(have.get(key) == value for key, value in (labels or {}).items()):
                     yield res.from_dict(copy.deepcopy(obj))
 
         return items()
@@ -204,6 +206,14 @@ class FakeKube:
             raise api_error(409, "already exists")
         self.put(kind, data)
         return type(obj).from_dict(copy.deepcopy(data))
+
+    async def delete(self, res: Any, name: str, *, namespace: str | None = None, **_: Any) -> None:
+        kind = _kind(res)
+        await self._hook("delete", kind, name)
+        obj = self.objects.pop((kind, namespace or "", name), None)
+        if obj is None:
+            raise api_error(404)
+        self._notify(kind, "DELETED", obj)
 
     async def close(self) -> None:
         return None

@@ -118,7 +118,7 @@ def _agent(tmp_path: Path, **config: Any) -> Agent:
 def test_peer_traffic_leaves_from_the_internal_ip_when_listening_on_all_addresses(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     assert agent.source_address() is None  # node list not known yet: the kernel picks
-    agent.membership.nodes[ME] = NodeInfo(name=ME, address="127.0.0.1", labels={})
+    agent.membership.own = NodeInfo(name=ME, address="127.0.0.1", labels={})
     assert agent.source_address() == "127.0.0.1"
     assert _agent(tmp_path, listen_address="127.0.0.9").source_address() == "127.0.0.9"
 
@@ -142,7 +142,7 @@ async def test_an_internal_ip_that_is_not_local_falls_back_to_the_kernel(caplog:
 
 
 def _with_config(agent: Agent, text: str | None, *, pool: str | None = "a", cached: str = "") -> None:
-    agent.membership.nodes[ME] = NodeInfo(name=ME, address="127.0.0.1", labels={POOL_LABEL: pool} if pool else {})
+    agent.membership.own = NodeInfo(name=ME, address="127.0.0.1", labels={POOL_LABEL: pool} if pool else {})
     agent.membership.apply_config({"poolCoordinators": text, "poolScopeResources": cached} if text is not None
                                   else None)
     agent.membership.config_synced.set()

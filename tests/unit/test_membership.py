@@ -1,117 +1,199 @@
-"""The agent's node list and ConfigMap cache: an unwritable state folder never turns into a Node
-LIST every few seconds (issue #9), a silent watch is re-established, and ``poolCoordinators`` is
-parsed on its own (a bad entry never refuses the grouping switches).
+"""The agent's membership cache: its own Node, its group's roster and the ConfigMap, on the
+in-memory apiserver (tests/unit/_fakekube.py).
 
-The apiserver is a small fake: ``list`` yields the nodes it holds, ``watch`` yields what the test
-puts into its queue (and can be made to stay silent).
+What is checked: the agent watches only its own Node (other Nodes' updates never reach it: no
+O(n²) fan-out), its group is the roster's members, a relabel or a ConfigMap edit switches rosters
+live, a malformed roster is refused and the previous copy kept, the state survives a restart during
+a cloud cut, an unwritable state folder never turns into a LIST every few seconds (issue #9), a
+silent watch is re-established, and ``poolCoordinators`` is parsed on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube.models.core_v1 import NodeAddress, NodeStatus
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Node
 
 from edgewatch.agent.membership import Membership
+from edgewatch.core.grouping import GroupingConfig
+from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster, roster_name
+from edgewatch.core.types import NodeName
+
+from _fakekube import FakeKube
+
+ME = NodeName("a-1")
+ZONE = "edgewatch.io/topology-zone"
 
 
-def node(name: str, address: str, **labels: str) -> Node:
-    return Node(metadata=ObjectMeta(name=name, labels=labels),
-                status=NodeStatus(addresses=[NodeAddress(type="InternalIP", address=address)]))
+def put_node(kube: FakeKube, name: str, address: str, **labels: str) -> None:
+    kube.put("Node", {"metadata": {"name": name, "labels": labels},
+                      "status": {"addresses": [{"type": "InternalIP", "address": address}]}})
 
 
-class _Listing:
-    """What lightkube's ``list`` returns: an async iterable with ``resourceVersion`` afterwards."""
-
-    def __init__(self, items: list[Any], version: str) -> None:
-        self._items = items
-        self.resourceVersion = version
-
-    def __aiter__(self) -> Any:
-        return self._gen()
-
-    async def _gen(self) -> Any:
-        for item in self._items:
-            yield item
+def put_roster(kube: FakeKube, name: str, members: dict[str, str | None], group: str = "") -> None:
+    kube.put("ConfigMap", {"metadata": {"name": name, "namespace": "edgewatch", "labels": {"edgewatch.io/roster": "true"}},
+                           "data": encode_roster(Roster(group=group, members=members))})  # type: ignore[arg-type]
 
 
-class FakeKube:
-    def __init__(self, nodes: list[Node], config: dict[str, str] | None = None) -> None:
-        self.nodes = nodes
-        self.config = config
-        self.lists: list[str] = []
-        self.watches: list[tuple[str, str | None]] = []
-        self.node_events: asyncio.Queue[tuple[str, Node]] = asyncio.Queue()
-
-    def list(self, res: Any, **kw: Any) -> _Listing:
-        self.lists.append(res.__name__)
-        if res is Node:
-            return _Listing(list(self.nodes), "100")
-        items = [] if self.config is None else [ConfigMap(metadata=ObjectMeta(name="edgewatch-config"),
-                                                          data=self.config)]
-        return _Listing(items, "7")
-
-    async def watch(self, res: Any, **kw: Any) -> Any:
-        self.watches.append((res.__name__, kw.get("resource_version")))
-        if res is Node:
-            while True:
-                yield await self.node_events.get()
-        else:
-            await asyncio.sleep(3600)
-            yield ("MODIFIED", None)  # pragma: no cover
+def put_config(kube: FakeKube, data: dict[str, str]) -> None:
+    kube.put("ConfigMap", {"metadata": {"name": "edgewatch-config", "namespace": "edgewatch"}, "data": data})
 
 
-async def _run(membership: Membership, seconds: float) -> None:
-    task = asyncio.create_task(membership.run())
-    await asyncio.sleep(seconds)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+async def wait(predicate: Any, timeout_s: float = 3.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+class Running:
+    """``async with Running(m)``: the membership's watches run inside the block."""
+
+    def __init__(self, membership: Membership) -> None:
+        self.membership = membership
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Membership:
+        self.task = asyncio.create_task(self.membership.run())
+        return self.membership
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+
+
+def pool_of_five(kube: FakeKube) -> None:
+    for i in range(1, 6):
+        put_node(kube, f"a-{i}", f"10.0.0.{i}")
+    put_roster(kube, ROSTER_PREFIX, {f"a-{i}": f"10.0.0.{i}" for i in range(1, 6)})
+
+
+async def test_group_is_the_roster_and_other_nodes_updates_never_reach_the_agent() -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    events: list[str] = []
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  on_event=events.append)) as m:
+        await wait(m.synced.is_set)
+        assert m.group_of(ME) == {f"a-{i}" for i in range(1, 6)}
+        assert m.address_of(NodeName("a-3")) == "10.0.0.3" and m.node_by_address("10.0.0.4") == "a-4"
+        assert m.node_by_address("10.9.9.9") is None
+        before = len(events)
+        for _ in range(20):  # the other kubelets' status reports
+            put_node(kube, "a-2", "10.0.0.2")
+        await asyncio.sleep(0.1)
+        assert len(events) == before, "another Node's update reached this agent"
+        put_node(kube, ME, "10.0.0.1", pool="p")  # its own: one event
+        await wait(lambda: m.own is not None and m.own.labels == {"pool": "p"})
+        assert events[before:] == ["node"]
+        assert m.node_lists == 1
+
+
+async def test_a_relabel_switches_to_the_new_groups_roster() -> None:
+    kube = FakeKube()
+    put_config(kube, {"grouping": "on"})
+    config = GroupingConfig(enabled=True)
+    name_a, name_b = roster_name(config, {ZONE: "a"}), roster_name(config, {ZONE: "b"})
+    assert name_a and name_b
+    put_node(kube, ME, "10.0.0.1", **{ZONE: "a"})
+    put_roster(kube, name_a, {"a-1": "10.0.0.1", "a-2": "10.0.0.2"}, group="a")
+    put_roster(kube, name_b, {"a-1": "10.0.0.1", "b-1": "10.0.1.1", "b-2": "10.0.1.2"}, group="b")
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await wait(lambda: m.group_of(ME) == {"a-1", "a-2"})
+        put_node(kube, ME, "10.0.0.1", **{ZONE: "b"})
+        await wait(lambda: m.group_of(ME) == {"a-1", "b-1", "b-2"})
+        assert m.roster_name == name_b
+        put_node(kube, ME, "10.0.0.1")  # no label: a group of one, no roster
+        await wait(lambda: m.group_of(ME) == {ME})
+        put_config(kube, {"grouping": "off"})  # grouping off: the one group
+        put_roster(kube, ROSTER_PREFIX, {"a-1": "10.0.0.1", "z-1": "10.0.3.1"})
+        await wait(lambda: m.group_of(ME) == {"a-1", "z-1"})
+
+
+async def test_an_uncovered_node_is_a_group_of_one_and_ready_without_a_roster() -> None:
+    kube = FakeKube()
+    put_config(kube, {"coverLabel": "edgewatch.io/pool"})
+    put_node(kube, ME, "10.0.0.1")
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await wait(m.synced.is_set)
+        assert m.group_of(ME) == {ME} and m.target() is None
+
+
+async def test_not_ready_until_the_roster_is_published() -> None:
+    kube = FakeKube()
+    put_node(kube, ME, "10.0.0.1")
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        assert not m.synced.is_set() and m.group_of(ME) == {ME}
+        put_roster(kube, ROSTER_PREFIX, {"a-1": "10.0.0.1", "a-2": "10.0.0.2"})
+        await wait(m.synced.is_set)
+        assert m.group_of(ME) == {"a-1", "a-2"}
+
+
+async def test_a_malformed_roster_is_refused_and_the_previous_copy_stays(caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    rejects: list[str] = []
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  on_reject=rejects.append)) as m:
+        await wait(m.synced.is_set)
+        for bad in ('{"a-1": 7}', "[]", '{"Not A Name": ""}', "{" * 10):
+            kube.put("ConfigMap", {"metadata": {"name": ROSTER_PREFIX, "namespace": "edgewatch"},
+                                   "data": {"members": bad}})
+        await wait(lambda: len(rejects) == 4)
+        assert rejects == ["invalid_roster"] * 4 and len(m.group_of(ME)) == 5
+        assert any("refusing roster" in r.getMessage() for r in caplog.records)
+
+
+async def test_state_survives_a_restart_during_a_cloud_cut(tmp_path: Path) -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    put_node(kube, ME, "10.0.0.1", pool="a")
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", state_dir=tmp_path / "deep",  # type: ignore[arg-type]
+                                  retry_s=0.01)) as m:
+        await wait(m.synced.is_set)
+    restarted = Membership(client=FakeKube(), node=ME, namespace="edgewatch", state_dir=tmp_path / "deep")  # type: ignore[arg-type]
+    assert restarted.group_of(ME) == {f"a-{i}" for i in range(1, 6)}
+    assert restarted.address_of(NodeName("a-5")) == "10.0.0.5" and restarted.own is not None
+    assert restarted.own.labels == {"pool": "a"}
+    other = Membership(client=FakeKube(), node=NodeName("a-2"), namespace="edgewatch", state_dir=tmp_path / "deep")  # type: ignore[arg-type]
+    assert other.own is None and other.roster is None  # another node's file is not adopted
 
 
 async def test_unwritable_state_dir_keeps_watching_logs_once_and_counts(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
-    # A folder that cannot be created, even by root: its parent is a regular file.
-    blocker = tmp_path / "not-a-dir"
+    blocker = tmp_path / "not-a-dir"  # a folder that cannot be created, even by root
     blocker.write_text("x")
-    state = blocker / "edgewatch"
-    kube = FakeKube([node("a-1", "10.0.0.1"), node("a-2", "10.0.0.2")])
+    kube = FakeKube()
+    pool_of_five(kube)
     failures: list[str] = []
-    membership = Membership(client=kube, namespace="edgewatch", state_dir=state, retry_s=0.01,  # type: ignore[arg-type]
-                            on_save_error=failures.append)
-    for i in range(3, 8):
-        kube.node_events.put_nowait(("ADDED", node(f"a-{i}", f"10.0.0.{i}")))
     with caplog.at_level(logging.INFO, logger="edgewatch.agent.membership"):
-        await _run(membership, 0.5)
-    assert kube.lists.count("Node") == 1, "a failed save must not end the watch (and re-LIST)"
-    assert kube.watches[0] == ("Node", "100")  # the watch starts where the list ended
-    assert sorted(membership.nodes) == [f"a-{i}" for i in range(1, 8)]
-    assert membership.synced.is_set() and membership.node_lists == 1
-    assert len(failures) == 6 and set(failures) == {"NotADirectoryError"}  # every failure counted
-    errors = [r for r in caplog.records if "cannot save the node list" in r.getMessage()]
+        async with Running(Membership(client=kube, node=ME, namespace="edgewatch",  # type: ignore[arg-type]
+                                      state_dir=blocker / "edgewatch", retry_s=0.01,
+                                      on_save_error=failures.append)) as m:
+            await wait(m.synced.is_set)
+            for i in range(6, 9):
+                put_roster(kube, ROSTER_PREFIX, {f"a-{j}": f"10.0.0.{j}" for j in range(1, i)})
+            await wait(lambda: len(m.group_of(ME)) == 7)
+            put_node(kube, ME, "10.0.0.1", zone="z")
+            await asyncio.sleep(0.1)
+    assert [c for c in kube.calls if c[:2] == ("list", "Node")] == [("list", "Node")], \
+        "a failed save must not end the watch (and re-LIST)"
+    assert len(failures) >= 4 and set(failures) == {"NotADirectoryError"}  # every failure counted
+    errors = [r for r in caplog.records if "cannot save the group roster" in r.getMessage()]
     assert len(errors) == 1, "logged once per distinct error"
     assert "memory only" in errors[0].getMessage()
-
-
-async def test_state_dir_is_created_and_used_after_a_restart(tmp_path: Path) -> None:
-    state = tmp_path / "deep" / "state"
-    kube = FakeKube([node("a-1", "10.0.0.1", pool="a")])
-    await _run(Membership(client=kube, namespace="edgewatch", state_dir=state, retry_s=0.01), 0.2)  # type: ignore[arg-type]
-    assert (state / "nodes.json").exists()
-    restarted = Membership(client=FakeKube([]), namespace="edgewatch", state_dir=state)  # type: ignore[arg-type]
-    assert restarted.address_of("a-1") == "10.0.0.1" and restarted.nodes["a-1"].labels == {"pool": "a"}
 
 
 async def test_save_recovers_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "state"
     blocker.write_text("x")  # a file where the folder should be
-    membership = Membership(client=FakeKube([]), namespace="edgewatch", state_dir=blocker)  # type: ignore[arg-type]
+    membership = Membership(client=FakeKube(), node=ME, namespace="edgewatch", state_dir=blocker)  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="edgewatch.agent.membership"):
         membership._save()
         membership._save()
@@ -120,49 +202,55 @@ async def test_save_recovers_and_says_so(tmp_path: Path, caplog: pytest.LogCaptu
     messages = [r.getMessage() for r in caplog.records]
     assert sum("cannot save" in m for m in messages) == 1
     assert sum("saved to" in m and "again" in m for m in messages) == 1
-    assert (blocker / "nodes.json").exists()
+    assert json.loads((blocker / "membership.json").read_text())["node"] == ME
 
 
 async def test_status_updates_do_not_rewrite_the_state_file(tmp_path: Path) -> None:
-    kube = FakeKube([node("a-1", "10.0.0.1")])
+    kube = FakeKube()
+    pool_of_five(kube)
     saves: list[int] = []
-    membership = Membership(client=kube, namespace="edgewatch", state_dir=tmp_path, retry_s=0.01)  # type: ignore[arg-type]
+    membership = Membership(client=kube, node=ME, namespace="edgewatch", state_dir=tmp_path, retry_s=0.01)  # type: ignore[arg-type]
     original = membership._save
     membership._save = lambda: (saves.append(1), original())[1]  # type: ignore[method-assign]
-    for _ in range(5):  # the kubelet's status updates: same address, same labels
-        kube.node_events.put_nowait(("MODIFIED", node("a-1", "10.0.0.1")))
-    kube.node_events.put_nowait(("MODIFIED", node("a-1", "10.0.0.1", zone="z")))  # a relabel
-    await _run(membership, 0.3)
-    assert len(saves) == 2  # after the list, and after the relabel
+    async with Running(membership) as m:
+        await wait(m.synced.is_set)
+        settled = len(saves)
+        for _ in range(5):  # the kubelet's status updates: same address, same labels
+            put_node(kube, ME, "10.0.0.1")
+        await asyncio.sleep(0.1)
+        assert len(saves) == settled
+        put_node(kube, ME, "10.0.0.1", zone="z")  # a relabel
+        await wait(lambda: len(saves) == settled + 1)
 
 
-async def test_a_silent_watch_is_re_established(tmp_path: Path) -> None:
-    kube = FakeKube([node("a-1", "10.0.0.1")])
-    membership = Membership(client=kube, namespace="edgewatch", retry_s=0.01, idle_timeout_s=0.1)  # type: ignore[arg-type]
-    await _run(membership, 0.55)
+async def test_a_silent_watch_is_re_established() -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  idle_timeout_s=0.1)):
+        await asyncio.sleep(0.55)
     # a dropped connection (no reset) would hang for ever: instead, list and watch again
-    assert kube.lists.count("Node") >= 3
+    assert sum(1 for c in kube.calls if c[:2] == ("list", "Node")) >= 3
+    assert sum(1 for c in kube.calls if c[:2] == ("list", "ConfigMap")) >= 6  # the config and the roster
 
 
-async def test_config_is_read_before_it_is_watched_and_pool_coordinators_are_parsed() -> None:
-    kube = FakeKube([], config={"grouping": "off", "poolCoordinators": "a: http://198.18.0.10:2379\n"})
-    membership = Membership(client=kube, namespace="edgewatch", retry_s=0.01)  # type: ignore[arg-type]
-    await _run(membership, 0.1)
-    assert membership.config_synced.is_set()
-    assert membership.pool_coordinators.url_for("a") == "http://198.18.0.10:2379"
-    assert ("ConfigMap", "7") in kube.watches
+async def test_config_is_read_and_pool_coordinators_are_parsed() -> None:
+    kube = FakeKube()
+    put_config(kube, {"grouping": "off", "poolCoordinators": "a: http://198.18.0.10:2379\n"})
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await wait(m.config_synced.is_set)
+        assert m.pool_coordinators.url_for("a") == "http://198.18.0.10:2379"
 
 
 async def test_a_missing_config_map_is_known_to_be_missing() -> None:
-    kube = FakeKube([], config=None)
-    membership = Membership(client=kube, namespace="edgewatch", retry_s=0.01)  # type: ignore[arg-type]
-    await _run(membership, 0.1)
-    assert membership.config_synced.is_set() and membership.pool_coordinators.urls == {}
+    async with Running(Membership(client=FakeKube(), node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await wait(m.config_synced.is_set)
+        assert m.pool_coordinators.urls == {}
 
 
 def test_pool_coordinators_are_judged_apart_from_grouping(caplog: pytest.LogCaptureFixture) -> None:
     rejects: list[str] = []
-    m = Membership(client=FakeKube([]), namespace="edgewatch", on_reject=rejects.append)  # type: ignore[arg-type]
+    m = Membership(client=FakeKube(), node=ME, namespace="edgewatch", on_reject=rejects.append)  # type: ignore[arg-type]
     assert m.apply_config({"grouping": "on", "poolCoordinators": "a: http://10.0.0.1:2379\nb: ftp://x\n"})
     assert m.grouping.enabled and dict(m.pool_coordinators.urls) == {"a": "http://10.0.0.1:2379"}
     assert rejects == ["invalid_pool_coordinator"]

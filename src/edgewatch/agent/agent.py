@@ -124,10 +124,13 @@ class Agent:
         self.keyring = NodeKeyring(node=config.node, keys=load_or_create_key_file(config.identity_file))
         self.identity = IdentityKeeper(client=client, keyring=self.keyring, namespace=config.identity_namespace,
                                        state_dir=config.state_dir,
-                                       on_reject=lambda r: self.metrics.key_records_rejected.labels(reason=r).inc())
-        self.membership = Membership(client=client, namespace=config.namespace, state_dir=config.state_dir,
+                                       on_reject=lambda r: self.metrics.key_records_rejected.labels(reason=r).inc(),
+                                       on_event=lambda: self.metrics.watch_events.labels(resource="keys").inc())
+        self.membership = Membership(client=client, node=config.node, namespace=config.namespace,
+                                     state_dir=config.state_dir,
                                      on_reject=lambda r: self.metrics.config_rejected.labels(reason=r).inc(),
-                                     on_save_error=lambda r: self.metrics.state_save_failures.labels(reason=r).inc())
+                                     on_save_error=lambda r: self.metrics.state_save_failures.labels(reason=r).inc(),
+                                     on_event=lambda r: self.metrics.watch_events.labels(resource=r).inc())
         self.link = CloudLinkMonitor(probe=lambda: apiserver_ready(client), config=config.cloud_link,
                                      on_change=lambda up: self.metrics.cloud_link_up.set(1 if up else 0))
         self.metrics.cloud_link_up.set(1)
@@ -140,7 +143,8 @@ class Agent:
             carried=self._carried_statements, cloud_ok=lambda: self.link.up,
             on_write=lambda r: self.metrics.evidence_writes.labels(result=r).inc(),
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
-            timeout_s=config.api_timeout_s)
+            timeout_s=config.api_timeout_s,
+            on_event=lambda: self.metrics.watch_events.labels(resource="beacon").inc())
         self.carrier = HeartbeatCarrier(renew=self._renew_for_peer, life_sign=self._life_sign, metrics=self.metrics,
                                         interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s)
         self.duties: Duties | None = None
@@ -204,7 +208,7 @@ class Agent:
         not known, or has no label)."""
         if self.config.pool:
             return self.config.pool
-        info = self.membership.nodes.get(self.config.node)
+        info = self.membership.own
         return (info.labels.get(POOL_LABEL) or None) if info is not None else None
 
     def coordinator_wanted(self) -> tuple[str, str, tuple[PoolResource, ...]] | None:
@@ -221,7 +225,7 @@ class Agent:
         if self.config.coordinator_url:
             if self.config.pool:
                 return (self.config.coordinator_url, self.config.pool, cached)
-            if self.config.node not in self.membership.nodes:
+            if self.membership.own is None:
                 return None
             return (self.config.coordinator_url, self._pool() or "default", cached)
         pool = self._pool()
@@ -244,7 +248,7 @@ class Agent:
                         if want is not None and not self._start_coordinator(tg, *want):
                             refused = want  # logged once; tried again only if the target changes
                     if want is None and not self.config.coordinator_url and self.membership.config_synced.is_set() \
-                            and self.config.node in self.membership.nodes and not waiting_logged:
+                            and self.membership.own is not None and not waiting_logged:
                         log.info("no pool coordinator for pool %s (ConfigMap key poolCoordinators); peer path only",
                                  self._pool() or "(node has no edgewatch.io/pool label)")
                         waiting_logged = True
@@ -301,10 +305,10 @@ class Agent:
         return web.Response(text="ok\n") if self.started.is_set() else web.Response(status=503, text="starting\n")
 
     async def _readyz(self, _req: web.Request) -> web.Response:
-        known = self.membership.synced.is_set() or bool(self.membership.nodes)
+        known = self.membership.synced.is_set() or self.membership.roster is not None
         if known and self.peers.periods > 0:
             return web.Response(text="ok\n")
-        return web.Response(status=503, text="node list not known yet\n" if not known else "no period yet\n")
+        return web.Response(status=503, text="group roster not known yet\n" if not known else "no period yet\n")
 
     async def _metrics(self, _req: web.Request) -> web.Response:
         body = generate_latest(self.registry)
@@ -350,7 +354,7 @@ class Agent:
                 await session.close()
 
     def _update_duties(self) -> None:
-        if not (self.membership.synced.is_set() or self.membership.nodes):
+        if not (self.membership.synced.is_set() or self.membership.roster is not None):
             return  # without the node list our "group" is just us: no cloud duties on that basis
         carry_enabled = self.coordinator is None or not self.coordinator.covers_delegation()
         now = time.monotonic()

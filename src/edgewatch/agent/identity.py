@@ -55,18 +55,21 @@ class IdentityKeeper:
         on_reject: called with ``bad_key_record`` or ``key_conflict`` for a refused record.
         retry_s: pause after a failed publish or a broken watch, seconds.
         idle_timeout_s: re-establish a watch silent this long, seconds.
+        on_event: called for each watch event received (the per-agent API load metric).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
 
     def __init__(self, *, client: AsyncClient, keyring: NodeKeyring, namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, on_reject: Callable[[str], None] = lambda _r: None,
-                 retry_s: float = 2.0, idle_timeout_s: float = 150.0) -> None:
+                 retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 on_event: Callable[[], None] = lambda: None) -> None:
         self.client = client
         self.keyring = keyring
         self.namespace = namespace
         self.state_dir = state_dir
         self.on_reject = on_reject
+        self.on_event = on_event
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
         self.published = asyncio.Event()
@@ -189,6 +192,7 @@ class IdentityKeeper:
                         self.client.watch(ConfigMap, namespace=self.namespace, resource_version=list_version(listing),
                                           server_timeout=self.WATCH_SERVER_TIMEOUT_S),
                         idle_timeout_s=self.idle_timeout_s):
+                    self.on_event()
                     record = None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, "")
                     self.apply(cm.metadata.name, record)
             except (ApiError, httpx.HTTPError, OSError) as exc:

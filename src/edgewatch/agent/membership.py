@@ -1,25 +1,37 @@
-"""Who is in my group? The agent's cached copy of the cloud's node list and of the ``edgewatch-config``
-ConfigMap.
+"""Who is in my group? The agent's cached copy of its own Node, of its group's roster and of the
+``edgewatch-config`` ConfigMap.
 
-The agent lists, then watches (from the list's resourceVersion), Nodes (name, InternalIP, labels)
-and the ``edgewatch-config`` ConfigMap (``grouping``, ``groupLabel``, ``coverLabel``, see
-``edgewatch.core.grouping``; ``poolCoordinators``, see ``edgewatch.core.poolconfig``;
-``poolScopeResources``, see ``edgewatch.poolcache.resources``). Relabelling
-a node or editing the ConfigMap regroups on the next period with no restart (seed 003: "regrouping
-needs no redeploy"). A watch that stays silent longer than the server's own timeout is re-established
-(a cut link drops packets without a reset, so the connection would hang for ever).
+The agent lists, then watches (from the list's resourceVersion), three things, each O(1) in the
+group's size in watch events (docs/scaling.md, "Cloud API load"):
+
+* its own Node (field selector ``metadata.name``): its labels (pool, group, cover label) and
+  InternalIP;
+* the ``edgewatch-config`` ConfigMap (``grouping``, ``groupLabel``, ``coverLabel``,
+  ``monitoringRings``, see ``edgewatch.core.grouping``; ``poolCoordinators``, see
+  ``edgewatch.core.poolconfig``; ``poolScopeResources``, see ``edgewatch.poolcache.resources``);
+* its group's roster (``edgewatch.core.roster``): the members and their InternalIPs, published by
+  the controller and written only when membership changes. Its name follows from the own labels
+  and the ConfigMap, so a relabel or a ConfigMap edit switches to the new group's roster with no
+  restart (seed 003: "regrouping needs no redeploy").
+
+Watching every Node instead, as before, made every kubelet status report an event for every agent:
+an O(n²) fan-out on the cloud apiserver (issue 11). A watch that stays silent longer than the
+server's own timeout is re-established (a cut link drops packets without a reset, so the connection
+would hang for ever).
 
 While the cloud is unreachable the last copy stays in use (the group's size must not shrink just
 because the cloud is away), and with ``state_dir`` set it is also kept on disk so an agent restarted
 during a cut still knows its group. The state folder is best effort: if it cannot be created or
 written (a hostPath the kubelet made as root 0755 while the agent runs as uid 65532), the failure
 is logged once per distinct error and counted (``edgewatch_agent_state_save_failures_total``), and
-the watches go on — a failed save never turns into a Node LIST every few seconds. The file is
-rewritten only when a persisted field (address, labels) changes or a node comes or goes.
+the watches go on — a failed save never turns into a LIST every few seconds. The file is rewritten
+only when a persisted field (own address or labels, the roster) changes.
 
-Untrusted input: a ConfigMap with an unknown key or a bad value is refused with a log line and a
-metric, and the last valid configuration stays (never silently ignored — a SuperEdge bug). Nodes
-without an InternalIP are members that cannot be probed (they count in the group's size).
+Untrusted input: a ConfigMap with an unknown key or a bad value, or a malformed roster, is refused
+with a log line and a metric, and the last valid copy stays (never silently ignored — a SuperEdge
+bug). Members without an InternalIP cannot be probed (they count in the group's size). Until the
+controller has published the roster (first install), the group is not known and the agent is not
+ready.
 """
 
 from __future__ import annotations
@@ -41,9 +53,9 @@ from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_PO
                                      parse_grouping_config)
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
 from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
+from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_name
 from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.types import NodeName
-from edgewatch.names import EDGE_CONDITION_TYPE
 from edgewatch.statefile import replace_file
 
 log = logging.getLogger(__name__)
@@ -55,13 +67,11 @@ CONFIGMAP_NAME = "edgewatch-config"
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """What the agent needs of a Node: its name, InternalIP (or None), labels, and the current
-    EdgeHealthy condition as (status, lastTransitionTime) or None."""
+    """What the agent needs of a Node: its name, InternalIP (or None) and labels."""
 
     name: NodeName
     address: str | None
     labels: dict[str, str]
-    edge_condition: tuple[str, str | None] | None = None
 
 
 def node_info(node: Node) -> NodeInfo:
@@ -71,111 +81,137 @@ def node_info(node: Node) -> NodeInfo:
         if addr.type == "InternalIP":
             address = addr.address
             break
-    edge = None
-    for cond in (node.status.conditions or []) if node.status else []:
-        if cond.type == EDGE_CONDITION_TYPE:
-            moved = cond.lastTransitionTime
-            edge = (cond.status, moved.strftime("%Y-%m-%dT%H:%M:%SZ") if moved is not None else None)
-    return NodeInfo(name=NodeName(node.metadata.name), address=address, labels=dict(node.metadata.labels or {}),
-                    edge_condition=edge)
+    return NodeInfo(name=NodeName(node.metadata.name), address=address, labels=dict(node.metadata.labels or {}))
 
 
 class Membership:
-    """Cached node list and edgewatch configuration, kept current by watches.
+    """Cached own Node, group roster and edgewatch configuration, kept current by watches.
 
     Args:
         client: API client.
-        namespace: where the ``edgewatch-config`` ConfigMap lives.
-        state_dir: folder to persist the node list in (None = memory only). It need not exist or be
-            writable: a failed save is logged once per distinct error and counted
+        node: this agent's node.
+        namespace: where the ``edgewatch-config`` ConfigMap and the rosters live.
+        state_dir: folder to persist the own Node and the roster in (None = memory only). It need
+            not exist or be writable: a failed save is logged once per distinct error and counted
             (``on_save_error``), and the agent keeps working from memory.
         retry_s: pause before re-establishing a broken watch, in seconds.
         idle_timeout_s: a watch that delivers nothing (not even the server's close after its
             ``server_timeout``) for this long is treated as dead and re-established, seconds: a
             silently dropped connection (a cut uplink drops packets, it sends no reset) would
             otherwise hang for ever.
-        on_reject: called with a reason when the ConfigMap is refused (for the metric).
-        on_save_error: called with a short reason each time saving the node list fails.
+        on_reject: called with a reason when the ConfigMap or the roster is refused (the metric).
+        on_save_error: called with a short reason each time saving the state fails.
+        on_event: called with ``node``, ``config`` or ``roster`` for each watch event received (the
+            metric that shows the API load per agent).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
 
-    def __init__(self, *, client: AsyncClient, namespace: str, state_dir: Path | None = None,
+    def __init__(self, *, client: AsyncClient, node: NodeName, namespace: str, state_dir: Path | None = None,
                  retry_s: float = 2.0, idle_timeout_s: float = 150.0,
                  on_reject: Callable[[str], None] | None = None,
-                 on_save_error: Callable[[str], None] | None = None) -> None:
+                 on_save_error: Callable[[str], None] | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
         self.client = client
+        self.node = node
         self.namespace = namespace
         self.state_dir = state_dir
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
-        self.nodes: dict[NodeName, NodeInfo] = {}
+        self.own: NodeInfo | None = None
+        self.roster: Roster | None = None
+        self.roster_name: str | None = None  # the roster ``roster`` was read from
         self.grouping = GroupingConfig()
         self.pool_coordinators = PoolCoordinators()
         self.pool_resources: tuple[PoolResource, ...] = DEFAULT_RESOURCES
         self.synced = asyncio.Event()
         self.config_synced = asyncio.Event()
-        self.node_lists = 0  # full Node LISTs done (a healthy agent does one per broken watch)
+        self.node_lists = 0  # own-Node LISTs done (a healthy agent does one per broken watch)
         self._on_reject = on_reject or (lambda reason: None)
         self._on_save_error = on_save_error or (lambda reason: None)
+        self._on_event = on_event or (lambda resource: None)
         self._save_error: str | None = None
+        self._retarget = asyncio.Event()
         self._load()
 
     # -- queries ---------------------------------------------------------------------------------
 
+    @property
+    def nodes(self) -> dict[NodeName, NodeInfo]:
+        """What is known of the group: the roster's members (name and address, no labels) and the
+        own Node (with its labels)."""
+        out = {name: NodeInfo(name=name, address=address, labels={})
+               for name, address in (self.roster.members.items() if self.roster else ())}
+        if self.own is not None:
+            out[self.node] = self.own
+        return out
+
+    def target(self) -> str | None:
+        """The roster this node's group has now (None: a group of one, or the own Node not known)."""
+        if self.own is None:
+            return None
+        return roster_name(self.grouping, self.own.labels)
+
     def group_of(self, node: NodeName) -> frozenset[NodeName]:
-        """The members of ``node``'s group (always including ``node``)."""
-        labels = {name: info.labels for name, info in self.nodes.items()}
-        labels.setdefault(node, {})
-        return self.grouping.group_of(node, node_labels=labels)
+        """The members of this agent's group (always including ``node``, this agent's node): the
+        roster's members when the node has a group, else just the node."""
+        if self.roster is None or self.target() is None:
+            return frozenset({node})
+        return frozenset(self.roster.members) | {node}
 
     def address_of(self, node: NodeName) -> str | None:
-        """InternalIP of ``node`` (None if unknown)."""
-        info = self.nodes.get(node)
-        return info.address if info else None
+        """InternalIP of ``node`` (the own Node or a roster member; None if unknown)."""
+        if node == self.node and self.own is not None and self.own.address:
+            return self.own.address
+        return self.roster.members.get(node) if self.roster is not None else None
 
     def node_by_address(self, address: str) -> NodeName | None:
-        """The node whose InternalIP is ``address`` (to bind a peer message to its source)."""
-        for info in self.nodes.values():
-            if info.address == address:
-                return info.name
+        """The member whose InternalIP is ``address`` (to bind a peer message to its source)."""
+        if self.roster is not None:
+            for name, member_address in self.roster.members.items():
+                if member_address == address:
+                    return name
         return None
 
     # -- loops -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Watch Nodes and the ConfigMap until cancelled."""
+        """Watch the own Node, the ConfigMap and the group's roster until cancelled."""
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._watch_nodes())
+            tg.create_task(self._watch_own_node())
             tg.create_task(self._watch_config())
+            tg.create_task(self._follow_roster())
 
     def _events(self, watch: AsyncIterator[T]) -> AsyncIterator[T]:
         """Yield a watch's events; end it when nothing arrives for ``idle_timeout_s``."""
         return bounded_events(watch, idle_timeout_s=self.idle_timeout_s)
 
-    async def _watch_nodes(self) -> None:
+    def _set_own(self, info: NodeInfo | None) -> None:
+        before, self.own = self.own, info
+        if before is None or info is None or _persisted(before) != _persisted(info):
+            self._save()  # only what is persisted changed (status updates come every 10 s)
+            self._retarget.set()
+        self._mark_synced()
+
+    def _mark_synced(self) -> None:
+        if self.own is not None and (self.target() is None or self.roster_name == self.target()):
+            self.synced.set()
+
+    async def _watch_own_node(self) -> None:
+        fields = {"metadata.name": self.node}
         while True:
             try:
-                fresh: dict[NodeName, NodeInfo] = {}
-                listing = self.client.list(Node)
-                async for node in listing:
-                    info = node_info(node)
-                    fresh[info.name] = info
+                listing = self.client.list(Node, fields=fields)
+                items = [node async for node in listing]
                 self.node_lists += 1
-                self.nodes = fresh
-                self._save()
-                self.synced.set()
-                version = _list_version(listing)
-                async for op, node in self._events(self.client.watch(Node, resource_version=version,
-                                                                     server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
-                    info = node_info(node)
-                    before = self.nodes.get(info.name)
-                    if op == "DELETED":
-                        self.nodes.pop(info.name, None)
-                    else:
-                        self.nodes[info.name] = info
-                    if op == "DELETED" or before is None or _persisted(before) != _persisted(info):
-                        self._save()  # only what is persisted changed (status updates come every 10 s)
+                if items:
+                    self._set_own(node_info(items[0]))
+                async for op, node in self._events(self.client.watch(
+                        Node, fields=fields, resource_version=_list_version(listing),
+                        server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
+                    self._on_event("node")
+                    if op != "DELETED":  # a deleted Node keeps its last copy: it is being re-registered
+                        self._set_own(node_info(node))
             except (ApiError, httpx.HTTPError, OSError) as exc:
                 log.info("node watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
@@ -186,16 +222,86 @@ class Membership:
                 listing = self.client.list(ConfigMap, namespace=self.namespace,
                                            fields={"metadata.name": CONFIGMAP_NAME})
                 items = [cm async for cm in listing]
-                self.apply_config((items[0].data or {}) if items else None)
+                self._config_changed(self.apply_config((items[0].data or {}) if items else None))
                 self.config_synced.set()
                 async for op, cm in self._events(self.client.watch(
                     ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
                     resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S,
                 )):
-                    self.apply_config(None if op == "DELETED" else (cm.data or {}))
+                    self._on_event("config")
+                    self._config_changed(self.apply_config(None if op == "DELETED" else (cm.data or {})))
             except (ApiError, httpx.HTTPError, OSError) as exc:
                 log.info("config watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
+
+    def _config_changed(self, _applied: bool) -> None:
+        self._retarget.set()
+        self._mark_synced()
+
+    async def _follow_roster(self) -> None:
+        """Watch the roster :meth:`target` names; switch when it changes (relabel, ConfigMap)."""
+        while True:
+            self._retarget.clear()
+            target = self.target()
+            if target != self.roster_name and self.roster_name is not None and self.own is not None:
+                log.info("group roster now %s (was %s)", target or "none: a group of one", self.roster_name,
+                         extra={"kind": "regrouped"})
+                self.roster, self.roster_name = None, None
+                self._save()
+            self._mark_synced()
+            if target is None:
+                await self._retarget.wait()
+                continue
+            watch = asyncio.create_task(self._watch_roster(target))
+            switch = asyncio.create_task(self._retarget_to_other(target))
+            try:
+                await asyncio.wait({watch, switch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (watch, switch):
+                    task.cancel()
+                await asyncio.gather(watch, switch, return_exceptions=True)
+
+    async def _retarget_to_other(self, target: str) -> None:
+        while True:
+            await self._retarget.wait()
+            self._retarget.clear()
+            if self.target() != target:
+                return
+
+    async def _watch_roster(self, name: str) -> None:
+        fields = {"metadata.name": name}
+        while True:
+            try:
+                listing = self.client.list(ConfigMap, namespace=self.namespace, fields=fields)
+                items = [cm async for cm in listing]
+                if items:
+                    self._apply_roster(name, items[0].data)
+                else:
+                    log.info("group roster %s not published yet (is the controller running?)", name)
+                async for op, cm in self._events(self.client.watch(
+                        ConfigMap, namespace=self.namespace, fields=fields,
+                        resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
+                    self._on_event("roster")
+                    if op != "DELETED":  # deleted: the group is going away; keep the copy until retargeted
+                        self._apply_roster(name, cm.data)
+            except (ApiError, httpx.HTTPError, OSError) as exc:
+                log.info("roster watch interrupted: %s", exc or type(exc).__name__)
+            await asyncio.sleep(self.retry_s)
+
+    def _apply_roster(self, name: str, data: Mapping[str, str] | None) -> None:
+        try:
+            roster = decode_roster(data)
+        except RosterError as exc:
+            log.error("refusing roster %s: %s; keeping the previous copy", name, exc,
+                      extra={"kind": "config_rejected"})
+            self._on_reject("invalid_roster")
+            return
+        if roster != self.roster or name != self.roster_name:
+            if self.roster is None or set(roster.members) != set(self.roster.members):
+                log.info("group roster %s: %d members", name, len(roster.members), extra={"kind": "roster"})
+            self.roster, self.roster_name = roster, name
+            self._save()
+        self._mark_synced()
 
     def apply_config(self, data: Mapping[str, str] | None) -> bool:
         """Adopt the ConfigMap (None = deleted: defaults): the grouping switches and
@@ -265,28 +371,30 @@ class Membership:
     # -- persistence -------------------------------------------------------------------------------
 
     def _path(self) -> Path | None:
-        return self.state_dir / "nodes.json" if self.state_dir else None
+        return self.state_dir / "membership.json" if self.state_dir else None
 
     def _save(self) -> None:
-        """Persist the node list; never raises. A failure is logged once per distinct error (and
-        again once it is fixed) and counted every time."""
+        """Persist the own Node and the roster; never raises. A failure is logged once per
+        distinct error (and again once it is fixed) and counted every time."""
         path = self._path()
         if path is None:
             return
+        own = None if self.own is None else {"address": self.own.address, "labels": self.own.labels}
+        roster = None if self.roster is None else {"name": self.roster_name, "group": self.roster.group,
+                                                   "members": dict(self.roster.members)}
         try:
-            replace_file(path, json.dumps([{"name": i.name, "address": i.address, "labels": i.labels}
-                                           for i in self.nodes.values()]))
+            replace_file(path, json.dumps({"node": self.node, "own": own, "roster": roster}))
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc.strerror or exc}"
             self._on_save_error(type(exc).__name__)
             if error != self._save_error:
-                log.error("cannot save the node list to %s (%s); going on from memory only: an agent restarted "
+                log.error("cannot save the group roster to %s (%s); going on from memory only: an agent restarted "
                           "during a cloud cut will not know its group. Make the folder writable for this user "
                           "(uid %d)", path, error, os.getuid(), extra={"kind": "state_save_failed"})
                 self._save_error = error
             return
         if self._save_error is not None:
-            log.info("node list saved to %s again", path, extra={"kind": "state_saved"})
+            log.info("group roster saved to %s again", path, extra={"kind": "state_saved"})
             self._save_error = None
 
     def _load(self) -> None:
@@ -294,14 +402,21 @@ class Membership:
         if path is None:
             return
         try:
-            items = json.loads(path.read_text())
-            self.nodes = {NodeName(i["name"]): NodeInfo(name=NodeName(i["name"]), address=i.get("address"),
-                                                        labels=dict(i.get("labels") or {}))
-                          for i in items}
+            saved = json.loads(path.read_text())
+            if saved.get("node") != self.node:
+                return  # another node's file (a reused folder): nothing of it applies
+            if saved.get("own") is not None:
+                own = saved["own"]
+                self.own = NodeInfo(name=self.node, address=own.get("address"), labels=dict(own.get("labels") or {}))
+            if saved.get("roster") is not None:
+                raw = saved["roster"]
+                members = {k: v or "" for k, v in dict(raw["members"]).items()}
+                self.roster = decode_roster({"group": raw.get("group", ""), "members": json.dumps(members)})
+                self.roster_name = raw["name"]
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("ignoring unreadable node cache %s: %s", path, exc)
+            log.warning("ignoring unreadable state file %s: %s", path, exc)
 
 
 def _persisted(info: NodeInfo) -> tuple[object, ...]:

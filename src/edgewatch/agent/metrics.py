@@ -24,7 +24,7 @@ class AgentMetrics:
             ``timeout`` or ``error``).
         carrying: number of peers whose heartbeat this agent carries now.
         config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
-            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``).
+            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``, ``invalid_roster``).
         state_save_failures: failed saves of the node list to ``--state-dir``, by ``reason`` (the
             exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
@@ -32,6 +32,9 @@ class AgentMetrics:
             ``conflict``, ``timeout``).
         key_records_rejected: other nodes' published key records refused, by ``reason``
             (``bad_key_record``, ``key_conflict``: a key another node already published).
+        watch_events: API watch events received, by ``resource`` (``node``: the own Node;
+            ``config``; ``roster``: the group's roster; ``beacon``; ``keys``: the key records): the
+            cloud API load this agent causes, which must not grow with the group (issue 11).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -62,6 +65,8 @@ class AgentMetrics:
                                        ["result"], registry=registry)
         self.key_records_rejected = Counter("edgewatch_agent_key_records_rejected", "Refused key records by reason.",
                                             ["reason"], registry=registry)
+        self.watch_events = Counter("edgewatch_agent_watch_events", "API watch events received, by resource.",
+                                    ["resource"], registry=registry)
 
     def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
         """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""

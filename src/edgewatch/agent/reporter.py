@@ -98,6 +98,7 @@ class EvidenceReporter:
         tick_s: how often the wanted content is compared with the written one, seconds.
         timeout_s: bound of one write, seconds.
         idle_timeout_s: re-establish a silent beacon watch after this many seconds.
+        on_event: called for each watch event received (the per-agent API load metric).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
@@ -107,7 +108,8 @@ class EvidenceReporter:
                  cloud_ok: Callable[[], bool], on_write: Callable[[str], None] = lambda _r: None,
                  config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, refresh_s: float = 10.0, tick_s: float = 0.5,
-                 timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0) -> None:
+                 timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 on_event: Callable[[], None] = lambda: None) -> None:
         self.client = client
         self.node = node
         self.beacon = beacon
@@ -115,6 +117,7 @@ class EvidenceReporter:
         self._carried = carried
         self._cloud_ok = cloud_ok
         self._on_write = on_write
+        self._on_event = on_event
         self.config_namespace = config_namespace
         self.namespace = namespace
         self.state_dir = state_dir
@@ -180,6 +183,7 @@ class EvidenceReporter:
                                           resource_version=list_version(listing),
                                           server_timeout=self.WATCH_SERVER_TIMEOUT_S),
                         idle_timeout_s=self.idle_timeout_s):
+                    self._on_event()
                     self.apply_beacon_lease(None if op == "DELETED" else lease)
             except (ApiError, httpx.HTTPError, OSError) as exc:
                 log.info("beacon watch interrupted: %s", exc or type(exc).__name__)

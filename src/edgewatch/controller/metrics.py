@@ -22,6 +22,8 @@ class ControllerMetrics:
         evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
             ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
             ``sender_mismatch``, ``bad_key_record``, ``key_conflict``).
+        roster_writes: group roster ConfigMap writes by ``result`` (``created``, ``updated``,
+            ``deleted``, ``conflict``, ``error``, ``too_big``; ``edgewatch.controller.roster``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -44,3 +46,5 @@ class ControllerMetrics:
         self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)
         self.evidence = Counter("edgewatch_controller_evidence", "Signed statements and key records looked at, by "
                                 "result.", ["result"], registry=registry)
+        self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
+                                     ["result"], registry=registry)

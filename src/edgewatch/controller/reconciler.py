@@ -22,6 +22,8 @@ What it writes (and nothing else):
 - Events on the Node for each state transition;
 - the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
   heartbeat (``edgewatch.leases.hold_renewal``), marked ``delegated-via: autonomy``;
+- the group rosters, ConfigMaps ``edgewatch-roster*`` in the edgewatch namespace, on membership
+  change only (``edgewatch.controller.roster``);
 - evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
   node that do not tolerate the failed taint long enough, several at once (bounded); DaemonSet and
   mirror pods are left alone as ``kubectl drain`` does.
@@ -67,6 +69,7 @@ from edgewatch.controller.model import (
 )
 from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
 from edgewatch.controller.observations import Observations
+from edgewatch.controller.roster import RosterPublisher
 from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
 from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
 from edgewatch.controller.verified import VerifiedEdge
@@ -161,6 +164,9 @@ class Reconciler:
         self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
                                          on_change=self.queue.add, namespace=identity_namespace,
                                          watch_timeout_s=watch_timeout_s)
+        self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
+                                       api_timeout_s=api_timeout_s, watch_timeout_s=watch_timeout_s,
+                                       on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
 
     # -- loops -------------------------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class Reconciler:
             tg.create_task(self._resync())
             tg.create_task(self.beacons.run())
             tg.create_task(self.evidence.run())
+            tg.create_task(self.rosters.run())
             tg.create_task(self.queue.serve(workers=self.workers, handle=self._handle))
 
     async def _call(self, call: Awaitable[_T]) -> _T:
@@ -244,6 +251,7 @@ class Reconciler:
     def _on_config(self, op: str, cm: ConfigMap) -> None:
         changed = self._apply_config(None if op == "DELETED" else (cm.data or {}))
         self.verified.set_grouping(self.coverage.config)
+        self.rosters.touch()  # the grouping switches or the group label may have changed
         if changed:
             for name in list(self._labels):
                 self._cover_in_evidence(name)
