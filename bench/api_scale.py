@@ -220,7 +220,7 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
     ctl_writes = table("controller", n, True)
     node_updates = sum(c for (w, verb, res), c in counts.items() if verb in ("update", "patch")
                        and res.split("@")[0] in ("nodes", "nodes/status")) * per_min
-    lease_renewals = sum(c for (w, verb, res), c in counts.items() if w == "other" and verb == "update"
+    lease_renewals = sum(c for (w, verb, res), c in counts.items() if w == "other" and verb in ("update", "patch")
                          and res == "leases@kube-node-lease") * per_min / n
     received: Counter[str] = Counter()
     for x in run:

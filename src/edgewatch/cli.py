@@ -56,7 +56,7 @@ def main() -> None:
 @click.option("--coordinator-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Client key for the coordinator.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Persist the node list here (survives restarts during a cut). If it cannot be written the "
+              help="Persist the group roster here (survives restarts during a cut). If it cannot be written the "
                    "agent logs it once, counts edgewatch_agent_state_save_failures_total and runs from memory.")
 @click.option("--pool-cache-address", default="127.0.0.1", show_default=True,
               help="Where the pool cache's read-only Kubernetes API (EndpointSlices, Services) listens, for this "

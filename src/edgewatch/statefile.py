@@ -1,6 +1,6 @@
 """Replacing a small state file in one step: write a sibling temporary file, then rename it over
 the target, so a reader (or an agent restarted mid-write) sees the old content or the new, never
-half of it. For the agent's state folder (node list, known keys, the controller's beacon key).
+half of it. For the agent's state folder (group roster, known keys, the controller's beacon key).
 
 Limits: no fsync (state that a crash may lose is re-read from the cloud); not for secrets (the
 temporary file gets the default mode; ``edgewatch.core.identity`` writes its key file itself, 0600).

@@ -27,10 +27,10 @@ TaskGroup inside), and all are cancelled and awaited on shutdown.
   session with the new URL or pool, live (leadership is released first).
 
 Peer traffic leaves from the listen address, or — listening on a wildcard address (0.0.0.0, the
-DaemonSet's hostNetwork default) — from this node's InternalIP once the node list names it (peers
+DaemonSet's hostNetwork default) — from this node's InternalIP once its own Node is read (peers
 bind a sender to its InternalIP), if that address is local; otherwise the kernel picks the source.
 
-Ops endpoints on the peer port: ``/healthz`` (the loops run), ``/readyz`` (the node list is known
+Ops endpoints on the peer port: ``/healthz`` (the loops run), ``/readyz`` (the group roster is known
 and a period has completed), ``/metrics`` (Prometheus).
 """
 
@@ -355,7 +355,7 @@ class Agent:
 
     def _update_duties(self) -> None:
         if not (self.membership.synced.is_set() or self.membership.roster is not None):
-            return  # without the node list our "group" is just us: no cloud duties on that basis
+            return  # without the roster our "group" is just us: no cloud duties on that basis
         carry_enabled = self.coordinator is None or not self.coordinator.covers_delegation()
         now = time.monotonic()
         self.duties = assign_duties(me=self.config.node, cloud_ok=self.link.up, reachable=self.peers.reachable(now=now),
@@ -454,8 +454,9 @@ class Agent:
     async def _publish_role(self) -> None:
         """Show this node's pool-coordinator role on its own Node (condition ``EdgePoolCoordinator``,
         for ``kubectl describe node`` and ``edgewatch status``): on change, else every
-        ``ROLE_REFRESH_S``. Every Node write is a watch event for every Node watcher (every agent),
-        so a per-minute refresh cost a 1,000-node pool 1,000 x 1,000 events a minute (issue 11)."""
+        ``ROLE_REFRESH_S``. Every Node write is a watch event for every Node watcher (agents once
+        watched every Node: a per-minute refresh cost a 1,000-node pool 1,000 x 1,000 events a
+        minute; issue 11)."""
         coordinator = self.coordinator
         if coordinator is None:
             return

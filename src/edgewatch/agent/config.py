@@ -50,7 +50,7 @@ class AgentConfig:
             (default 5 s: as long as a carry interval, so a renewal that hangs is abandoned and
             retried with a fresh life sign before the next one is due; each request inside also
             has the API client's own timeout).
-        state_dir: where to persist the node list for restarts during a cut (None = memory only).
+        state_dir: where to persist the group roster for restarts during a cut (None = memory only).
         coordinator_url: the pool coordinator (etcd) URL, or None: then the ConfigMap's
             ``poolCoordinators`` entry for this node's pool, if any (live), else the peer path only.
         coordinator_tls: client certificates for an https:// coordinator (production etcd with

@@ -25,7 +25,7 @@ class AgentMetrics:
         carrying: number of peers whose heartbeat this agent carries now.
         config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
             ``invalid_pool_coordinators``, ``invalid_pool_coordinator``, ``invalid_roster``).
-        state_save_failures: failed saves of the node list to ``--state-dir``, by ``reason`` (the
+        state_save_failures: failed saves of the group roster to ``--state-dir``, by ``reason`` (the
             exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
         evidence_writes: writes of this node's signed evidence Lease, by ``result`` (``ok``, ``failed``,
@@ -51,7 +51,7 @@ class AgentMetrics:
         self.cloud_link_up = Gauge("edgewatch_agent_cloud_link_up", "1 while this node reaches the apiserver.",
                                    registry=registry)
         self.state_save_failures = Counter("edgewatch_agent_state_save_failures",
-                                           "Failed saves of the node list to the state folder.", ["reason"],
+                                           "Failed saves of the group roster to the state folder.", ["reason"],
                                            registry=registry)
         self.delegations = Counter("edgewatch_agent_delegations", "Lease renewals for cut-off peers by outcome.",
                                    ["outcome"], registry=registry)

@@ -70,6 +70,7 @@ from edgewatch.controller.model import (
 from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.roster import RosterPublisher
+from edgewatch.controller.seen import SeenObjects
 from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
 from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
 from edgewatch.controller.verified import VerifiedEdge
@@ -157,6 +158,9 @@ class Reconciler:
         self.queue = WorkQueue()
         self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
         self._verdict_shown: dict[str, float] = {}  # node -> when we last wrote its EdgeHealthy (our clock)
+        self._node_cache: SeenObjects[Node] = SeenObjects()
+        self._lease_cache: SeenObjects[Lease] = SeenObjects()
+        self._held: set[str] = set()  # nodes under the autonomy hold: their Lease is read, not cached
         self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
                                      on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
@@ -175,8 +179,10 @@ class Reconciler:
         await self._load_config()
         self.verified.set_grouping(self.coverage.config)
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node))
-            tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease))
+            tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node,
+                                       on_start=self._node_cache.restart))
+            tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease,
+                                       on_start=self._lease_cache.restart))
             tg.create_task(self._watch(ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
                                        on_event=self._on_config))
             tg.create_task(self._resync())
@@ -208,12 +214,14 @@ class Reconciler:
             await asyncio.sleep(2)
 
     async def _watch(self, resource: Any, *, namespace: str | None, fields: dict[str, str] | None,
-                     on_event: Callable[[str, Any], None]) -> None:
+                     on_event: Callable[[str, Any], None], on_start: Callable[[], None] = lambda: None) -> None:
         """Watch ``resource`` forever, re-establishing the watch after any API error or after
-        ``watch_timeout_s`` (a silently dead connection never blocks it)."""
+        ``watch_timeout_s`` (a silently dead connection never blocks it); ``on_start`` runs before
+        each (re-)established watch, which starts with every object as it is now."""
         kind = resource.__name__.lower()
         while True:
             try:
+                on_start()
                 async with asyncio.timeout(self.watch_timeout_s):
                     async for op, obj in self.client.watch(resource, namespace=namespace, fields=fields,
                                                            server_timeout=120):
@@ -224,12 +232,14 @@ class Reconciler:
 
     def _on_node(self, op: str, node: Node) -> None:
         name = node.metadata.name
+        self._node_cache.seen(name, None if op == "DELETED" else node)
         if op == "DELETED":
             self.nodes.discard(name)
             self.plans.pop(name, None)
             self.observations.forget(name=name)
             self.queue.forget(name)
             self._labels.pop(name, None)
+            self._held.discard(name)
             self.verified.set_node(name, None)
             return
         self.nodes.add(name)
@@ -244,6 +254,7 @@ class Reconciler:
 
     def _on_lease(self, op: str, lease: Lease) -> None:
         name = lease.metadata.name
+        self._lease_cache.seen(name, None if op == "DELETED" else lease)
         lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
                        now=self.clock())
         self.queue.add(name)
@@ -316,20 +327,24 @@ class Reconciler:
     async def reconcile(self, name: str) -> float | None:
         """Make node ``name`` match its plan. Returns seconds until it should be looked at again
         (None = only on change). Raises API errors (and TimeoutError) for the worker's retry."""
-        try:
-            node = await self._call(self.client.get(Node, name))
-        except ApiError as exc:
-            if exc.status.code == 404:
-                self.plans.pop(name, None)
-                self.observations.forget(name=name)
-                return None
-            raise
-        try:
-            lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
-        except ApiError as exc:
-            if exc.status.code != 404:
+        node = self._node_cache.get(name)
+        if node is None:  # not seen by the watch yet, or we wrote it since
+            try:
+                node = await self._call(self.client.get(Node, name))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    self.plans.pop(name, None)
+                    self.observations.forget(name=name)
+                    return None
                 raise
-            lease = None
+        lease = self._lease_cache.get(name) if name not in self._held else None
+        if lease is None:
+            try:
+                lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                lease = None
         now = self.clock()
         snap = node_snapshot(node, observations=self.observations, now=now)
         lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
@@ -357,17 +372,19 @@ class Reconciler:
             body = {"metadata": {"resourceVersion": node.metadata.resourceVersion},
                     "spec": {"taints": [taint_to_api(t) for t in merged]}}
             try:
-                await self._call(self.client.patch(Node, name, body, patch_type=PatchType.MERGE))
+                self._node_cache.wrote(name, await self._call(
+                    self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
             except ApiError as exc:
                 if exc.status.code == 409:
+                    self._node_cache.forget(name)
                     return 0.05  # someone else wrote the node: re-read and re-plan at once
                 raise
             ours = [f"{t.key}:{t.effect}" for t in merged if t.ident in MANAGED_TAINT_IDS]
             log.info("node %s: taints now %s", name, ours or "none of ours")
         annotations = annotation_patch(current=snap.annotations, desired=p.annotations)
         if annotations:
-            await self._call(self.client.patch(Node, name, {"metadata": {"annotations": annotations}},
-                                               patch_type=PatchType.MERGE))
+            self._node_cache.wrote(name, await self._call(self.client.patch(
+                Node, name, {"metadata": {"annotations": annotations}}, patch_type=PatchType.MERGE)))
         if p.event is not None:
             await self._record_event(node, reason=p.event.reason, message=p.event.message, type_=p.event.type)
             self.metrics.transitions.labels(to=p.effective_state.value).inc()
@@ -375,7 +392,10 @@ class Reconciler:
         requeue = p.requeue_after_s
         if lease_snap is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED,
                                                                                 NodeState.UNKNOWN):
+            self._held.add(name)  # its Lease is read from the API while we write it
             requeue = _sooner(requeue, await self._hold(name, lease_snap, now))
+        else:
+            self._held.discard(name)
         if p.evict_pods:
             requeue = _sooner(requeue, await self._evict(name, p, now))
         return requeue
@@ -404,7 +424,7 @@ class Reconciler:
         body = {"status": {"conditions": [{"type": EDGE_CONDITION_TYPE, "status": held.status, "reason": held.reason,
                                            "message": held.message, "lastHeartbeatTime": now,
                                            "lastTransitionTime": moved}]}}
-        await self._call(self.client.patch(Node.Status, name, body))
+        self._node_cache.wrote(name, await self._call(self.client.patch(Node.Status, name, body)))
         self._verdict_shown[name] = self.clock()
         if len(self._verdict_shown) > 4 * max(len(self.nodes), 1_000):
             self._verdict_shown.clear()
@@ -425,9 +445,11 @@ class Reconciler:
         if len(kept) != len(taints):
             body["spec"] = {"taints": [t.to_dict() for t in kept]}
         try:
-            await self._call(self.client.patch(Node, name, body, patch_type=PatchType.MERGE))
+            self._node_cache.wrote(name, await self._call(
+                self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
         except ApiError as exc:
             if exc.status.code == 409:
+                self._node_cache.forget(name)
                 return 0.05
             raise
         message = (f"node {name} is not covered (coverLabel {self.coverage.cover_label!r}): edgewatch's taints "
