@@ -115,7 +115,8 @@ def audit(path: Path, offset: int) -> tuple[Counter[tuple[str, str, str]], int]:
             continue
         agent = event.get("userAgent", "")
         who = "agent" if agent.startswith("edgewatch-agent/") else \
-            "controller" if agent.startswith("edgewatch-controller/") else "other"
+            "controller" if agent.startswith("edgewatch-controller/") else \
+            "other:" + agent.split("/")[0][:40]
         ref = event.get("objectRef") or {}
         resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         namespace = ref.get("namespace", "")
@@ -197,6 +198,9 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
         counts, _ = audit(cp.audit_log, offset)
         events1, agents1 = watch_events(cp), {x: agent_events(address(index[x])) for x in run}
         ctl_rss = proc_rss_mib(ctl)
+        ctl_metrics = {line.split()[0]: float(line.split()[1]) for line in get("http://127.0.0.1:18080/metrics").splitlines()
+                       if line.startswith(("edgewatch_controller_api_reads_total", "edgewatch_controller_reconciles_total",
+                                           "edgewatch_controller_roster_writes_total"))}
     finally:
         for p in procs.values():
             p.terminate()
@@ -220,7 +224,7 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
     ctl_writes = table("controller", n, True)
     node_updates = sum(c for (w, verb, res), c in counts.items() if verb in ("update", "patch")
                        and res.split("@")[0] in ("nodes", "nodes/status")) * per_min
-    lease_renewals = sum(c for (w, verb, res), c in counts.items() if w == "other" and verb in ("update", "patch")
+    lease_renewals = sum(c for (w, verb, res), c in counts.items() if w.startswith("other") and verb in ("update", "patch")
                          and res == "leases@kube-node-lease") * per_min / n
     received: Counter[str] = Counter()
     for x in run:
@@ -238,12 +242,16 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
         "controller_writes_total_per_node_per_min": round(sum(ctl_writes.values()), 3),
         "controller_reads_per_node_per_min": table("controller", n, False),
         "node_updates_per_min_all_callers": round(node_updates, 1),
+        "node_updates_per_min_by_caller": {f"{w} {verb} {res}": round(c * per_min, 1)
+                                           for (w, verb, res), c in sorted(counts.items())
+                                           if verb in ("update", "patch") and res.split("@")[0] in ("nodes", "nodes/status")},
         "before_node_watch_events_per_agent_per_min": round(node_updates, 1),
         "kubelet_lease_renewals_per_node_per_min": round(lease_renewals, 2),
         "apiserver_watch_events_per_node_per_min_by_kind": {
             k: round((events1[k] - events0.get(k, 0)) * per_min / n, 2) for k in sorted(events1)
             if events1[k] - events0.get(k, 0) > 0},
         "controller_cpu_fraction_of_core": round(ctl_cpu, 3), "controller_rss_mib": round(ctl_rss, 1),
+        "controller_counters_at_end": ctl_metrics,
     }
 
 

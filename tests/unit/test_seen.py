@@ -61,11 +61,12 @@ def test_delete_forget_and_restart() -> None:
     assert seen.get("c") == obj(9)
 
 
-@given(st.lists(st.sampled_from(["external", "ours", "deliver"]), max_size=60))
+@given(st.lists(st.sampled_from(["external", "ours", "deliver", "respond"]), max_size=60))
 def test_never_older_than_our_newest_write(steps: list[str]) -> None:
     seen: SeenObjects[Obj] = SeenObjects()
     version = 0
     pending: list[int] = []  # versions written, not yet delivered by the watch (in order)
+    unanswered: list[int] = []  # our writes whose response has not arrived yet
     newest_ours = 0
     for step in steps:
         if step == "external":
@@ -74,10 +75,24 @@ def test_never_older_than_our_newest_write(steps: list[str]) -> None:
         elif step == "ours":
             version += 1
             pending.append(version)
-            seen.wrote("a", obj(version))
-            newest_ours = version
-        elif pending:
+            unanswered.append(version)
+        elif step == "respond" and unanswered:
+            answered = unanswered.pop(0)
+            seen.wrote("a", obj(answered))
+            newest_ours = max(newest_ours, answered)
+        elif step == "deliver" and pending:
             seen.seen("a", obj(pending.pop(0)))
         got = seen.get("a")
         if got is not None:
             assert int(got.metadata.resourceVersion or 0) >= newest_ours
+
+
+def test_the_watch_may_deliver_our_write_before_its_response() -> None:
+    seen: SeenObjects[Obj] = SeenObjects()
+    seen.seen("a", obj(1))
+    seen.seen("a", obj(2))  # our write, delivered first
+    seen.seen("a", obj(3))  # and somebody else's after it
+    seen.wrote("a", obj(2))  # the response arrives now
+    assert seen.get("a") == obj(3)
+    seen.seen("a", obj(4))
+    assert seen.get("a") == obj(4)  # never stuck waiting for a version already delivered

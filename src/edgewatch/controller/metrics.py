@@ -22,6 +22,8 @@ class ControllerMetrics:
         evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
             ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
             ``sender_mismatch``, ``bad_key_record``, ``key_conflict``).
+        api_reads: Nodes and Leases a reconcile read from the API, by ``kind``, because the watched
+            copy was missing or awaiting our own write (``edgewatch.controller.seen``).
         roster_writes: group roster ConfigMap writes by ``result`` (``created``, ``updated``,
             ``deleted``, ``conflict``, ``error``, ``too_big``; ``edgewatch.controller.roster``).
     """
@@ -48,3 +50,5 @@ class ControllerMetrics:
                                 "result.", ["result"], registry=registry)
         self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
                                      ["result"], registry=registry)
+        self.api_reads = Counter("edgewatch_controller_api_reads", "Nodes and Leases read from the API by a "
+                                 "reconcile (no watched copy to use), by kind.", ["kind"], registry=registry)

@@ -329,6 +329,7 @@ class Reconciler:
         (None = only on change). Raises API errors (and TimeoutError) for the worker's retry."""
         node = self._node_cache.get(name)
         if node is None:  # not seen by the watch yet, or we wrote it since
+            self.metrics.api_reads.labels(kind="node").inc()
             try:
                 node = await self._call(self.client.get(Node, name))
             except ApiError as exc:
@@ -339,6 +340,7 @@ class Reconciler:
                 raise
         lease = self._lease_cache.get(name) if name not in self._held else None
         if lease is None:
+            self.metrics.api_reads.labels(kind="lease").inc()
             try:
                 lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
             except ApiError as exc:

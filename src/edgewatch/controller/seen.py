@@ -19,6 +19,7 @@ Limits: memory is one object per node (client-go's informers keep the same).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Generic, Protocol, TypeVar
 
 
@@ -39,9 +40,14 @@ __all__ = ["SeenObjects"]
 class SeenObjects(Generic[T]):
     """name -> the newest object a watch delivered (see the module docstring)."""
 
+    RECENT = 8
+    """Versions remembered per object: the watch may deliver our write before the write's response
+    arrives, and a few more writes after it."""
+
     def __init__(self) -> None:
         self._objects: dict[str, T] = {}
         self._awaiting: dict[str, str] = {}  # name -> resourceVersion of our write, not yet seen
+        self._recent: dict[str, deque[str]] = {}  # name -> the last versions the watch delivered
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -56,18 +62,26 @@ class SeenObjects(Generic[T]):
         if obj is None:
             self._objects.pop(name, None)
             self._awaiting.pop(name, None)
+            self._recent.pop(name, None)
             return
+        version = _version(obj)
+        if version:
+            self._recent.setdefault(name, deque(maxlen=self.RECENT)).append(version)
         awaited = self._awaiting.get(name)
         if awaited is not None:
-            if _version(obj) != awaited:
+            if version != awaited:
                 return  # older than what we wrote, or we cannot tell: read the API meanwhile
             del self._awaiting[name]
         self._objects[name] = obj
 
     def wrote(self, name: str, response: T | None) -> None:
-        """We wrote ``name``; ``response`` is what the API returned (its resourceVersion is awaited)."""
-        self._objects.pop(name, None)
+        """We wrote ``name``; ``response`` is what the API returned (its resourceVersion is awaited,
+        unless the watch has delivered it already)."""
         version = _version(response) if response is not None else None
+        if version and version in self._recent.get(name, ()):
+            self._awaiting.pop(name, None)
+            return  # the watch was quicker than the response: the copy is our write or newer
+        self._objects.pop(name, None)
         if version:
             self._awaiting[name] = version
         else:
