@@ -43,10 +43,12 @@ unit: setup
 
 # Issue 11's table (the simulator: detection, false verdicts under loss, cost, splits for groups of
 # 5, 50, 200 and 1,000; about 10 minutes), then one real agent process in groups of 50 and 1,000 on
-# the real control plane (about 5 minutes).
+# the real control plane (about 5 minutes), then the cloud API load at 50 and 1,000 nodes (about 10
+# minutes).
 bench: setup binaries
 	$(VENV)/bin/edgewatch sim --json reports/sim.json
 	$(PY) bench/agent_process.py 50 1000
+	$(PY) bench/api_scale.py 50 1000 | tee reports/api_scale.jsonl
 
 # CPU and RSS of one pool as shipped (agents as pods in namespaces), for pools of 10 and 15 nodes.
 bench-lab: setup binaries

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from aiohttp import web
+from _measure import address, healthz_server, proc_cpu_s, proc_rss_mib
 
 from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster
 from edgewatch.core.topology import neighbours
@@ -47,40 +46,12 @@ from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def address(i: int) -> str:
-    return f"127.1.{i // 250}.{i % 250 + 1}"
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def proc_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def ready(addr: str) -> bool:
     try:
         with urllib.request.urlopen(f"http://{addr}:51005/readyz", timeout=1) as resp:
             return resp.status == 200
     except OSError:
         return False
-
-
-async def kubelet_healthz() -> web.AppRunner:
-    app = web.Application()
-    app.router.add_get("/healthz", lambda _r: web.Response(text="ok"))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 10248).start()
-    return runner
 
 
 async def create_nodes(kubeconfig: str, names: list[str]) -> None:
@@ -129,7 +100,7 @@ async def measure(cp: ControlPlane, n: int, window_s: float, workdir: Path) -> d
     index = {name: i for i, name in enumerate(names)}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     started: dict[str, float] = {}
-    healthz = await kubelet_healthz()
+    healthz = await healthz_server()
     try:
         for name in run:
             state = workdir / name

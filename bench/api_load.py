@@ -17,50 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
-from collections import Counter
 
+from _measure import audit_requests, watch_events
 from edgewatch.playground.cluster import PlaygroundCluster
 from edgewatch.playground.scenario import parse_scenario
 from edgewatch.testing.binaries import ensure_binaries
 
 AGENT = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER = "system:serviceaccount:edgewatch:edgewatch-controller"
-_WATCH_EVENTS = re.compile(r'^apiserver_watch_events_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$', re.M)
 
 
-def _watch_events(cluster: PlaygroundCluster) -> Counter[str]:
-    assert cluster.cp is not None
-    out: Counter[str] = Counter()
-    for m in _WATCH_EVENTS.finditer(cluster.cp.kubectl("get", "--raw", "/metrics")):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
-        kind = labels.get("resource") or labels.get("kind") or "?"
-        out[f"{labels.get('group', '') or 'core'}/{kind}"] += int(float(m.group("value")))
-    return out
-
-
-def _requests(cluster: PlaygroundCluster, offset: int) -> tuple[Counter[tuple[str, str, str]], int]:
-    assert cluster.cp is not None and cluster.cp.audit_log is not None
-    counts: Counter[tuple[str, str, str]] = Counter()
-    with open(cluster.cp.audit_log, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("stage") != "ResponseComplete":
-            continue
-        user = event.get("user", {}).get("username", "")
-        who = {AGENT: "agent", CONTROLLER: "controller"}.get(user)
-        if who is None:
-            continue
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        counts[(who, event.get("verb", ""), resource)] += 1
-    return counts, offset + len(data)
+def _caller(event: dict) -> str | None:  # type: ignore[type-arg]
+    return {AGENT: "agent", CONTROLLER: "controller"}.get(event.get("user", {}).get("username", ""))
 
 
 def measure(n: int, window_s: float) -> dict[str, object]:
@@ -69,11 +38,11 @@ def measure(n: int, window_s: float) -> dict[str, object]:
     with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=ensure_binaries()) as cluster:
         assert cluster.cp is not None and cluster.cp.audit_log is not None
         time.sleep(60)  # settle: agents registered, keys published, first evidence written
-        _, offset = _requests(cluster, 0)
-        events0 = _watch_events(cluster)
+        _, offset = audit_requests(cluster.cp.audit_log, 0, caller=_caller)
+        events0 = watch_events(cluster.cp.kubectl("get", "--raw", "/metrics"))
         time.sleep(window_s)
-        counts, _ = _requests(cluster, offset)
-        events1 = _watch_events(cluster)
+        counts, _ = audit_requests(cluster.cp.audit_log, offset, caller=_caller)
+        events1 = watch_events(cluster.cp.kubectl("get", "--raw", "/metrics"))
     per = 60.0 / window_s / n
     writes = {f"{who} {verb} {res}": round(c * per, 2) for (who, verb, res), c in sorted(counts.items())
               if verb in ("create", "update", "patch", "delete")}

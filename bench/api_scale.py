@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from aiohttp import web
+from _measure import address, audit_requests, healthz_server, proc_cpu_s, proc_rss_mib, watch_events
 from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.core.roster import ROSTER_PREFIX, decode_roster
@@ -57,26 +56,8 @@ from edgewatch.testing.controlplane import ControlPlane
 from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
 
 REPO = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-_WATCH_EVENTS = re.compile(r'^apiserver_watch_events_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$', re.M)
 _AGENT_EVENTS = re.compile(r'^edgewatch_agent_watch_events_total\{resource="(?P<r>[^"]+)"\} (?P<v>\S+)$', re.M)
 WRITES = ("create", "update", "patch", "delete")
-
-
-def address(i: int) -> str:
-    return f"127.1.{i // 250}.{i % 250 + 1}"
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def proc_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def get(url: str) -> str:
@@ -84,54 +65,23 @@ def get(url: str) -> str:
         return resp.read().decode()
 
 
-def watch_events(cp: ControlPlane) -> Counter[str]:
-    out: Counter[str] = Counter()
-    for m in _WATCH_EVENTS.finditer(cp.kubectl("get", "--raw", "/metrics")):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
-        kind = labels.get("resource") or labels.get("kind") or "?"
-        out[f"{labels.get('group', '') or 'core'}/{kind}"] += int(float(m.group("value")))
-    return out
-
-
 def agent_events(addr: str) -> Counter[str]:
     return Counter({m.group("r"): float(m.group("v"))
                     for m in _AGENT_EVENTS.finditer(get(f"http://{addr}:51005/metrics"))})
 
 
+def caller(event: dict) -> str:  # type: ignore[type-arg]
+    """``agent``, ``controller`` (by edgewatch's User-Agent) or ``other:<client>``."""
+    agent = event.get("userAgent", "")
+    if agent.startswith("edgewatch-agent/"):
+        return "agent"
+    if agent.startswith("edgewatch-controller/"):
+        return "controller"
+    return "other:" + agent.split("/")[0][:40]
+
+
 def audit(path: Path, offset: int) -> tuple[Counter[tuple[str, str, str]], int]:
-    """Requests since ``offset``: (caller, verb, resource) -> count; caller is ``agent``,
-    ``controller`` or ``other``; plus the new offset."""
-    counts: Counter[tuple[str, str, str]] = Counter()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("stage") != "ResponseComplete":
-            continue
-        agent = event.get("userAgent", "")
-        who = "agent" if agent.startswith("edgewatch-agent/") else \
-            "controller" if agent.startswith("edgewatch-controller/") else \
-            "other:" + agent.split("/")[0][:40]
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        namespace = ref.get("namespace", "")
-        counts[(who, event.get("verb", ""), f"{resource}@{namespace}" if namespace else resource)] += 1
-    return counts, offset + end
-
-
-async def healthz_server() -> web.AppRunner:
-    """Every agent's kubelet /healthz (127.0.0.1:10248), always ok."""
-    app = web.Application()
-    app.router.add_get("/healthz", lambda _r: web.Response(text="ok"))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 10248).start()
-    return runner
+    return audit_requests(path, offset, caller=caller, with_namespace=True)
 
 
 async def wait_for(predicate, timeout_s: float, what: str) -> float:  # type: ignore[no-untyped-def]
@@ -189,14 +139,14 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
                 stdout=subprocess.DEVNULL, stderr=open(state / "agent.log", "wb"))
         await asyncio.sleep(settle_s)
         _, offset = audit(cp.audit_log, 0)
-        events0, agents0 = watch_events(cp), {x: agent_events(address(index[x])) for x in run}
+        events0, agents0 = watch_events(cp.kubectl("get", "--raw", "/metrics")), {x: agent_events(address(index[x])) for x in run}
         ctl = procs["controller"].pid
         cpu0, w0 = proc_cpu_s(ctl), time.monotonic()
         await asyncio.sleep(window_s)
         elapsed = time.monotonic() - w0
         ctl_cpu = (proc_cpu_s(ctl) - cpu0) / elapsed
         counts, _ = audit(cp.audit_log, offset)
-        events1, agents1 = watch_events(cp), {x: agent_events(address(index[x])) for x in run}
+        events1, agents1 = watch_events(cp.kubectl("get", "--raw", "/metrics")), {x: agent_events(address(index[x])) for x in run}
         ctl_rss = proc_rss_mib(ctl)
         ctl_metrics = {line.split()[0]: float(line.split()[1]) for line in get("http://127.0.0.1:18080/metrics").splitlines()
                        if line.startswith(("edgewatch_controller_api_reads_total", "edgewatch_controller_reconciles_total",
