@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries unit bench bench-lab bench-cache fuzz clean-lab
+.PHONY: demo test setup system-deps binaries node-binaries unit bench bench-lab bench-cache fuzz clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -37,6 +37,11 @@ system-deps:
 # cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores).
 binaries:
 	@bash hack/binaries/build.sh >/dev/null
+
+# What a real lab node runs besides the kubelet (issue 13, in progress): containerd, runc, the CNI
+# plugins and pause, from the Go module proxy and the k8s.io/kubernetes module (about 1 minute warm).
+node-binaries:
+	@bash hack/binaries/build-node.sh
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit

@@ -23,9 +23,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod")
 ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
 # Each binary of k8s.io/kubernetes is built from k8s.io/kubernetes/cmd/<name>; etcd from ./etcd.
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
 BINARIES=(etcd "${KUBE_BINARIES[@]}")
-OPTIONAL_IN_ASSETS=(kube-proxy)  # may be absent from KUBEBUILDER_ASSETS
+OPTIONAL_IN_ASSETS=(kube-proxy kubelet)  # may be absent from KUBEBUILDER_ASSETS (envtest ships neither)
 # How the binaries are built (flags, ldflags). Bump it when the build commands below change in a
 # way that changes the binaries: the stamp hashes it instead of this whole script, so adding a
 # binary to the lists above does not rebuild the others.
