@@ -38,9 +38,13 @@ system-deps:
 binaries:
 	@bash hack/binaries/build.sh >/dev/null
 
-# What a real lab node runs besides the kubelet (issue 13, in progress): containerd, runc, the CNI
-# plugins and pause, from the Go module proxy and the k8s.io/kubernetes module (about 1 minute warm).
+# What a real lab node runs besides the kubelet (issue 13, in progress): containerd, runc (cgo,
+# libseccomp), the CNI plugins and pause, from the Go module proxy and the k8s.io/kubernetes module
+# (about 1 minute warm).
 node-binaries:
+	@command -v gcc >/dev/null && [ -e /usr/include/seccomp.h ] || { \
+	  echo "installing gcc and libseccomp-dev (Debian packages)"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc libc6-dev libseccomp-dev >/dev/null; }
 	@bash hack/binaries/build-node.sh
 
 unit: setup

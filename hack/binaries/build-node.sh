@@ -9,14 +9,15 @@
 # Usage: hack/binaries/build-node.sh       build (or reuse) and print the folder holding them
 #
 # Output: $EDGEWATCH_CACHE/bin/node-<stamp>/ (default ~/.cache/edgewatch/bin/...), outside the repo.
-# The stamp hashes the wrapper modules and RECIPE below. runc needs cgo (gcc); it is built without
-# the seccomp tag (no libseccomp here), so pods cannot use a seccomp profile (seccompDefault: false).
-# containerd, the shim, ctr and the CNI plugins are static (CGO_ENABLED=0; btrfs and pkcs11, the only
-# cgo parts, drop out). Concurrent runs wait for each other (flock, at most an hour).
+# The stamp hashes the wrapper modules and RECIPE below. runc needs cgo (gcc) and libseccomp
+# (Debian: libseccomp-dev; `make node-binaries` installs both): containerd gives every pod sandbox a
+# seccomp profile, which a runc without seccomp refuses. containerd, the shim, ctr and the CNI
+# plugins are static (CGO_ENABLED=0; btrfs and pkcs11, the only cgo parts, drop out). Concurrent
+# runs wait for each other (flock, at most an hour).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-RECIPE="node-recipe-1: containerd/shim/ctr/cni CGO_ENABLED=0 -trimpath -ldflags '-s -w'; runc cgo without seccomp; pause gcc -static -O2"
+RECIPE="node-recipe-2: containerd/shim/ctr/cni CGO_ENABLED=0 -trimpath -ldflags '-s -w'; runc cgo with seccomp; pause gcc -static -Os"
 BINARIES=(containerd containerd-shim-runc-v2 ctr runc bridge loopback host-local portmap pause)
 
 log() { printf '[edgewatch build-node] %s\n' "$*" >&2; }
@@ -37,6 +38,7 @@ if complete; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { log "Go is required (https://go.dev)"; exit 1; }
 command -v gcc >/dev/null || { log "gcc is required for runc (cgo) and pause (apt-get install gcc libc6-dev)"; exit 1; }
+[ -e /usr/include/seccomp.h ] || { log "libseccomp is required for runc (apt-get install libseccomp-dev)"; exit 1; }
 
 mkdir -p "$cache/bin"
 exec 9>"$cache/bin/.build.lock"
@@ -57,8 +59,8 @@ log "containerd $CONTAINERD_VERSION (containerd, containerd-shim-runc-v2, ctr)"
   -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
   -o "$out.tmp/" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 
-log "runc $RUNC_VERSION (cgo, without seccomp)"
-(cd "$here/runc" && CGO_ENABLED=1 go build -trimpath -buildvcs=false -tags urfave_cli_no_docs \
+log "runc $RUNC_VERSION (cgo, with seccomp)"
+(cd "$here/runc" && CGO_ENABLED=1 go build -trimpath -buildvcs=false -tags seccomp,urfave_cli_no_docs \
   -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$out.tmp/runc" github.com/opencontainers/runc)
 
 log "CNI plugins $CNI_VERSION (bridge, loopback, host-local, portmap)"
