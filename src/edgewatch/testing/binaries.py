@@ -28,7 +28,7 @@ from pathlib import Path
 
 BINARY_NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 # Built by hack/binaries/build.sh too, but optional when the binaries come from the environment.
-OPTIONAL_BINARY_NAMES = ("kube-proxy",)
+OPTIONAL_BINARY_NAMES = ("kube-proxy", "kubelet")
 
 
 class BinariesError(RuntimeError):
@@ -37,7 +37,8 @@ class BinariesError(RuntimeError):
 
 @dataclass(frozen=True)
 class Binaries:
-    """Absolute paths of the five control-plane binaries, and of kube-proxy when there is one."""
+    """Absolute paths of the five control-plane binaries, and of kube-proxy and the kubelet when
+    there are."""
 
     etcd: Path
     kube_apiserver: Path
@@ -45,6 +46,7 @@ class Binaries:
     kube_scheduler: Path
     kubectl: Path
     kube_proxy: Path | None = None
+    kubelet: Path | None = None
 
     def require_kube_proxy(self) -> Path:
         """The kube-proxy binary.
@@ -58,6 +60,19 @@ class Binaries:
                 "or unset both to build it with hack/binaries/build.sh"
             )
         return self.kube_proxy
+
+    def require_kubelet(self) -> Path:
+        """The kubelet binary (real lab nodes, ``edgewatch.testing.realnode``).
+
+        Raises:
+            BinariesError: there is none (binaries from an environment folder without it).
+        """
+        if self.kubelet is None:
+            raise BinariesError(
+                "no kubelet binary: set TEST_ASSET_KUBELET, put kubelet in KUBEBUILDER_ASSETS, "
+                "or unset both to build it with hack/binaries/build.sh"
+            )
+        return self.kubelet
 
     @classmethod
     def from_folder(cls, folder: Path) -> "Binaries":
@@ -156,3 +171,51 @@ def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float
     if code != 0 or not folder:
         raise BinariesError(f"building the control-plane binaries failed (exit {code}); see the lines above")
     return Binaries.from_folder(Path(folder[-1]))
+
+
+#: What ``hack/binaries/build-node.sh`` builds (a real lab node's runtime besides the kubelet).
+NODE_BINARY_NAMES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "loopback", "host-local",
+                     "portmap", "pause")
+
+
+def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The folder holding a real lab node's runtime (``NODE_BINARY_NAMES``: containerd, runc, the
+    CNI plugins, pause), built from the Go module proxy on first use by
+    ``hack/binaries/build-node.sh`` (about 1 minute warm, 5 cold; needs gcc and libseccomp-dev,
+    which ``make node-binaries`` installs) into ``~/.cache/edgewatch/bin/node-<stamp>/``.
+
+    ``EDGEWATCH_NODE_BINARIES`` names a ready folder instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or a binary is missing.
+    """
+    folder_env = os.environ.get("EDGEWATCH_NODE_BINARIES")
+    if folder_env:
+        folder = Path(folder_env)
+    else:
+        root = repo_root()
+        if root is None:
+            raise BinariesError("no node binaries: set EDGEWATCH_NODE_BINARIES or run from a checkout")
+        report = on_progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        with tempfile.TemporaryFile(mode="w+") as out:
+            proc = subprocess.Popen(["bash", str(root / "hack" / "binaries" / "build-node.sh")], stdout=out,
+                                    stderr=subprocess.PIPE, text=True)
+            watchdog = threading.Timer(build_timeout_s, proc.kill)
+            watchdog.start()
+            try:
+                assert proc.stderr is not None
+                for line in proc.stderr:
+                    report(line.rstrip())
+                code = proc.wait()
+            finally:
+                watchdog.cancel()
+            out.seek(0)
+            lines = out.read().strip().splitlines()
+        if code != 0 or not lines:
+            raise BinariesError(f"building the node binaries failed (exit {code}); see the lines above "
+                                "(gcc and libseccomp-dev: `make node-binaries` installs them)")
+        folder = Path(lines[-1])
+    for name in NODE_BINARY_NAMES:
+        if not os.access(folder / name, os.X_OK):
+            raise BinariesError(f"{folder / name} is missing or not executable")
+    return folder.resolve()

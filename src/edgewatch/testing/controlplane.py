@@ -147,6 +147,7 @@ class ControlPlane:
         self.kubeconfig: Path | None = None
         self.apiserver_url: str = ""
         self.ca_file: Path | None = None
+        self._ca: CertificateAuthority | None = None
         self._processes: dict[str, _Process] = {}
         self._ports: dict[str, int] = {}
 
@@ -283,6 +284,38 @@ class ControlPlane:
             "contexts": [{"name": "edgewatch", "context": {"cluster": "edgewatch", "user": "admin"}}],
             "current-context": "edgewatch",
         }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def client_kubeconfig(self, path: Path, *, user: str, groups: tuple[str, ...] = (),
+                          server: str | None = None) -> Path:
+        """Write a kubeconfig (certificates inlined, mode 0600) for a client certificate issued by
+        the cluster CA to ``user`` in ``groups`` — e.g. a real lab kubelet's
+        ``system:node:<name>`` in ``system:nodes`` (the Node authorizer's identity), or
+        ``system:kube-proxy`` (bound to ``system:node-proxier`` by the default RBAC).
+
+        Raises:
+            RuntimeError: the control plane is not started.
+        """
+        import base64
+
+        if self.ca_file is None or self._ca is None:
+            raise RuntimeError("the control plane is not started")
+        stem = "client-" + "".join(c if c.isalnum() else "-" for c in user)
+        pair = self._ca.issue(name=stem, common_name=user, organizations=groups, client=True)
+        config = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "edgewatch", "cluster": {
+                "server": server or self.apiserver_url,
+                "certificate-authority-data": base64.b64encode(self.ca_file.read_bytes()).decode()}}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": base64.b64encode(pair.cert.read_bytes()).decode(),
+                "client-key-data": base64.b64encode(pair.key.read_bytes()).decode()}}],
+            "contexts": [{"name": "edgewatch", "context": {"cluster": "edgewatch", "user": user}}],
+            "current-context": "edgewatch",
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
         return path

@@ -394,16 +394,27 @@ class KubeProxy:
         for tool in ("ip", "nft" if self.mode == "nftables" else "iptables-save"):
             if shutil.which(tool) is None:
                 raise KubeProxyError(f"`{tool}` is not on PATH")
+        argv, path = self.prepare()
+        env = dict(os.environ, PATH=path)
+        with open(self.log_path, "ab") as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", self.netns, *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                start_new_session=True,  # own process group: killpg reaches anything it starts (nft)
+                preexec_fn=_die_with_parent)
+
+    def prepare(self) -> tuple[list[str], str]:
+        """Write the configuration and the stub tools to ``work_dir``; return kube-proxy's argv and
+        the ``PATH`` it must run with (stubs first). For callers that start it themselves, e.g. a
+        real lab node's launcher (``edgewatch.testing.realnode``).
+
+        Raises:
+            BinariesError: no kube-proxy binary.
+        """
         binary = self.binary or ensure_binaries().require_kube_proxy()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.configuration()))
-        env = dict(os.environ, PATH=f"{self._write_stubs()}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}")
-        with open(self.log_path, "ab") as log:
-            self._proc = await asyncio.create_subprocess_exec(
-                "ip", "netns", "exec", self.netns, str(binary), f"--config={self.config_path}",
-                f"--v={self.verbosity}", stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True,  # own process group: killpg reaches anything it starts (nft)
-                preexec_fn=_die_with_parent)
+        path = f"{self._write_stubs()}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"
+        return [str(binary), f"--config={self.config_path}", f"--v={self.verbosity}"], path
 
     async def stop(self) -> None:
         """SIGTERM kube-proxy's process group, SIGKILL after ``stop_timeout_s``, reap. Safe twice.

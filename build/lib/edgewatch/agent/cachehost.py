@@ -1,0 +1,140 @@
+"""The agent's side of the pool cache: the node's caches, their feeds and the local endpoint.
+
+What it is for
+    Composes :mod:`edgewatch.poolcache` inside the agent: one
+    :class:`~edgewatch.poolcache.store.ResourceCache` per pool-scope resource named by the
+    ConfigMap (``poolScopeResources``), filled by :class:`~edgewatch.poolcache.sources.NodePoolCache`
+    (coordinator while Ready, cloud while not, last known state when neither), and served on
+    ``https://<address>:<port>`` (loopback, port 51007 by default) by
+    :func:`~edgewatch.poolcache.apiserver.make_app`. The TLS certificate and a kubeconfig for the
+    node's clients are kept in ``<state-dir>/pool-cache/`` (``edgewatch kubeconfig`` prints one
+    with the client's own token file added).
+
+    A change of ``poolScopeResources`` restarts the caches and the endpoint with the new list
+    (clients' watches end; they re-list). An empty list turns the node side off (no endpoint).
+
+Errors
+    A port that cannot be bound or a state folder that cannot be written is logged (and the
+    endpoint retried every ``retry_s``); nothing here ends the agent.
+
+Limits
+    Metrics live in their own registry per generation (:attr:`PoolCacheHost.registry`), exported
+    by the agent's /metrics next to its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx2 as httpx
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from edgewatch.names import DEFAULT_POOL_CACHE_PORT
+from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
+from edgewatch.poolcache.resources import PoolResource
+from edgewatch.poolcache.sources import CoordinatorView, NodeCacheConfig, NodePoolCache, Source
+from edgewatch.poolcache.store import ResourceCache
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PoolCacheHost", "KUBECONFIG_FILE"]
+
+KUBECONFIG_FILE = "kubeconfig"
+"""File name of the clients' kubeconfig in ``<state-dir>/pool-cache/`` (no credentials in it)."""
+
+
+class PoolCacheHost:
+    """Runs the node's pool cache (see the module docstring).
+
+    Args (keyword-only):
+        resources: the pool-scope resources wanted now (the ConfigMap's), or None while unknown.
+        http: the cloud API's HTTP client (agent credentials; used by the cloud feed only).
+        upstream: where the endpoint forwards everything it does not cache (the client's own
+            credentials, never ours), or None.
+        coordinator: the pool coordinator now in use, or None.
+        cloud_ok: this node's cloud link state.
+        address, port: where to serve (HTTPS).
+        state_dir: the agent's state folder (TLS files and kubeconfig under ``pool-cache/``), or
+            None (a temporary folder).
+        config: feed settings.
+        retry_s: how often a failed start is retried, seconds.
+    """
+
+    def __init__(self, *, resources: Callable[[], tuple[PoolResource, ...] | None], http: httpx.AsyncClient,
+                 upstream: Upstream | None, coordinator: Callable[[], CoordinatorView | None],
+                 cloud_ok: Callable[[], bool], address: str = "127.0.0.1", port: int = DEFAULT_POOL_CACHE_PORT,
+                 state_dir: Path | None = None, config: NodeCacheConfig | None = None, retry_s: float = 5.0) -> None:
+        self._resources = resources
+        self.http = http
+        self.upstream = upstream
+        self._coordinator = coordinator
+        self._cloud_ok = cloud_ok
+        self.address = address
+        self.port = port
+        self.state_dir = state_dir
+        self.config = config or NodeCacheConfig()
+        self.retry_s = retry_s
+        self.registry = CollectorRegistry()
+        self.node: NodePoolCache | None = None
+        self.caches: dict[PoolResource, ResourceCache] = {}
+        self.serving: tuple[PoolResource, ...] = ()
+
+    @property
+    def source(self) -> Source | None:
+        """The source the caches read from now (None: not running)."""
+        return self.node.source if self.node is not None else None
+
+    def _dir(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir / "pool-cache"
+        return Path(tempfile.mkdtemp(prefix="edgewatch-pool-cache-"))
+
+    async def run(self, *, poll_s: float = 1.0) -> None:
+        """Serve the wanted resources until cancelled; restart when they change."""
+        while True:
+            wanted = self._resources()
+            if wanted is None or not wanted:
+                await asyncio.sleep(poll_s)
+                continue
+            try:
+                await self._generation(wanted, poll_s=poll_s)
+            except OSError as exc:
+                log.error("pool cache endpoint on %s:%d failed: %s; retrying in %.0f s", self.address, self.port,
+                          exc, self.retry_s, extra={"kind": "pool_cache"})
+                await asyncio.sleep(self.retry_s)
+
+    async def _generation(self, resources: tuple[PoolResource, ...], *, poll_s: float) -> None:
+        """Serve ``resources`` until the wanted list changes (returns) or cancelled."""
+        folder = self._dir()
+        ssl_ctx, cert = self_signed_tls(dir=folder)
+        server = f"https://{'[' + self.address + ']' if ':' in self.address else self.address}:{self.port}"
+        (folder / KUBECONFIG_FILE).write_text(client_kubeconfig(server=server, ca_pem=cert))
+        self.registry = registry = CollectorRegistry()
+        self.caches = caches = {r: ResourceCache(r) for r in resources}
+        self.node = node = NodePoolCache(caches=caches, http=self.http, coordinator=self._coordinator,
+                                         cloud_ok=self._cloud_ok, registry=registry, config=self.config)
+        app = make_app(caches=caches, upstream=self.upstream, registry=registry)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.address, self.port, ssl_context=ssl_ctx).start()
+            self.serving = resources
+            log.info("pool cache serving %s on %s", [r.name for r in resources], server,
+                     extra={"kind": "pool_cache", "kubeconfig": str(folder / KUBECONFIG_FILE)})
+            async with asyncio.TaskGroup() as tg:
+                feed = tg.create_task(node.run(), name="pool-cache-node")
+                while self._resources() == resources:
+                    await asyncio.sleep(poll_s)
+                log.info("pool-scope resources changed: restarting the pool cache", extra={"kind": "pool_cache"})
+                feed.cancel()
+        finally:
+            self.serving = ()
+            for cache in caches.values():
+                cache.close_watches()
+            await runner.cleanup()
+

@@ -1,0 +1,120 @@
+"""Does this node reach the cloud? The agent's own view of its link to kube-apiserver.
+
+The agent asks the apiserver's ``/readyz`` every ``interval_s`` with a timeout. The link is
+declared down only after ``down_after`` consecutive failures and up again only after
+``up_after`` consecutive successes, so a single slow or lost request never counts as a cut and a
+flapping link does not flap the state (hysteresis, the same idea as the peer failure detector).
+
+The agent reports the state in its signed heartbeats (``cloud_ok``), which is how peers learn that
+it needs its heartbeat carried (seeds 000/001).
+
+Limits: it measures the agent's path to the apiserver, which is the kubelet's path in every
+deployment we know; a kubelet behind a different proxy than the agent could see another link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CloudLinkConfig:
+    """Cloud-link probing, in seconds and counts.
+
+    Attributes:
+        interval_s: time between probes (default 2 s: a cut is seen in about 3 probes, 6 s, well
+            inside the kubelet's 40 s Lease, so a delegate takes over before the Lease expires).
+        timeout_s: per-probe timeout (default 2 s; a slower answer counts as one failure).
+        down_after: consecutive failures before the link is declared down (default 3: one slow
+            request never counts as a cut).
+        up_after: consecutive successes before it is declared up again (default 2).
+    """
+
+    interval_s: float = 2.0
+    timeout_s: float = 2.0
+    down_after: int = 3
+    up_after: int = 2
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.timeout_s <= 0 or self.down_after < 1 or self.up_after < 1:
+            raise ValueError(f"invalid cloud link config: {self}")
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """Pure state of the link tracker: ``up`` and the current run of equal results."""
+
+    up: bool = True
+    failures: int = 0
+    successes: int = 0
+
+
+def observe(state: LinkState, *, ok: bool, config: CloudLinkConfig) -> LinkState:
+    """Fold one probe result into the state (pure).
+
+    Starts up (an agent that just started has no evidence of a cut); goes down after
+    ``down_after`` consecutive failures; comes back after ``up_after`` consecutive successes.
+    """
+    if ok:
+        successes = state.successes + 1
+        up = state.up or successes >= config.up_after
+        return LinkState(up=up, failures=0, successes=successes)
+    failures = state.failures + 1
+    up = state.up and failures < config.down_after
+    return replace(state, up=up, failures=failures, successes=0)
+
+
+class CloudLinkMonitor:
+    """Runs the probe loop and keeps the current ``LinkState``.
+
+    Args:
+        probe: async callable that raises (or returns False) when the apiserver does not answer
+            healthily; it must enforce no timeout itself — the monitor wraps it in ``timeout_s``.
+        config: see ``CloudLinkConfig``.
+        on_change: called with the new ``up`` value whenever it flips.
+    """
+
+    def __init__(self, *, probe: Callable[[], Awaitable[bool]], config: CloudLinkConfig,
+                 on_change: Callable[[bool], None] | None = None) -> None:
+        self._probe = probe
+        self.config = config
+        self.state = LinkState()
+        self.changed_at = time.monotonic()  # local monotonic seconds of the last flip (or start)
+        self._on_change = on_change
+
+    @property
+    def up(self) -> bool:
+        """True while this node's own link to the apiserver is considered up."""
+        return self.state.up
+
+    async def check_once(self) -> bool:
+        """Probe once and fold the result in; returns the probe result."""
+        try:
+            ok = bool(await asyncio.wait_for(self._probe(), self.config.timeout_s))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure to get a healthy answer is a failed probe
+            log.debug("cloud probe failed: %s", exc or type(exc).__name__)
+            ok = False
+        before = self.state.up
+        self.state = observe(self.state, ok=ok, config=self.config)
+        if self.state.up != before:
+            self.changed_at = time.monotonic()
+            log.warning("cloud link %s", "up" if self.state.up else "DOWN",
+                        extra={"kind": "cloud_link", "up": self.state.up})
+            if self._on_change is not None:
+                self._on_change(self.state.up)
+        return ok
+
+    async def run(self) -> None:
+        """Probe every ``interval_s`` until cancelled."""
+        while True:
+            started = time.monotonic()
+            await self.check_once()
+            await asyncio.sleep(max(0.0, self.config.interval_s - (time.monotonic() - started)))

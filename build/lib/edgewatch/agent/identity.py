@@ -1,0 +1,200 @@
+"""The agent's identity on the cluster: publish this node's public keys, and keep every other
+node's published keys current for the peer wire (:class:`edgewatch.core.identity.PublicKeys`).
+
+This node's record goes to the ConfigMap ``edgewatch-nodes/<node>`` (key ``keys``). The apiserver
+lets only an agent whose pod-bound ServiceAccount token names this node write that object
+(``deploy/15-policy-agent.yaml``: the token's ``authentication.kubernetes.io/node-name`` claim),
+so a published key is bound to its node by the cluster itself; no shared secret exists.
+
+Publishing is level-triggered: the record is (re)written whenever the object is missing or holds
+anything else, with the resourceVersion read (a concurrent writer wins with 409 and we look again).
+The other nodes' records come from one list+watch of the namespace; a malformed record, or one
+claiming a key another node already published, is refused (log line, ``on_reject(reason)``) and
+the node's previous keys stay. With ``state_dir`` the known records are kept on disk, so an agent
+restarted while its node is cut off from the cloud still verifies its peers (best effort: a failed
+save is logged and counted, never fatal).
+
+Limits: every agent watches every node's record (a small object that changes only on rotation:
+O(nodes) bytes once, then nothing); records of deleted nodes are dropped on the DELETED event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap
+
+from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.core.identity import NodeKeyring
+from edgewatch.core.types import NodeName, is_node_name
+from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
+from edgewatch.statefile import replace_file
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IdentityKeeper"]
+
+_STATE_FILE = "public-keys.json"
+
+
+class IdentityKeeper:
+    """Publishes this node's key record and keeps the others' records in ``keyring.public``.
+
+    Args (keyword-only):
+        client: API client (the agent's own identity).
+        keyring: this node's keyring; its ``public`` registry is updated here.
+        namespace: where the records live (default ``edgewatch-nodes``).
+        state_dir: where to keep known records across restarts (None: memory only).
+        on_reject: called with ``bad_key_record`` or ``key_conflict`` for a refused record.
+        retry_s: pause after a failed publish or a broken watch, seconds.
+        idle_timeout_s: re-establish a watch silent this long, seconds.
+        on_event: called for each watch event received (the per-agent API load metric).
+    """
+
+    WATCH_SERVER_TIMEOUT_S = 120
+
+    def __init__(self, *, client: AsyncClient, keyring: NodeKeyring, namespace: str = IDENTITY_NAMESPACE,
+                 state_dir: Path | None = None, on_reject: Callable[[str], None] = lambda _r: None,
+                 retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 on_event: Callable[[], None] = lambda: None) -> None:
+        self.client = client
+        self.keyring = keyring
+        self.namespace = namespace
+        self.state_dir = state_dir
+        self.on_reject = on_reject
+        self.on_event = on_event
+        self.retry_s = retry_s
+        self.idle_timeout_s = idle_timeout_s
+        self.published = asyncio.Event()
+        self._records: dict[NodeName, str] = {}
+        self._republish = asyncio.Event()
+        self._load()
+
+    # -- records ----------------------------------------------------------------------------------
+
+    def apply(self, node: str, record: str | None) -> bool:
+        """Adopt ``node``'s published record (None: deleted). Returns False if it was refused.
+        This node's own record is never taken from the cloud (our keys are our own)."""
+        if node == self.keyring.node:
+            if record != self.keyring.record():
+                self._republish.set()
+            return True
+        if not is_node_name(node):
+            return False
+        name = NodeName(node)
+        if record is None:
+            self.keyring.public.remove(name)
+            if self._records.pop(name, None) is not None:
+                self._save()
+            return True
+        try:
+            changed = self.keyring.public.update(name, record)
+        except ValueError as exc:
+            reason = "key_conflict" if "already published" in str(exc) else "bad_key_record"
+            log.warning("refusing the key record of %s: %s", name, exc, extra={"kind": "key_rejected", "node": name})
+            self.on_reject(reason)
+            return False
+        if changed:
+            log.info("keys of %s: %s", name, ", ".join(self.keyring.public.keys_of(name)),
+                     extra={"kind": "keys", "node": name})
+        if self._records.get(name) != record:
+            self._records[name] = record
+            self._save()
+        return True
+
+    def _load(self) -> None:
+        if self.state_dir is None:
+            return
+        path = self.state_dir / _STATE_FILE
+        try:
+            saved = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return
+        if isinstance(saved, dict):
+            for node, record in saved.items():
+                if isinstance(node, str) and isinstance(record, str):
+                    self.apply(node, record)
+
+    def _save(self) -> None:
+        if self.state_dir is None:
+            return
+        path = self.state_dir / _STATE_FILE
+        try:
+            replace_file(path, json.dumps(self._records, sort_keys=True))
+        except OSError as exc:
+            log.info("cannot save known keys to %s: %s", path, exc)
+
+    # -- loops --------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Publish and watch until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._publish_loop())
+            tg.create_task(self._watch_loop())
+
+    async def publish(self) -> bool:
+        """Make ``edgewatch-nodes/<node>`` hold this node's record; True when it does. Errors are
+        logged, never raised."""
+        node, record = self.keyring.node, self.keyring.record()
+        try:
+            try:
+                current = await self.client.get(ConfigMap, node, namespace=self.namespace)
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                await self.client.create(ConfigMap(metadata=ObjectMeta(
+                    name=node, namespace=self.namespace, labels={"app.kubernetes.io/part-of": "edgewatch"}),
+                    data={KEY_RECORD_KEY: record}))
+            else:
+                if (current.data or {}).get(KEY_RECORD_KEY) != record:
+                    current.data = {**(current.data or {}), KEY_RECORD_KEY: record}
+                    await self.client.replace(current)  # carries the resourceVersion read: 409 if raced
+        except (ApiError, httpx.HTTPError, OSError) as exc:
+            log.info("publishing the keys of %s failed: %s", node, exc or type(exc).__name__)
+            return False
+        if not self.published.is_set():
+            log.info("published the keys of %s: %s", node, self.keyring.primary_key_id,
+                     extra={"kind": "keys_published", "node": node})
+        self.published.set()
+        return True
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self._republish.clear()
+            if not await self.publish():
+                await asyncio.sleep(self.retry_s)
+                continue
+            await self._republish.wait()
+
+    async def _watch_loop(self) -> None:
+        while True:
+            try:
+                listing = self.client.list(ConfigMap, namespace=self.namespace)
+                seen: set[str] = set()
+                async for cm in listing:
+                    seen.add(cm.metadata.name)
+                    self.apply(cm.metadata.name, (cm.data or {}).get(KEY_RECORD_KEY, ""))
+                for gone in [n for n in self._records if n not in seen]:
+                    self.apply(gone, None)
+                if self.keyring.node not in seen:
+                    self._republish.set()
+                async for op, cm in bounded_events(
+                        self.client.watch(ConfigMap, namespace=self.namespace, resource_version=list_version(listing),
+                                          server_timeout=self.WATCH_SERVER_TIMEOUT_S),
+                        idle_timeout_s=self.idle_timeout_s):
+                    self.on_event()
+                    record = None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, "")
+                    self.apply(cm.metadata.name, record)
+            except (ApiError, httpx.HTTPError, OSError) as exc:
+                log.info("key record watch interrupted: %s", exc or type(exc).__name__)
+            await asyncio.sleep(self.retry_s)

@@ -1,0 +1,83 @@
+"""The agent's Prometheus metrics, registered on a registry passed in (no global registry), so
+many agents can share one process in scale runs.
+
+Names follow Prometheus conventions (``_total`` counters, base units). Labels are bounded: peer
+names (group size), reject reasons (an enum), outcomes (an enum).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class AgentMetrics:
+    """Every metric the agent exports.
+
+    Attributes:
+        probes: exchanges attempted with peers, by ``result`` (ok, failed, rejected).
+        messages: messages received, by ``result`` (accepted or a ``RejectReason`` value).
+        relayed: relayed heartbeats received, by ``result`` (new, duplicate, older or a reason).
+        verdict: 1 for the current verdict of each ``node`` (labels node, verdict).
+        peer_health: 1 for this agent's failure-detector state of each ``node``.
+        cloud_link_up: 1 while this node reaches the apiserver.
+        delegations: Lease renewals done for cut-off peers, by ``outcome`` (a ``RenewOutcome`` value,
+            ``timeout`` or ``error``).
+        carrying: number of peers whose heartbeat this agent carries now.
+        config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
+            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``, ``invalid_roster``).
+        state_save_failures: failed saves of the group roster to ``--state-dir``, by ``reason`` (the
+            exception class, e.g. PermissionError).
+        period_seconds: duration of the last exchange period's work.
+        evidence_writes: writes of this node's signed evidence Lease, by ``result`` (``ok``, ``failed``,
+            ``conflict``, ``timeout``).
+        key_records_rejected: other nodes' published key records refused, by ``reason``
+            (``bad_key_record``, ``key_conflict``: a key another node already published).
+        watch_events: API watch events received, by ``resource`` (``node``: the own Node;
+            ``config``; ``roster``: the group's roster; ``beacon``; ``keys``: the key records): the
+            cloud API load this agent causes, which must not grow with the group (issue 11).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.probes = Counter("edgewatch_agent_probes", "Exchanges with peers by result.", ["result"], registry=registry)
+        self.messages = Counter("edgewatch_agent_messages_received", "Peer messages by result.", ["result"],
+                                registry=registry)
+        self.relayed = Counter("edgewatch_agent_relayed_heartbeats", "Relayed heartbeats by result.", ["result"],
+                               registry=registry)
+        self.verdict = Gauge("edgewatch_agent_verdict", "Group verdict per node (1 = current).", ["node", "verdict"],
+                             registry=registry)
+        self.peer_health = Gauge("edgewatch_agent_peer_health", "Detector state per peer (1 = current).",
+                                 ["node", "health"], registry=registry)
+        self.cloud_link_up = Gauge("edgewatch_agent_cloud_link_up", "1 while this node reaches the apiserver.",
+                                   registry=registry)
+        self.state_save_failures = Counter("edgewatch_agent_state_save_failures",
+                                           "Failed saves of the group roster to the state folder.", ["reason"],
+                                           registry=registry)
+        self.delegations = Counter("edgewatch_agent_delegations", "Lease renewals for cut-off peers by outcome.",
+                                   ["outcome"], registry=registry)
+        self.carrying = Gauge("edgewatch_agent_carrying", "Peers whose heartbeat this agent carries now.",
+                              registry=registry)
+        self.config_rejected = Counter("edgewatch_agent_config_rejected", "ConfigMap updates refused.",
+                                       ["reason"], registry=registry)
+        self.period_seconds = Gauge("edgewatch_agent_period_seconds", "Work time of the last period, seconds.",
+                                    registry=registry)
+        self.evidence_writes = Counter("edgewatch_agent_evidence_writes", "Evidence Lease writes by result.",
+                                       ["result"], registry=registry)
+        self.key_records_rejected = Counter("edgewatch_agent_key_records_rejected", "Refused key records by reason.",
+                                            ["reason"], registry=registry)
+        self.watch_events = Counter("edgewatch_agent_watch_events", "API watch events received, by resource.",
+                                    ["resource"], registry=registry)
+
+    def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
+        """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""
+        for gauge, values in ((self.verdict, verdicts), (self.peer_health, healths)):
+            for v in values:
+                try:
+                    gauge.remove(node, v)
+                except KeyError:
+                    pass
+
+    def set_state(self, gauge: Gauge, *, node: str, label: str, value: str, values: tuple[str, ...]) -> None:
+        """Set a one-hot state gauge: 1 for ``value``, 0 for the other ``values``."""
+        for v in values:
+            gauge.labels(**{"node": node, label: v}).set(1 if v == value else 0)

@@ -1,0 +1,440 @@
+"""Peer checks and vote exchange over the node network (port 51005): the I/O around
+``edgewatch.core.detector``, ``edgewatch.core.wire`` and ``edgewatch.core.quorum``.
+
+Every exchange period (1 s) the agent signs its heartbeat — its own kubelet's health, its own cloud
+link, and its vote: which peers its failure detector sees alive and dead — and POSTs an envelope
+(its heartbeat plus a few relayed ones) to each target peer; the peer answers with its own
+envelope. A target counts alive only if it answers with a valid, signed envelope whose own
+heartbeat reports its kubelet healthy; a timeout, a refused connection or a rejected answer is a
+failed probe. Inbound envelopes are evidence too (the sender reached us).
+
+Targets: this node's neighbours in the group's monitoring topology (``edgewatch.core.topology``:
+every peer in groups of up to ``2 * rings + 1``, at most ``2 * rings`` beyond), every period, so
+messages per node per period stay constant (12 with 3 rings) as the group grows. The heartbeat
+names only those neighbours; the verdict is counted over who reaches whom
+(``edgewatch.core.reach``). A node that reaches fewer than two of its neighbours also probes
+``wire.fallback_probes`` random other members per period (SWIM's indirect probing, simplified), so a
+node whose neighbours all sit across a partition is still found by its own side; such a contact
+counts only if both ends name each other alive.
+
+Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC over the
+bytes before parsing, schema, receiver, sender bound to the source address = the sender Node's
+InternalIP, reply binding, per-sender replay guard). A rejection is a log line, a metric
+(``edgewatch_agent_messages_received_total{result=<reason>}``) and a 400/403/413 answer; never a
+crash and never a state change. A request refused only by the replay guard (``replayed`` or
+``unconfirmed``: e.g. the first requests of a peer that just restarted) is answered with 409 and our
+own envelope, so the requester's probe of us still succeeds while nothing of its message is used.
+
+Clocks: none but this node's monotonic clock. Freshness of a peer's message is proven by the reply
+binding (an answer carries the nonce of our request) or by its per-sender epoch and sequence number
+(``edgewatch.core.wire.ReplayGuard``); votes expire ``vote_ttl_s`` after local receipt; relayed
+heartbeats carry their age, summed hop by hop from each hop's monotonic clock. The agent's epoch is
+its start time in ns (``time.time_ns``), a number peers compare only with this agent's own earlier
+epochs — if the wall clock went back across a restart, our first answer to each peer's probe proves
+the new epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.membership import Membership
+from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.core.detector import DetectorConfig, PeerDetector
+from edgewatch.core.duties import PeerReport, choose_carrier
+from edgewatch.core.quorum import Decision
+from edgewatch.core.reach import decide_reach
+from edgewatch.core.beacon import BeaconHolder
+from edgewatch.core.ratelimit import RateLimiter
+from edgewatch.core.signing import Signer
+from edgewatch.core.topology import neighbours
+from edgewatch.core.types import Health, NodeName
+from edgewatch.core.book import HeartbeatBook, select_relays
+from edgewatch.core.wire import (
+    DecodedEnvelope,
+    Heartbeat,
+    Rejected,
+    RejectReason,
+    ReplayGuard,
+    decode_envelope,
+    encode_envelope,
+    sign_heartbeat,
+)
+
+log = logging.getLogger(__name__)
+
+EXCHANGE_PATH = "/v1/exchange"
+REFUSED_HEADER = "X-Edgewatch-Refused"
+"""Header of a 409 answer: why our request was refused (the body is still the peer's envelope)."""
+
+_FORBIDDEN = frozenset({RejectReason.BAD_SIGNATURE, RejectReason.UNKNOWN_KEY, RejectReason.UNSIGNED,
+                        RejectReason.SENDER_MISMATCH, RejectReason.REPLAYED})
+_GUARD_REASONS = frozenset({RejectReason.REPLAYED, RejectReason.UNCONFIRMED})
+
+
+class PeerExchange:
+    """Failure detectors, the heartbeat book and the exchange protocol of one agent.
+
+    Args:
+        me: this node.
+        config: agent settings.
+        keyring: returns this node's signer (its own key; every published key to verify).
+        membership: the group and the peers' addresses.
+        metrics: where to count.
+        cloud_ok: this node's own cloud link state.
+        rng: randomness for target and relay choice (seedable in tests).
+        beacon: the controller beacon this agent signs with and passes on (its own by default).
+    """
+
+    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Signer],
+                 membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
+                 rng: random.Random | None = None, beacon: BeaconHolder | None = None) -> None:
+        self.me = me
+        self.config = config
+        self._keyring = keyring
+        self.membership = membership
+        self.metrics = metrics
+        self._cloud_ok = cloud_ok
+        self.rng = rng or random.Random()
+        self.beacon = beacon if beacon is not None else BeaconHolder()
+        wire = config.wire
+        self.limiter = RateLimiter(rate_per_s=wire.rate_per_source_s, burst=wire.rate_burst)
+        self._limited_logged: dict[str, float] = {}
+        self.book = HeartbeatBook(max_origins=wire.book_max_origins)
+        self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
+                                 retired_epochs=wire.replay_retired_epochs)
+        self.detectors: dict[NodeName, PeerDetector] = {}
+        # This run's epoch (envelopes) and incarnation (heartbeats): a unique, mostly increasing number;
+        # peers compare it only with our own earlier ones, never with their clocks.
+        self.incarnation = time.time_ns()
+        self.seq = 0
+        self._sent: dict[NodeName, int] = {}  # envelopes sent per receiver (their seq) in this epoch
+        self._signed_at = 0.0  # monotonic time our current heartbeat was signed
+        self.kubelet_ok = False
+        self.own: Heartbeat | None = None
+        self.decisions: dict[NodeName, Decision] = {}
+        self.group: frozenset[NodeName] = frozenset({me})
+        self.ring: dict[NodeName, frozenset[NodeName]] = {me: frozenset()}
+        self.near: frozenset[NodeName] = frozenset()  # our neighbours in the topology
+        self._rings = 0  # rings the topology was computed with
+        self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
+        self.carrier: NodeName | None = None
+        self.periods = 0
+
+    # -- evidence ----------------------------------------------------------------------------------
+
+    def detector_config(self) -> DetectorConfig:
+        """The detector settings: the same at every group size, since every piece of evidence is
+        direct (a neighbour's own answer or request), never relayed."""
+        return self.config.detector
+
+    def rings(self) -> int:
+        """Rings of the topology: the ``monitoringRings`` of the ConfigMap (via the membership's
+        grouping config), else ``config.rings``."""
+        grouping = getattr(self.membership, "grouping", None)
+        return grouping.rings if grouping is not None else self.config.rings
+
+    def watched(self) -> frozenset[NodeName]:
+        """The peers this node keeps a detector for: its neighbours and its fallback contacts."""
+        return self.near | frozenset(self.contacts)
+
+    def _detector(self, peer: NodeName, now: float) -> PeerDetector:
+        detector = self.detectors.get(peer)
+        if detector is None:
+            detector = self.detectors[peer] = PeerDetector(config=self.detector_config(), now=now)
+        return detector
+
+    def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
+        """Feed one piece of direct evidence about a group peer into its detector. Evidence about a
+        peer that is neither a neighbour nor a contact makes it a contact (a member probing us
+        because it lost its neighbours), up to ``wire.max_contacts``."""
+        if peer == self.me or peer not in self.group:
+            return
+        if peer not in self.near:
+            if peer not in self.contacts:
+                if not ok or len(self.contacts) >= self.config.wire.max_contacts:
+                    return
+                self.contacts[peer] = now
+            elif ok:
+                self.contacts[peer] = now
+        self._detector(peer, now).record(ok, now=now)
+
+    def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
+        """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
+        came with); count direct/relayed evidence."""
+        own = env.own
+        self.book.offer(own, now=now_mono, age_s=env.own_age_s)
+        if direct:
+            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
+        for result in env.relayed:  # statements for the local count and for carrying; no detector evidence
+            if result.heartbeat is None:
+                self.metrics.relayed.labels(result=str(result.reason)).inc()
+                continue
+            freshness = self.book.offer(result.heartbeat, now=now_mono, age_s=result.age_s)
+            self.metrics.relayed.labels(result=str(freshness)).inc()
+
+    # -- the period ----------------------------------------------------------------------------------
+
+    def refresh_group(self, *, now: float) -> None:
+        """Re-read the group (relabelling regroups here) and its topology; forget contacts silent
+        for a vote TTL, and the detectors of peers we no longer watch."""
+        group = self.membership.group_of(self.me)
+        rings = self.rings()
+        if group != self.group or self.me not in self.ring or self._rings != rings:
+            self._rings = rings
+            self.group = group
+            self.ring = dict(neighbours(group, k=rings))
+            self.near = self.ring.get(self.me, frozenset())
+        ttl = self.config.votes.vote_ttl_s
+        for peer, last in list(self.contacts.items()):
+            if peer in self.near or peer not in self.group or now - last > ttl:
+                del self.contacts[peer]
+        cfg = self.detector_config()
+        watched = self.watched()
+        for peer, detector in list(self.detectors.items()):
+            if peer not in watched:
+                del self.detectors[peer]
+            elif detector.config != cfg:
+                detector.reconfigure(cfg)
+        self.book.retain(self.group)
+
+    def reachable(self, *, now: float) -> frozenset[NodeName]:
+        """The watched peers whose detector says ALIVE at ``now`` (monotonic s)."""
+        return frozenset(p for p, d in self.detectors.items() if d.state(now=now) is Health.ALIVE)
+
+    def reports(self, *, now: float) -> dict[NodeName, PeerReport]:
+        """Each member's newest heartbeat received at most a vote TTL ago, as a self-report."""
+        ttl = self.config.votes.vote_ttl_s
+        out = {}
+        for entry in self.book.entries():
+            if now - entry.received_at <= ttl:
+                hb = entry.heartbeat
+                out[hb.origin] = PeerReport(cloud_ok=hb.cloud_ok, kubelet_ok=hb.kubelet_ok, carrier=hb.carrier)
+        return out
+
+    def sign_own(self, *, now_mono: float) -> Heartbeat:
+        """Sign this period's heartbeat and put it in the book (``now_mono``: monotonic s).
+
+        Its vote names this node and the peers it watches: neighbours alive or dead as their
+        detectors say (suspect: neither), fallback contacts only when alive. With the cloud link
+        down it names a carrier (:func:`edgewatch.core.duties.choose_carrier`)."""
+        alive, dead = [self.me] if self.kubelet_ok else [], [] if self.kubelet_ok else [self.me]
+        for peer in self.watched():
+            health = self._detector(peer, now_mono).state(now=now_mono)
+            if health is Health.ALIVE:
+                alive.append(peer)
+            elif health is Health.DEAD and peer in self.near:
+                dead.append(peer)
+        cloud_ok = self._cloud_ok()
+        self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
+                                      reports=self.reports(now=now_mono))
+        self.seq += 1
+        self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
+                                  kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,
+                                  keyring=self._keyring(), beacon=self.beacon.value, carrier=self.carrier or "")
+        self._signed_at = now_mono
+        self.book.offer(self.own, now=now_mono)
+        return self.own
+
+    def targets(self, *, now: float) -> list[NodeName]:
+        """The peers to exchange with this period: every neighbour and contact, plus
+        ``wire.fallback_probes`` random other members while fewer than two neighbours are alive
+        (``now``: monotonic s)."""
+        targets = set(self.near) | set(self.contacts)
+        alive_near = len(self.reachable(now=now) & self.near)
+        room = self.config.wire.max_contacts - len(self.contacts)
+        if alive_near < min(2, len(self.near)) and self.periods >= 2 and room > 0:  # neighbours get two periods first
+            others = sorted(self.group - self.near - targets - {self.me})
+            for peer in self.rng.sample(others, min(self.config.wire.fallback_probes, len(others), room)):
+                self.contacts[peer] = self.contacts.get(peer, now)
+                targets.add(peer)
+        return sorted(targets)
+
+    def envelope_for(self, peer: NodeName, *, now_mono: float, nonce: str, reply_to: str | None = None) -> bytes:
+        """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it, each with
+        its age on our monotonic clock (``now_mono``, seconds). ``nonce``: fresh random 32 hex;
+        ``reply_to``: the nonce of the request this answers (None for a request)."""
+        assert self.own is not None
+        wire = self.config.wire
+        relays = select_relays(self.book, for_peer=peer, now=now_mono, max_count=wire.max_relays,
+                               max_age_s=wire.relay_max_age_s, rng=self.rng, exclude=(self.me,),
+                               max_total_age_s=wire.heartbeat_max_age_s)
+        aged = [(hb, entry.age_at(now_mono)) for hb in relays if (entry := self.book.get(hb.origin)) is not None]
+        seq = self._sent.get(peer, 0) + 1
+        self._sent[peer] = seq
+        raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
+                              reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
+                              relayed=aged, keyring=self._keyring(), max_bytes=wire.max_bytes,
+                              beacon=self.beacon.token)
+        self.book.mark_relayed(relays)
+        return raw
+
+    def decode(self, raw: bytes, *, sender_allowed: Callable[[NodeName], bool],
+               reply_to: str | None = None) -> DecodedEnvelope:
+        """Decode an inbound envelope addressed to us: a request (``reply_to`` None) or the answer to
+        our request with nonce ``reply_to``. Raises ``Rejected``."""
+        wire = self.config.wire
+        env = decode_envelope(raw, keyring=self._keyring(), receiver=self.me, max_bytes=wire.max_bytes,
+                              guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
+                              sender_allowed=sender_allowed)
+        self.beacon.offer(env.beacon)  # adopted only if the controller's key signed it and it is newer
+        return env
+
+    async def exchange(self, session: aiohttp.ClientSession, peer: NodeName) -> bool:
+        """One probe: POST our envelope to ``peer`` and absorb its answer. Returns success.
+
+        Success needs an answer bound to this very request (its ``reply_to`` is our fresh nonce), so
+        a replayed answer can never make a dead peer look alive. A 409 answer (the peer refused our
+        request as replayed/unconfirmed, e.g. right after we restarted) still carries its envelope.
+        """
+        address = self.membership.address_of(peer)
+        now_mono = time.monotonic()
+        if address is None:
+            self.record(peer, ok=False, now=now_mono)
+            self.metrics.probes.labels(result="no_address").inc()
+            return False
+        nonce = secrets.token_hex(16)
+        try:
+            body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce)
+        except ValueError as exc:  # over max_bytes (or unencodable): refuse this one, never stop the agent
+            log.error("not probing %s: cannot encode our envelope: %s", peer, exc,
+                      extra={"kind": "encode_failed", "peer": peer})
+            self.metrics.probes.labels(result="unencodable").inc()
+            self.record(peer, ok=False, now=now_mono)
+            return False
+        url = f"http://{_host(address)}:{self.config.port}{EXCHANGE_PATH}"
+        try:
+            async with session.post(url, data=body, headers={"Content-Type": "application/octet-stream"},
+                                    timeout=aiohttp.ClientTimeout(total=self.config.probe_timeout_s)) as resp:
+                raw = await read_body(resp.content, self.config.wire.max_bytes)
+                if resp.status not in (200, 409):
+                    raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
+                refused = resp.headers.get(REFUSED_HEADER) if resp.status == 409 else None
+            env = self.decode(raw, sender_allowed=lambda s: s == peer, reply_to=nonce)
+        except Rejected as exc:
+            log.warning("answer from %s rejected: %s", peer, exc, extra={"kind": "rejected", "peer": peer,
+                                                                        "reason": str(exc.reason)})
+            self.metrics.messages.labels(result=str(exc.reason)).inc()
+            self.metrics.probes.labels(result="rejected").inc()
+            self.record(peer, ok=False, now=time.monotonic())
+            return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError) as exc:
+            log.debug("probe of %s failed: %s", peer, exc or type(exc).__name__)
+            self.metrics.probes.labels(result="failed").inc()
+            self.record(peer, ok=False, now=time.monotonic())
+            return False
+        if refused:
+            log.debug("%s refused our request (%s) but answered", peer, refused[:40])
+        self.metrics.messages.labels(result="accepted").inc()
+        self.metrics.probes.labels(result="ok").inc()
+        self._absorb(env, now_mono=time.monotonic(), direct=True)
+        return True
+
+    async def run_period(self, session: aiohttp.ClientSession) -> dict[NodeName, Decision]:
+        """One exchange period: sign, exchange with the targets, decide. Returns the decisions."""
+        now_mono = time.monotonic()
+        self.refresh_group(now=now_mono)
+        self.sign_own(now_mono=now_mono)
+        targets = self.targets(now=now_mono)
+        if targets:
+            await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
+        return self.decide(now=time.monotonic())
+
+    def decide(self, *, now: float) -> dict[NodeName, Decision]:
+        """Count the local verdicts on this node and the peers it watches from the statements held
+        (``now``: monotonic s) and end the period. In a full mesh every statement is held, so they
+        equal the controller's; in a ring group they count only what the neighbours and relays told
+        us (the controller's count over every statement is the one that acts)."""
+        self.decisions = decide_reach(group=self.group, votes=self.book.votes(), now=now,
+                                      vote_ttl_s=self.config.votes.vote_ttl_s, ring=self.ring,
+                                      subjects=self.watched() | {self.me})
+        self.periods += 1
+        return self.decisions
+
+    # -- the server side -------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """POST /v1/exchange: absorb the sender's envelope and answer with ours."""
+        remote = request.remote or ""
+        now = time.monotonic()
+        if not self.limiter.allow(remote, now=now):
+            self.metrics.messages.labels(result="rate_limited").inc()
+            if now - self._limited_logged.get(remote, -3600.0) >= 60.0:  # one line a minute per source
+                self._limited_logged[remote] = now
+                if len(self._limited_logged) > 1_000:
+                    self._limited_logged.clear()
+                log.warning("peer requests from %s over %g/s: refusing them (429)", remote,
+                            self.config.wire.rate_per_source_s, extra={"kind": "rate_limited", "remote": remote})
+            return web.Response(status=429, text="rate limited\n")
+        limit = self.config.wire.max_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)
+        raw = await read_body(request.content, limit)
+        peer_address = request.remote or ""
+
+        def bound(sender: NodeName) -> bool:
+            # The sender must be a member of our group, talking from its own InternalIP.
+            return sender in self.group and self.membership.address_of(sender) == peer_address
+
+        try:
+            env = self.decode(raw, sender_allowed=bound)
+        except Rejected as exc:
+            if exc.answer_to is not None and exc.reason in _GUARD_REASONS and self.own is not None:
+                # Authentic and from the right address, refused only by the replay guard: answer
+                # anyway (the sender's probe of us is genuine evidence for it), use nothing of it.
+                self._count_refused(request, exc)
+                sender, nonce = exc.answer_to
+                answer = self.envelope_for(sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
+                                           reply_to=nonce)
+                return web.Response(status=409, body=answer, content_type="application/octet-stream",
+                                    headers={REFUSED_HEADER: exc.reason.value})
+            status = 403 if exc.reason in _FORBIDDEN else 400
+            return self._reject(request, exc.reason.value, exc.detail, status=status)
+        self.metrics.messages.labels(result="accepted").inc()
+        self._absorb(env, now_mono=time.monotonic(), direct=True)
+        if self.own is None:
+            return web.Response(status=503, text="not ready")
+        answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
+                                   reply_to=env.nonce)
+        return web.Response(body=answer, content_type="application/octet-stream")
+
+    def _count_refused(self, request: web.Request, exc: Rejected) -> None:
+        # An unconfirmed epoch is the normal first second after a peer restarts: not a warning.
+        level = logging.INFO if exc.reason is RejectReason.UNCONFIRMED else logging.WARNING
+        log.log(level, "message from %s refused: %s (%s); answered", request.remote, exc.reason.value, exc.detail,
+                extra={"kind": "rejected", "remote": request.remote, "reason": exc.reason.value})
+        self.metrics.messages.labels(result=exc.reason.value).inc()
+
+    def _reject(self, request: web.Request, reason: str, detail: str, *, status: int) -> web.Response:
+        log.warning("message from %s rejected: %s (%s)", request.remote, reason, detail,
+                    extra={"kind": "rejected", "remote": request.remote, "reason": reason})
+        self.metrics.messages.labels(result=reason).inc()
+        return web.Response(status=status, text=f"rejected: {reason}\n")
+
+
+async def read_body(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The whole body, or its first ``limit + 1`` bytes if it is longer (the caller then refuses it
+    as oversized). ``StreamReader.read(n)`` returns only what is buffered — part of a body sent in
+    several TCP segments — so read until EOF or past the limit."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

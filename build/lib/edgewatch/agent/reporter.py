@@ -1,0 +1,269 @@
+"""The agent's signed evidence for the controller, and the controller's beacon it signs with.
+
+Two loops:
+
+* **Beacon.** The agent watches the Lease ``<namespace>/edgewatch-beacon`` (written only by the
+  controller): its annotation ``edgewatch.io/beacon-key`` is the controller's public key, trusted
+  because it came over this agent's authenticated API connection; ``edgewatch.io/beacon`` the newest
+  beacon token (:mod:`edgewatch.core.beacon`). Peers pass tokens on in every envelope, so an agent
+  cut off from the cloud still signs with a current beacon; a token is adopted only if the trusted
+  key signed it. With ``state_dir`` the trusted key is kept on disk for restarts during a cut.
+* **Report.** The agent writes its own Lease ``edgewatch-nodes/<node>`` (the only one the apiserver
+  lets it write there) with the annotation ``edgewatch.io/evidence``: its newest signed heartbeat,
+  followed by the newest heartbeats of the cut-off peers it carries, unchanged
+  (:func:`edgewatch.core.evidence.encode_evidence`). It writes when what the statements *say*
+  changes (not their seq) and at least every ``refresh_s`` with a current beacon, so a quiet node
+  costs one small write per ``refresh_s`` (the kubelet's own Lease: one per 10 s).
+
+Every write is bounded by ``timeout_s`` and carries the resourceVersion of the Lease as the last
+write returned it (one request per write; a conflict makes the next tick read it again). Errors are
+logged and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+
+from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.core.beacon import BeaconHolder
+from edgewatch.core.evidence import encode_evidence
+from edgewatch.core.types import NodeName
+from edgewatch.core.wire import Heartbeat
+from edgewatch.names import (
+    BEACON_ANNOTATION,
+    BEACON_KEY_ANNOTATION,
+    BEACON_LEASE_NAME,
+    EVIDENCE_ANNOTATION,
+    IDENTITY_NAMESPACE,
+)
+from edgewatch.statefile import replace_file
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvidenceReporter"]
+
+_KEY_FILE = "controller-beacon.key"
+
+
+def _content(hb: Heartbeat) -> tuple[object, ...]:
+    """What a statement says that decides something at once: a neighbour found dead, the node's own
+    kubelet and cloud link, its carrier. A neighbour moving between alive and suspect (an
+    abstention; frequent on a lossy link) waits for the next refresh, so loss does not turn into
+    API writes."""
+    return (hb.origin, hb.kubelet_ok, hb.cloud_ok, hb.dead, hb.carrier)
+
+
+def write_due(*, last: tuple[tuple[object, ...], str, float] | None, own: Heartbeat, carried: list[Heartbeat],
+              now: float, refresh_s: float) -> tuple[object, ...] | None:
+    """The content to write now, or None (pure; the reporter's rule, also run by ``edgewatch sim``).
+
+    ``last`` is ``(content, beacon, time)`` of the last write; times in seconds on one clock. Due
+    when what decides changed (:func:`_content`), or after ``refresh_s`` once the beacon moved on.
+    """
+    content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
+    if last is not None and last[0] == content and (now - last[2] < refresh_s or own.beacon == last[1]):
+        return None
+    return content
+
+
+class EvidenceReporter:
+    """Keeps the beacon current and this node's evidence Lease written.
+
+    Args (keyword-only):
+        client: API client (the agent's own identity).
+        node: this node.
+        beacon: the holder the agent signs with (shared with the peer exchange).
+        own: returns this node's newest signed heartbeat (None before the first period).
+        carried: returns the newest heartbeats of the cut-off peers this agent carries.
+        cloud_ok: whether this node reaches the cloud now (no write is tried otherwise).
+        on_write: called with ``ok``, ``failed``, ``conflict`` or ``timeout`` per write.
+        config_namespace: where the beacon Lease lives (the agent's ``--namespace``).
+        namespace: where the evidence Lease lives (default ``edgewatch-nodes``).
+        state_dir: keep the trusted controller key here (None: memory only).
+        refresh_s: rewrite unchanged evidence this often, seconds (default 10 s, the kubelet's
+            Lease renewal; well inside the controller's 30 s evidence TTL).
+        tick_s: how often the wanted content is compared with the written one, seconds.
+        timeout_s: bound of one write, seconds.
+        idle_timeout_s: re-establish a silent beacon watch after this many seconds.
+        on_event: called for each watch event received (the per-agent API load metric).
+    """
+
+    WATCH_SERVER_TIMEOUT_S = 120
+
+    def __init__(self, *, client: AsyncClient, node: NodeName, beacon: BeaconHolder,
+                 own: Callable[[], Heartbeat | None], carried: Callable[[], Sequence[Heartbeat]],
+                 cloud_ok: Callable[[], bool], on_write: Callable[[str], None] = lambda _r: None,
+                 config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
+                 state_dir: Path | None = None, refresh_s: float = 10.0, tick_s: float = 0.5,
+                 timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 on_event: Callable[[], None] = lambda: None) -> None:
+        self.client = client
+        self.node = node
+        self.beacon = beacon
+        self._own = own
+        self._carried = carried
+        self._cloud_ok = cloud_ok
+        self._on_write = on_write
+        self._on_event = on_event
+        self.config_namespace = config_namespace
+        self.namespace = namespace
+        self.state_dir = state_dir
+        self.refresh_s = refresh_s
+        self.tick_s = tick_s
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.idle_timeout_s = idle_timeout_s
+        self._written: tuple[tuple[object, ...], str, float] | None = None  # (content, beacon, monotonic)
+        self._lease: Lease | None = None  # the evidence Lease as the apiserver returned our last write
+        self.writes = 0
+        self._load_key()
+
+    # -- beacon -----------------------------------------------------------------------------------
+
+    def _load_key(self) -> None:
+        if self.state_dir is None:
+            return
+        try:
+            raw = (self.state_dir / _KEY_FILE).read_bytes()
+            self.beacon.trust(raw)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring the saved controller key: %s", exc)
+
+    def _save_key(self, raw: bytes) -> None:
+        if self.state_dir is None:
+            return
+        path = self.state_dir / _KEY_FILE
+        try:
+            replace_file(path, raw)
+        except OSError as exc:
+            log.info("cannot save the controller key to %s: %s", path, exc)
+
+    def apply_beacon_lease(self, lease: Lease | None) -> None:
+        """Adopt the controller key and beacon of the beacon Lease (None: deleted; nothing changes)."""
+        if lease is None:
+            return
+        annotations = lease.metadata.annotations or {} if lease.metadata else {}
+        key_text = annotations.get(BEACON_KEY_ANNOTATION)
+        if key_text:
+            try:
+                raw = base64.b64decode(key_text, validate=True)
+                if raw != self.beacon.trusted_key:
+                    self.beacon.trust(raw)
+                    self._save_key(raw)
+                    log.info("trusting the controller's beacon key %s", key_text, extra={"kind": "beacon_key"})
+            except (binascii.Error, ValueError) as exc:
+                log.warning("the beacon Lease's key is not an Ed25519 key: %s", exc)
+                return
+        self.beacon.offer(annotations.get(BEACON_ANNOTATION, ""))
+
+    async def _watch_beacon(self) -> None:
+        fields = {"metadata.name": BEACON_LEASE_NAME}
+        while True:
+            try:
+                listing = self.client.list(Lease, namespace=self.config_namespace, fields=fields)
+                async for lease in listing:
+                    self.apply_beacon_lease(lease)
+                async for op, lease in bounded_events(
+                        self.client.watch(Lease, namespace=self.config_namespace, fields=fields,
+                                          resource_version=list_version(listing),
+                                          server_timeout=self.WATCH_SERVER_TIMEOUT_S),
+                        idle_timeout_s=self.idle_timeout_s):
+                    self._on_event()
+                    self.apply_beacon_lease(None if op == "DELETED" else lease)
+            except (ApiError, httpx.HTTPError, OSError) as exc:
+                log.info("beacon watch interrupted: %s", exc or type(exc).__name__)
+            await asyncio.sleep(self.retry_s)
+
+    # -- report -----------------------------------------------------------------------------------
+
+    def due(self, *, now: float) -> tuple[Heartbeat, list[Heartbeat]] | None:
+        """What to write now, or None (nothing signed yet, no beacon yet, or nothing new)."""
+        own = self._own()
+        if own is None or not own.beacon:
+            return None
+        carried = [hb for hb in self._carried() if hb.origin != self.node]
+        if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s) is None:
+            return None
+        return own, carried
+
+    async def write(self, own: Heartbeat, carried: list[Heartbeat], *, now: float | None = None) -> str:
+        """Write the evidence Lease once; returns ``ok``, ``failed``, ``conflict`` or ``timeout``.
+        ``now``: this agent's monotonic time (seconds) the write is noted at (default: the clock's)."""
+        try:
+            text = encode_evidence(own, carried)
+        except ValueError as exc:
+            log.warning("evidence too large, carrying fewer: %s", exc)
+            text = encode_evidence(own)
+        now_text = dt.datetime.now(dt.UTC)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                try:
+                    # The Lease as we last wrote it (its resourceVersion is the precondition); read
+                    # it only when we have none, or after a conflict showed someone else wrote it.
+                    lease = self._lease or await self.client.get(Lease, self.node, namespace=self.namespace)
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+                    self._lease = await self.client.create(Lease(
+                        metadata=ObjectMeta(name=self.node, namespace=self.namespace,
+                                            labels={"app.kubernetes.io/part-of": "edgewatch"},
+                                            annotations={EVIDENCE_ANNOTATION: text}),
+                        spec=LeaseSpec(holderIdentity=self.node, renewTime=now_text)))
+                else:
+                    lease.metadata.annotations = {**(lease.metadata.annotations or {}), EVIDENCE_ANNOTATION: text}
+                    if lease.spec is None:
+                        lease.spec = LeaseSpec()
+                    lease.spec.holderIdentity = self.node
+                    lease.spec.renewTime = now_text
+                    self._lease = None
+                    self._lease = await self.client.replace(lease)  # with its resourceVersion: 409 if raced
+        except TimeoutError:
+            self._lease = None
+            return "timeout"
+        except ApiError as exc:
+            self._lease = None
+            if exc.status.code == 409:
+                return "conflict"
+            log.info("writing the evidence of %s failed: %s", self.node, exc)
+            return "failed"
+        except (httpx.HTTPError, OSError) as exc:
+            self._lease = None
+            log.info("writing the evidence of %s failed: %s", self.node, exc or type(exc).__name__)
+            return "failed"
+        content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
+        self._written = (content, own.beacon, time.monotonic() if now is None else now)
+        self.writes += 1
+        return "ok"
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            if not self._cloud_ok():
+                continue
+            now = time.monotonic()
+            wanted = self.due(now=now)
+            if wanted is None:
+                continue
+            result = await self.write(*wanted, now=now)
+            self._on_write(result)
+
+    async def run(self) -> None:
+        """Both loops until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._watch_beacon())
+            tg.create_task(self._report_loop())

@@ -1,0 +1,303 @@
+"""The ``edgewatch`` command line: ``agent``, ``controller``, ``status``, ``playground`` and ``sim``.
+
+Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from edgewatch import __version__
+from edgewatch.controller.model import UnknownPolicy
+from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="edgewatch")
+def main() -> None:
+    """edgewatch: tell an edge node that is cut off from the cloud from one that is dead.
+
+    \b
+    agent       runs on every edge node: peer checks, signed votes, heartbeat delegation
+    controller  runs in the cloud: the node status decision table (taints, evictions)
+    status      prints every node's cloud view, edge view and state
+    playground  a local edge cluster on real Kubernetes binaries with real network faults
+    sim         groups of up to 1,000 agents on a virtual clock: detection, loss, cost, splits
+    """
+
+
+@main.command()
+@click.option("--node", envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
+@click.option("--identity-file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="This node's private signing key (Ed25519 PEM), created on first start; keep it on the node "
+                   "(the DaemonSet's hostPath state folder). Rotate with 'edgewatch rotate-key'.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
+              help="Kubeconfig (env KUBECONFIG; default: in-cluster, the pod's ServiceAccount and "
+                   "KUBERNETES_SERVICE_HOST/PORT).")
+@click.option("--listen-address", default="0.0.0.0", show_default=True,
+              help="Address of the peer/ops server. With 0.0.0.0 (hostNetwork) peer traffic is sent from this "
+                   "node's InternalIP, which peers require.")
+@click.option("--port", type=int, default=DEFAULT_PEER_PORT, show_default=True, help="Peer port (also /metrics).")
+@click.option("--namespace", default="edgewatch", show_default=True, help="Namespace of the edgewatch-config ConfigMap.")
+@click.option("--kubelet-healthz-url", default="http://127.0.0.1:10248/healthz", show_default=True,
+              help="This node's kubelet health endpoint (the kubelet's default healthz address; on the host's "
+                   "loopback, so the agent needs hostNetwork).")
+@click.option("--coordinator", "coordinator_url", default=None,
+              help="Pool coordinator (etcd) URL, http(s)://HOST:PORT. Default: this node's pool's entry in the "
+                   "edgewatch-config ConfigMap key poolCoordinators (YAML 'pool: URL'), followed live; no entry: "
+                   "no coordinator (peer path only).")
+@click.option("--pool", default=None, help="Node pool name for the coordinator (default: the edgewatch.io/pool label).")
+@click.option("--coordinator-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="CA of the coordinator's serving certificate (https:// URLs).")
+@click.option("--coordinator-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Client certificate for the coordinator (etcd --client-cert-auth).")
+@click.option("--coordinator-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Client key for the coordinator.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Persist the group roster here (survives restarts during a cut). If it cannot be written the "
+                   "agent logs it once, counts edgewatch_agent_state_save_failures_total and runs from memory.")
+@click.option("--pool-cache-address", default="127.0.0.1", show_default=True,
+              help="Where the pool cache's read-only Kubernetes API (EndpointSlices, Services) listens, for this "
+                   "node's kube-proxy and CoreDNS.")
+@click.option("--pool-cache-port", type=int, default=DEFAULT_POOL_CACHE_PORT, show_default=True,
+              help="Its HTTPS port; 0 turns the node side of the pool cache off.")
+@click.option("--exchange-period", type=float, default=1.0, show_default=True, help="Seconds between exchanges.")
+@click.option("--vote-ttl", type=float, default=5.0, show_default=True, help="Seconds a vote counts (>= 3 periods).")
+@click.option("--probe-timeout", type=float, default=0.8, show_default=True, help="Seconds per peer exchange.")
+@click.option("--cloud-interval", type=float, default=2.0, show_default=True, help="Seconds between cloud-link probes.")
+@click.option("--cloud-timeout", type=float, default=2.0, show_default=True, help="Seconds per cloud-link probe.")
+@click.option("--cloud-down-after", type=int, default=3, show_default=True,
+              help="Failed probes in a row before the cloud link counts as down (one slow request never does).")
+@click.option("--cloud-up-after", type=int, default=2, show_default=True,
+              help="Good probes in a row before it counts as up again.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def agent(**opts: object) -> None:
+    """Run the edge agent on this node: peer checks, signed votes, verdicts, heartbeat carrying.
+
+    Example (what the DaemonSet runs, hostNetwork, NODE_NAME from the downward API, in-cluster
+    credentials, the pool coordinator from the ConfigMap):
+
+    \b
+      edgewatch agent --identity-file /var/lib/edgewatch/identity.key --state-dir /var/lib/edgewatch
+    """
+    from edgewatch.agent.main import run_agent
+
+    sys.exit(run_agent(**opts))  # type: ignore[arg-type]
+
+
+@main.command("rotate-key")
+@click.option("--identity-file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The agent's key file (e.g. /var/lib/edgewatch/identity.key on the node).")
+def rotate_key(identity_file: Path) -> None:
+    """Put a new signing key first in a node's key file and keep the current one second.
+
+    The agent publishes both at its next start and signs with the new one; peers accept either, so
+    nothing is dropped (the old key goes at the next rotation). Example, on the node, then restart
+    the node's agent pod:
+
+    \b
+      edgewatch rotate-key --identity-file /var/lib/edgewatch/identity.key
+    """
+    from edgewatch.core.identity import rotate_key_file
+
+    keys = rotate_key_file(identity_file)
+    click.echo(f"signing key {keys[0].key_id}; still published: {', '.join(k.key_id for k in keys[1:]) or '-'}")
+
+
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--namespace", default="edgewatch", show_default=True,
+              help="Namespace of the leader-election Lease and of the edgewatch-config ConfigMap.")
+@click.option("--identity", envvar="POD_NAME", default=None, help="Leader-election identity (default host-pid).")
+@click.option("--confirm", type=float, default=20.0, show_default=True,
+              help="Seconds a disconnected state must last before the NoSchedule taint.")
+@click.option("--edge-ttl", type=float, default=60.0, show_default=True,
+              help="Seconds an EdgeHealthy verdict counts after the controller last saw it refreshed.")
+@click.option("--unknown-policy", type=click.Choice([p.value for p in UnknownPolicy]), default="autonomy",
+              show_default=True, help="What to do without edge evidence.")
+@click.option("--autonomy", type=float, default=300.0, show_default=True,
+              help="Seconds pods are kept without edge evidence (per node: edgewatch.io/autonomy-duration).")
+@click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")
+@click.option("--workers", type=int, default=8, show_default=True,
+              help="Nodes reconciled at once (one node is never handled by two at a time).")
+@click.option("--api-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds every API call may take (watches are re-established after 150 s).")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.option("--metrics-port", type=int, default=8080, show_default=True, help="/healthz, /readyz, /metrics.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def controller(**opts: object) -> None:
+    """Run the cloud controller: the node status decision table (taints, evictions, Events).
+
+    Only nodes covered by the edgewatch-config ConfigMap (label key coverLabel; empty = all) are
+    handled; freshness is judged by when the controller saw each Lease renewal and verdict change,
+    never by the nodes' clocks (docs/clock-skew.md).
+    """
+    from edgewatch.controller.main import run_controller
+
+    sys.exit(run_controller(**opts))  # type: ignore[arg-type]
+
+
+@main.command()
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/edgewatch"),
+              show_default=True, help="The agent's state folder (its pool-cache/ holds the endpoint's certificate).")
+@click.option("--server", default=None,
+              help=f"The endpoint's URL (default: https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}).")
+@click.option("--token-file", default=None,
+              help="A token file the client sends (passed through to the cloud on forwarded requests), e.g. its "
+                   "projected ServiceAccount token.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the kubeconfig here (mode 0644) instead of printing it.")
+def kubeconfig(state_dir: Path, server: str | None, token_file: str | None, output: Path | None) -> None:
+    """Print the kubeconfig a node client (kube-proxy, CoreDNS, kubectl) uses to read the pool cache.
+
+    Run it on the node (the agent keeps its certificate in STATE_DIR/pool-cache/). Cached
+    resources are answered from the cache, also while the node is cut off from the cloud;
+    everything else is forwarded to the cloud with the client's own token.
+
+    \b
+      edgewatch kubeconfig --token-file /var/lib/kube-proxy/token -o /var/lib/kube-proxy/pool.kubeconfig
+      kubectl --kubeconfig /var/lib/kube-proxy/pool.kubeconfig get endpointslices -A --watch
+    """
+    from edgewatch.poolcache.tls import CERT_FILE, client_kubeconfig
+
+    cert = state_dir / "pool-cache" / CERT_FILE
+    try:
+        ca = cert.read_bytes()
+    except OSError as exc:
+        click.echo(f"cannot read the pool cache's certificate {cert}: {exc.strerror} (is the agent running here "
+                   f"with --state-dir {state_dir}?)", err=True)
+        sys.exit(2)
+    text = client_kubeconfig(server=server or f"https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}", ca_pem=ca,
+                             token_file=token_file)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        output.chmod(0o644)
+
+
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--namespace", default="edgewatch", show_default=True,
+              help="Namespace of the edgewatch-config ConfigMap (for the COVERED column).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def status(kubeconfig: str | None, namespace: str, output: str) -> None:
+    """Show every node's pool, coverage, heartbeat, edge verdict, state, delegate, role, taints and age."""
+    from edgewatch.status import run_status
+
+    sys.exit(run_status(kubeconfig=kubeconfig, namespace=namespace, output=output))
+
+
+@main.group()
+def playground() -> None:
+    """A local edge cluster: real control plane, simulated nodes in network namespaces."""
+
+
+@playground.command("smoke")
+@click.option("--keep-seconds", type=float, default=0.0, show_default=True,
+              help="Keep the control plane up this long (seconds) for a look with kubectl.")
+def playground_smoke(keep_seconds: float) -> None:
+    """Start the real control plane with two simulated nodes, check it works, stop it."""
+    from edgewatch.testing.smoke import run_smoke
+
+    sys.exit(run_smoke(keep_seconds=keep_seconds))
+
+
+@playground.command("list")
+def playground_list() -> None:
+    """List the built-in scenarios."""
+    from edgewatch.playground.scenario import builtin_scenarios, load_scenario
+
+    for name in sorted(builtin_scenarios()):
+        click.echo(f"{name:18} {load_scenario(name).description}")
+
+
+@playground.command("run")
+@click.argument("scenario")
+@click.option("--baseline", is_flag=True, help="Stock Kubernetes: no agents, no controller.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw the timeline (.svg or .png).")
+@click.option("--live/--no-live", default=True, show_default=True, help="Live table while it runs.")
+@click.option("--keep-logs", is_flag=True, help="Keep the run's logs even when every expectation held.")
+def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
+                   keep_logs: bool) -> None:
+    """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
+
+    Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
+    """
+    from edgewatch.playground.cli import run_one
+
+    sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs))
+
+
+@playground.command("compare")
+@click.argument("scenario")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where to write both JSON reports.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw both timelines (.svg/.png).")
+@click.option("--live/--no-live", default=True, show_default=True)
+def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool) -> None:
+    """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
+    from edgewatch.playground.cli import compare
+
+    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live))
+
+
+@playground.command("up")
+@click.argument("scenario", default="cloud-partition")
+@click.option("--baseline", is_flag=True, help="Without edgewatch.")
+def playground_up(scenario: str, baseline: bool) -> None:
+    """Start SCENARIO's cluster (no faults) and keep it running until Ctrl-C, for kubectl and
+    `edgewatch status`."""
+    from edgewatch.playground.cli import up
+
+    sys.exit(up(scenario, baseline=baseline))
+
+
+@playground.command("down")
+def playground_down() -> None:
+    """Remove what a crashed or killed playground left behind (namespaces, processes, folders)."""
+    from edgewatch.playground.cli import down
+
+    sys.exit(down())
+
+
+@main.command("sim")
+@click.option("--sizes", default="5,50,200,1000", show_default=True, help="Group sizes, comma-separated.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
+@click.option("--kills", type=int, default=10, show_default=True, help="Killed nodes timed per size.")
+@click.option("--node-hours", type=float, default=20.0, show_default=True,
+              help="Simulated node-hours per size and loss level for the false-verdict count.")
+@click.option("--loss", "losses", default="0.1,0.3", show_default=True, help="Per-node packet loss levels.")
+@click.option("--cost-sizes", default=None, help="Sizes measured with real envelopes (default: all).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write every figure as JSON.")
+def sim(sizes: str, seed: int, kills: int, node_hours: float, losses: str, cost_sizes: str | None,
+        json_path: Path | None) -> None:
+    """Simulate groups of each size on a virtual clock with the agents' real core (topology,
+    detectors, heartbeats, the reach count, duties) and print issue 11's table: kill -> unhealthy,
+    false verdicts under loss, messages and bytes per node, and splits. Deterministic for a seed.
+
+    \b
+    Example (the README's table, about 10 minutes on 2 cores):
+      edgewatch sim --json reports/sim.json
+    """
+    import json
+
+    from edgewatch.sim.table import markdown, measure
+
+    def ints(text: str) -> list[int]:
+        return [int(x) for x in text.split(",") if x.strip()]
+
+    result = measure(sizes=ints(sizes), seed=seed, kills=kills, node_hours=node_hours,
+                     losses=[float(x) for x in losses.split(",") if x.strip()],
+                     cost_sizes=ints(cost_sizes) if cost_sizes else None,
+                     progress=lambda msg: click.echo(f"[sim] {msg}", err=True))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(markdown(result))

@@ -1,0 +1,249 @@
+"""The controller's I/O for verified evidence: it issues the beacon, and keeps
+:class:`edgewatch.controller.verified.VerifiedEdge` fed from the agents' published keys and evidence
+Leases.
+
+* **Beacon** (:class:`BeaconIssuer`): every ``period_s`` a new random value, signed with the
+  controller's Ed25519 key, written to the Lease ``<namespace>/edgewatch-beacon`` (annotations
+  ``edgewatch.io/beacon`` and ``edgewatch.io/beacon-key``) and recorded with the controller's clock
+  reading taken *before* the write, so a statement naming it can only look older than it is. The
+  key lives in the Secret ``<namespace>/edgewatch-beacon-key`` (made by the first controller that
+  needs it), so every replica signs with the same key and agents cut off from the cloud keep
+  trusting beacons across a controller fail-over. Generations grow: ``max(previous + 1, now in
+  ms)``, previous read from the Lease, so agents (which adopt only larger generations) follow a
+  new leader at once.
+* **Informers** (:class:`EvidenceInformer`): list+watch of the ConfigMaps (keys) and Leases
+  (evidence) in ``edgewatch-nodes``. A key change re-verifies the evidence already seen (a statement
+  refused for an unknown key may verify now).
+* **Recount**: every ``recount_s`` the verified verdicts are recounted; nodes whose verdict changed
+  go to the reconciler's queue (``on_change``).
+
+Only the leader runs this (it runs inside the reconciler). Every API call is bounded; errors are
+logged and retried, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx2 as httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ConfigMap, Secret
+
+from edgewatch.controller.verified import VerifiedEdge
+from edgewatch.core.beacon import Beacon, sign_beacon
+from edgewatch.core.identity import NodeKey
+from edgewatch.names import (
+    BEACON_ANNOTATION,
+    BEACON_KEY_ANNOTATION,
+    BEACON_LEASE_NAME,
+    EVIDENCE_ANNOTATION,
+    IDENTITY_NAMESPACE,
+    KEY_RECORD_KEY,
+)
+
+__all__ = ["BEACON_SECRET_NAME", "BeaconIssuer", "EvidenceInformer"]
+
+log = logging.getLogger(__name__)
+
+BEACON_SECRET_NAME = "edgewatch-beacon-key"
+_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
+_T = TypeVar("_T")
+
+
+async def _bounded(call: Awaitable[_T], timeout_s: float) -> _T:
+    async with asyncio.timeout(timeout_s):
+        return await call
+
+
+class BeaconIssuer:
+    """Issues the controller's beacons (see the module docstring).
+
+    Args (keyword-only):
+        client: the controller's API client.
+        verified: where issued beacons are recorded.
+        clock: the controller's clock (seconds), the one its plans use.
+        namespace: the controller's namespace (Secret and Lease).
+        period_s: seconds between beacons (default 5 s: a statement is at most one period older than
+            it looks, well inside the 30 s evidence TTL).
+        api_timeout_s: bound of every API call, seconds.
+    """
+
+    def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
+                 namespace: str = "edgewatch", period_s: float = 5.0, api_timeout_s: float = 10.0) -> None:
+        self.client = client
+        self.verified = verified
+        self.clock = clock
+        self.namespace = namespace
+        self.period_s = period_s
+        self.api_timeout_s = api_timeout_s
+        self.key: NodeKey | None = None
+        self.generation = 0
+        self.issued = 0
+
+    async def load_key(self) -> NodeKey:
+        """The controller's beacon key from its Secret, creating the Secret if there is none.
+
+        Raises:
+            API errors (retried by the caller); ValueError if the Secret holds no Ed25519 key.
+        """
+        try:
+            secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
+                                    self.api_timeout_s)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            key = NodeKey.generate()
+            try:
+                await _bounded(self.client.create(Secret(
+                    metadata=ObjectMeta(name=BEACON_SECRET_NAME, namespace=self.namespace,
+                                        labels={"app.kubernetes.io/part-of": "edgewatch"}),
+                    data={"key.pem": base64.b64encode(key.pem()).decode("ascii")})), self.api_timeout_s)
+                return key
+            except ApiError as exc2:
+                if exc2.status.code != 409:
+                    raise
+                secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
+                                        self.api_timeout_s)
+        try:
+            pem = base64.b64decode((secret.data or {}).get("key.pem", ""), validate=True)
+            private = serialization.load_pem_private_key(pem, password=None)
+        except (binascii.Error, ValueError, TypeError) as exc:
+            raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no usable key: {exc}") from None
+        if not isinstance(private, Ed25519PrivateKey):
+            raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no Ed25519 key")
+        return NodeKey(private)
+
+    async def issue(self) -> None:
+        """Issue one beacon: record it, then write the Lease (create it if missing).
+
+        Raises:
+            API errors (the caller retries).
+        """
+        assert self.key is not None
+        try:
+            lease: Lease | None = await _bounded(
+                self.client.get(Lease, BEACON_LEASE_NAME, namespace=self.namespace), self.api_timeout_s)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            lease = None
+        annotations = dict((lease.metadata.annotations or {}) if lease is not None and lease.metadata else {})
+        previous = annotations.get(BEACON_ANNOTATION, "").split(".", 1)[0]
+        if previous.isdigit():
+            self.generation = max(self.generation, int(previous))
+        beacon = Beacon(generation=max(self.generation + 1, time.time_ns() // 1_000_000),
+                        value=secrets.token_hex(16))
+        self.verified.beacons.record(beacon.value, at=self.clock())
+        annotations[BEACON_ANNOTATION] = sign_beacon(beacon, self.key)
+        annotations[BEACON_KEY_ANNOTATION] = base64.b64encode(self.key.public_raw).decode("ascii")
+        if lease is None:
+            await _bounded(self.client.create(Lease(metadata=ObjectMeta(
+                name=BEACON_LEASE_NAME, namespace=self.namespace, annotations=annotations,
+                labels={"app.kubernetes.io/part-of": "edgewatch"}))), self.api_timeout_s)
+        else:
+            lease.metadata.annotations = annotations
+            await _bounded(self.client.replace(lease), self.api_timeout_s)
+        self.generation = beacon.generation
+        self.issued += 1
+
+    async def run(self) -> None:
+        """Load the key, then issue a beacon every ``period_s`` until cancelled."""
+        while self.key is None:
+            try:
+                self.key = await self.load_key()
+            except (*_API_ERRORS, ValueError) as exc:
+                log.error("cannot load the beacon key: %s; retrying", exc or type(exc).__name__)
+                await asyncio.sleep(2)
+        while True:
+            try:
+                await self.issue()
+            except _API_ERRORS as exc:
+                log.info("issuing a beacon failed: %s", exc or type(exc).__name__)
+            await asyncio.sleep(self.period_s)
+
+
+class EvidenceInformer:
+    """Feeds :class:`VerifiedEdge` from ``edgewatch-nodes`` and recounts (see the module docstring).
+
+    Args (keyword-only):
+        client: the controller's API client.
+        verified: the verified edge view.
+        clock: the controller's clock (seconds).
+        on_change: called with each node whose verified verdict changed (the reconciler's queue).
+        namespace: where the keys and evidence live (default ``edgewatch-nodes``).
+        recount_s: seconds between recounts (default 1 s).
+        watch_timeout_s: re-establish a watch silent this long, seconds.
+    """
+
+    def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
+                 on_change: Callable[[str], None], namespace: str = IDENTITY_NAMESPACE, recount_s: float = 1.0,
+                 watch_timeout_s: float = 150.0) -> None:
+        self.client = client
+        self.verified = verified
+        self.clock = clock
+        self.on_change = on_change
+        self.namespace = namespace
+        self.recount_s = recount_s
+        self.watch_timeout_s = watch_timeout_s
+        self._texts: dict[str, str] = {}  # writer -> its last evidence text
+
+    def on_keys(self, op: str, cm: ConfigMap) -> None:
+        """A key record event."""
+        name = cm.metadata.name
+        before = self.verified.keys.keys_of(name)
+        self.verified.apply_keys(name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, ""))
+        if self.verified.keys.keys_of(name) != before:
+            for writer, text in list(self._texts.items()):  # statements refused for an unknown key
+                self.verified.apply_evidence(writer, text)
+
+    def on_evidence(self, op: str, lease: Lease) -> None:
+        """An evidence Lease event."""
+        name = lease.metadata.name
+        if op == "DELETED":
+            self._texts.pop(name, None)
+            return
+        text = (lease.metadata.annotations or {}).get(EVIDENCE_ANNOTATION, "")
+        if text and self._texts.get(name) != text:
+            self._texts[name] = text
+            self.verified.apply_evidence(name, text)
+
+    async def _informer(self, resource: Any, on_event: Callable[[str, Any], None]) -> None:
+        kind = resource.__name__
+        while True:
+            try:
+                listing = self.client.list(resource, namespace=self.namespace)
+                async with asyncio.timeout(self.watch_timeout_s):
+                    async for obj in listing:
+                        on_event("ADDED", obj)
+                version = getattr(listing, "resourceVersion", None)
+                async with asyncio.timeout(self.watch_timeout_s):
+                    async for op, obj in self.client.watch(resource, namespace=self.namespace,
+                                                           resource_version=version, server_timeout=120):
+                        on_event(op, obj)
+            except _API_ERRORS as exc:
+                log.info("%s watch in %s interrupted: %s", kind, self.namespace, exc or type(exc).__name__)
+            await asyncio.sleep(1)
+
+    async def _recount(self) -> None:
+        while True:
+            await asyncio.sleep(self.recount_s)
+            for node in sorted(self.verified.recount_all(now=self.clock())):
+                self.on_change(node)
+
+    async def run(self) -> None:
+        """Informers and recount until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._informer(ConfigMap, self.on_keys))
+            tg.create_task(self._informer(Lease, self.on_evidence))
+            tg.create_task(self._recount())

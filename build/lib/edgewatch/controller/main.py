@@ -1,0 +1,78 @@
+"""``edgewatch controller``: leader election, the reconciler, and the ops endpoints (/healthz, /readyz,
+/metrics) until SIGTERM.
+
+Imports nothing of the agent (no etcd or gRPC client, no aiohttp): the Lease code both sides use is
+in ``edgewatch.leases``, logging in ``edgewatch.logs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from prometheus_client import CollectorRegistry
+
+from edgewatch.controller.leader import ElectionConfig, LeaderElector
+from edgewatch.controller.metrics import ControllerMetrics
+from edgewatch.controller.model import ControllerConfig, UnknownPolicy
+from edgewatch.controller.ops import serve_ops
+from edgewatch.controller.reconciler import Reconciler
+from edgewatch.logs import configure_logging
+from edgewatch.runtime import api_client, run_until_signalled
+
+__all__ = ["run_controller", "run_controller_async"]
+
+log = logging.getLogger(__name__)
+
+
+async def run_controller_async(*, kubeconfig: str | None, namespace: str, identity: str, config: ControllerConfig,
+                               metrics_address: str, metrics_port: int, resync_s: float, workers: int,
+                               api_timeout_s: float, election: ElectionConfig) -> None:
+    """Run until cancelled: serve the ops endpoints, campaign for the controller Lease
+    ``namespace/edgewatch-controller``, reconcile while leading (all API calls with ``api_timeout_s``)."""
+    client = api_client(kubeconfig, timeout_s=api_timeout_s, component="controller")
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    elector = LeaderElector(client=client, namespace=namespace, name="edgewatch-controller", identity=identity,
+                            config=election, on_change=lambda leading: metrics.leader.set(1 if leading else 0))
+
+    async def work() -> None:
+        await Reconciler(client=client, config=config, metrics=metrics, namespace=namespace, resync_s=resync_s,
+                         workers=workers, api_timeout_s=api_timeout_s).run()
+
+    try:
+        with serve_ops(address=metrics_address, port=metrics_port, registry=registry,
+                       ready=lambda: elector.reachable):
+            await elector.run(work)
+    finally:
+        await client.close()
+
+
+def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | None, confirm: float,
+                   edge_ttl: float, unknown_policy: str, autonomy: float, resync: float, workers: int,
+                   api_timeout: float, metrics_address: str, metrics_port: int, log_level: str,
+                   log_format: str) -> int:
+    """Run the controller until SIGTERM; returns the exit code (2 for invalid settings).
+
+    Durations in seconds; see ``edgewatch controller --help`` for each setting.
+    """
+    configure_logging(level=log_level, json_logs=log_format == "json")
+    try:
+        config = ControllerConfig(confirm_s=confirm, edge_view_ttl_s=edge_ttl,
+                                  unknown_policy=UnknownPolicy(unknown_policy), autonomy_s=autonomy)
+        if workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers}")
+        if not api_timeout > 0:
+            raise ValueError(f"--api-timeout must be > 0 seconds, got {api_timeout}")
+    except ValueError as exc:
+        log.error("invalid settings: %s", exc)
+        return 2
+    identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+
+    asyncio.run(run_until_signalled(run_controller_async(
+        kubeconfig=kubeconfig, namespace=namespace, identity=identity, config=config,
+        metrics_address=metrics_address, metrics_port=metrics_port, resync_s=resync, workers=workers,
+        api_timeout_s=api_timeout, election=ElectionConfig())))
+    return 0

@@ -1,0 +1,54 @@
+"""The controller's Prometheus metrics, on a registry passed in (no global registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ControllerMetrics:
+    """Every metric the controller exports.
+
+    Attributes:
+        nodes: covered nodes by enforced ``state`` (normal, disconnected, failed, unknown).
+        transitions: state transitions recorded (one Event each), by target ``to``.
+        evictions: pod evictions by ``result`` (evicted; blocked by a PodDisruptionBudget; failed;
+            timeout).
+        reconciles: reconciles by ``result`` (ok, error, crash).
+        reconcile_seconds: duration of one node's reconcile, seconds.
+        holds: autonomy-hold Lease renewals by ``outcome``.
+        config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
+        queue_depth: nodes waiting for a worker.
+        leader: 1 while this replica holds the controller Lease.
+        evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
+            ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
+            ``sender_mismatch``, ``bad_key_record``, ``key_conflict``).
+        api_reads: Nodes and Leases a reconcile read from the API, by ``kind``, because the watched
+            copy was missing or awaiting our own write (``edgewatch.controller.seen``).
+        roster_writes: group roster ConfigMap writes by ``result`` (``created``, ``updated``,
+            ``deleted``, ``conflict``, ``error``, ``too_big``; ``edgewatch.controller.roster``).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.nodes = Gauge("edgewatch_controller_nodes", "Covered nodes by enforced state.", ["state"],
+                           registry=registry)
+        self.transitions = Counter("edgewatch_controller_transitions", "State transitions.", ["to"], registry=registry)
+        self.evictions = Counter("edgewatch_controller_evictions", "Pod evictions by result.", ["result"],
+                                 registry=registry)
+        self.reconciles = Counter("edgewatch_controller_reconciles", "Reconciles by result.", ["result"],
+                                  registry=registry)
+        self.reconcile_seconds = Histogram("edgewatch_controller_reconcile_seconds", "One reconcile, seconds.",
+                                           registry=registry)
+        self.holds = Counter("edgewatch_controller_autonomy_holds", "Autonomy-hold Lease renewals by outcome.",
+                             ["outcome"], registry=registry)
+        self.config_rejected = Counter("edgewatch_controller_config_rejected",
+                                       "edgewatch-config versions refused.", registry=registry)
+        self.queue_depth = Gauge("edgewatch_controller_queue_depth", "Nodes waiting for a worker.",
+                                 registry=registry)
+        self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)
+        self.evidence = Counter("edgewatch_controller_evidence", "Signed statements and key records looked at, by "
+                                "result.", ["result"], registry=registry)
+        self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
+                                     ["result"], registry=registry)
+        self.api_reads = Counter("edgewatch_controller_api_reads", "Nodes and Leases read from the API by a "
+                                 "reconcile (no watched copy to use), by kind.", ["kind"], registry=registry)

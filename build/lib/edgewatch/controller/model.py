@@ -1,0 +1,356 @@
+"""The vocabulary of the controller's decision core: the views, states and policies, the snapshots the
+reconciler builds from API objects and its own observations, the configuration, and the plan.
+
+Pure data: no clock, no I/O. Units: every time is a float in **seconds**; instants are seconds since
+the Unix epoch on the *controller's* clock (``edgewatch.timefmt.MonotonicClock``), durations are
+seconds. A time written by another machine (a Lease's renewTime, a condition's lastHeartbeatTime)
+never appears here as an instant: the snapshots carry when the controller *observed* it change
+(docs/clock-skew.md); the remote text is kept only as an identity (the delegate mark must equal it).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from edgewatch.names import CLOUD_UNREACHABLE_TAINT_KEY, DOMAIN, FAILED_TAINT_KEY
+
+__all__ = [
+    "CLOUD_UNREACHABLE_TAINT",
+    "FAILED_TAINT",
+    "MANAGED_ANNOTATIONS",
+    "MANAGED_TAINT_IDS",
+    "MIN_REQUEUE_S",
+    "STATE_ANNOTATION",
+    "UNREACHABLE_SINCE_ANNOTATION",
+    "CloudView",
+    "ConditionSnapshot",
+    "ControllerConfig",
+    "EdgeView",
+    "Event",
+    "LeaseSnapshot",
+    "NodePlan",
+    "NodeSnapshot",
+    "NodeState",
+    "Taint",
+    "TaintEffect",
+    "Toleration",
+    "TolerationOperator",
+    "UnknownPolicy",
+]
+
+#: Node annotation (controller-owned): RFC 3339 start of the current outage; absent while NORMAL.
+UNREACHABLE_SINCE_ANNOTATION = f"{DOMAIN}/unreachable-since"
+#: Node annotation (controller-owned): the state last acted on (a :class:`NodeState` value); absent = normal.
+STATE_ANNOTATION = f"{DOMAIN}/state"
+#: The node annotations the controller writes (a plan gives a desired value, or None = absent, for each).
+MANAGED_ANNOTATIONS: tuple[str, ...] = (UNREACHABLE_SINCE_ANNOTATION, STATE_ANNOTATION)
+
+#: Smallest requeue delay, seconds. A boundary reached exactly at ``now`` whose change takes effect just
+#: after it (a Lease is still fresh at ``observed + grace`` and stale right after) yields this, so the
+#: delay stays positive.
+MIN_REQUEUE_S = 0.001
+
+
+class CloudView(enum.StrEnum):
+    """What the cloud sees of a node, from its Lease."""
+
+    OK = "ok"  #: A renewal by the node itself, observed within the grace.
+    DELEGATED = "delegated"  #: A renewal by a peer (current delegate mark), observed within the grace.
+    LOST = "lost"  #: No fresh renewal (or only the controller's own autonomy hold).
+
+
+class EdgeView(enum.StrEnum):
+    """What the node's peers see of it, from the ``EdgeHealthy`` condition."""
+
+    HEALTHY = "healthy"  #: status "True", refreshed within the TTL.
+    UNHEALTHY = "unhealthy"  #: status "False", refreshed within the TTL.
+    UNKNOWN = "unknown"  #: status "Unknown" or anything else, condition missing, or stale.
+
+
+class NodeState(enum.StrEnum):
+    """The decided state of a node (also the value of the ``edgewatch.io/state`` annotation)."""
+
+    NORMAL = "normal"
+    DISCONNECTED = "disconnected"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class UnknownPolicy(enum.StrEnum):
+    """What to do with a node the cloud cannot hear and the edge has no verdict on (table: UNKNOWN).
+
+    The policy only sets the *default* autonomy time; a node's ``edgewatch.io/autonomy-duration``
+    annotation, being more specific, wins under every policy.
+    """
+
+    #: Keep pods for ``ControllerConfig.autonomy_s``, then FAILED.
+    AUTONOMY = "autonomy"
+    #: Never fail on missing evidence (default autonomy unlimited).
+    KEEP = "keep"
+    #: Fail as soon as the outage is confirmed (default autonomy 0 s).
+    FAIL = "fail"
+
+
+class TaintEffect(enum.StrEnum):
+    """Kubernetes taint effects (equal to the API strings)."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class TolerationOperator(enum.StrEnum):
+    """Kubernetes toleration operators (an empty operator means ``Equal``)."""
+
+    EQUAL = "Equal"
+    EXISTS = "Exists"
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A Node taint (``spec.taints[]``).
+
+    Kubernetes identifies a taint on a node by ``(key, effect)``; ``time_added`` (seconds since the
+    epoch, or None) is the API's ``timeAdded``, written for NoExecute taints. edgewatch's own failed
+    taint gets it from the controller's clock, and only the controller reads it back.
+    """
+
+    key: str
+    effect: str
+    value: str = ""
+    time_added: float | None = None
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """``(key, effect)``: the identity of the taint on a node."""
+        return (self.key, str(self.effect))
+
+
+#: The taint of DISCONNECTED, UNKNOWN and FAILED nodes: no new pods.
+CLOUD_UNREACHABLE_TAINT = Taint(CLOUD_UNREACHABLE_TAINT_KEY, TaintEffect.NO_SCHEDULE)
+#: The taint of FAILED nodes (template: a planned one carries ``time_added``): evict non-tolerating pods.
+FAILED_TAINT = Taint(FAILED_TAINT_KEY, TaintEffect.NO_EXECUTE)
+#: The ``(key, effect)`` pairs we manage; every other taint is someone else's and is never touched.
+MANAGED_TAINT_IDS: frozenset[tuple[str, str]] = frozenset({CLOUD_UNREACHABLE_TAINT.ident, FAILED_TAINT.ident})
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration (``spec.tolerations[]``).
+
+    ``key`` "" with ``Exists`` matches every taint; ``operator`` "" means ``Equal``; ``effect`` "" matches
+    every effect; ``toleration_seconds`` (seconds, or None = forever) only matters for NoExecute taints.
+    """
+
+    key: str = ""
+    operator: str = TolerationOperator.EQUAL
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionSnapshot:
+    """The node's ``EdgeHealthy`` condition, as the controller observed it.
+
+    * ``status``: "True" / "False" / "Unknown" (anything else counts as unknown).
+    * ``observed_at``: when the controller first saw this verdict refreshed: the condition's
+      ``status`` and ``lastHeartbeatTime`` (or ``lastTransitionTime`` without one) took their current
+      values (controller clock). None: the condition carries no time at all, so a refresh could never
+      be seen: it never counts.
+    * ``status_since``: when the controller first saw the current ``status`` (controller clock).
+    * ``reason``, ``message``: as written by the agents (shown, never judged).
+
+    After a controller start the first look counts as "just now" for both (docs/clock-skew.md).
+    """
+
+    status: str
+    observed_at: float | None = None
+    status_since: float | None = None
+    reason: str = ""
+    message: str = ""
+
+
+def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSnapshot:
+    """What :func:`edgewatch.controller.decision.plan` needs of a Node.
+
+    ``labels`` and ``annotations`` are copied into read-only mappings; ``taints`` is the node's full
+    ``spec.taints`` in API order; ``edge_condition`` the ``EdgeHealthy`` condition or None.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    edge_condition: ConditionSnapshot | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", _frozen_mapping(self.labels))
+        object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))
+        object.__setattr__(self, "taints", tuple(self.taints))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseSnapshot:
+    """What :func:`edgewatch.controller.decision.plan` needs of the node's Lease in ``kube-node-lease``.
+
+    * ``renew_time``: ``spec.renewTime`` as MicroTime text, or None. Written with the writer's clock
+      (the kubelet's, a delegate's): an identity of the renewal, never compared with a clock; the
+      delegate mark is current only while ``delegated-renew-time`` equals it.
+    * ``observed_at``: when the controller first saw this ``renew_time`` (controller clock); None
+      iff ``renew_time`` is None.
+    * ``first_sight``: ``observed_at`` is the controller's first look at the Lease since it started,
+      not a renewal it watched happen; the renewal may be much older (docs/clock-skew.md).
+    * ``duration_s``: ``spec.leaseDurationSeconds``, or None (then
+      ``ControllerConfig.default_lease_duration_s``).
+    * ``annotations``: the Lease's annotations (the delegate mark). ``holder``: ``spec.holderIdentity``.
+    * ``delegation_proven``: the node's own recent signed statement (verified by the controller,
+      ``edgewatch.controller.verified``) proves it alive. A delegate mark without it is anyone's
+      claim: the renewal then counts as no heartbeat at all (LOST), never as the node's own.
+    """
+
+    renew_time: str | None = None
+    observed_at: float | None = None
+    first_sight: bool = False
+    duration_s: float | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    holder: str | None = None
+    delegation_proven: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))
+        if (self.renew_time is None) != (self.observed_at is None):
+            raise ValueError("a Lease snapshot has both a renew_time and its observed_at, or neither")
+
+
+def _check_seconds(name: str, value: float, *, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """Cluster-wide settings of the decision (all durations in seconds).
+
+    Raises ValueError on construction if a value is out of range: configuration is operator input and a
+    wrong value should stop the controller at start, not silently change its behaviour.
+    """
+
+    #: Lease grace when the Lease has no ``leaseDurationSeconds``: 40 s, the kubelet's default lease
+    #: duration (it renews every 10 s, so four renewals in a row must be missed before the Lease is stale).
+    default_lease_duration_s: float = 40.0
+    #: How long an ``EdgeHealthy`` verdict counts after the controller last saw it refreshed: 60 s.
+    #: Longer than the Lease grace so a verdict refreshed at heartbeat cadence outlives a few missed
+    #: publications (assumes the publisher refreshes it at least every ~20 s), yet short enough that a
+    #: verdict from agents that died is trusted for one minute at most.
+    edge_view_ttl_s: float = 60.0
+    #: How long a DISCONNECTED or UNKNOWN state must persist before we act on it (taint, event): 20 s,
+    #: two kubelet renew intervals. The cloud view leaves OK 12 s after the last observed renewal (see
+    #: ``lease_grace_s``); one late or missed renewal is followed by the next within 10 s, so it never
+    #: taints. FAILED uses ``failed_confirm_s`` instead (the peers' verdict is its confirmation).
+    confirm_s: float = 20.0
+    #: Slack after the kubelet's expected next renewal (a quarter of leaseDurationSeconds) before the
+    #: cloud view counts a heartbeat as missed: 2 s, above the apiserver latency, watch delivery and
+    #: scheduling jitter of a renewal, so a punctual kubelet is never overdue.
+    overdue_slack_s: float = 2.0
+    #: How long a FAILED verdict (cloud view not OK and a majority of peers see the node dead) must last
+    #: before pods are evicted: 0 s. The peers' verdict is already confirmed — a strict majority, each
+    #: behind a failure detector with hysteresis (``edgewatch.core.detector``) — so waiting longer only
+    #: keeps a dead node's pods out of service.
+    failed_confirm_s: float = 0.0
+    #: What to do without edge evidence. Default AUTONOMY: keep pods for ``autonomy_s``, then fail.
+    unknown_policy: UnknownPolicy = UnknownPolicy.AUTONOMY
+    #: Default autonomy time under AUTONOMY: 300 s, the same as the 300 s ``tolerationSeconds`` that the
+    #: DefaultTolerationSeconds admission plugin gives pods for ``node.kubernetes.io/unreachable``. With no
+    #: evidence either way we are then never quicker to evict than stock Kubernetes (whose users already
+    #: expect pods to move after about five minutes), nor slower; nodes whose outages are known to be
+    #: cuts rather than crashes get a longer time (or ``unlimited``) through the per-node annotation.
+    autonomy_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _check_seconds("default_lease_duration_s", self.default_lease_duration_s, allow_zero=False)
+        _check_seconds("edge_view_ttl_s", self.edge_view_ttl_s, allow_zero=False)
+        _check_seconds("confirm_s", self.confirm_s, allow_zero=True)
+        _check_seconds("overdue_slack_s", self.overdue_slack_s, allow_zero=True)
+        _check_seconds("failed_confirm_s", self.failed_confirm_s, allow_zero=True)
+        _check_seconds("autonomy_s", self.autonomy_s, allow_zero=True)
+        object.__setattr__(self, "unknown_policy", UnknownPolicy(self.unknown_policy))
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to record on the Node. ``type`` is "Normal" or "Warning"."""
+
+    reason: str
+    message: str
+    type: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePlan:
+    """The desired end state of one node, as computed by ``plan``.
+
+    Fields:
+
+    * ``node``: node name.
+    * ``cloud``, ``edge``: the two views; ``table_state``: the table's answer before the unknown policy.
+    * ``state``: the decided state (table + unknown policy; FAILED stays FAILED while there is no new
+      evidence). ``confirmed``: whether the non-NORMAL state has lasted ``confirm_s``.
+      ``effective_state``: what is enforced: ``state`` when confirmed, else NORMAL (so
+      ``state=DISCONNECTED, confirmed=False`` means no taint yet).
+    * ``taints``: the desired edgewatch taints (only keys in :data:`MANAGED_TAINT_IDS`), in canonical
+      order; apply with ``merge_taints``, which keeps every other taint.
+    * ``evict_pods``: evict the node's pods (those ``pod_eviction_due`` says are due).
+    * ``annotations``: desired value of each of :data:`MANAGED_ANNOTATIONS`, None = absent (a JSON merge
+      patch; ``annotation_patch`` keeps only the changes).
+    * ``event``: Event to record because ``effective_state`` differs from the node's recorded state, or
+      None.
+    * ``unreachable_since``: start of the outage (controller clock) or None when NORMAL.
+      ``confirm_at``: when the outage counts as confirmed. ``fail_at``: when a node without edge
+      evidence becomes (or became) FAILED by its autonomy time running out (None = unlimited or the
+      edge view is not unknown); a node judged FAILED before stays FAILED even earlier.
+      ``autonomy_s``: the autonomy time in force (seconds, None = unlimited).
+    * ``requeue_after_s``: seconds until the decision (state, confirmation, taints, eviction,
+      annotations, deadlines) would next change with time alone, always > 0; None when nothing is
+      pending (only an API change can change it). Pods' own eviction times are not included.
+    * ``explanation``: one human-readable line; ``warnings``: problems found in annotations (a plan is
+      still made, never an exception).
+    """
+
+    node: str
+    cloud: CloudView
+    edge: EdgeView
+    table_state: NodeState
+    state: NodeState
+    confirmed: bool
+    effective_state: NodeState
+    taints: tuple[Taint, ...]
+    evict_pods: bool
+    annotations: Mapping[str, str | None]
+    event: Event | None
+    unreachable_since: float | None
+    confirm_at: float | None
+    fail_at: float | None
+    autonomy_s: float | None
+    requeue_after_s: float | None
+    explanation: str
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failed_taint_added_at(self) -> float | None:
+        """``time_added`` (seconds since the epoch) of the planned failed taint, or None if not planned."""
+        for taint in self.taints:
+            if taint.ident == FAILED_TAINT.ident:
+                return taint.time_added
+        return None

@@ -1,0 +1,556 @@
+"""The controller's reconciler: makes each covered Node's taints, annotations and pods match the plan
+of ``edgewatch.controller.decision`` — level-triggered, so a restart recomputes the same answer.
+
+Triggers: watches on Nodes, on Leases in ``kube-node-lease`` and on the ``edgewatch-config``
+ConfigMap put nodes on a de-duplicating work queue (``edgewatch.controller.workqueue``) served by a
+bounded pool of workers, one node per worker at a time, so one slow node (a hanging eviction) never
+holds up another; the plan's ``requeue_after_s`` schedules the next look (a confirmation or autonomy
+time running out); a full resync every ``resync_s`` catches anything missed; a change of the
+ConfigMap's ``coverLabel`` re-plans every node.
+
+Clocks (docs/clock-skew.md): every watch event and every read records, on the controller's own
+monotonic clock, when the Lease's renewTime and the EdgeHealthy verdict changed
+(``edgewatch.controller.observations``); the plan judges freshness from those times only.
+
+What it writes (and nothing else):
+
+- ``spec.taints``: only ``edgewatch.io/cloud-unreachable:NoSchedule`` and ``edgewatch.io/failed:NoExecute``;
+  every other taint is kept as is (the write carries the resourceVersion it read; a 409 re-reads);
+- ``metadata.annotations``: ``edgewatch.io/state`` and ``edgewatch.io/unreachable-since`` — the
+  state of an outage lives in the API, not in memory (OpenYurt kept taint counters in memory and a
+  restart left taints stuck);
+- Events on the Node for each state transition;
+- the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
+  heartbeat (``edgewatch.leases.hold_renewal``), marked ``delegated-via: autonomy``;
+- the group rosters, ConfigMaps ``edgewatch-roster*`` in the edgewatch namespace, on membership
+  change only (``edgewatch.controller.roster``);
+- evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
+  node that do not tolerate the failed taint long enough, several at once (bounded); DaemonSet and
+  mirror pods are left alone as ``kubectl drain`` does.
+
+Nodes that are not covered (``edgewatch.controller.coverage``) get none of this; what edgewatch left
+on one while it was covered (its taints and annotations) is removed once.
+
+Limits: works next to the stock node lifecycle controller, never instead of it; it does not
+force-delete pods (a pod evicted from a dead node stays Terminating until the node comes back or
+is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once). Every API
+call has a timeout (``api_timeout_s``); watches are re-established after ``watch_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
+from lightkube.types import PatchType
+
+from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
+from edgewatch.controller.decision import plan
+from edgewatch.controller.metrics import ControllerMetrics
+from edgewatch.controller.model import (
+    MANAGED_ANNOTATIONS,
+    MANAGED_TAINT_IDS,
+    CloudView,
+    ControllerConfig,
+    LeaseSnapshot,
+    NodePlan,
+    NodeState,
+)
+from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
+from edgewatch.controller.observations import Observations
+from edgewatch.controller.roster import RosterPublisher
+from edgewatch.controller.seen import SeenObjects
+from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
+from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
+from edgewatch.controller.verified import VerifiedEdge
+from edgewatch.controller.workqueue import WorkQueue
+from edgewatch.leases import RenewOutcome, hold_renewal
+from edgewatch.names import EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
+from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
+
+__all__ = ["Reconciler"]
+
+log = logging.getLogger(__name__)
+
+_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
+_T = TypeVar("_T")
+
+#: Who the autonomy hold and the Events name.
+COMPONENT = "edgewatch-controller"
+
+
+def _skip_eviction(pod: Pod) -> bool:
+    """DaemonSet pods come straight back; mirror pods cannot be evicted (kubectl drain's rules)."""
+    meta = pod.metadata
+    if meta.deletionTimestamp is not None:
+        return True
+    if (meta.annotations or {}).get("kubernetes.io/config.mirror"):
+        return True
+    return any(ref.kind == "DaemonSet" for ref in meta.ownerReferences or [])
+
+
+VERDICT_MESSAGE_REFRESH_S = 600.0
+"""Seconds between two writes of an ``EdgeHealthy`` condition whose status and reason are unchanged
+but whose message (the vote counts) is not: ten minutes keeps ``kubectl describe node`` roughly
+current at one Node write per node per ten minutes."""
+
+
+class Reconciler:
+    """Reconciles every covered Node against the decision table.
+
+    Args:
+        client: API client with the controller's RBAC.
+        config: the decision's settings.
+        metrics: where to count.
+        namespace: where the ``edgewatch-config`` ConfigMap lives.
+        resync_s: full resync period, seconds (default 30 s).
+        hold_interval_s: how often an autonomy-held Lease is renewed, seconds (default 5 s: half the
+            kubelet's 10 s, so kube-controller-manager never sees it stale).
+        workers: nodes reconciled at once (default 8).
+        evictions_in_flight: evictions of one failed node's pods at once (default 8).
+        api_timeout_s: limit of every API call, seconds (default 10 s).
+        watch_timeout_s: a watch is re-established after this long, seconds (default 150 s; the
+            server is asked to end it after 120 s).
+        clock: the controller's clock, seconds since the epoch (default a ``MonotonicClock``: ages
+            are monotonic differences); injectable for tests.
+        evidence_ttl_s: a signed statement counts while its beacon is at most this old, seconds
+            (default 30 s; ``edgewatch.controller.verified``).
+        beacon_period_s: seconds between beacons (default 5 s; ``edgewatch.controller.evidence``).
+        identity_namespace: where the agents' keys and evidence Leases live.
+    """
+
+    def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
+                 namespace: str = "edgewatch", resync_s: float = 30.0, hold_interval_s: float = 5.0,
+                 workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
+                 watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None,
+                 evidence_ttl_s: float = 30.0, beacon_period_s: float = 5.0,
+                 identity_namespace: str = IDENTITY_NAMESPACE) -> None:
+        if workers < 1 or evictions_in_flight < 1:
+            raise ValueError("workers and evictions_in_flight must be >= 1")
+        if api_timeout_s <= 0 or watch_timeout_s <= 0:
+            raise ValueError("api_timeout_s and watch_timeout_s must be > 0")
+        self.client = client
+        self.config = config
+        self.metrics = metrics
+        self.namespace = namespace
+        self.resync_s = resync_s
+        self.hold_interval_s = hold_interval_s
+        self.workers = workers
+        self.evictions_in_flight = evictions_in_flight
+        self.api_timeout_s = api_timeout_s
+        self.watch_timeout_s = watch_timeout_s
+        self.clock = clock or MonotonicClock().now
+        self.plans: dict[str, NodePlan] = {}
+        self.nodes: set[str] = set()
+        self.coverage = Coverage()
+        self.observations = Observations()
+        self.queue = WorkQueue()
+        self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
+        self._verdict_shown: dict[str, float] = {}  # node -> when we last wrote its EdgeHealthy (our clock)
+        self._node_cache: SeenObjects[Node] = SeenObjects()
+        self._lease_cache: SeenObjects[Lease] = SeenObjects()
+        self._held: set[str] = set()  # nodes under the autonomy hold: their Lease is read, not cached
+        self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
+                                     on_result=lambda r: metrics.evidence.labels(result=r).inc())
+        self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
+                                    period_s=beacon_period_s, api_timeout_s=api_timeout_s)
+        self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
+                                         on_change=self.queue.add, namespace=identity_namespace,
+                                         watch_timeout_s=watch_timeout_s)
+        self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
+                                       api_timeout_s=api_timeout_s, watch_timeout_s=watch_timeout_s,
+                                       on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
+
+    # -- loops -------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read the coverage, then watch, resync and work until cancelled."""
+        await self._load_config()
+        self.verified.set_grouping(self.coverage.config)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node,
+                                       on_start=self._node_cache.restart))
+            tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease,
+                                       on_start=self._lease_cache.restart))
+            tg.create_task(self._watch(ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
+                                       on_event=self._on_config))
+            tg.create_task(self._resync())
+            tg.create_task(self.beacons.run())
+            tg.create_task(self.evidence.run())
+            tg.create_task(self.rosters.run())
+            tg.create_task(self.queue.serve(workers=self.workers, handle=self._handle))
+
+    async def _call(self, call: Awaitable[_T]) -> _T:
+        async with asyncio.timeout(self.api_timeout_s):
+            return await call
+
+    async def _load_config(self) -> None:
+        """Read the ConfigMap before the first plan, so no node is planned under the wrong coverage;
+        retried every 2 s while the API fails (404: the defaults, every node covered)."""
+        while True:
+            try:
+                cm = await self._call(self.client.get(ConfigMap, CONFIGMAP_NAME, namespace=self.namespace))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    self._apply_config(None)
+                    return
+                log.error("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc)
+            except _API_ERRORS as exc:
+                log.info("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc or type(exc).__name__)
+            else:
+                self._apply_config(cm.data or {})
+                return
+            await asyncio.sleep(2)
+
+    async def _watch(self, resource: Any, *, namespace: str | None, fields: dict[str, str] | None,
+                     on_event: Callable[[str, Any], None], on_start: Callable[[], None] = lambda: None) -> None:
+        """Watch ``resource`` forever, re-establishing the watch after any API error or after
+        ``watch_timeout_s`` (a silently dead connection never blocks it); ``on_start`` runs before
+        each (re-)established watch, which starts with every object as it is now."""
+        kind = resource.__name__.lower()
+        while True:
+            try:
+                on_start()
+                async with asyncio.timeout(self.watch_timeout_s):
+                    async for op, obj in self.client.watch(resource, namespace=namespace, fields=fields,
+                                                           server_timeout=120):
+                        on_event(op, obj)
+            except _API_ERRORS as exc:
+                log.info("%s watch interrupted: %s", kind, exc or type(exc).__name__)
+            await asyncio.sleep(1)
+
+    def _on_node(self, op: str, node: Node) -> None:
+        name = node.metadata.name
+        self._node_cache.seen(name, None if op == "DELETED" else node)
+        if op == "DELETED":
+            self.nodes.discard(name)
+            self.plans.pop(name, None)
+            self.observations.forget(name=name)
+            self.queue.forget(name)
+            self._labels.pop(name, None)
+            self._held.discard(name)
+            self.verified.set_node(name, None)
+            return
+        self.nodes.add(name)
+        self._labels[name] = dict(node.metadata.labels or {})
+        self._cover_in_evidence(name)
+        self.queue.add(name)
+
+    def _cover_in_evidence(self, name: str) -> None:
+        """Tell the verified view whether ``name`` is a covered node, and its labels (its group)."""
+        labels = self._labels.get(name)
+        self.verified.set_node(name, labels if labels is not None and self.coverage.covers(labels) else None)
+
+    def _on_lease(self, op: str, lease: Lease) -> None:
+        name = lease.metadata.name
+        self._lease_cache.seen(name, None if op == "DELETED" else lease)
+        lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
+                       now=self.clock())
+        self.queue.add(name)
+
+    def _on_config(self, op: str, cm: ConfigMap) -> None:
+        changed = self._apply_config(None if op == "DELETED" else (cm.data or {}))
+        self.verified.set_grouping(self.coverage.config)
+        self.rosters.touch()  # the grouping switches or the group label may have changed
+        if changed:
+            for name in list(self._labels):
+                self._cover_in_evidence(name)
+            for name in sorted(self.nodes | set(self.plans)):
+                self.queue.add(name)
+
+    def _apply_config(self, data: dict[str, str] | None) -> bool:
+        """Adopt the ConfigMap's data; True iff the cover label changed."""
+        try:
+            changed = self.coverage.apply(data)
+        except ValueError as exc:
+            log.error("refusing %s: %s; keeping coverLabel %r", CONFIGMAP_NAME, exc, self.coverage.cover_label,
+                      extra={"kind": "config_rejected"})
+            self.metrics.config_rejected.inc()
+            return False
+        if changed:
+            log.info("coverLabel now %r: re-planning every node", self.coverage.cover_label,
+                     extra={"kind": "coverage", "cover_label": self.coverage.cover_label})
+        return changed
+
+    async def _resync(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.api_timeout_s):
+                    names = [node.metadata.name async for node in self.client.list(Node)]
+                self.nodes = set(names)
+                for name in names:
+                    self.queue.add(name)
+            except _API_ERRORS as exc:
+                log.info("resync failed: %s", exc or type(exc).__name__)
+            await asyncio.sleep(self.resync_s)
+
+    async def _handle(self, name: str) -> None:
+        """One node, from the queue: reconcile, count, schedule the next look."""
+        started = time.monotonic()
+        try:
+            requeue = await self.reconcile(name)
+            self.metrics.reconciles.labels(result="ok").inc()
+        except _API_ERRORS as exc:
+            log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
+            self.metrics.reconciles.labels(result="error").inc()
+            requeue = 1.0
+        except Exception:  # a bug must cost one node a retry, never the whole controller
+            log.exception("reconcile %s crashed; retrying in 5 s", name)
+            self.metrics.reconciles.labels(result="crash").inc()
+            requeue = 5.0
+        self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+        if requeue is not None:
+            self.queue.add_after(name, max(0.05, requeue))
+        self._export_states()
+
+    def _export_states(self) -> None:
+        counts: dict[str, int] = {}
+        for p in self.plans.values():
+            counts[p.effective_state.value] = counts.get(p.effective_state.value, 0) + 1
+        for state in NodeState:
+            self.metrics.nodes.labels(state=state.value).set(counts.get(state.value, 0))
+        self.metrics.queue_depth.set(len(self.queue))
+
+    # -- one node ----------------------------------------------------------------------------------
+
+    async def reconcile(self, name: str) -> float | None:
+        """Make node ``name`` match its plan. Returns seconds until it should be looked at again
+        (None = only on change). Raises API errors (and TimeoutError) for the worker's retry."""
+        node = self._node_cache.get(name)
+        if node is None:  # not seen by the watch yet, or we wrote it since
+            self.metrics.api_reads.labels(kind="node").inc()
+            try:
+                node = await self._call(self.client.get(Node, name))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    self.plans.pop(name, None)
+                    self.observations.forget(name=name)
+                    return None
+                raise
+        lease = self._lease_cache.get(name) if name not in self._held else None
+        if lease is None:
+            self.metrics.api_reads.labels(kind="lease").inc()
+            try:
+                lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                lease = None
+        now = self.clock()
+        snap = node_snapshot(node, observations=self.observations, now=now)
+        lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
+        if not self.coverage.covers(snap.labels):
+            return await self._release(node)
+        # The edge view is what the controller verified itself, never the condition on the Node
+        # (anyone with an agent token could write that); a delegate mark needs the node's own word.
+        snap = dataclasses.replace(snap, edge_condition=self.verified.condition(name))
+        if lease_snap is not None:
+            lease_snap = dataclasses.replace(
+                lease_snap, delegation_proven=self.verified.own_life(name, now=now) is not None)
+        await self._show_verdict(node)
+        p = plan(node=snap, lease=lease_snap, now=now, config=self.config)
+        for warning in p.warnings:
+            log.warning("node %s: %s", name, warning)
+        previous = self.plans.get(name)
+        self.plans[name] = p
+        if previous is None or previous.effective_state != p.effective_state:
+            log.info("node %s: %s", name, p.explanation,
+                     extra={"kind": "state", "node": name, "state": p.effective_state.value,
+                            "cloud": p.cloud.value, "edge": p.edge.value})
+
+        merged = merge_taints(current=snap.taints, managed=p.taints)
+        if merged != snap.taints:
+            body = {"metadata": {"resourceVersion": node.metadata.resourceVersion},
+                    "spec": {"taints": [taint_to_api(t) for t in merged]}}
+            try:
+                self._node_cache.wrote(name, await self._call(
+                    self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
+            except ApiError as exc:
+                if exc.status.code == 409:
+                    self._node_cache.forget(name)
+                    return 0.05  # someone else wrote the node: re-read and re-plan at once
+                raise
+            ours = [f"{t.key}:{t.effect}" for t in merged if t.ident in MANAGED_TAINT_IDS]
+            log.info("node %s: taints now %s", name, ours or "none of ours")
+        annotations = annotation_patch(current=snap.annotations, desired=p.annotations)
+        if annotations:
+            self._node_cache.wrote(name, await self._call(self.client.patch(
+                Node, name, {"metadata": {"annotations": annotations}}, patch_type=PatchType.MERGE)))
+        if p.event is not None:
+            await self._record_event(node, reason=p.event.reason, message=p.event.message, type_=p.event.type)
+            self.metrics.transitions.labels(to=p.effective_state.value).inc()
+
+        requeue = p.requeue_after_s
+        if lease_snap is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED,
+                                                                                NodeState.UNKNOWN):
+            self._held.add(name)  # its Lease is read from the API while we write it
+            requeue = _sooner(requeue, await self._hold(name, lease_snap, now))
+        else:
+            self._held.discard(name)
+        if p.evict_pods:
+            requeue = _sooner(requeue, await self._evict(name, p, now))
+        return requeue
+
+    async def _show_verdict(self, node: Node) -> None:
+        """Make the ``EdgeHealthy`` condition show the verified verdict (for ``kubectl describe
+        node``): written when its status or reason differs, and when only the message (the vote
+        counts) differs at most every ``VERDICT_MESSAGE_REFRESH_S``. Every Node write is a watch event
+        for every Node watcher, and in a group of 1,000 one node's death changes the counts of all
+        999 others: counts are shown, not streamed (issue 11)."""
+        name = node.metadata.name
+        held = self.verified.verdict(name)
+        if held is None:
+            return
+        current = next((c for c in ((node.status.conditions or []) if node.status else [])
+                        if c.type == EDGE_CONDITION_TYPE), None)
+        if current is not None and (current.status, current.reason) == (held.status, held.reason):
+            shown = self._verdict_shown.get(name)
+            if current.message == held.message or (shown is not None and
+                                                   self.clock() - shown < VERDICT_MESSAGE_REFRESH_S):
+                return
+        now = format_rfc3339(time.time())
+        moved = now
+        if current is not None and current.status == held.status and current.lastTransitionTime is not None:
+            moved = format_rfc3339(current.lastTransitionTime)
+        body = {"status": {"conditions": [{"type": EDGE_CONDITION_TYPE, "status": held.status, "reason": held.reason,
+                                           "message": held.message, "lastHeartbeatTime": now,
+                                           "lastTransitionTime": moved}]}}
+        self._node_cache.wrote(name, await self._call(self.client.patch(Node.Status, name, body)))
+        self._verdict_shown[name] = self.clock()
+        if len(self._verdict_shown) > 4 * max(len(self.nodes), 1_000):
+            self._verdict_shown.clear()
+
+    async def _release(self, node: Node) -> float | None:
+        """An uncovered node: stock behaviour. Remove what edgewatch left on it while it was covered
+        (our taints and annotations, in one write that carries the resourceVersion), once."""
+        name = node.metadata.name
+        self.plans.pop(name, None)
+        taints = [t for t in (node.spec.taints or [] if node.spec else [])]
+        kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS]
+        stale = {k: None for k in MANAGED_ANNOTATIONS if k in (node.metadata.annotations or {})}
+        if len(kept) == len(taints) and not stale:
+            return None
+        body: dict[str, Any] = {"metadata": {"resourceVersion": node.metadata.resourceVersion}}
+        if stale:
+            body["metadata"]["annotations"] = stale
+        if len(kept) != len(taints):
+            body["spec"] = {"taints": [t.to_dict() for t in kept]}
+        try:
+            self._node_cache.wrote(name, await self._call(
+                self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
+        except ApiError as exc:
+            if exc.status.code == 409:
+                self._node_cache.forget(name)
+                return 0.05
+            raise
+        message = (f"node {name} is not covered (coverLabel {self.coverage.cover_label!r}): edgewatch's taints "
+                   f"and annotations removed; stock Kubernetes behaviour from now on")
+        log.info(message, extra={"kind": "uncovered", "node": name})
+        await self._record_event(node, reason="EdgewatchUncovered", message=message, type_="Normal")
+        return None
+
+    async def _hold(self, name: str, lease: LeaseSnapshot, now: float) -> float:
+        """Autonomy hold: renew the Lease of a node we keep pods on although nobody can carry its
+        heartbeat (e.g. a whole pool cut off), so kube-controller-manager does not mark it NotReady,
+        pull its pods from the endpoints and evict them before our own policy says so. Marked
+        ``delegated-via: autonomy``, which the cloud view reads as no heartbeat (LOST).
+
+        Due when the controller saw the current renewal ``hold_interval_s`` ago or more (its own
+        clock; never by the renewTime's age). Returns seconds until the next hold is due."""
+        age = float("inf") if lease.observed_at is None else now - lease.observed_at
+        if age < self.hold_interval_s:
+            return self.hold_interval_s - age
+        result = await self._call(hold_renewal(client=self.client, node=name, holder=COMPONENT,
+                                               expected_renew_time=lease.renew_time,
+                                               now=dt.datetime.fromtimestamp(now, dt.timezone.utc)))
+        self.metrics.holds.labels(outcome=result.outcome.value).inc()
+        if result.outcome is RenewOutcome.RENEWED and result.renew_time is not None:
+            self.observations.see(kind=LEASE, name=name, value=format_micro_time(result.renew_time), now=now)
+        else:
+            log.info("autonomy hold of %s: %s %s", name, result.outcome.value, result.detail)
+        return self.hold_interval_s
+
+    async def _evict(self, name: str, p: NodePlan, now: float) -> float | None:
+        """Evict the due pods of a FAILED node, up to ``evictions_in_flight`` at once, each call with
+        its timeout; returns seconds until the next pod is due (or a retry of a blocked one)."""
+        added = p.failed_taint_added_at if p.failed_taint_added_at is not None else now
+        async with asyncio.timeout(self.api_timeout_s):
+            pods = [pod async for pod in self.client.list(Pod, namespace="*", fields={"spec.nodeName": name})]
+        next_due: float | None = None
+        due_now: list[Pod] = []
+        for pod in pods:
+            if _skip_eviction(pod):
+                continue
+            due = pod_eviction_due(tolerations=pod_tolerations(pod), taint_added_at=added, now=now)
+            if due is None:
+                continue
+            if due > now:
+                next_due = _sooner(next_due, due - now)
+            else:
+                due_now.append(pod)
+        slots = asyncio.Semaphore(self.evictions_in_flight)
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(self._evict_one(pod, node=name, slots=slots)) for pod in due_now]
+        for task in tasks:
+            next_due = _sooner(next_due, task.result())
+        return next_due
+
+    async def _evict_one(self, pod: Pod, *, node: str, slots: asyncio.Semaphore) -> float | None:
+        """One eviction; never raises. Returns a retry delay (blocked, timed out, failed) or None."""
+        meta = pod.metadata
+        async with slots:
+            try:
+                await self._call(self.client.create(
+                    Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
+                    name=meta.name, namespace=meta.namespace))
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return None
+                result = "blocked" if exc.status.code == 429 else "failed"  # 429: a PodDisruptionBudget
+                self.metrics.evictions.labels(result=result).inc()
+                if result == "failed":
+                    log.info("evicting %s/%s from %s failed: %s", meta.namespace, meta.name, node, exc)
+                return 5.0
+            except (httpx.HTTPError, OSError, TimeoutError) as exc:
+                self.metrics.evictions.labels(result="timeout" if isinstance(exc, TimeoutError) else "failed").inc()
+                log.info("evicting %s/%s from %s: %s", meta.namespace, meta.name, node, exc or type(exc).__name__)
+                return 1.0
+        self.metrics.evictions.labels(result="evicted").inc()
+        log.info("evicted %s/%s from failed node %s", meta.namespace, meta.name, node,
+                 extra={"kind": "evicted", "node": node, "pod": f"{meta.namespace}/{meta.name}"})
+        return None
+
+    async def _record_event(self, node: Node, *, reason: str, message: str, type_: str) -> None:
+        now = format_rfc3339(self.clock())
+        event = Event.from_dict({
+            "metadata": {"name": f"{node.metadata.name}.{secrets.token_hex(6)}", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": node.metadata.name, "uid": node.metadata.uid,
+                               "apiVersion": "v1"},
+            "reason": reason, "message": message, "type": type_,
+            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        })
+        try:
+            await self._call(self.client.create(event))
+        except _API_ERRORS as exc:
+            log.info("could not record event %s on %s: %s", reason, node.metadata.name, exc or type(exc).__name__)
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The smaller of two optional delays (None = no deadline)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

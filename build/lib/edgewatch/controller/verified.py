@@ -1,0 +1,224 @@
+"""The edge view the controller checked itself: verdicts counted from signed statements, not read
+from a condition anyone with an agent token could write (issue 12, docs/security.md).
+
+State kept here, fed by the controller's informers (``edgewatch.controller.evidence``):
+
+* every node's published public keys (``edgewatch-nodes/<node>`` ConfigMaps);
+* the beacons this controller issued, with its own clock reading at issue
+  (:class:`edgewatch.core.beacon.BeaconLog`);
+* the newest verified statement of every node, timed by its beacon
+  (:class:`edgewatch.core.evidence.EvidenceBook`), from the evidence Leases;
+* the covered nodes' labels and the grouping switches, to know every node's group exactly as the
+  agents do (:func:`edgewatch.core.grouping.groups`).
+
+From it, :meth:`VerifiedEdge.condition` gives the decision core the same
+:class:`~edgewatch.controller.model.ConditionSnapshot` it used to read from the ``EdgeHealthy``
+condition — so the decision table is unchanged — and :meth:`VerifiedEdge.own_life` says whether a
+node's own signed word proves it alive (needed before a delegated Lease renewal counts).
+
+Single-threaded (one event loop). Times in seconds on the controller's clock. A group's verdicts
+are recounted in full over its monitoring topology (:func:`edgewatch.core.reach.decide_reach`:
+O(group size x rings), about 10 ms for 1,000 nodes); a group is recounted when one of its
+statements changed or a counted statement may have expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from edgewatch.controller.model import ConditionSnapshot
+from edgewatch.core.beacon import BeaconLog
+from edgewatch.core.evidence import EvidenceBook, Statement, decode_evidence, verified_decisions
+from edgewatch.core.grouping import GroupingConfig, groups
+from edgewatch.core.identity import PublicKeys
+from edgewatch.core.quorum import Decision
+from edgewatch.core.topology import neighbours
+from edgewatch.core.types import NodeName, Verdict, is_node_name
+from edgewatch.core.wire import Rejected
+
+__all__ = ["VerifiedEdge", "VerifiedVerdict"]
+
+_STATUS = {Verdict.HEALTHY: "True", Verdict.UNHEALTHY: "False", Verdict.UNKNOWN: "Unknown"}
+_REASON = {Verdict.HEALTHY: "PeersSeeAlive", Verdict.UNHEALTHY: "PeersSeeDead", Verdict.UNKNOWN: "NoMajority"}
+
+
+@dataclass(frozen=True)
+class VerifiedVerdict:
+    """A node's verified verdict and since when it holds (controller clock)."""
+
+    decision: Decision
+    since: float
+
+    @property
+    def status(self) -> str:
+        """"True", "False" or "Unknown", as the EdgeHealthy condition shows it."""
+        return _STATUS[self.decision.verdict]
+
+    @property
+    def reason(self) -> str:
+        """The condition's reason."""
+        return _REASON[self.decision.verdict]
+
+    @property
+    def message(self) -> str:
+        """E.g. "healthy: 4 of 5 peers see it alive, ... (signed, checked by the controller)"."""
+        return f"{self.decision.message} (signed statements checked by the controller)"
+
+
+class VerifiedEdge:
+    """The controller's verified edge view.
+
+    Args (keyword-only):
+        ttl_s: a statement counts while its beacon was issued at most this long ago (seconds;
+            default 30 s: three of the agents' 10 s evidence refreshes, plus a 5 s beacon period).
+        on_result: called with a result label per statement or record looked at (``new``,
+            ``older``, ``duplicate``, ``unknown_beacon``, a ``RejectReason`` value, ``bad_key_record``,
+            ``key_conflict``): the metric ``edgewatch_controller_evidence_total{result}``.
+
+    The monitoring topology's rings come with the grouping switches (ConfigMap key
+    ``monitoringRings``, :meth:`set_grouping`), as the agents read them.
+    """
+
+    def __init__(self, *, ttl_s: float = 30.0, on_result: Callable[[str], None] = lambda _r: None) -> None:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0 seconds")
+        self.ttl_s = ttl_s
+        self._rings: dict[frozenset[NodeName], dict[NodeName, frozenset[NodeName]]] = {}
+        self.on_result = on_result
+        self.keys = PublicKeys()
+        self.beacons = BeaconLog()
+        self.book = EvidenceBook(beacon_time=self.beacons.issued_at)
+        self.grouping = GroupingConfig()
+        self._labels: dict[NodeName, dict[str, str]] = {}
+        self._groups: dict[NodeName, frozenset[NodeName]] | None = None
+        self._verdicts: dict[NodeName, VerifiedVerdict] = {}
+        self._dirty: set[NodeName] = set()  # nodes whose group must be recounted
+        self._last_recount: float | None = None
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def set_grouping(self, config: GroupingConfig) -> None:
+        """The grouping switches of the ConfigMap (regroups every node)."""
+        if config != self.grouping:
+            self.grouping = config
+            self._regroup()
+
+    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A covered node and its labels (None: deleted or no longer covered)."""
+        if not is_node_name(name):
+            return
+        node = NodeName(name)
+        if labels is None:
+            if self._labels.pop(node, None) is not None:
+                self._verdicts.pop(node, None)
+                self.book.forget(node)
+                self._regroup()
+            return
+        if self._labels.get(node) != dict(labels):
+            self._labels[node] = dict(labels)
+            self._regroup()
+
+    def _regroup(self) -> None:
+        self._groups = None
+        self._rings.clear()
+        self._dirty.update(self._labels)
+
+    def apply_keys(self, node: str, record: str | None) -> None:
+        """A node's published key record (None: deleted). Refusals are counted, never raised."""
+        if not is_node_name(node):
+            return
+        if record is None:
+            self.keys.remove(NodeName(node))
+            return
+        try:
+            self.keys.update(NodeName(node), record)
+        except ValueError as exc:
+            self.on_result("key_conflict" if "already published" in str(exc) else "bad_key_record")
+
+    def apply_evidence(self, writer: str, text: str | None) -> list[str]:
+        """Verify and take in an evidence Lease written by ``writer`` (None or "": nothing).
+        Returns the result label per statement (also given to ``on_result``)."""
+        if not text or not is_node_name(writer):
+            return []
+        try:
+            accepted, refused = decode_evidence(text, writer=NodeName(writer), verifier=self.keys)
+        except Rejected as exc:
+            self.on_result(exc.reason.value)
+            return [exc.reason.value]
+        results = [r.reason.value for r in refused]
+        for hb in accepted:
+            result = self.book.offer(hb, carrier=NodeName(writer))
+            results.append(result)
+            if result == "new":
+                self._dirty.add(hb.origin)
+        for result in results:
+            self.on_result(result)
+        return results
+
+    # -- outputs -----------------------------------------------------------------------------------
+
+    def group_of(self, node: NodeName) -> frozenset[NodeName] | None:
+        """``node``'s group (None: not a covered node known here)."""
+        if self._groups is None:
+            self._groups = groups(node_labels=self._labels, enabled=self.grouping.enabled,
+                                  label_key=self.grouping.label_key)
+        return self._groups.get(node)
+
+    def recount(self, *, now: float) -> set[NodeName]:
+        """Recount the groups with changed statements, and every group whose oldest counted
+        statement may have expired; returns the nodes whose verified status or counts changed."""
+        subjects: set[NodeName] = set()
+        for node in self._dirty:
+            group = self.group_of(node)
+            if group is not None:
+                subjects |= group
+        self._dirty.clear()
+        for node, held in self._verdicts.items():
+            if held.decision.verdict is not Verdict.UNKNOWN or held.decision.votes_counted:
+                subjects.add(node)  # a counted statement may have expired since
+        subjects |= set(self._labels) - set(self._verdicts)
+        votes = self.book.votes()
+        counted: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
+        changed: set[NodeName] = set()
+        for node in subjects:
+            group = self.group_of(node)
+            if group is None:
+                continue
+            if group not in counted:
+                ring = self._rings.get(group)
+                if ring is None:
+                    ring = self._rings[group] = dict(neighbours(group, k=self.grouping.rings))
+                counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
+            decision = counted[group][node]
+            held = self._verdicts.get(node)
+            if held is None or held.decision != decision:
+                since = now if held is None or held.decision.verdict is not decision.verdict else held.since
+                self._verdicts[node] = VerifiedVerdict(decision=decision, since=since)
+                changed.add(node)
+        return changed
+
+    def verdict(self, node: str) -> VerifiedVerdict | None:
+        """The last counted verdict of ``node`` (None before the first recount)."""
+        return self._verdicts.get(NodeName(node))
+
+    def condition(self, node: str) -> ConditionSnapshot | None:
+        """The verified verdict as the decision core's edge condition: a True / False verdict is
+        fresh by construction (each statement behind it passed the TTL at the last recount)."""
+        held = self._verdicts.get(NodeName(node))
+        if held is None:
+            return None
+        fresh = held.decision.verdict is not Verdict.UNKNOWN
+        return ConditionSnapshot(status=held.status, observed_at=self._last_recount if fresh else None,
+                                 status_since=held.since, reason=held.reason, message=held.message)
+
+    def recount_all(self, *, now: float) -> set[NodeName]:
+        """:meth:`recount` and remember when (the freshness of every verdict it gave)."""
+        changed = self.recount(now=now)
+        self._last_recount = now
+        return changed
+
+    def own_life(self, node: str, *, now: float) -> Statement | None:
+        """``node``'s own fresh signed statement with a working kubelet (its proof of life, which a
+        carried Lease renewal needs), or None."""
+        return self.book.own_life(NodeName(node), now=now, ttl_s=self.ttl_s)

@@ -1,0 +1,142 @@
+"""The two views of a node and the seed 003 table: the cloud view from its Lease, the edge view from
+its ``EdgeHealthy`` condition, and the state the two give together.
+
+Every freshness judgement of the controller is made here, and each is an *age on the controller's
+own clock*: how long ago the controller observed the renewal or the verdict refresh
+(``observed_at``), never how old a remote timestamp looks (docs/clock-skew.md; as
+kube-controller-manager's node lifecycle controller and client-go's leader election do). So a node or
+agent whose clock is wrong by any amount is judged exactly like one whose clock is right.
+
+Pure functions: no clock (``now`` is passed in), no I/O. Times in seconds.
+"""
+
+from __future__ import annotations
+
+from edgewatch.controller.model import (
+    CloudView,
+    ConditionSnapshot,
+    ControllerConfig,
+    EdgeView,
+    LeaseSnapshot,
+    NodeState,
+)
+from edgewatch.leases import mark_is_current
+from edgewatch.names import DELEGATED_VIA_ANNOTATION
+
+__all__ = [
+    "cloud_view",
+    "decide_state",
+    "edge_unknown_since",
+    "edge_view",
+    "is_delegated",
+    "is_fresh",
+    "is_held_by_controller",
+    "lease_grace_s",
+]
+
+
+def is_fresh(*, observed_at: float | None, now: float, grace_s: float) -> bool:
+    """True iff ``now - observed_at <= grace_s`` (all seconds, controller clock); None is never fresh.
+
+    Fresh *at* the boundary, stale right after it.
+    """
+    if observed_at is None:
+        return False
+    return now <= observed_at + grace_s
+
+
+def lease_grace_s(*, lease: LeaseSnapshot | None, config: ControllerConfig) -> float:
+    """Seconds an observed Lease renewal stays fresh for the cloud view: one renew interval plus a slack.
+
+    The kubelet renews its Lease every quarter of ``leaseDurationSeconds`` (10 s of 40 s; kubelet's
+    ``renewInterval``), so a renewal the controller saw more than ``renew interval + overdue_slack_s``
+    ago (12 s by default) is *overdue*: the cloud has missed a heartbeat. That, not the Lease's expiry
+    (40 s), is when the cloud view stops being OK — one missed heartbeat alone never acts (the
+    DISCONNECTED taint waits for ``confirm_s``, FAILED needs the peers' verdict as well), but a dead
+    node is seen 28 s sooner. Never longer than the duration itself; the default duration applies
+    when the Lease has none.
+    """
+    duration = float(config.default_lease_duration_s)
+    if lease is not None and lease.duration_s is not None and lease.duration_s > 0:
+        duration = float(lease.duration_s)
+    return min(duration, duration / 4 + config.overdue_slack_s)
+
+
+def is_delegated(lease: LeaseSnapshot | None) -> bool:
+    """True iff the Lease's current renewal was made by a delegate on the node's behalf: the delegate
+    mark is current (``edgewatch.leases.mark_is_current``: ``delegate-heartbeat: "true"`` and
+    ``delegated-renew-time`` equal to ``renewTime`` as text). Once the kubelet renews by itself the
+    texts differ and the renewal is the node's own."""
+    if lease is None:
+        return False
+    return mark_is_current(annotations=lease.annotations, renew_time=lease.renew_time)
+
+
+def is_held_by_controller(lease: LeaseSnapshot | None) -> bool:
+    """True iff the Lease's current renewal is the controller's own autonomy hold
+    (``edgewatch.io/delegated-via: autonomy`` on a current mark): it keeps kube-controller-manager
+    from marking the node NotReady during the autonomy time, and is no evidence of life."""
+    if lease is None or not is_delegated(lease):
+        return False
+    return lease.annotations.get(DELEGATED_VIA_ANNOTATION) == "autonomy"
+
+
+def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
+               trust_first_sight: bool = True) -> CloudView:
+    """The cloud view of a node from its Lease (``now`` and ``grace_s`` in seconds).
+
+    LOST when there is no renewal, when the current renewal is the controller's own autonomy hold,
+    or when the controller observed it more than ``grace_s`` ago. A renewal seen only at the
+    controller's first look (``first_sight``) is taken as "just now", as kube-controller-manager does
+    after a restart, unless ``trust_first_sight`` is False (the node has a recorded outage, see
+    ``plan``): then an own renewal counts only once the controller has seen one happen. A current
+    delegate mark is trusted either way (it says "cut off", not "back") — but only with the node's own
+    verified statement behind it (``lease.delegation_proven``): an unproven mark (a compromised
+    agent's, or one whose node went quiet) is LOST.
+    """
+    if lease is None or lease.observed_at is None or is_held_by_controller(lease):
+        return CloudView.LOST
+    delegated = is_delegated(lease)
+    if delegated and not lease.delegation_proven:
+        return CloudView.LOST
+    if lease.first_sight and not trust_first_sight and not delegated:
+        return CloudView.LOST
+    if not is_fresh(observed_at=lease.observed_at, now=now, grace_s=grace_s):
+        return CloudView.LOST
+    return CloudView.DELEGATED if delegated else CloudView.OK
+
+
+def edge_view(*, condition: ConditionSnapshot | None, now: float, ttl_s: float) -> EdgeView:
+    """The edge view from the ``EdgeHealthy`` condition (``now`` and ``ttl_s`` in seconds).
+
+    A True / False verdict counts while the controller saw it refreshed at most ``ttl_s`` ago;
+    anything else, or no condition, is unknown.
+    """
+    if condition is None or condition.status not in ("True", "False"):
+        return EdgeView.UNKNOWN
+    if not is_fresh(observed_at=condition.observed_at, now=now, grace_s=ttl_s):
+        return EdgeView.UNKNOWN
+    return EdgeView.HEALTHY if condition.status == "True" else EdgeView.UNHEALTHY
+
+
+def edge_unknown_since(condition: ConditionSnapshot | None, *, ttl_s: float) -> float | None:
+    """Since when the edge view has been unknown (controller clock), or None if not derivable (no
+    condition, or one without any time): when the controller saw the status become something other
+    than True / False, or when a True / False verdict it last saw refreshed went stale."""
+    if condition is None:
+        return None
+    if condition.status not in ("True", "False"):
+        return condition.status_since
+    return None if condition.observed_at is None else condition.observed_at + ttl_s
+
+
+def decide_state(cloud: CloudView, edge: EdgeView) -> NodeState:
+    """The seed 003 table: OK -> NORMAL; otherwise healthy -> DISCONNECTED, unhealthy -> FAILED,
+    unknown -> UNKNOWN (resolved later by the unknown policy)."""
+    if cloud is CloudView.OK:
+        return NodeState.NORMAL
+    if edge is EdgeView.HEALTHY:
+        return NodeState.DISCONNECTED
+    if edge is EdgeView.UNHEALTHY:
+        return NodeState.FAILED
+    return NodeState.UNKNOWN

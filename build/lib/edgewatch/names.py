@@ -1,0 +1,62 @@
+"""Names edgewatch puts into the Kubernetes API: annotations, labels, taints, the Node condition,
+and the peer port. One place, so agent, controller, manifests and docs agree.
+
+Limits: only names; the meaning of each lives with the code that writes it (cited below).
+"""
+
+from __future__ import annotations
+
+DOMAIN = "edgewatch.io"
+
+# Lease annotations written by whoever renews a cut-off node's Lease on its behalf
+# (seeds 000/001/002: the delegate mark lets the cloud tell "alive but cut off" from "failed").
+DELEGATE_HEARTBEAT_ANNOTATION = f"{DOMAIN}/delegate-heartbeat"   # "true"
+DELEGATED_BY_ANNOTATION = f"{DOMAIN}/delegated-by"               # node name of the delegate
+DELEGATED_RENEW_TIME_ANNOTATION = f"{DOMAIN}/delegated-renew-time"  # the renewTime the delegate wrote
+DELEGATED_VIA_ANNOTATION = f"{DOMAIN}/delegated-via"             # "peer", "coordinator" or "autonomy"
+
+# Node condition the agents publish: the edge view (seed 003 vote), visible in `kubectl describe node`.
+EDGE_CONDITION_TYPE = "EdgeHealthy"
+# Node condition each agent with --coordinator writes on its own node: its pool-coordinator role
+# (reason Leader / Follower / Pending) and the coordinator's state.
+ROLE_CONDITION_TYPE = "EdgePoolCoordinator"
+
+# Label that groups nodes (multi-region, seed 003); the node pool label for the coordinator.
+DEFAULT_GROUP_LABEL = f"{DOMAIN}/topology-zone"
+POOL_LABEL = f"{DOMAIN}/pool"
+
+# Taints the controller owns (seed 003 table): no new pods on a disconnected node; evict from a failed one.
+CLOUD_UNREACHABLE_TAINT_KEY = f"{DOMAIN}/cloud-unreachable"
+FAILED_TAINT_KEY = f"{DOMAIN}/failed"
+
+# Per-node override of the unknown-policy autonomy time (like OpenYurt's autonomy-duration).
+AUTONOMY_DURATION_ANNOTATION = f"{DOMAIN}/autonomy-duration"
+
+# Peer checks and vote exchange between agents (seed 003: port 51005).
+DEFAULT_PEER_PORT = 51005
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+DEFAULT_POOL_CACHE_PORT = 51007
+"""The agent's pool-cache endpoint (HTTPS on loopback; kube-proxy and CoreDNS of the node read
+EndpointSlices and Services there, see edgewatch.poolcache)."""
+
+IDENTITY_NAMESPACE = "edgewatch-nodes"
+"""Per-node objects named like their node, each written only by that node's own agent (enforced by
+the apiserver, deploy/15-policy-agent.yaml): the ConfigMap of its public keys."""
+
+KEY_RECORD_KEY = "keys"
+"""The ConfigMap key of a node's public key record (edgewatch.core.identity.parse_key_record)."""
+
+EVIDENCE_ANNOTATION = f"{DOMAIN}/evidence"
+"""On the Lease ``edgewatch-nodes/<node>``: the node's signed statements and the ones it carries
+(edgewatch.core.evidence)."""
+
+BEACON_LEASE_NAME = "edgewatch-beacon"
+"""The Lease (in the edgewatch namespace, written by the controller only) holding the beacon."""
+
+BEACON_ANNOTATION = f"{DOMAIN}/beacon"
+"""The newest beacon token (edgewatch.core.beacon)."""
+
+BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
+"""The controller's beacon public key, base64 of the raw 32 bytes."""
