@@ -8,12 +8,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries unit bench bench-lab bench-cache fuzz clean-lab
+.PHONY: demo test setup system-deps binaries node-binaries image unit bench bench-lab bench-cache fuzz clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
 
-test: setup binaries
+test: setup binaries node-binaries
 	$(VENV)/bin/pytest
 
 # Python 3.11+ virtualenv with the pinned dependencies (reinstalled when pyproject.toml changes).
@@ -38,14 +38,19 @@ system-deps:
 binaries:
 	@bash hack/binaries/build.sh >/dev/null
 
-# What a real lab node runs besides the kubelet (issue 13, in progress): containerd, runc (cgo,
+# What a real lab node (a pool's real_nodes) runs besides the kubelet: containerd, runc (cgo,
 # libseccomp), the CNI plugins and pause, from the Go module proxy and the k8s.io/kubernetes module
-# (about 1 minute warm).
+# (about 1 minute warm, 5 cold; gcc and libseccomp-dev come from Debian's packages).
 node-binaries:
 	@command -v gcc >/dev/null && [ -e /usr/include/seccomp.h ] || { \
 	  echo "installing gcc and libseccomp-dev (Debian packages)"; \
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc libc6-dev libseccomp-dev >/dev/null; }
 	@bash hack/binaries/build-node.sh
+
+# edgewatch's image (and pause) as OCI archives, built here offline from this checkout and Debian's
+# Python (edgewatch.testing.images; the Dockerfile stays the user-facing recipe); prints their paths.
+image: setup node-binaries
+	$(PY) -m edgewatch.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause"
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit
@@ -75,4 +80,5 @@ fuzz: setup
 # Remove network namespaces and control planes left by a crashed run.
 clean-lab: setup
 	$(PY) -m edgewatch.testing.netlab cleanup
+	$(PY) -c "from edgewatch.testing.realnode import cleanup_stale; print(cleanup_stale())"
 	$(PY) -c "from edgewatch.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"

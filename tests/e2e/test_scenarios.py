@@ -4,7 +4,8 @@ simulator), real faults — and the scenario's own expectations must hold. Every
 proves, from the apiserver's audit log, that the agents and the controller used only their own
 ServiceAccounts (never the admin credential) and that each agent's token was bound to its node.
 
-pool-cache runs a real kube-proxy (built with the other binaries) on a cut-off node.
+pool-cache runs a real kube-proxy (built with the other binaries) on a cut-off node; real-nodes
+runs real kubelets, containerd and runc (marked ``realnodes``) beside simulated nodes.
 
 The stock-Kubernetes side of cut-and-kill (its `baseline: true` expectations) runs in `make demo`
 and `edgewatch playground compare`, not here: it adds four minutes and tests Kubernetes, not us.
@@ -31,7 +32,12 @@ pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 RUNS = [(name, False) for name in sorted(builtin_scenarios())] + [("mixed-cluster", True), ("pool-cache", True)]
 
 
-@pytest.mark.parametrize(("name", "baseline"), RUNS, ids=[f"{n}{'-baseline' if b else ''}" for n, b in RUNS])
+PARAMS = [pytest.param(n, b, id=f"{n}{'-baseline' if b else ''}",
+                       marks=[pytest.mark.realnodes] if load_scenario(n).real_node_names() else [])
+          for n, b in RUNS]
+
+
+@pytest.mark.parametrize(("name", "baseline"), PARAMS)
 def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, binaries) -> None:  # type: ignore[no-untyped-def]
     scenario = load_scenario(name)
     assert scenario.expectations_for(baseline=baseline), f"{name} has no expectations to check"

@@ -23,7 +23,7 @@ from edgewatch.playground.scenario import (
     parse_scenario,
 )
 
-EXPECTED_BUILTINS = {"cut-and-kill", "cloud-partition", "node-failure", "pool-split", "pool-split-25", "flaky-link",
+EXPECTED_BUILTINS = {"real-nodes", "cut-and-kill", "cloud-partition", "node-failure", "pool-split", "pool-split-25", "flaky-link",
                      "leader-failover", "clock-skew", "mixed-cluster", "pool-cache"}
 
 

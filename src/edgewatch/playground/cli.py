@@ -143,8 +143,10 @@ def down() -> int:
     """``playground down``: remove leftovers of runs whose owner process is gone."""
     from edgewatch.testing.controlplane import ControlPlane
     from edgewatch.testing.netlab import NetLab
+    from edgewatch.testing.realnode import cleanup_stale as cleanup_real_nodes
 
     NetLab.cleanup_stale()
+    real = cleanup_real_nodes()  # after the labs: a lab's real nodes go once its registry file is gone
     removed = ControlPlane.cleanup_stale()
-    Console().print(f"removed stale labs and {len(removed)} stale control plane(s)")
+    Console().print(f"removed stale labs, the real nodes of {len(real)} lab(s) and {len(removed)} stale control plane(s)")
     return 0

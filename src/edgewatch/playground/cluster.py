@@ -19,8 +19,14 @@ nodes ``<pool>-<n>`` (namespaces, agent DaemonSet pod). A node's clock can be sk
 namespace, also when a step failed. Without edgewatch (``edgewatch=False``, the baseline) nothing of
 edgewatch is installed and no coordinator runs: stock Kubernetes alone.
 
-Limits: one machine; pods other than edgewatch's are only reported Running (no containers); logs
-are files in the run folder (``log_files()``).
+Real nodes (a pool's ``real_nodes``): ``<pool>-1..N`` run a real kubelet, containerd, runc and
+kube-proxy in their namespace instead of the simulator (``edgewatch.testing.realnode``), with their
+own node credential; the agent and the sample pods run there as real containers from the images
+built here (``edgewatch.testing.images``). A kill SIGKILLs all their processes, containers included;
+a revive boots them again with their disk kept.
+
+Limits: one machine; on simulated nodes, pods other than edgewatch's are only reported Running (no
+containers); logs are files in the run folder (``log_files()``).
 """
 
 from __future__ import annotations
@@ -42,11 +48,15 @@ import yaml
 from edgewatch.names import POOL_LABEL
 from edgewatch.playground import install
 from edgewatch.playground.scenario import Scenario
-from edgewatch.testing.binaries import Binaries, ensure_binaries
-from edgewatch.testing.controlplane import ClusterTimings, ControlPlane
+from edgewatch.testing import realnode
+from edgewatch.testing.binaries import Binaries, ensure_binaries, ensure_node_binaries
+from edgewatch.testing.controlplane import SERVICE_CIDR, ClusterTimings, ControlPlane
 from edgewatch.testing.etcd import EtcdServer
+from edgewatch.testing.images import Images, ensure_images
+from edgewatch.testing.kubeproxy import KubeProxy
 from edgewatch.testing.netlab import Host, NetLab
 from edgewatch.testing.podrunner import write_clock_offset
+from edgewatch.testing.realnode import RealNode, RealNodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +68,8 @@ CLOUD_ZONE = "cloud"
 
 @dataclass
 class NodeProcesses:
-    """One simulated node: its namespace (None for cloud-1, which is the machine itself), its
-    kubelet simulator, and its own root folder (hostPath volumes, pod folders, clock)."""
+    """One node: its namespace (None for cloud-1, which is the machine itself), its kubelet
+    simulator or real runtime, and its own root folder (hostPath volumes, pod folders, clock)."""
 
     name: str
     host: Host | None
@@ -68,6 +78,9 @@ class NodeProcesses:
     root: Path
     covered: bool
     kubelet: subprocess.Popen[bytes] | None = None
+    #: True for a real node (``real_nodes``); ``real`` is its runtime once started.
+    is_real: bool = False
+    real: RealNode | None = None
 
 
 @dataclass
@@ -96,7 +109,9 @@ class PlaygroundCluster:
         #: observer, ``edgewatch status`` run by the operator, tests. Never handed to edgewatch's pods,
         #: which get ServiceAccount tokens (the report's ``identities`` proves it).
         self.admin_kubeconfig: Path | None = None
-        #: The admin's copy of the key the Secret holds (tests sign probe messages with it).
+        #: The real nodes' runtime binaries and images (None without real nodes).
+        self.node_bin: Path | None = None
+        self.images: Images | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -116,7 +131,11 @@ class PlaygroundCluster:
         sc = self.scenario
         self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="edgewatch-playground-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if sc.real_node_names():
+            self.node_bin = ensure_node_binaries()
+            self.images = ensure_images(pause_binary=self.node_bin / "pause")
         self.lab = NetLab.create()
+        realnode.cleanup_stale()  # what real nodes of crashed runs left (their labs are gone now)
         skewed = {s.node for s in sc.steps if s.action == "skew"}
         index = 0
 
@@ -133,6 +152,7 @@ class PlaygroundCluster:
         for pool in sc.topology.pools:
             for host in self.lab.add_pool(pool.name, pool.nodes):
                 add(host.name, host, host.address, covered=True)
+                self.nodes[host.name].is_real = sc.is_real(host.name)
             if pool.coordinator and self.edgewatch:
                 self.coordinator_hosts[pool.name] = self.lab.add_host(f"{pool.name}-coord", pool=pool.name)
         for name in skewed:  # a skew at 0 s is the node's clock from its boot on; later ones step it
@@ -169,11 +189,20 @@ class PlaygroundCluster:
         self.cp.kubectl("apply", "-f", "-", input_text=rendered, timeout_s=60)
 
     def stop(self) -> None:
-        """Stop every process and remove the lab. Safe to call twice."""
+        """Stop every process and remove the lab (real nodes: their logs are copied to the run
+        folder first). Safe to call twice."""
         for node in self.nodes.values():
             if node.kubelet is not None:
                 _terminate(node.kubelet)
                 node.kubelet = None
+            if node.real is not None:
+                self._keep_real_logs(node)
+                left = node.real.remove()
+                if left:
+                    log.error("real node %s: could not remove %s", node.name, left)
+                node.real = None
+        if self.lab is not None:
+            shutil.rmtree(realnode.LAB_ROOT / self.lab.lab_id, ignore_errors=True)
         for etcd in self.coordinators.values():
             with contextlib.suppress(Exception):
                 etcd.stop()
@@ -193,9 +222,13 @@ class PlaygroundCluster:
 
     def start_node(self, name: str) -> None:
         """Start the node's kubelet simulator (in its namespace; cloud-1 in the machine's own). It
-        runs the node's edgewatch pods (agent, controller) as processes."""
+        runs the node's edgewatch pods (agent, controller) as processes. A real node boots its
+        kubelet and containerd instead (``_start_real``)."""
         assert self.admin_kubeconfig is not None
         node = self.nodes[name]
+        if node.is_real:
+            self._start_real(node)
+            return
         node.root.mkdir(parents=True, exist_ok=True)
         pool = self.scenario.pool_of(name)
         argv = [sys.executable, "-m", "edgewatch.testing.kubeletsim", "--kubeconfig", str(self.admin_kubeconfig),
@@ -214,6 +247,60 @@ class PlaygroundCluster:
                                                 preexec_fn=_die_with_parent)
             else:
                 node.kubelet = node.host.popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def _start_real(self, node: NodeProcesses) -> None:
+        """Boot a real node: on first use make its credentials (``system:node:<name>`` for the
+        kubelet, ``system:kube-proxy``), kube-proxy's configuration and the node's folders."""
+        assert self.cp is not None and self.lab is not None and node.host is not None
+        assert self.node_bin is not None and self.images is not None
+        binaries = self.binaries or ensure_binaries()
+        if node.real is None:
+            root = realnode.LAB_ROOT / self.lab.lab_id / node.name
+            proxy = KubeProxy(
+                netns=node.host.netns, node_name=node.name, node_ip=node.address, work_dir=root / "kube-proxy",
+                binary=binaries.require_kube_proxy(),
+                kubeconfig=self.cp.client_kubeconfig(root / "kube-proxy.kubeconfig", user="system:kube-proxy"))
+            _argv, path = proxy.prepare()
+            pool = self.scenario.pool_of(node.name)
+            labels = [f"topology.kubernetes.io/zone={pool}"] + ([f"{POOL_LABEL}={pool}"] if node.covered else [])
+            spec = RealNodeSpec(
+                name=node.name, lab_id=self.lab.lab_id, netns=node.host.netns, address=node.address,
+                pod_subnet=f"10.245.{node.index % 256}.0/24", node_bin=self.node_bin,
+                kubelet_bin=binaries.require_kubelet(), kube_proxy_bin=binaries.require_kube_proxy(),
+                images=(self.images.pause, self.images.edgewatch), labels=tuple(labels),
+                kubelet_kubeconfig=self.cp.client_kubeconfig(
+                    root / "kubelet.kubeconfig", user=f"system:node:{node.name}", groups=("system:nodes",)),
+                kube_proxy_config=proxy.config_path, kube_proxy_path=path, service_cidr=SERVICE_CIDR)
+            node.real = RealNode(spec)
+            node.real.prepare()
+        node.real.start()
+
+    def _keep_real_logs(self, node: NodeProcesses) -> None:
+        assert self.workdir is not None and node.real is not None
+        dest = self.workdir / "nodes" / node.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for path in node.real.spec.root.glob("*.log"):
+            with contextlib.suppress(OSError):
+                shutil.copy2(path, dest / f"real-{path.name}")
+        with contextlib.suppress(OSError):
+            shutil.copytree(node.real.spec.root / "pod-logs", dest / "var" / "log" / "pods", dirs_exist_ok=True)
+
+    def container_count(self, name: str) -> int | None:
+        """Pod container processes running on a real node now (None for a simulated node)."""
+        node = self.nodes[name]
+        return len(node.real.container_pids()) if node.real is not None else None
+
+    def node_usage(self, name: str) -> dict[str, float]:
+        """What a node's processes have used: ``cpu_s`` (CPU seconds: a real node's cgroup since
+        its creation; a simulated node's simulator and pods, live ones only) and ``rss_bytes``."""
+        node = self.nodes[name]
+        if node.real is not None:
+            return node.real.usage()
+        if node.kubelet is None:
+            return {"cpu_s": 0.0, "rss_bytes": 0.0}
+        pids = [node.kubelet.pid] + _descendants(node.kubelet.pid)
+        cpu = sum(_cpu_s(p) for p in pids)
+        return {"cpu_s": cpu, "rss_bytes": float(sum(_rss(p) for p in pids))}
 
     def start_coordinator(self, pool: str) -> None:
         """Start (or restart, keeping its data) the pool's etcd inside its coordinator namespace."""
@@ -250,6 +337,8 @@ class PlaygroundCluster:
         if node.host is None:
             raise ValueError(f"{name} is the control-plane node; it cannot be killed")
         self.lab.kill(name)
+        if node.real is not None:
+            node.real.kill()
         if node.kubelet is not None:
             with contextlib.suppress(Exception):
                 node.kubelet.wait(timeout=5)
@@ -272,7 +361,8 @@ class PlaygroundCluster:
     def log_files(self) -> list[Path]:
         """The log files of this run: kubelets, and every container's (``nodes/*/var/log/pods``)."""
         assert self.workdir is not None
-        return sorted(self.workdir.glob("*.log")) + sorted(self.workdir.glob("nodes/*/var/log/pods/*/*/*.log"))
+        return (sorted(self.workdir.glob("*.log")) + sorted(self.workdir.glob("nodes/*/real-*.log"))
+                + sorted(self.workdir.glob("nodes/*/var/log/pods/*/*/*.log")))
 
     def remove_workdir(self) -> None:
         """Delete the run folder (logs, node folders)."""
@@ -296,6 +386,35 @@ def _children(pid: int) -> list[int]:
                 if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
                     out.append(int(entry.name))
     return out
+
+
+def _descendants(pid: int) -> list[int]:
+    out = []
+    todo = [pid]
+    while todo:
+        children = _children(todo.pop())
+        out += children
+        todo += children
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` in seconds (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _cmdline(pid: int) -> bytes:

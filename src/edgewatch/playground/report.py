@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
-               "pool_scope_cloud")
+               "pool_scope_cloud", "live_ready", "node_costs")
 
 
 def round_s(x: float) -> float:
@@ -104,6 +104,15 @@ class NodeRecord:
     #: ``(t, ["ip:port", ...])`` each time the node's real kube-proxy (if it runs one) changed the
     #: backends it programs for the sample Service.
     kube_proxy: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: Whether the node is a real one (a real kubelet and containerd; ``real_nodes``).
+    real: bool = False
+    #: ``(t, state)`` each time the node's Lease changed hands: ``own`` (no delegated-heartbeat mark),
+    #: ``carried`` (a current mark: a peer renewed it), ``mark-copied`` (mark annotations present
+    #: but stale: the node's kubelet renewed over a carried Lease and kept them); `` holder=<x>`` is
+    #: appended when the holder is not the node.
+    lease: list[tuple[float, str]] = field(default_factory=list)
+    #: Real nodes: ``[before, after]`` pod container processes at each kill (key: the kill time).
+    containers_at_kill: dict[float, list[int]] = field(default_factory=dict)
 
     # -- helpers for the runner ------------------------------------------------------------------
 
@@ -174,6 +183,13 @@ class Recording:
     #: What the cloud apiserver sent for the pool-scope resources during the run (its own metrics):
     #: ``{"watch_bytes", "watch_events", "list_bytes", "lists", "open_watches"}``.
     pool_scope_cloud: dict[str, float] = field(default_factory=dict)
+    #: ``(t, n)`` each time the number of the sample Service's ready endpoints whose pod's node is
+    #: not down changed.
+    live_ready: list[tuple[float, int]] = field(default_factory=list)
+    #: What nodes cost during the run, per node: ``{"kind": "real"|"simulated", "cpu_pct" (of one
+    #: core), "rss_mib", "ready_s" / "agent_ready_s" (real nodes: seconds from start to Node
+    #: Ready / agent pod Ready)}``.
+    node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -187,6 +203,7 @@ class Recording:
         d = asdict(self)
         for rec in d["nodes"].values():
             rec["pods_at_kill"] = {repr(float(k)): v for k, v in rec["pods_at_kill"].items()}
+            rec["containers_at_kill"] = {repr(float(k)): v for k, v in rec["containers_at_kill"].items()}
         return d
 
     @classmethod
@@ -199,7 +216,11 @@ class Recording:
             rec["touched"] = [(float(t), w) for t, w in rec.get("touched", [])]
             rec["pods_at_kill"] = {float(k): int(v) for k, v in rec.get("pods_at_kill", {}).items()}
             rec["kube_proxy"] = [(float(t), list(ips)) for t, ips in rec.get("kube_proxy", [])]
+            rec["lease"] = [(float(t), w) for t, w in rec.get("lease", [])]
+            rec["containers_at_kill"] = {float(k): list(v) for k, v in rec.get("containers_at_kill", {}).items()}
             nodes[name] = NodeRecord(**rec)
+        data = dict(data)
+        data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
         return cls(**{**data, "nodes": nodes})
 
 
@@ -272,6 +293,12 @@ def build_report(recording: Recording) -> dict[str, Any]:
         }
         if n.kube_proxy:
             nodes[name]["kube_proxy"] = [[t, sorted(ips)] for t, ips in sorted(n.kube_proxy, key=lambda x: x[0])]
+        if n.lease:
+            nodes[name]["lease"] = [[t, w] for t, w in sorted(n.lease, key=lambda x: x[0])]
+        if n.real:
+            nodes[name]["real"] = True
+            for kill in kills:
+                kill["containers"] = n.containers_at_kill.get(kill["t"])
     report = {
         "scenario": recording.scenario,
         "baseline": recording.baseline,
@@ -282,6 +309,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "identities": [dict(i) for i in recording.identities],
         "service_endpoints": [[t, sorted(ips)] for t, ips in sorted(recording.service_endpoints, key=lambda x: x[0])],
         "pool_scope_cloud": dict(recording.pool_scope_cloud),
+        "live_ready": [[t, n] for t, n in sorted(recording.live_ready, key=lambda x: x[0])],
+        "node_costs": {k: dict(v) for k, v in recording.node_costs.items()},
     }
     report["summary"] = _summarize(report)
     return report

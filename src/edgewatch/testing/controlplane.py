@@ -38,6 +38,9 @@ import yaml
 from edgewatch.testing.binaries import Binaries, ensure_binaries
 from edgewatch.testing.pki import CertificateAuthority, write_service_account_keys
 
+#: ClusterIP range of Services; the ``kubernetes`` Service is its first address.
+SERVICE_CIDR = "10.0.0.0/24"
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RUNS_ROOT = Path("/tmp/edgewatch-cp")
@@ -243,7 +246,7 @@ class ControlPlane:
         ca = CertificateAuthority(folder=pki)
         self.ca_file = ca.pair.cert
         self._ca = ca
-        ips = tuple(sorted({self.address, "127.0.0.1", "10.0.0.1"}))
+        ips = tuple(sorted({self.address, "127.0.0.1", SERVICE_CIDR.replace(".0/24", ".1")}))
         self._serving = ca.issue(
             name="apiserver", common_name="kube-apiserver", server=True,
             dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -411,7 +414,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self._sa.cert}",
             f"--service-account-signing-key-file={self._sa.key}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
             f"--default-not-ready-toleration-seconds={t.not_ready_toleration_s}",

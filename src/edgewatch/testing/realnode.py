@@ -114,6 +114,9 @@ class RealNodeSpec:
             kube-proxy's KubeProxyConfiguration file (written by the caller, see
             ``KubeProxy.prepare``), and the PATH it runs with.
         kube_proxy_path: PATH for kube-proxy (its stub tools first).
+        service_cidr: the cluster's ClusterIP range, routed to ``eth0`` in the node's namespace
+            so a connection to a Service reaches kube-proxy's DNAT (the lab has no default
+            route, and must not: nothing may leave it).
     """
 
     name: str
@@ -129,6 +132,7 @@ class RealNodeSpec:
     kubelet_kubeconfig: Path
     kube_proxy_config: Path
     kube_proxy_path: str
+    service_cidr: str = "10.0.0.0/24"
 
     @property
     def root(self) -> Path:
@@ -228,6 +232,7 @@ def launch_script(spec: RealNodeSpec) -> str:
     lines += [
         "echo 1 > /proc/sys/net/ipv4/ip_forward",
         "ip link set lo up",
+        f"ip route replace {q(spec.service_cidr)} dev eth0",
         f"export PATH={q(str(spec.node_bin))}:$PATH",
         f"containerd --config {q(str(root / 'containerd.toml'))} >>{q(str(root / 'containerd.log'))} 2>&1 &",
         "i=0; while [ ! -S " + CONTAINERD_SOCKET + " ]; do i=$((i+1)); [ $i -lt 300 ] || exit 3; sleep 0.1; done",
@@ -338,7 +343,9 @@ class RealNode:
 
     def __init__(self, spec: RealNodeSpec) -> None:
         self.spec = spec
+        #: Monotonic times of the last and of the first ``start()``.
         self.started_at: float | None = None
+        self.first_started_at: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     def prepare(self) -> None:
@@ -381,6 +388,8 @@ class RealNode:
             self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True)
         self.started_at = time.monotonic()
+        if self.first_started_at is None:
+            self.first_started_at = self.started_at
         log.info("real node %s: started (pid %d)", self.spec.name, self._proc.pid)
 
     @property

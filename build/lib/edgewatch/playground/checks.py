@@ -166,6 +166,21 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
     if key in ("kube_proxy_follows_within_s", "kube_proxy_misses"):
         return _check_kube_proxy(report, exp, key, targets, label, end)
 
+    if key in ("lease_carried", "containers_stopped", "replaced_within_s"):
+        checker = {"lease_carried": _check_lease_carried, "containers_stopped": _check_containers_stopped,
+                   "replaced_within_s": _check_replaced}[key]
+        desc = {"lease_carried": f"{label}: Lease {'carried, then its own again' if value else 'never carried'}",
+                "containers_stopped": f"{label}: containers {'stopped' if value else 'kept running'} at each kill",
+                "replaced_within_s": f"{label}: pods replaced within {_fmt_s(float(value))} s of a kill"}[key]
+        if missing:
+            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
+        ok, seen = True, []
+        for n in targets:
+            n_ok, n_seen = checker(report, n, value, end)
+            ok = ok and n_ok
+            seen.append(n_seen)
+        return ExpectationResult(desc, ok, f"saw {'; '.join(seen)}")
+
     if key == "state_at_end":
         desc = f"{label}: state {value} at the end"
         if missing:
@@ -225,3 +240,60 @@ def expectations_table(results: list[ExpectationResult], title: str | None = Non
     for r in results:
         table.add_row("[green]PASS[/]" if r.passed else "[red]FAIL[/]", r.description, r.detail)
     return table
+
+
+def _check_lease_carried(report: dict[str, Any], name: str, value: bool, end: float) -> tuple[bool, str]:
+    """The node's Lease states (``own``, ``carried``, ``mark-copied``, `` holder=...``): carried at
+    some point, and ``own`` at the end (the node's kubelet renewed it and the mark is gone)."""
+    states = [(t, w) for t, w in report["nodes"][name].get("lease", []) if t <= end]
+    carried = [t for t, w in states if w.startswith("carried")]
+    last = states[-1][1] if states else "no Lease seen"
+    path = " -> ".join(f"{w} at {_fmt_s(t)} s" for t, w in states[-6:])
+    if not value:
+        return not carried, f"{name}: {path or 'no Lease seen'}"
+    return bool(carried) and last == "own", f"{name}: {path or 'no Lease seen'}"
+
+
+def _check_containers_stopped(report: dict[str, Any], name: str, value: bool, end: float) -> tuple[bool, str]:
+    kills = report["nodes"][name]["kills"]
+    if not kills:
+        return False, f"{name} never killed"
+    ok, seen = True, []
+    for kill in kills:
+        counts = kill.get("containers")
+        if counts is None:
+            ok = False
+            seen.append(f"no container count at the kill at {_fmt_s(kill['t'])} s")
+            continue
+        before, after = counts
+        stopped = before > 0 and after == 0
+        ok = ok and stopped == value
+        seen.append(f"{before} container process(es) before the kill at {_fmt_s(kill['t'])} s, {after} after")
+    return ok, f"{name}: " + "; ".join(seen)
+
+
+def _check_replaced(report: dict[str, Any], name: str, value: float, end: float) -> tuple[bool, str]:
+    kills = report["nodes"][name]["kills"]
+    if not kills:
+        return False, f"{name} never killed"
+    series = [(float(t), int(n)) for t, n in report.get("live_ready", [])]
+    ok, seen = True, []
+    for kill in kills:
+        k = float(kill["t"])
+        before = [n for t, n in series if t < k]
+        if not before or before[-1] == 0:
+            ok = False
+            seen.append(f"no ready endpoints before the kill at {_fmt_s(k)} s")
+            continue
+        wanted = before[-1]
+        until = kill["revived_at"] if kill["revived_at"] is not None else end
+        drop = next((t for t, n in series if t >= k and n < wanted), None)
+        back = k if drop is None else next((t for t, n in series if drop < t <= until and n >= wanted), None)
+        if back is None:
+            ok = False
+            seen.append(f"never back to {wanted} live endpoints after the kill at {_fmt_s(k)} s")
+            continue
+        secs = round_s(back - k)
+        ok = ok and secs <= value
+        seen.append(f"{wanted} live endpoints again {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s")
+    return ok, f"{name}: " + "; ".join(seen)

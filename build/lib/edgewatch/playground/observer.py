@@ -15,7 +15,11 @@ Definitions (the report's vocabulary):
 - eviction: a workload pod bound to the node gets a deletionTimestamp with the DisruptionTarget
   condition (taint manager, Eviction API); a ReplicaSet scaling down is not an eviction;
 - endpoint removal: a workload pod bound to the node stops being a ready endpoint while it has no
-  deletionTimestamp (its node went NotReady and kube-controller-manager marked it not ready).
+  deletionTimestamp (its node went NotReady and kube-controller-manager marked it not ready);
+- Lease state: ``own``, ``carried`` (a current delegated-heartbeat mark) or ``mark-copied`` (the
+  mark's annotations on a Lease renewed since, e.g. by a kubelet that copied the Lease it read);
+- live ready endpoints: ready endpoints of the Service whose pod's node is not down (killed and
+  not revived), the measure of ``replaced_within_s``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from edgewatch.names import (
     EDGE_CONDITION_TYPE,
     NODE_LEASE_NAMESPACE,
 )
+from edgewatch.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch.playground.report import NodeRecord, Recording
 
 STATE_ANNOTATION = "edgewatch.io/state"
@@ -101,6 +106,7 @@ class Observer:
             ann = lease.metadata.annotations or {}
             if DELEGATE_HEARTBEAT_ANNOTATION in ann or DELEGATED_VIA_ANNOTATION in ann:
                 self._touch(lease.metadata.name, t, f"lease mark {ann.get(DELEGATED_VIA_ANNOTATION, '?')}")
+            self._lease(lease, t)
         counts: dict[str, int] = {}
         for pod in pods:
             name, node_name = pod.metadata.name, (pod.spec.nodeName if pod.spec else None) or ""
@@ -131,6 +137,9 @@ class Observer:
                 if record is not None:
                     record.endpoint_removals.append({"t": t, "pod": name})
         self._ready_eps = ready
+        live = sum(1 for name in ready if not self._down(self._pod_node.get(name, "")))
+        if not self.recording.live_ready or self.recording.live_ready[-1][1] != live:
+            self.recording.live_ready.append((t, live))
         for name, view in self.views.items():
             view.pods = counts.get(name, 0)
             record = self.recording.nodes.get(name)
@@ -171,6 +180,28 @@ class Observer:
         for taint in sorted(view.taints - taints):
             record.taints.append((t, taint, "removed"))
         view.state, view.ready, view.edge, view.taints = state, ready, edge, taints
+
+    def _lease(self, lease: Lease, t: float) -> None:
+        record = self.recording.nodes.get(lease.metadata.name)
+        if record is None:
+            return
+        ann = lease.metadata.annotations or {}
+        if mark_is_current(annotations=ann, renew_time=lease_renew_text(lease)):
+            state = "carried"
+        elif any(k in ann for k in MARK_ANNOTATIONS):
+            state = "mark-copied"
+        else:
+            state = "own"
+        holder = lease.spec.holderIdentity if lease.spec is not None else None
+        if holder != record.name:
+            state += f" holder={holder}"
+        if not record.lease or record.lease[-1][1] != state:
+            record.lease.append((t, state))
+
+    def _down(self, node: str) -> bool:
+        record = self.recording.nodes.get(node)
+        return record is not None and bool(record.killed_at) and (
+            not record.revived_at or max(record.revived_at) < max(record.killed_at))
 
     def _touch(self, name: str, t: float, what: str) -> None:
         """Record edgewatch's mark ``what`` on node ``name`` the first time it is seen."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -94,13 +94,17 @@ class ScenarioPlayer:
         self.recording = Recording(
             scenario=scenario.name, baseline=not cluster.edgewatch,
             timings=scenario.timings.model_dump(), faults=[],
-            nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n))
+            nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n),
+                                 real=scenario.is_real(n))
                    for n in scenario.all_node_names()},
             started_at=time.time(), ended_at=0.0)
         self.observer: Observer | None = None
         self.proxies = NodeProxies(cluster=cluster, client=client,
                                    nodes=[n for p in scenario.topology.pools for n in p.kube_proxy])
         self._counters_at_start: dict[str, float] = {}
+        #: Real nodes: monotonic time the Node was first seen Ready / its agent pod Ready.
+        self._ready_at: dict[str, float] = {}
+        self._agent_ready_at: dict[str, float] = {}
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -115,6 +119,8 @@ class ScenarioPlayer:
             async for node in self.client.list(Node):
                 taints = {t.key for t in (node.spec.taints or [])} if node.spec else set()
                 ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+                if ready:
+                    self._ready_at.setdefault(node.metadata.name, time.monotonic())
                 if ready and not any(k.startswith("node.kubernetes.io/") for k in taints):
                     ok.add(node.metadata.name)
             return wanted <= ok
@@ -131,6 +137,12 @@ class ScenarioPlayer:
         await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
         if self.cluster.edgewatch:
             async def edgewatch_running() -> bool:
+                async for pod in self.client.list(Pod, namespace=EDGEWATCH_NAMESPACE,
+                                                  labels={"app.kubernetes.io/name": "edgewatch-agent"}):
+                    node_name = pod.spec.nodeName if pod.spec else None
+                    if node_name and any(c.type == "Ready" and c.status == "True"
+                                         for c in (pod.status.conditions or []) if pod.status):
+                        self._agent_ready_at.setdefault(node_name, time.monotonic())
                 ds = await self.client.get(DaemonSet, "edgewatch-agent", namespace=EDGEWATCH_NAMESPACE)
                 dep = await self.client.get(Deployment, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
                 agents = ds.status is not None and ds.status.numberReady == len(self.scenario.node_names())
@@ -159,6 +171,8 @@ class ScenarioPlayer:
         self.observer = Observer(client=self.client, recording=self.recording, namespace=WORKLOAD_NAMESPACE,
                                  service="sample", edgewatch=self.cluster.edgewatch, t0=t0)
         stop = asyncio.Event()
+        edge = self.scenario.node_names()
+        usage_at_start = {n: self.cluster.node_usage(n) for n in edge}
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._observe(stop))
             if self.proxies.nodes:
@@ -175,12 +189,31 @@ class ScenarioPlayer:
                 if display is not None:
                     await display
         self.recording.ended_at = self.observer.now()
+        self._record_costs(usage_at_start, elapsed_s=time.monotonic() - t0)
         if self._counters_at_start:
             with contextlib.suppress(Exception):
                 end = await pool_scope_counters(self.client)
                 self.recording.pool_scope_cloud = {
                     k: (v if k == "open_watches" else v - self._counters_at_start.get(k, 0.0)) for k, v in end.items()}
         return self.recording
+
+    def _record_costs(self, at_start: dict[str, dict[str, float]], *, elapsed_s: float) -> None:
+        """``recording.node_costs``: each edge node's CPU (% of one core over the run) and RSS at
+        the end; real nodes also their start-up times (see ``Recording.node_costs``)."""
+        for name, before in at_start.items():
+            now = self.cluster.node_usage(name)
+            node = self.cluster.nodes[name]
+            cost: dict[str, Any] = {
+                "kind": "real" if node.is_real else "simulated",
+                "cpu_pct": round(100 * max(0.0, now["cpu_s"] - before["cpu_s"]) / max(elapsed_s, 1e-9), 2),
+                "rss_mib": round(now["rss_bytes"] / (1 << 20), 1),
+            }
+            started = node.real.first_started_at if node.real is not None else None
+            if started is not None and name in self._ready_at:
+                cost["ready_s"] = round(self._ready_at[name] - started, 1)
+                if name in self._agent_ready_at:
+                    cost["agent_ready_s"] = round(self._agent_ready_at[name] - started, 1)
+            self.recording.node_costs[name] = cost
 
     async def _observe_proxies(self, stop: asyncio.Event) -> None:
         assert self.observer is not None
@@ -220,8 +253,11 @@ class ScenarioPlayer:
         elif action in ("kill", "kill-leader"):
             node = step.node if action == "kill" else await self._leader_or_first(step.pool)
             pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
+            before = cluster.container_count(node)
             await loop.run_in_executor(None, cluster.kill_node, node)
             self.recording.nodes[node].record_kill(t, pods=pods)
+            if before is not None:
+                self.recording.nodes[node].containers_at_kill[t] = [before, cluster.container_count(node) or 0]
             fault["node"] = node
         elif action == "revive":
             await loop.run_in_executor(None, cluster.revive_node, step.node)

@@ -6,7 +6,9 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
     description: one line
     topology:
       pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1;
-                                                        # kube_proxy: [a-5] runs a real kube-proxy there
+                                                        # kube_proxy: [a-5] runs a real kube-proxy there;
+                                                        # real_nodes: 2 makes a-1, a-2 real nodes (a real
+                                                        # kubelet, containerd and runc; the rest simulated)
       grouping: false
       cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
     timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
@@ -48,6 +50,13 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   (pool key ``kube_proxy: [nodes]``) programs the Service's new endpoints within this many seconds of
   the cloud showing them; ``kube_proxy_misses``: true = after some ``scale`` step it never does before
   the next step (a cut-off node reading the cloud directly);
+* ``lease_carried``: true = the node's Lease was carried by a peer (a current delegated-heartbeat
+  mark was seen) and at the end it is the node's own again (holder the node, the mark gone, after
+  the node's kubelet renewed it); false = never carried;
+* ``containers_stopped``: true = at every kill of the node (a real node, ``real_nodes``) its pod
+  containers were running and none survived the kill;
+* ``replaced_within_s``: after every kill of the node, the sample Service had again as many ready
+  endpoints on live nodes as just before the kill within this many seconds;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -60,7 +69,9 @@ Validation: unknown keys are errors with their path; steps are sorted by time (s
 time; every node and pool referenced exists; ``split`` sides are non-empty, disjoint and in the pool;
 ``percent`` in 0..100; coordinator actions and ``kill-leader`` only for pools with ``coordinator: true``;
 ``kill`` only of a node that is up and ``revive`` only of one that was killed (likewise for coordinators);
-``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock); no pool named ``cloud``.
+``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock) nor on a real node
+(its containers read the machine's clock); ``real_nodes`` at most the pool's ``nodes``;
+``containers_stopped`` only on real nodes; no pool named ``cloud``.
 Every problem is reported as a :class:`ScenarioError` naming the step (or expectation) index as written
 in the file and the field.
 
@@ -214,15 +225,28 @@ class Pool(_Model):
     #: Services and EndpointSlices from the agent's pool cache (edgewatch runs) or from the cloud
     #: apiserver (baseline runs); the report records the backends it programs for the sample Service.
     kube_proxy: list[str] = Field(default_factory=list)
+    #: How many of the pool's nodes are real (``<pool>-1`` .. ``<pool>-<real_nodes>``): a real
+    #: kubelet, containerd and runc in the node's namespace, running edgewatch's agent and the
+    #: sample workload as containers (``edgewatch.testing.realnode``). The others are simulated.
+    real_nodes: Annotated[int, Field(ge=0, le=20)] = 0
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(1, self.nodes + 1)]
+
+    def real_node_names(self) -> list[str]:
+        """The pool's real nodes: its first ``real_nodes``."""
+        return self.node_names()[: self.real_nodes]
 
     @model_validator(mode="after")
     def _kube_proxy_nodes(self) -> Pool:
         outside = [n for n in self.kube_proxy if n not in self.node_names()]
         if outside:
             raise ValueError(f"kube_proxy: {', '.join(map(repr, outside))} not in pool {self.name!r}")
+        if self.real_nodes > self.nodes:
+            raise ValueError(f"real_nodes: {self.real_nodes} is more than the pool's {self.nodes} nodes")
+        real_proxied = [n for n in self.kube_proxy if n in self.real_node_names()]
+        if real_proxied:
+            raise ValueError(f"kube_proxy: {', '.join(real_proxied)} are real nodes, which run their own kube-proxy")
         return self
 
 
@@ -489,6 +513,7 @@ ACTIONS: Final = (
 CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
     "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
+    "lease_carried", "containers_stopped", "replaced_within_s",
 )
 
 
@@ -513,6 +538,13 @@ class Expectation(_Model):
     #: True: after some ``scale`` step the node's kube-proxy never programs the new endpoints before
     #: the next step (what a cut-off node without the pool cache shows).
     kube_proxy_misses: StrictBool | None = None
+    #: True: the node's Lease was carried by a peer and is the node's own again at the end.
+    lease_carried: StrictBool | None = None
+    #: True: at every kill of the (real) node its containers ran before and none after.
+    containers_stopped: StrictBool | None = None
+    #: After every kill, the Service's ready endpoints on live nodes are back to their count before
+    #: the kill within this many seconds.
+    replaced_within_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -574,6 +606,14 @@ class Scenario(_Model):
         """The nodes that take workload pods: edge nodes and cloud workers (not cloud-1)."""
         return self.node_names() + self.cloud_node_names()[1:]
 
+    def real_node_names(self) -> list[str]:
+        """The real nodes (``real_nodes`` of each pool), pool by pool."""
+        return [n for p in self.topology.pools for n in p.real_node_names()]
+
+    def is_real(self, node: str) -> bool:
+        """Whether ``node`` runs a real kubelet (see ``Pool.real_nodes``)."""
+        return node in self.real_node_names()
+
     def is_covered(self, node: str) -> bool:
         """Whether edgewatch covers ``node`` (edge nodes; cloud nodes are not)."""
         return node in self.node_names()
@@ -634,6 +674,9 @@ class Scenario(_Model):
                 problems.append(f"{where(i, s)}.{field}: {fixed} is the control-plane node (this machine); "
                                 "it cannot be faulted")
                 continue
+            if s.action == "skew" and self.is_real(s.node):
+                problems.append(f"{where(i, s)}.node: {s.node} is a real node; its kubelet and containers "
+                                "read the machine's clock, which cannot be skewed per node")
             if s.action == "split":
                 outside = [n for n in s.referenced_nodes() if n not in pools[s.pool].node_names()]
                 if outside:
@@ -707,6 +750,11 @@ class Scenario(_Model):
                 if without:
                     problems.append(f"expect[{i}]: kube_proxy checks on {', '.join(without)}, which run no "
                                     "kube-proxy (list them in the pool's kube_proxy)")
+            if not unknown and e.containers_stopped is not None and (e.pool in pools or e.nodes):
+                simulated = [n for n in e.target_nodes(self) if not self.is_real(n)]
+                if simulated:
+                    problems.append(f"expect[{i}]: containers_stopped on {', '.join(simulated)}, which are "
+                                    "simulated (only real nodes run containers; see real_nodes)")
 
         if problems:
             raise ValueError("\n".join(problems))

@@ -1,8 +1,11 @@
 """The sample workload the smoke check, tests and playground run: a Deployment spread over the
 nodes behind a Service.
 
-Limits: the pods never run a container (the kubelet simulator only reports them Running); the image
-name is a label for humans.
+The image is the pod sandbox image (``registry.k8s.io/pause:3.10.2``, never pulled: the lab's real
+nodes have it imported, see ``edgewatch.testing.images``): on a real node (``real_nodes``) the pods
+are real containers; the kubelet simulator only reports them Running.
+
+Limits: the container serves nothing on its port; readiness is the container running.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def sample_deployment(*, namespace: str, replicas: int, name: str = "sample") ->
                         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": APP_LABEL},
                     }],
-                    "containers": [{"name": "app", "image": "registry.invalid/sample:1",
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10.2",
+                                    "imagePullPolicy": "IfNotPresent",
                                     "ports": [{"containerPort": 8080}]}],
                 },
             },
