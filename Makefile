@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries image unit bench bench-lab bench-cache fuzz clean-lab
+.PHONY: demo test setup system-deps binaries node-binaries image unit bench bench-lab bench-cache bench-real fuzz clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -72,6 +72,11 @@ bench-lab: setup binaries
 # (200 Services x 10 endpoints; about 16 minutes).
 bench-cache: setup binaries
 	$(PY) bench/pool_cache.py 5 20
+
+# What a real lab node costs and how many fit: pools of 1, 4 and 8 real nodes (kubelet, containerd,
+# runc, kube-proxy, the agent and two pods each) idle for 90 s (about 10 minutes).
+bench-real: setup binaries node-binaries
+	$(PY) bench/real_nodes.py 1 4 8 | tee reports/real_nodes.jsonl
 
 # Fuzz every parser reachable from the network or the API (20,000 inputs each; about 10 minutes).
 fuzz: setup

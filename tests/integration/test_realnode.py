@@ -10,7 +10,6 @@ the node itself.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -286,7 +286,7 @@ def ensure_images(*, pause_binary: Path, repo: Path | None = None, progress: _Pr
     if not edgewatch_tar.exists():
         report(f"building {EDGEWATCH_IMAGE} into {edgewatch_tar}")
         build_edgewatch_image(repo=repo, out=edgewatch_tar, progress=report)
-        for old in folder.glob(f"edgewatch-*.oci.tar"):
+        for old in folder.glob("edgewatch-*.oci.tar"):
             if old != edgewatch_tar:
                 old.unlink(missing_ok=True)
         report(f"built {edgewatch_tar} ({edgewatch_tar.stat().st_size // (1 << 20)} MiB)")

@@ -16,8 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from edgewatch.playground.proxycheck import follow_lags
-from edgewatch.playground.report import (detection, detection_target, during, evictions_after, is_live,
-                                         report_end, round_s)
+from edgewatch.playground.report import detection, detection_target, evictions_after, report_end, round_s
 from edgewatch.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = ["ExpectationResult", "check_expectations", "expectations_table"]

@@ -41,7 +41,7 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
 )
 from edgewatch.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
-from edgewatch.playground.report import NodeRecord, Recording
+from edgewatch.playground.report import Recording
 
 STATE_ANNOTATION = "edgewatch.io/state"
 
