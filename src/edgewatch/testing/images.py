@@ -195,8 +195,14 @@ def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress) -> None:
     target.mkdir(parents=True, exist_ok=True)
     progress(f"pip install {repo} (the Dockerfile's `pip install .`, pinned by pyproject.toml)")
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target), str(repo)],
-         timeout_s=900, env=env)
+    with tempfile.TemporaryDirectory(prefix="edgewatch-src-") as src:
+        # What the Dockerfile copies (pyproject.toml, README.md, src/), so the build's own
+        # folders (build/, *.egg-info) land in the copy, never in the checkout.
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(repo / name, Path(src) / name)
+        shutil.copytree(repo / "src", Path(src) / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target), src],
+             timeout_s=900, env=env)
     shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts with this venv's shebang
     progress("byte-compiling the standard library and the packages")
     for folder in (rootfs / "usr/lib" / PYTHON, target):
