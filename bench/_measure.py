@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aiohttp import web
@@ -85,3 +86,16 @@ async def healthz_server(host: str = "127.0.0.1", port: int = 10248) -> web.AppR
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], *, grace_s: float = 10.0) -> None:
+    """SIGTERM every process, then wait up to ``grace_s`` seconds for each and SIGKILL the rest."""
+    procs = list(procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -34,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _measure import address, healthz_server, proc_cpu_s, proc_rss_mib
+from _measure import address, healthz_server, proc_cpu_s, proc_rss_mib, stop_processes
 
 from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster
 from edgewatch.core.topology import neighbours
@@ -137,13 +137,7 @@ async def measure(cp: ControlPlane, n: int, window_s: float, workdir: Path) -> d
                 "probes_ok_total": probes_ok, "neighbour_cpu_fraction_mean": round(sum(helpers) / len(helpers), 4),
                 "nodes_created_s": round(created_s, 1), "window_s": window_s}
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs.values())
         await healthz.cleanup()
         await delete_nodes(str(cp.kubeconfig), names)
 

@@ -45,7 +45,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from _measure import address, audit_requests, healthz_server, proc_cpu_s, proc_rss_mib, watch_events
+from _measure import address, audit_requests, healthz_server, proc_cpu_s, proc_rss_mib, stop_processes, watch_events
 from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.core.roster import ROSTER_PREFIX, decode_roster
@@ -152,13 +152,7 @@ async def measure(cp: ControlPlane, n: int, *, window_s: float, settle_s: float,
                        if line.startswith(("edgewatch_controller_api_reads_total", "edgewatch_controller_reconciles_total",
                                            "edgewatch_controller_roster_writes_total"))}
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs.values())
         fleet_task.cancel()
         await asyncio.gather(fleet_task, return_exceptions=True)
         await healthz.cleanup()

@@ -23,7 +23,6 @@ not published (log line, ``result="too_big"``); its agents keep the last roster 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
@@ -178,12 +177,15 @@ class RosterPublisher:
         if not changes:
             self.published += 1
             return True
+        sizes = {name: len(roster.members) for name, roster in rosters.items()}
         async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(self._write(name, data, existing.get(name))) for name, data in changes.items()]
+            tasks = [tg.create_task(self._write(name, data, existing.get(name), members=sizes.get(name, 0)))
+                     for name, data in changes.items()]
         self.published += 1
         return all(t.result() for t in tasks)
 
-    async def _write(self, name: str, data: Mapping[str, str] | None, current: ConfigMap | None) -> bool:
+    async def _write(self, name: str, data: Mapping[str, str] | None, current: ConfigMap | None, *,
+                     members: int) -> bool:
         try:
             if data is None:
                 await self._call(self.client.delete(ConfigMap, name, namespace=self.namespace))
@@ -210,7 +212,6 @@ class RosterPublisher:
             log.info("roster %s not written: %s; retrying", name, exc or type(exc).__name__)
             self._on_write("error")
             return False
-        members = len(json.loads(data["members"])) if data else 0
         log.info("roster %s %s (%d members)", name, result, members, extra={"kind": "roster", "roster": name})
         self._on_write(result)
         return True

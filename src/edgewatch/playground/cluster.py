@@ -56,7 +56,7 @@ from edgewatch.testing.images import Images, ensure_images
 from edgewatch.testing.kubeproxy import KubeProxy
 from edgewatch.testing.netlab import Host, NetLab
 from edgewatch.testing.podrunner import write_clock_offset
-from edgewatch.testing.realnode import RealNode, RealNodeSpec
+from edgewatch.testing.realnode import RealNode, RealNodeSpec, rss_bytes
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ class PlaygroundCluster:
             return {"cpu_s": 0.0, "rss_bytes": 0.0}
         pids = [node.kubelet.pid] + _descendants(node.kubelet.pid)
         cpu = sum(_cpu_s(p) for p in pids)
-        return {"cpu_s": cpu, "rss_bytes": float(sum(_rss(p) for p in pids))}
+        return {"cpu_s": cpu, "rss_bytes": float(sum(rss_bytes(p) for p in pids))}
 
     def start_coordinator(self, pool: str) -> None:
         """Start (or restart, keeping its data) the pool's etcd inside its coordinator namespace."""
@@ -405,16 +405,6 @@ def _cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _cmdline(pid: int) -> bytes:

@@ -153,11 +153,20 @@ def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float
         raise BinariesError(
             "no control-plane binaries: set KUBEBUILDER_ASSETS (or TEST_ASSET_*) or run from a checkout"
         )
+    code, folder = _run_build(root / "hack" / "binaries" / "build.sh", timeout_s=build_timeout_s,
+                              on_progress=on_progress)
+    if code != 0 or not folder:
+        raise BinariesError(f"building the control-plane binaries failed (exit {code}); see the lines above")
+    return Binaries.from_folder(Path(folder[-1]))
+
+
+def _run_build(script: Path, *, timeout_s: float, on_progress: Callable[[str], None] | None) -> tuple[int, list[str]]:
+    """Run a build script: its stderr lines go to ``on_progress`` (default stderr) as they come,
+    it is killed after ``timeout_s`` seconds. Returns (exit code, its stdout lines)."""
     report = on_progress or (lambda line: print(line, file=sys.stderr, flush=True))
     with tempfile.TemporaryFile(mode="w+") as out:
-        proc = subprocess.Popen(["bash", str(root / "hack" / "binaries" / "build.sh")], stdout=out,
-                                stderr=subprocess.PIPE, text=True)
-        watchdog = threading.Timer(build_timeout_s, proc.kill)
+        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(timeout_s, proc.kill)
         watchdog.start()
         try:
             assert proc.stderr is not None
@@ -167,10 +176,7 @@ def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float
         finally:
             watchdog.cancel()
         out.seek(0)
-        folder = out.read().strip().splitlines()
-    if code != 0 or not folder:
-        raise BinariesError(f"building the control-plane binaries failed (exit {code}); see the lines above")
-    return Binaries.from_folder(Path(folder[-1]))
+        return code, out.read().strip().splitlines()
 
 
 #: What ``hack/binaries/build-node.sh`` builds (a real lab node's runtime besides the kubelet).
@@ -196,21 +202,8 @@ def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callab
         root = repo_root()
         if root is None:
             raise BinariesError("no node binaries: set EDGEWATCH_NODE_BINARIES or run from a checkout")
-        report = on_progress or (lambda line: print(line, file=sys.stderr, flush=True))
-        with tempfile.TemporaryFile(mode="w+") as out:
-            proc = subprocess.Popen(["bash", str(root / "hack" / "binaries" / "build-node.sh")], stdout=out,
-                                    stderr=subprocess.PIPE, text=True)
-            watchdog = threading.Timer(build_timeout_s, proc.kill)
-            watchdog.start()
-            try:
-                assert proc.stderr is not None
-                for line in proc.stderr:
-                    report(line.rstrip())
-                code = proc.wait()
-            finally:
-                watchdog.cancel()
-            out.seek(0)
-            lines = out.read().strip().splitlines()
+        code, lines = _run_build(root / "hack" / "binaries" / "build-node.sh", timeout_s=build_timeout_s,
+                                 on_progress=on_progress)
         if code != 0 or not lines:
             raise BinariesError(f"building the node binaries failed (exit {code}); see the lines above "
                                 "(gcc and libseccomp-dev: `make node-binaries` installs them)")

@@ -320,7 +320,8 @@ def remove_cgroup_tree(relative: str) -> list[str]:
     return left
 
 
-def _rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
+    """A process's resident set (VmRSS) in bytes; 0 when it is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -430,7 +431,7 @@ class RealNode:
             cpu_s = int((CGROUP_FS / "cpuacct" / self.spec.cgroup_root.lstrip("/") / "cpuacct.usage")
                         .read_text()) / 1e9
         pids = tree_pids(self.spec.cgroup_root)
-        return {"cpu_s": cpu_s, "rss_bytes": float(sum(_rss_bytes(p) for p in pids)), "processes": float(len(pids))}
+        return {"cpu_s": cpu_s, "rss_bytes": float(sum(rss_bytes(p) for p in pids)), "processes": float(len(pids))}
 
     def log_tail(self, name: str = "kubelet", lines: int = 20) -> str:
         """The last lines of the node's ``<name>.log`` (kubelet, containerd, kube-proxy, launch)."""
