@@ -42,6 +42,8 @@ NODES_NS = "edgewatch-nodes"
 OWN = "edgewatch-agent-own-objects"
 LEASES = "edgewatch-agent-node-leases"
 STATUS = "edgewatch-agent-node-status"
+CARRY = "edgewatch-agent-carry"
+CARRY_CLOCK = "edgewatch-agent-carry-clock"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
 
@@ -197,6 +199,10 @@ def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
               controller=_token_identity(cp, folder, "controller", cp.kubectl(
                   "create", "token", "edgewatch-controller", "-n", "edgewatch").strip()))
     _reset_node_lease(cp)
+    # what the controller publishes: the group index and its clock (the carry policies' parameters;
+    # without them every agent update of a node Lease is refused)
+    _group_index(cp, {"n1": "edgewatch-roster", "n2": "edgewatch-roster"})
+    _controller_clock(cp)
     _wait_enforced(w)
     yield w
     cp.kubectl("delete", "pod", "agent-n1", "agent-n2", "-n", "edgewatch", "--force", "--grace-period=0",
@@ -222,17 +228,42 @@ def _reset_node_lease(cp: ControlPlane) -> dict[str, Any]:
     return written
 
 
+def _controller_clock(cp: ControlPlane, at: dt.datetime | None = None) -> dt.datetime:
+    """The beacon Lease as the controller writes it: its renewTime is the controller's clock (the
+    carry-clock policy's reference). Returns the time written."""
+    at = at or dt.datetime.now(dt.timezone.utc)
+    _apply(cp, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "edgewatch-beacon", "namespace": "edgewatch"},
+                "spec": {"holderIdentity": "ctl", "renewTime": _micro(at)}})
+    return at
+
+
+def _group_index(cp: ControlPlane, data: dict[str, str]) -> None:
+    """The controller's group index (edgewatch-groups: node -> roster), the carry policy's parameter."""
+    cp.kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edgewatch-groups", "namespace": "edgewatch"},
+        "data": data}))
+
+
 @pytest.fixture
 def node_lease(world: World) -> dict[str, Any]:
-    """A fresh n2 Lease in kube-node-lease for each test."""
+    """A fresh n2 Lease in kube-node-lease for each test, n1 and n2 in one group, the controller's
+    clock current."""
+    _group_index(world.admin, {"n1": "edgewatch-roster", "n2": "edgewatch-roster"})
+    _controller_clock(world.admin)
     return _reset_node_lease(world.admin)
+
+
+def _mark(by: str, renew: str, via: str = "peer") -> dict[str, str]:
+    return {DELEGATE_HEARTBEAT_ANNOTATION: "true", "edgewatch.io/delegated-by": by,
+            "edgewatch.io/delegated-renew-time": renew, "edgewatch.io/delegated-via": via}
 
 
 # -- the token itself ------------------------------------------------------------------------------
 
 
 def test_policies_type_check_cleanly(world: World) -> None:
-    for name in (OWN, LEASES, STATUS):
+    for name in (OWN, LEASES, CARRY, CARRY_CLOCK, STATUS):
         policy = json.loads(world.admin.kubectl("get", "validatingadmissionpolicy", name, "-o", "json"))
         assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
         assert not policy["status"].get("typeChecking", {}).get("expressionWarnings"), policy["status"]
@@ -322,14 +353,11 @@ def _lease_patch(who: Identity, body: dict[str, Any], **kw: Any) -> Any:
 
 def test_agent_carries_a_peers_heartbeat(world: World, node_lease: dict[str, Any]) -> None:
     renew = _micro(dt.datetime.now(dt.timezone.utc))
-    _lease_patch(world.n1, {"spec": {"renewTime": renew},
-                            "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true",
-                                                         "edgewatch.io/delegated-by": "n1",
-                                                         "edgewatch.io/delegated-renew-time": renew}}})
+    _lease_patch(world.n1, {"spec": {"renewTime": renew}, "metadata": {"annotations": _mark("n1", renew)}})
     # GET then UPDATE of the whole object, as the carrier does
     lease = json.loads(world.n1.ok("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
-    lease["spec"]["renewTime"] = _micro(dt.datetime.now(dt.timezone.utc))
-    lease["metadata"]["annotations"]["edgewatch.io/delegated-via"] = "peer"
+    lease["spec"]["renewTime"] = renew = _micro(dt.datetime.now(dt.timezone.utc))
+    lease["metadata"]["annotations"].update(_mark("n1", renew, via="coordinator"))
     world.n1.ok("replace", "-f", "-", input_text=json.dumps(lease))
     # removing the mark is allowed too (the node's own agent clears a stale one)
     _lease_patch(world.n2, {"metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: None}}})
@@ -353,8 +381,8 @@ def test_agent_carries_a_peers_heartbeat(world: World, node_lease: dict[str, Any
     ({"metadata": {"finalizers": ["example.com/keep"]}}, "metadata.finalizers"),
     ({"metadata": {"ownerReferences": None}}, "metadata.ownerReferences"),
     # an allowed change does not carry a forbidden one along
-    ({"spec": {"renewTime": "2030-01-01T00:00:00.000000Z", "holderIdentity": "n1"},
-      "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true"}}}, "spec.holderIdentity"),
+    ({"spec": {"holderIdentity": "n1"}, "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true"}}},
+     "spec.holderIdentity"),
 ])
 def test_agent_cannot_change_anything_else_of_a_node_lease(world: World, node_lease: dict[str, Any],
                                                           body: dict[str, Any], field: str) -> None:
@@ -367,6 +395,73 @@ def test_agent_cannot_change_anything_else_of_a_node_lease(world: World, node_le
 def test_agent_cannot_change_its_own_node_lease_either(world: World, node_lease: dict[str, Any]) -> None:
     msg = _lease_patch(world.n2, {"spec": {"leaseDurationSeconds": 86400}}, policy=LEASES)
     assert "spec.leaseDurationSeconds" in msg
+
+
+# -- 2b/2c. a renewal is a carry, marked by its carrier, of its own group, not in the future ----------
+
+
+def _renewal(who: Identity, renew: dt.datetime, annotations: dict[str, str | None] | None, *,
+             node: str = "n2", policy: str | None = None) -> str:
+    body: dict[str, Any] = {"spec": {"renewTime": _micro(renew)}}
+    if annotations is not None:
+        body["metadata"] = {"annotations": annotations}
+    args = ("patch", "lease", node, "-n", "kube-node-lease", "--type=merge", "-p", json.dumps(body))
+    return who.denied(*args, policy=policy) if policy else who.ok(*args)
+
+
+def test_a_bare_renewal_is_refused(world: World, node_lease: dict[str, Any]) -> None:
+    """Issue 21's attack: a-1's token renews a dead a-5's Lease every 10 s with no mark, and
+    kube-controller-manager keeps a-5 Ready forever. Refused; nothing is written."""
+    msg = _renewal(world.n1, dt.datetime.now(dt.timezone.utc), None, policy=CARRY)
+    assert "a renewal needs the delegate mark naming the carrier" in msg
+    after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == node_lease["metadata"]["resourceVersion"]
+
+
+@pytest.mark.parametrize(("label", "mark", "says"), [
+    ("a mark naming another carrier", {"by": "n3"}, "delegated-by n1"),
+    ("a mark naming no renewal", {"renew": "later"}, "delegated-renew-time must equal the new spec.renewTime"),
+    ("a mark naming another renewal", {"renew": "2026-01-01T00:00:00.000000Z"}, "must equal the new spec.renewTime"),
+    ("the controller's own kind of hold", {"via": "autonomy"}, "delegated-via peer or coordinator"),
+])
+def test_a_renewal_whose_mark_does_not_name_it_and_its_carrier_is_refused(
+        world: World, node_lease: dict[str, Any], label: str, mark: dict[str, str], says: str) -> None:
+    renew = dt.datetime.now(dt.timezone.utc)
+    text = _micro(renew)
+    annotations = _mark(mark.get("by", "n1"), text if mark.get("renew") is None else mark["renew"], mark.get("via", "peer"))
+    assert says in _renewal(world.n1, renew, annotations, policy=CARRY), label
+
+
+def test_no_agent_renews_its_own_nodes_lease(world: World, node_lease: dict[str, Any]) -> None:
+    renew = dt.datetime.now(dt.timezone.utc)
+    msg = _renewal(world.n2, renew, _mark("n2", _micro(renew)), policy=CARRY)
+    assert "a node's own Lease is renewed by its kubelet" in msg
+
+
+def test_only_a_covered_node_of_the_carriers_own_group_is_carried(world: World, node_lease: dict[str, Any]) -> None:
+    renew = dt.datetime.now(dt.timezone.utc)
+    _group_index(world.admin, {"n1": "edgewatch-roster-a-1", "n2": "edgewatch-roster-b-2"})
+    assert "node n1 is not in the group of n2" in _renewal(world.n1, renew, _mark("n1", _micro(renew)), policy=CARRY)
+    _group_index(world.admin, {"n1": "edgewatch-roster"})   # n2 uncovered (or in a group of one)
+    assert "node n2 is not in a group edgewatch covers" in _renewal(world.n1, renew, _mark("n1", _micro(renew)),
+                                                                    policy=CARRY)
+    world.admin.kubectl("delete", "configmap", "edgewatch-groups", "-n", "edgewatch")  # no controller yet
+    done = world.n1.run("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge", "-p", json.dumps(
+        {"spec": {"renewTime": _micro(renew)}, "metadata": {"annotations": _mark("n1", _micro(renew))}}))
+    assert done.returncode != 0 and "edgewatch-agent-carry" in done.stderr, done
+
+
+def test_a_renewal_in_the_future_is_refused(world: World, node_lease: dict[str, Any]) -> None:
+    """The far-future renewTime: kube-controller-manager counts a renewal only when renewTime grows,
+    so one in 2030 would hide every real renewal until then. At most 30 s past the controller's clock
+    (the beacon Lease), whatever the carrier's own clock says."""
+    controller = _controller_clock(world.admin, dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=3))
+    for ahead_s in (60, 86400 * 365 * 4):
+        renew = controller + dt.timedelta(seconds=ahead_s)
+        msg = _renewal(world.n1, renew, _mark("n1", _micro(renew)), policy=CARRY_CLOCK)
+        assert "more than 30 s past the controller's clock" in msg
+    renew = controller + dt.timedelta(seconds=25)  # a carrier's estimate a little ahead: allowed
+    _renewal(world.n1, renew, _mark("n1", _micro(renew)))
 
 
 # -- 3. nodes/status: its own pool role only (verdicts are the controller's) ---------------------------
@@ -459,9 +554,7 @@ async def test_agent_code_paths_pass_the_policies(world: World, node_lease: dict
 
 
 def test_agent_reads_the_beacon_by_name_only(world: World) -> None:
-    world.admin.kubectl("apply", "-f", "-", input_text=json.dumps({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "edgewatch-beacon", "namespace": "edgewatch"}, "spec": {"holderIdentity": "ctl"}}))
+    _controller_clock(world.admin)
     a = world.n1
     assert a.ok("get", "lease", "edgewatch-beacon", "-n", "edgewatch", "-o", "name").strip() == \
         "lease.coordination.k8s.io/edgewatch-beacon"

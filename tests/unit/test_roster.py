@@ -20,8 +20,8 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.controller.roster import RosterPublisher
 from edgewatch.core.grouping import GroupingConfig
-from edgewatch.core.roster import (MAX_ROSTER_BYTES, ROSTER_PREFIX, Roster, RosterError, build_rosters, decode_roster,
-                                   encode_roster, roster_name)
+from edgewatch.core.roster import (GROUP_INDEX_NAME, MAX_ROSTER_BYTES, ROSTER_PREFIX, Roster, RosterError, build_rosters,
+                                   decode_roster, encode_group_index, encode_roster, roster_name)
 from edgewatch.core.types import NodeName, is_dns1123_subdomain
 
 from _fakekube import FakeKube, api_error
@@ -110,6 +110,17 @@ def test_malformed_rosters_are_refused(members: str) -> None:
         decode_roster({"members": members})
 
 
+@settings(max_examples=200, deadline=None)
+@given(config=configs, cluster=clusters())
+def test_the_group_index_names_each_members_roster(config: GroupingConfig,
+                                                   cluster: dict[NodeName, dict[str, str]]) -> None:
+    rosters = build_rosters(config, node_labels=cluster, addresses={})
+    index = encode_group_index(rosters)
+    for node, labels in cluster.items():
+        assert index.get(node) == roster_name(config, labels)  # None: a group of one, not in the index
+    assert list(index) == sorted(index) and GROUP_INDEX_NAME not in {roster_name(config, l) for l in cluster.values()}
+
+
 def test_a_roster_too_big_for_a_config_map_is_refused_not_truncated() -> None:
     big = Roster(group="", members={NodeName(f"node-{i:06d}-{'x' * 40}"): "10.0.0.1" for i in range(20_000)})
     with pytest.raises(RosterError, match="over the"):
@@ -152,8 +163,10 @@ async def test_publisher_writes_on_membership_change_only() -> None:
     try:
         name_a, name_b = roster_name(config, {ZONE: "a"}), roster_name(config, {ZONE: "b"})
         assert name_a and name_b
-        await _wait(lambda: results.count("created") == 2)
+        await _wait(lambda: results.count("created") == 3)  # two rosters and the group index
         assert _members(kube, name_a) == {"a-1": "10.0.0.1", "a-2": "10.0.0.2", "a-3": "10.0.0.3"}
+        assert kube.obj("ConfigMap", GROUP_INDEX_NAME, "edgewatch")["data"] == {
+            "a-1": name_a, "a-2": name_a, "a-3": name_a, "b-1": name_b}
         assert _members(kube, name_b) == {"b-1": "10.0.1.1"}
         assert kube.obj("ConfigMap", name_a, "edgewatch")["metadata"]["labels"] == {"edgewatch.io/roster": "true"}
         # the kubelet's status reports and a taint change nothing a roster holds: no write
@@ -172,6 +185,7 @@ async def test_publisher_writes_on_membership_change_only() -> None:
         _node(kube, "b-1", "10.0.1.1", **{ZONE: "a"})  # relabelled: group b is gone
         await _wait(lambda: ("ConfigMap", "edgewatch", name_b) not in kube.objects)
         assert "b-1" in _members(kube, name_a)
+        await _wait(lambda: kube.obj("ConfigMap", GROUP_INDEX_NAME, "edgewatch")["data"]["b-1"] == name_a)
         assert results.count("deleted") == 1 and "error" not in results
     finally:
         task.cancel()
@@ -198,7 +212,8 @@ async def test_publisher_retries_a_conflict_and_follows_the_grouping() -> None:
     task = asyncio.create_task(pub.run())
     try:
         await _wait(lambda: ("ConfigMap", "edgewatch", ROSTER_PREFIX) in kube.objects)
-        assert results[:2] == ["conflict", "created"]
+        await _wait(lambda: results.count("created") == 2)
+        assert results[0] == "conflict" and results.count("conflict") == 1
         assert set(_members(kube, ROSTER_PREFIX)) == {"a-1", "a-2", "a-3"}
         config[0] = GroupingConfig(enabled=True)  # grouping switched on: one roster per label value
         pub.touch()

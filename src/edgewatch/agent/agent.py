@@ -56,6 +56,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from edgewatch.agent.cachehost import PoolCacheHost
 from edgewatch.agent.carrier import HeartbeatCarrier
+from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.cloudlink import CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinator import CoordinatorError, PoolCoordinator
@@ -138,15 +139,18 @@ class Agent:
         self.peers = PeerExchange(me=config.node, config=config, keyring=lambda: self.keyring, membership=self.membership,
                                   metrics=self.metrics, cloud_ok=lambda: self.link.up, beacon=self.beacon)
         self.evidence_carry: frozenset[NodeName] = frozenset()
+        # carried renewTimes are written in the controller's clock (the apiserver bounds them by it)
+        self.cloud_clock = CloudClock()
         self.reporter = EvidenceReporter(
             client=client, node=config.node, beacon=self.beacon, own=lambda: self.peers.own,
             carried=self._carried_statements, cloud_ok=lambda: self.link.up,
             on_write=lambda r: self.metrics.evidence_writes.labels(result=r).inc(),
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
             timeout_s=config.api_timeout_s,
-            on_event=lambda: self.metrics.watch_events.labels(resource="beacon").inc())
+            on_event=lambda: self.metrics.watch_events.labels(resource="beacon").inc(), cloud_clock=self.cloud_clock)
         self.carrier = HeartbeatCarrier(renew=self._renew_for_peer, life_sign=self._life_sign, metrics=self.metrics,
-                                        interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s)
+                                        interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s,
+                                        wall=self.cloud_clock.now)
         self.duties: Duties | None = None
         self.coordinator: PoolCoordinator | None = None
         self.coordinator_target: tuple[str, str, tuple[PoolResource, ...]] | None = None  # (url, pool, cached)
@@ -263,7 +267,7 @@ class Agent:
             coordinator = PoolCoordinator(url=url, pool=pool, node=self.config.node, kube=self.client,
                                           cloud_ok=lambda: self.link.up, verdict_of=self._verdict_of,
                                           tls=self.config.coordinator_tls, registry=self._coordinator_registry(),
-                                          pool_resources=cached)
+                                          pool_resources=cached, wall=self.cloud_clock.now)
         except CoordinatorError as exc:
             log.error("not joining pool %s through %s: %s", pool, url, exc,
                       extra={"kind": "coordinator_config", "pool": pool})

@@ -27,8 +27,9 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   watch event is observed the moment it arrives (leader's monotonic clock); a heartbeat found by the
   initial listing is as old as the time since its etcd lease was last refreshed (the agent refreshes
   it right before every put), ``grantedTTL - TTL`` from etcd's LeaseTimeToLive — a duration
-  measured by etcd alone. ``alive_at`` is then the leader's wall clock minus that age, so a node
-  whose clock is off is carried exactly like any other (issue #9). Work goes
+  measured by etcd alone. ``alive_at`` is then the controller's clock as the leader estimates it
+  (``edgewatch.agent.cloudclock``) minus that age, so a node whose clock is off — the leader
+  included — is carried exactly like any other (issue #9), within the apiserver's carry-clock bound. Work goes
   through a bounded queue, one entry per node (deduplicated), with per-node exponential backoff on
   failure and a re-forward at least every ``forward_interval_s`` while the heartbeat exists. It
   never forwards for a node whose peer verdict is ``"unhealthy"``, nor for itself.
@@ -559,6 +560,8 @@ class PoolCoordinator:
         pool_resources: the pool-scope resources the leader caches (``edgewatch.poolcache``);
             empty: no cache (the leader still writes ``leader-informer-sync``).
         cache_config: the leader informer's settings.
+        wall: the clock forwarded renewTimes are written in (aware UTC datetime; the agent passes
+            its estimate of the controller's clock, ``edgewatch.agent.cloudclock``).
 
     Raises:
         CoordinatorError: (reason ``config``) bad URL, names, or TLS with an http URL.
@@ -581,8 +584,10 @@ class PoolCoordinator:
         registry: CollectorRegistry | None = None,
         pool_resources: tuple[PoolResource, ...] = (),
         cache_config: CacheLeaderConfig | None = None,
+        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.endpoint = parse_coordinator_url(url)
+        self._wall = wall
         if not is_dns1123_label(pool):
             raise CoordinatorError("config", f"pool name {pool!r} is not a DNS-1123 label")
         if not is_dns1123_subdomain(node):
@@ -1152,7 +1157,7 @@ class PoolCoordinator:
                 self._put_at.pop(node, None)
             else:
                 age_s = max(0.0, asyncio.get_running_loop().time() - put_at)
-                self._put_at[node] = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=age_s)
+                self._put_at[node] = self._wall() - dt.timedelta(seconds=age_s)
             if not hb.delegate:
                 self._forwarded.pop(node, None)
             elif put_at is not None:  # a new put: a new life sign to forward

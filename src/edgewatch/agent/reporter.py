@@ -38,6 +38,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
@@ -99,6 +100,8 @@ class EvidenceReporter:
         timeout_s: bound of one write, seconds.
         idle_timeout_s: re-establish a silent beacon watch after this many seconds.
         on_event: called for each watch event received (the per-agent API load metric).
+        cloud_clock: where the beacon Lease's renewTime is noted (the controller's clock, which
+            carried renewals are written in).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
@@ -109,8 +112,9 @@ class EvidenceReporter:
                  config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, refresh_s: float = 10.0, tick_s: float = 0.5,
                  timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 on_event: Callable[[], None] = lambda: None) -> None:
+                 on_event: Callable[[], None] = lambda: None, cloud_clock: CloudClock | None = None) -> None:
         self.client = client
+        self.cloud_clock = cloud_clock if cloud_clock is not None else CloudClock()
         self.node = node
         self.beacon = beacon
         self._own = own
@@ -154,9 +158,12 @@ class EvidenceReporter:
             log.info("cannot save the controller key to %s: %s", path, exc)
 
     def apply_beacon_lease(self, lease: Lease | None) -> None:
-        """Adopt the controller key and beacon of the beacon Lease (None: deleted; nothing changes)."""
+        """Adopt the controller key and beacon of the beacon Lease (None: deleted; nothing changes),
+        and note its renewTime as a reading of the controller's clock (:mod:`edgewatch.agent.cloudclock`)."""
         if lease is None:
             return
+        if lease.spec is not None and isinstance(lease.spec.renewTime, dt.datetime):
+            self.cloud_clock.observe(lease.spec.renewTime)
         annotations = lease.metadata.annotations or {} if lease.metadata else {}
         key_text = annotations.get(BEACON_KEY_ANNOTATION)
         if key_text:

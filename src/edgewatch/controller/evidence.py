@@ -4,8 +4,9 @@ Leases.
 
 * **Beacon** (:class:`BeaconIssuer`): every ``period_s`` a new random value, signed with the
   controller's Ed25519 key, written to the Lease ``<namespace>/edgewatch-beacon`` (annotations
-  ``edgewatch.io/beacon`` and ``edgewatch.io/beacon-key``) and recorded with the controller's clock
-  reading taken *before* the write, so a statement naming it can only look older than it is. The
+  ``edgewatch.io/beacon`` and ``edgewatch.io/beacon-key``; ``spec.renewTime`` is the controller's
+  clock at issue, the reference of the carry-clock admission policy and of the agents' carried
+  renewals) and recorded with the controller's clock reading taken *before* the write, so a statement naming it can only look older than it is. The
   key lives in the Secret ``<namespace>/edgewatch-beacon-key`` (made by the first controller that
   needs it), so every replica signs with the same key and agents cut off from the cloud keep
   trusting beacons across a controller fail-over. Generations grow: ``max(previous + 1, now in
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import datetime as dt
 import logging
 import secrets
 import time
@@ -36,6 +38,7 @@ import httpx2 as httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lightkube import ApiError, AsyncClient
+from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Secret
@@ -147,12 +150,19 @@ class BeaconIssuer:
         self.verified.beacons.record(beacon.value, at=self.clock())
         annotations[BEACON_ANNOTATION] = sign_beacon(beacon, self.key)
         annotations[BEACON_KEY_ANNOTATION] = base64.b64encode(self.key.public_raw).decode("ascii")
+        # renewTime: the controller's clock at issue, the reference the carry policy bounds an
+        # agent's renewTime by and the clock agents write carried renewals in (agent.cloudclock)
+        renew = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
         if lease is None:
             await _bounded(self.client.create(Lease(metadata=ObjectMeta(
                 name=BEACON_LEASE_NAME, namespace=self.namespace, annotations=annotations,
-                labels={"app.kubernetes.io/part-of": "edgewatch"}))), self.api_timeout_s)
+                labels={"app.kubernetes.io/part-of": "edgewatch"}),
+                spec=LeaseSpec(renewTime=renew))), self.api_timeout_s)
         else:
             lease.metadata.annotations = annotations
+            if lease.spec is None:
+                lease.spec = LeaseSpec()
+            lease.spec.renewTime = renew
             await _bounded(self.client.replace(lease), self.api_timeout_s)
         self.generation = beacon.generation
         self.issued += 1

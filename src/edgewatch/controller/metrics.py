@@ -21,11 +21,13 @@ class ControllerMetrics:
         leader: 1 while this replica holds the controller Lease.
         evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
             ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
-            ``sender_mismatch``, ``bad_key_record``, ``key_conflict``).
+            ``sender_mismatch``, ``bad_key_record``, ``bad_key_proof``, ``key_conflict``).
         api_reads: Nodes and Leases a reconcile read from the API, by ``kind``, because the watched
             copy was missing or awaiting our own write (``edgewatch.controller.seen``).
         roster_writes: group roster ConfigMap writes by ``result`` (``created``, ``updated``,
             ``deleted``, ``conflict``, ``error``, ``too_big``; ``edgewatch.controller.roster``).
+        unproven_carries: carriers whose Lease renewals were not believed (the carried node's own
+            fresh signed statement does not name them), one per node and carrier (a Warning Event each).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -50,5 +52,9 @@ class ControllerMetrics:
                                 "result.", ["result"], registry=registry)
         self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
                                      ["result"], registry=registry)
+        self.unproven_carries = Counter("edgewatch_controller_unproven_carries",
+                                        "Carriers whose Lease renewals of a node were not believed (the node's own "
+                                        "signed statement does not name them), one per node and carrier.",
+                                        registry=registry)
         self.api_reads = Counter("edgewatch_controller_api_reads", "Nodes and Leases read from the API by a "
                                  "reconcile (no watched copy to use), by kind.", ["kind"], registry=registry)

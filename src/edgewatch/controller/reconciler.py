@@ -60,6 +60,7 @@ from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import (
     MANAGED_ANNOTATIONS,
+    MIN_REQUEUE_S,
     MANAGED_TAINT_IDS,
     CloudView,
     ControllerConfig,
@@ -76,7 +77,8 @@ from edgewatch.controller.taints import annotation_patch, merge_taints, pod_evic
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue
 from edgewatch.leases import RenewOutcome, hold_renewal
-from edgewatch.names import EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
+from edgewatch.controller.views import unproven_carry
+from edgewatch.names import DELEGATED_BY_ANNOTATION, EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 
 __all__ = ["Reconciler"]
@@ -161,6 +163,8 @@ class Reconciler:
         self._node_cache: SeenObjects[Node] = SeenObjects()
         self._lease_cache: SeenObjects[Lease] = SeenObjects()
         self._held: set[str] = set()  # nodes under the autonomy hold: their Lease is read, not cached
+        # nodes whose current carried renewal is not believed: (carrier, first seen, Event recorded)
+        self._unproven: dict[str, tuple[str, float, bool]] = {}
         self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
                                      on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
@@ -237,6 +241,7 @@ class Reconciler:
             self.nodes.discard(name)
             self.plans.pop(name, None)
             self.observations.forget(name=name)
+            self._unproven.pop(name, None)
             self.queue.forget(name)
             self._labels.pop(name, None)
             self._held.discard(name)
@@ -336,6 +341,7 @@ class Reconciler:
                 if exc.status.code == 404:
                     self.plans.pop(name, None)
                     self.observations.forget(name=name)
+                    self._unproven.pop(name, None)
                     return None
                 raise
         lease = self._lease_cache.get(name) if name not in self._held else None
@@ -355,9 +361,12 @@ class Reconciler:
         # The edge view is what the controller verified itself, never the condition on the Node
         # (anyone with an agent token could write that); a delegate mark needs the node's own word.
         snap = dataclasses.replace(snap, edge_condition=self.verified.condition(name))
+        requeue_proof: float | None = None
         if lease_snap is not None:
-            lease_snap = dataclasses.replace(
-                lease_snap, delegation_proven=self.verified.own_life(name, now=now) is not None)
+            own = self.verified.own_life(name, now=now)
+            why = unproven_carry(node=name, lease=lease_snap, own_carrier=None if own is None else own.heartbeat.carrier)
+            lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
+            requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
         p = plan(node=snap, lease=lease_snap, now=now, config=self.config)
         for warning in p.warnings:
@@ -400,7 +409,35 @@ class Reconciler:
             self._held.discard(name)
         if p.evict_pods:
             requeue = _sooner(requeue, await self._evict(name, p, now))
-        return requeue
+        return _sooner(requeue, requeue_proof)
+
+    async def _note_unproven_carry(self, node: Node, lease: LeaseSnapshot, why: str | None, now: float) -> float | None:
+        """Say once, in a Warning Event on the Node, which carrier's renewals are not believed, once
+        they have been seen unproven for ``config.confirm_s`` (a carry's first renewal may reach the
+        controller before the statement naming its carrier: that is no lie). Returns seconds until
+        the Event is due, or None."""
+        name = node.metadata.name
+        if why is None:
+            self._unproven.pop(name, None)
+            return None
+        carrier = lease.annotations.get(DELEGATED_BY_ANNOTATION, "")
+        held = self._unproven.get(name)
+        if held is None or held[0] != carrier:
+            held = self._unproven[name] = (carrier, now, False)
+        _carrier, since, told = held
+        if told:
+            return None
+        due = since + self.config.confirm_s - now
+        if due > 0:
+            return max(due, MIN_REQUEUE_S)
+        self._unproven[name] = (carrier, since, True)
+        self.metrics.unproven_carries.inc()
+        log.warning("node %s: not counting its Lease renewals by %s: %s", name, carrier or "?", why,
+                    extra={"kind": "unproven_carry", "node": name, "carrier": carrier})
+        await self._record_event(node, reason="CarryNotBelieved", type_="Warning",
+                                 message=f"Lease renewals by {carrier or 'an unnamed carrier'} are not counted as "
+                                         f"heartbeats: {why}")
+        return None
 
     async def _show_verdict(self, node: Node) -> None:
         """Make the ``EdgeHealthy`` condition show the verified verdict (for ``kubectl describe

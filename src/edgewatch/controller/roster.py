@@ -9,7 +9,9 @@ per group) the rosters the node list calls for are compared with the ones in the
 differing ones are written: created, replaced with their resourceVersion as precondition (a 409
 leaves the roster dirty and it is retried), or deleted when their group is gone. Nothing is
 published before the first complete Node LIST: a roster written from half a list would shrink
-every group, and its majority with it.
+every group, and its majority with it. Beside the rosters it keeps the group index
+(``edgewatch-groups``: node -> roster name), the parameter of the admission policy that lets an
+agent carry only its own group's Leases (``deploy/15-policy-agent.yaml``).
 
 Each roster is written by its own task (one slow write never holds back another group); every
 call has ``api_timeout_s``. Errors are logged, counted (``edgewatch_controller_roster_writes``) and
@@ -33,7 +35,14 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node
 
 from edgewatch.core.grouping import GroupingConfig
-from edgewatch.core.roster import ROSTER_LABEL, RosterError, build_rosters, encode_roster
+from edgewatch.core.roster import (
+    GROUP_INDEX_NAME,
+    ROSTER_LABEL,
+    RosterError,
+    build_rosters,
+    encode_group_index,
+    encode_roster,
+)
 from edgewatch.core.types import NodeName
 
 __all__ = ["RosterPublisher", "internal_ip"]
@@ -166,11 +175,16 @@ class RosterPublisher:
             except RosterError as exc:
                 log.error("not publishing %s: %s", name, exc, extra={"kind": "roster_too_big"})
                 self._on_write("too_big")
+        try:
+            wanted[GROUP_INDEX_NAME] = encode_group_index(rosters)
+        except RosterError as exc:
+            log.error("not publishing %s: %s", GROUP_INDEX_NAME, exc, extra={"kind": "roster_too_big"})
+            self._on_write("too_big")
         async with asyncio.timeout(self.api_timeout_s):
             existing = {cm.metadata.name: cm async for cm in self.client.list(
                 ConfigMap, namespace=self.namespace, labels={ROSTER_LABEL: "true"})}
         for name in existing:
-            if name not in rosters:
+            if name not in rosters and name != GROUP_INDEX_NAME:
                 wanted[name] = None  # the group is gone
         changes = {name: data for name, data in wanted.items()
                    if data != (dict(existing[name].data or {}) if name in existing else None)}
@@ -178,6 +192,7 @@ class RosterPublisher:
             self.published += 1
             return True
         sizes = {name: len(roster.members) for name, roster in rosters.items()}
+        sizes[GROUP_INDEX_NAME] = len(wanted.get(GROUP_INDEX_NAME) or {})
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(self._write(name, data, existing.get(name), members=sizes.get(name, 0)))
                      for name, data in changes.items()]

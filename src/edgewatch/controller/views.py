@@ -21,7 +21,7 @@ from edgewatch.controller.model import (
     NodeState,
 )
 from edgewatch.leases import mark_is_current
-from edgewatch.names import DELEGATED_VIA_ANNOTATION
+from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
 __all__ = [
     "cloud_view",
@@ -32,6 +32,7 @@ __all__ = [
     "is_fresh",
     "is_held_by_controller",
     "lease_grace_s",
+    "unproven_carry",
 ]
 
 
@@ -81,6 +82,28 @@ def is_held_by_controller(lease: LeaseSnapshot | None) -> bool:
     return lease.annotations.get(DELEGATED_VIA_ANNOTATION) == "autonomy"
 
 
+def unproven_carry(*, node: str, lease: LeaseSnapshot | None, own_carrier: str | None) -> str | None:
+    """Why the Lease's current carried renewal does not count, or None (it counts, or there is no
+    carried renewal: no current mark, or the controller's own autonomy hold).
+
+    A renewal by anyone but the node's kubelet counts only with the node's own fresh signed
+    statement naming that carrier (docs/security.md; the apiserver makes every agent renewal name
+    its writer in ``delegated-by``, deploy/15-policy-agent.yaml). ``own_carrier``: the carrier the
+    node's own fresh statement names (``""``: none, its cloud link is up), None when the controller
+    holds no fresh statement of the node. Pure.
+    """
+    if lease is None or not is_delegated(lease) or is_held_by_controller(lease):
+        return None
+    carrier = lease.annotations.get(DELEGATED_BY_ANNOTATION, "")
+    if own_carrier is None:
+        return (f"{node}'s Lease is renewed by {carrier or 'an unnamed carrier'}, but {node} has no fresh "
+                "signed statement of its own")
+    if not carrier or own_carrier != carrier:
+        named = f"names {own_carrier} as its carrier" if own_carrier else "names no carrier (its cloud link is up)"
+        return f"{node}'s Lease is renewed by {carrier or 'an unnamed carrier'}, but {node}'s own signed statement {named}"
+    return None
+
+
 def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
                trust_first_sight: bool = True) -> CloudView:
     """The cloud view of a node from its Lease (``now`` and ``grace_s`` in seconds).
@@ -91,8 +114,9 @@ def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
     after a restart, unless ``trust_first_sight`` is False (the node has a recorded outage, see
     ``plan``): then an own renewal counts only once the controller has seen one happen. A current
     delegate mark is trusted either way (it says "cut off", not "back") — but only with the node's own
-    verified statement behind it (``lease.delegation_proven``): an unproven mark (a compromised
-    agent's, or one whose node went quiet) is LOST.
+    fresh verified statement naming that carrier behind it (``lease.delegation_proven``, see
+    :func:`unproven_carry`): an unproven mark (a compromised agent's, or one whose node went quiet)
+    is LOST.
     """
     if lease is None or lease.observed_at is None or is_held_by_controller(lease):
         return CloudView.LOST

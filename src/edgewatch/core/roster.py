@@ -29,6 +29,14 @@ Trust
     :func:`decode_roster` refuses a malformed or oversized one (:class:`RosterError`), and the agent
     keeps its previous copy.
 
+The group index
+    ``edgewatch-groups`` (same label, same namespace): ``data[<node>]`` = the name of that node's
+    roster, for every member of every published roster (:func:`encode_group_index`). Nobody in
+    edgewatch reads it: the apiserver does, as the parameter of the admission policy
+    ``edgewatch-agent-carry`` (``deploy/15-policy-agent.yaml``), which lets an agent renew a node's
+    Lease only for a covered node of its own group. One key per node, so the policy looks a node
+    up without parsing JSON (CEL cannot); written, like the rosters, only when membership changes.
+
 Limits
     A ConfigMap holds at most 1 MiB: about 15,000 members with 40-character names. The controller
     refuses to publish a bigger roster (:class:`RosterError`) rather than truncate it.
@@ -50,11 +58,13 @@ from edgewatch.core.types import NodeName, is_dns1123_subdomain
 __all__ = [
     "MAX_ROSTER_BYTES",
     "ROSTER_LABEL",
+    "GROUP_INDEX_NAME",
     "ROSTER_PREFIX",
     "Roster",
     "RosterError",
     "build_rosters",
     "decode_roster",
+    "encode_group_index",
     "encode_roster",
     "roster_name",
 ]
@@ -64,6 +74,10 @@ ROSTER_PREFIX: Final = "edgewatch-roster"
 
 ROSTER_LABEL: Final = "edgewatch.io/roster"
 """Label (value ``"true"``) on every roster ConfigMap, to list them."""
+
+GROUP_INDEX_NAME: Final = "edgewatch-groups"
+"""The group index ConfigMap (see the module docstring); never a roster's name (those start with
+:data:`ROSTER_PREFIX`)."""
 
 MAX_ROSTER_BYTES: Final = 1_000_000
 """Largest ``members`` value accepted or written, bytes (a ConfigMap's limit is 1 MiB in all)."""
@@ -133,6 +147,21 @@ def encode_roster(roster: Roster) -> dict[str, str]:
         raise RosterError(f"roster of group {roster.group!r:.100} has {len(roster.members)} members, "
                           f"{len(members)} bytes: over the {MAX_ROSTER_BYTES}-byte limit of a ConfigMap")
     return {"group": roster.group, "members": members}
+
+
+def encode_group_index(rosters: Mapping[str, Roster]) -> dict[str, str]:
+    """The group index's ConfigMap ``data``: every member of every roster -> that roster's name
+    (roster name -> :class:`Roster`, as :func:`build_rosters` gives). Deterministic (keys sorted).
+
+    Raises:
+        RosterError: the index would exceed :data:`MAX_ROSTER_BYTES` (the ConfigMap limit).
+    """
+    index = {str(node): name for name, roster in rosters.items() for node in roster.members}
+    size = sum(len(k) + len(v) + 6 for k, v in index.items())
+    if size > MAX_ROSTER_BYTES:
+        raise RosterError(f"group index of {len(index)} nodes, about {size} bytes: over the "
+                          f"{MAX_ROSTER_BYTES}-byte limit of a ConfigMap")
+    return dict(sorted(index.items()))
 
 
 def decode_roster(data: Mapping[str, str] | None) -> Roster:
