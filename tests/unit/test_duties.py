@@ -44,6 +44,19 @@ def test_a_cut_off_node_names_one_able_reachable_carrier(reachable: set, data) -
     assert choose_carrier(me=me, cloud_ok=True, reachable=frozenset(reachable), reports=reports) is None
 
 
+@settings(max_examples=200)
+@given(reachable=st.sets(st.sampled_from(NAMES[1:])), leader=st.sampled_from(NAMES), data=st.data())
+def test_with_a_pool_leader_carrying_the_leader_is_named(reachable: set, leader: str, data) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """The pool coordinator's leader writes the carried renewals, so the node names it (the
+    controller counts a carried renewal only from the carrier the node named); never itself."""
+    me = NAMES[0]
+    reports = {m: data.draw(st.sampled_from([None, UP, cut()])) for m in NAMES[1:]}
+    chosen = choose_carrier(me=me, cloud_ok=False, reachable=frozenset(reachable), reports=reports, leader=leader)
+    without = choose_carrier(me=me, cloud_ok=False, reachable=frozenset(reachable), reports=reports)
+    assert chosen == (without if leader == me else leader)
+    assert choose_carrier(me=me, cloud_ok=True, reachable=frozenset(reachable), reports=reports, leader=leader) is None
+
+
 @settings(max_examples=300)
 @given(data=st.data())
 def test_exactly_the_named_carrier_carries(data) -> None:  # type: ignore[no-untyped-def]

@@ -137,7 +137,8 @@ class Agent:
         self.metrics.cloud_link_up.set(1)
         self.beacon = BeaconHolder()
         self.peers = PeerExchange(me=config.node, config=config, keyring=lambda: self.keyring, membership=self.membership,
-                                  metrics=self.metrics, cloud_ok=lambda: self.link.up, beacon=self.beacon)
+                                  metrics=self.metrics, cloud_ok=lambda: self.link.up, beacon=self.beacon,
+                                  pool_leader=self._pool_leader)
         self.evidence_carry: frozenset[NodeName] = frozenset()
         # carried renewTimes are written in the controller's clock (the apiserver bounds them by it)
         self.cloud_clock = CloudClock()
@@ -406,6 +407,12 @@ class Agent:
             tg.create_task(self.carrier.run(self._carry_wanted))
             tg.create_task(self._role_loop())
             tg.create_task(self._own_mark_loop())
+
+    def _pool_leader(self) -> NodeName | None:
+        """The pool leader while the pool coordinator carries heartbeats (the carrier a cut-off node
+        names), else None."""
+        leader = self.coordinator.leader if self.coordinator is not None else None
+        return NodeName(leader) if leader else None
 
     def _carry_wanted(self) -> frozenset[NodeName]:
         duties = self.duties

@@ -93,12 +93,16 @@ class PeerExchange:
         cloud_ok: this node's own cloud link state.
         rng: randomness for target and relay choice (seedable in tests).
         beacon: the controller beacon this agent signs with and passes on (its own by default).
+        pool_leader: the pool leader's name while the pool coordinator carries heartbeats (then
+            it is the carrier this node names when cut off), else None.
     """
 
     def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Signer],
                  membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
-                 rng: random.Random | None = None, beacon: BeaconHolder | None = None) -> None:
+                 rng: random.Random | None = None, beacon: BeaconHolder | None = None,
+                 pool_leader: Callable[[], NodeName | None] = lambda: None) -> None:
         self.me = me
+        self._pool_leader = pool_leader
         self.config = config
         self._keyring = keyring
         self.membership = membership
@@ -236,7 +240,7 @@ class PeerExchange:
                 dead.append(peer)
         cloud_ok = self._cloud_ok()
         self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
-                                      reports=self.reports(now=now_mono))
+                                      reports=self.reports(now=now_mono), leader=self._pool_leader())
         self.seq += 1
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,

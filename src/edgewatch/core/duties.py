@@ -69,12 +69,18 @@ def choose_carrier(
     cloud_ok: bool,
     reachable: frozenset[NodeName],
     reports: Mapping[NodeName, PeerReport | None],
+    leader: NodeName | None = None,
 ) -> NodeName | None:
-    """The carrier this node names in its heartbeat: None while its own cloud link is up, else the
-    rendezvous winner among ``reachable`` peers (its detector sees them alive) whose fresh report
-    says cloud link and kubelet up (None if there is none)."""
+    """The carrier this node names in its heartbeat: None while its own cloud link is up; else the
+    pool leader when its pool coordinator carries heartbeats (``leader``: the leader's name while
+    the coordinator covers delegation, never this node itself); else the rendezvous winner among
+    ``reachable`` peers (its detector sees them alive) whose fresh report says cloud link and
+    kubelet up (None if there is none). The controller counts a carried Lease renewal only when the
+    node's own statement names the node that wrote it (``edgewatch.controller.views.unproven_carry``)."""
     if cloud_ok:
         return None
+    if leader is not None and leader != me:
+        return leader
     able = [p for p in reachable
             if p != me and (r := reports.get(p)) is not None and r.cloud_ok and r.kubelet_ok]
     return choose(subject=me, candidates=able)

@@ -1,0 +1,131 @@
+"""Issue 21, attack 1: a compromised node renews other nodes' Leases (tests in test_adversary.py).
+
+kube-controller-manager counts any renewal of a node's Lease as the node's heartbeat, and the
+agent's RBAC grants update on every Lease in kube-node-lease (it carries cut-off peers). With a-1's
+real pod-bound token the attacker tries what that grant allowed before the carry policies:
+
+* a **bare renewal** of dead a-5's Lease every 2 s (no delegate mark): on the old manifests every
+  one was accepted, a-5 stayed Ready with its dead pods in every Service, forever;
+* a **far-future renewal** of live a-2's Lease (marked as carried by a-1): kube-controller-manager
+  counts a renewal only when renewTime grows, so it would ignore a-2's kubelet until then.
+
+Both must be refused by the apiserver, and the dead node failed and evicted as without the attacker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+
+from _attacker import Attacker, taints
+from _pool import edge, node, wait
+from lightkube import ApiError
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.types import PatchType
+
+from edgewatch.names import FAILED_TAINT_KEY, NODE_LEASE_NAMESPACE
+from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch.timefmt import format_micro_time
+
+CARRY_POLICY = "edgewatch-agent-carry"
+CLOCK_POLICY = "edgewatch-agent-carry-clock"
+
+
+def _ready(c: PlaygroundCluster, name: str) -> str | None:
+    conditions = node(c, name)["status"].get("conditions", [])
+    return next((x["status"] for x in conditions if x["type"] == "Ready"), None)
+
+
+def _refused_by(exc: ApiError, policy: str) -> bool:
+    return exc.status.code == 403 and policy in (exc.status.message or "")
+
+
+def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
+    """a-5 is killed; a-1 renews its Lease with no mark every 2 s. Returns seconds from the kill
+    to the failed taint (with every renewal refused)."""
+    attacker = Attacker(c)
+    assert edge(c, "a-5") == "True"
+    c.kill_node("a-5")
+    killed = time.monotonic()
+    try:
+        async def attack() -> tuple[int, int, float | None]:
+            client = attacker.client()
+            tried = refused = 0
+            failed_after: float | None = None
+            try:
+                while time.monotonic() - killed < 60:
+                    body = {"spec": {"renewTime": format_micro_time(dt.datetime.now(dt.UTC))}}
+                    tried += 1
+                    try:
+                        await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE,
+                                           patch_type=PatchType.MERGE)
+                    except ApiError as exc:
+                        assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
+                        refused += 1
+                    if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(c, "a-5"):
+                        failed_after = time.monotonic() - killed
+                    if failed_after is not None and tried >= 10:
+                        break
+                    await asyncio.sleep(2)
+            finally:
+                await client.close()
+            return tried, refused, failed_after
+
+        tried, refused, failed_after = asyncio.run(attack())
+        assert refused == tried > 0, f"{tried - refused} of {tried} bare renewals were accepted"
+        assert failed_after is not None, "the dead node was never judged failed"
+        print(f"\nbare renewals of a dead node: {refused}/{tried} refused; failed after {failed_after:.1f} s")
+        # kube-controller-manager sees no heartbeat either: the node goes NotReady as it should
+        wait(lambda: _ready(c, "a-5") != "True", 60, "a-5 NotReady for kube-controller-manager")
+        return failed_after
+    finally:
+        c.revive_node("a-5")
+        wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"),
+             120, "a-5 healthy again after revive")
+
+
+def attack_future_renewal(c: PlaygroundCluster) -> None:
+    """a-1 writes a renewTime years ahead on live a-2's Lease, marked as its own carry (all the
+    other policies satisfied): refused by the carry-clock policy; a-2 stays Ready."""
+    attacker = Attacker(c)
+
+    async def attack() -> list[str]:
+        client = attacker.client()
+        refusals = []
+        try:
+            for ahead in (dt.timedelta(days=365 * 4), dt.timedelta(minutes=5)):
+                lease = await client.get(Lease, "a-2", namespace=NODE_LEASE_NAMESPACE)
+                renew = dt.datetime.now(dt.UTC) + ahead
+                lease.spec.renewTime = renew
+                lease.metadata.annotations = {**(lease.metadata.annotations or {}),
+                                              "edgewatch.io/delegate-heartbeat": "true",
+                                              "edgewatch.io/delegated-by": attacker.node,
+                                              "edgewatch.io/delegated-renew-time": format_micro_time(renew),
+                                              "edgewatch.io/delegated-via": "peer"}
+                try:
+                    await client.replace(lease)
+                except ApiError as exc:
+                    assert _refused_by(exc, CLOCK_POLICY), f"{exc.status.code} {exc.status.message}"
+                    refusals.append(exc.status.message or "")
+        finally:
+            await client.close()
+        return refusals
+
+    refusals = asyncio.run(attack())
+    assert len(refusals) == 2, refusals
+    assert all("past the controller's clock" in r for r in refusals), refusals
+    lease = json.loads(c.cp.kubectl("get", "lease", "a-2", "-n", NODE_LEASE_NAMESPACE, "-o", "json"))  # type: ignore[union-attr]
+    assert not lease["spec"]["renewTime"].startswith(str(dt.datetime.now(dt.UTC).year + 4))
+    for _ in range(20):  # a-2's kubelet keeps counting: Ready, healthy, untainted
+        assert _ready(c, "a-2") == "True" and edge(c, "a-2") == "True"
+        assert FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-2")
+        time.sleep(1)
+
+
+def carry_not_believed_events(c: PlaygroundCluster, name: str) -> list[str]:
+    """The messages of the controller's CarryNotBelieved Events on node ``name``."""
+    events = json.loads(c.cp.kubectl("get", "events", "-n", "default", "-o", "json",  # type: ignore[union-attr]
+                                     f"--field-selector=involvedObject.name={name},reason=CarryNotBelieved"))
+    return [e.get("message", "") for e in events["items"]]
