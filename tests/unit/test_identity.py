@@ -12,7 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgewatch.core.identity import (
+    BAD_KEY_PROOF,
+    BAD_KEY_RECORD,
+    KEY_CONFLICT,
     MAX_KEYS_PER_NODE,
+    KeyRecordError,
     NodeKey,
     NodeKeyring,
     PublicKeys,
@@ -87,67 +91,74 @@ def test_key_id_is_the_keys_own() -> None:
 def test_record_roundtrip_and_rotation_in_public_keys() -> None:
     old, new = NodeKey.generate(), NodeKey.generate()
     public = PublicKeys()
-    assert public.update(A, format_key_record([old])) is True
-    assert public.update(A, format_key_record([old])) is False  # unchanged
-    assert public.update(A, format_key_record([new, old])) is True  # rotation: both accepted
+    assert public.update(A, format_key_record([old], node=A)) is True
+    assert public.update(A, format_key_record([old], node=A)) is False  # unchanged
+    assert public.update(A, format_key_record([new, old], node=A)) is True  # rotation: both accepted
     assert public.keys_of(A) == (new.key_id, old.key_id)
     assert public.owner(old.key_id) == A and public.owner(new.key_id) == A
-    public.update(A, format_key_record([new]))  # old withdrawn
+    public.update(A, format_key_record([new], node=A))  # old withdrawn
     assert public.owner(old.key_id) is None
     public.remove(A)
     assert public.owner(new.key_id) is None and len(public) == 0
 
 
-def test_a_key_cannot_be_claimed_by_a_second_node() -> None:
-    """Registering a second node's record with another node's public key is refused: key ids name
-    keys, and a key has one owner."""
+def test_a_copied_key_keeps_its_first_owner() -> None:
+    """A key proven by two nodes (its private key was copied to both) is refused for the later
+    one: key ids name keys, and a key has one owner."""
     key = NodeKey.generate()
     public = PublicKeys()
-    public.update(A, format_key_record([key]))
-    with pytest.raises(ValueError, match="already published by node-a"):
-        public.update(B, format_key_record([key]))
+    public.update(A, format_key_record([key], node=A))
+    with pytest.raises(KeyRecordError, match="already published by node-a") as refused:
+        public.update(B, format_key_record([key], node=B))
+    assert refused.value.reason == KEY_CONFLICT
     assert public.owner(key.key_id) == A and public.keys_of(B) == ()
 
 
-def _line(key_id: str, raw: bytes) -> str:
-    return f"{key_id} {base64.b64encode(raw).decode()}\n"
+def _line(key_id: str, raw: bytes, proof: str = "") -> str:
+    return f"{key_id} {base64.b64encode(raw).decode()} {proof}\n"
 
 
-@pytest.mark.parametrize(("text", "match"), [
-    (None, "text"),
-    ("", "no key"),
-    ("x" * 2000, "over"),
-    ("abc\n", "each key line"),
-    ("0" * 32 + " !!!\n", "not base64"),
-    (_line("0" * 32, b"x" * 31), "bytes"),
-    (_line("0" * 32, b"x" * 32), "not the key's own"),
+@pytest.mark.parametrize(("text", "match", "reason"), [
+    (None, "text", BAD_KEY_RECORD),
+    ("", "no key", BAD_KEY_RECORD),
+    ("x" * 2000, "over", BAD_KEY_RECORD),
+    ("abc\n", "each key line", BAD_KEY_RECORD),
+    ("0" * 32 + " !!!\n", "not base64", BAD_KEY_RECORD),
+    (_line("0" * 32, b"x" * 31), "bytes", BAD_KEY_RECORD),
+    (_line("0" * 32, b"x" * 32), "not the key's own", BAD_KEY_RECORD),
+    (_line(key_id_of(b"x" * 32), b"x" * 32), "no proof of possession", BAD_KEY_PROOF),
+    (_line(key_id_of(b"x" * 32), b"x" * 32, "ab" * 63), "not 128 lower-case hex", BAD_KEY_PROOF),
+    (_line(key_id_of(b"x" * 32), b"x" * 32, "AB" * 64), "not 128 lower-case hex", BAD_KEY_PROOF),
+    (_line(key_id_of(b"x" * 32), b"x" * 32, "ab" * 64 + " extra"), "each key line", BAD_KEY_RECORD),
 ])
-def test_parse_key_record_refuses(text: object, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_parse_key_record_refuses(text: object, match: str, reason: str) -> None:
+    with pytest.raises(KeyRecordError, match=match) as refused:
         parse_key_record(text)
+    assert refused.value.reason == reason
 
 
 def test_parse_key_record_limits() -> None:
     keys = [NodeKey.generate() for _ in range(MAX_KEYS_PER_NODE + 1)]
     with pytest.raises(ValueError, match="at most"):
-        parse_key_record(format_key_record(keys))
+        parse_key_record(format_key_record(keys, node=A))
     with pytest.raises(ValueError, match="twice"):
-        parse_key_record(format_key_record([keys[0], keys[0]]))
-    parsed = parse_key_record("\n" + format_key_record(keys[:2]) + "\n")
-    assert [k for k, _ in parsed] == [keys[0].key_id, keys[1].key_id]
+        parse_key_record(format_key_record([keys[0], keys[0]], node=A))
+    parsed = parse_key_record("\n" + format_key_record(keys[:2], node=A) + "\n")
+    assert [k.key_id for k in parsed] == [keys[0].key_id, keys[1].key_id]
+    assert all(len(k.proof) == 128 for k in parsed)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_parse_key_record_never_raises_anything_but_value_error(text: str) -> None:
-    """Junk is refused with a message; a record that parses names each key by its own id."""
+    """Junk is refused with a message and a reason; a record that parses names each key by its own id."""
     try:
         parsed = parse_key_record(text)
-    except ValueError as exc:
-        assert str(exc)
+    except KeyRecordError as exc:
+        assert str(exc) and exc.reason in (BAD_KEY_RECORD, BAD_KEY_PROOF)
         return
     assert 1 <= len(parsed) <= MAX_KEYS_PER_NODE
-    assert all(key_id == key_id_of(raw) for key_id, raw in parsed)
+    assert all(k.key_id == key_id_of(k.public_raw) for k in parsed)
 
 
 def test_key_file_create_load_rotate(tmp_path: Path) -> None:
@@ -171,7 +182,8 @@ def test_node_keyring_requires_keys_and_publishes_its_record() -> None:
         NodeKeyring(node=A, keys=())
     key = NodeKey.generate()
     ring = NodeKeyring(node=A, keys=(key,))
-    assert parse_key_record(ring.record())[0][0] == key.key_id
+    assert parse_key_record(ring.record())[0].key_id == key.key_id
+    assert PublicKeys().update(A, ring.record()) is True  # its proofs verify for its own name
     assert ring.owner(key.key_id) == A and "PRIVATE" not in repr(ring)
     with pytest.raises(ValueError):
         ring.sign({"mac": "x"}, domain=DOMAIN)

@@ -221,12 +221,12 @@ def test_secondary_key_is_accepted_and_rotated_out_key_is_not() -> None:
     public = PublicKeys()
     new, old = NodeKey.generate(), NodeKey.generate()
     receiver = NodeKeyring(node=B, keys=(NodeKey.generate(),), public=public)
-    public.update(A, format_key_record([new, old]))  # a rotation in progress: both published
+    public.update(A, format_key_record([new, old], node=A))  # a rotation in progress: both published
     old_signer = NodeKeyring(node=A, keys=(old,))
     old_signer.public.add_own(A, [old])
     raw = env(keyring=old_signer, own=hb("node-a", keyring=old_signer))
     assert dec(raw, keyring=receiver).key_id == old.key_id
-    public.update(A, format_key_record([new]))  # the rotation ends: the old key is withdrawn
+    public.update(A, format_key_record([new], node=A))  # the rotation ends: the old key is withdrawn
     assert reason_of(lambda: dec(raw, keyring=receiver)) is RejectReason.UNKNOWN_KEY
 
 

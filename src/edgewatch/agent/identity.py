@@ -4,15 +4,18 @@ node's published keys current for the peer wire (:class:`edgewatch.core.identity
 This node's record goes to the ConfigMap ``edgewatch-nodes/<node>`` (key ``keys``). The apiserver
 lets only an agent whose pod-bound ServiceAccount token names this node write that object
 (``deploy/15-policy-agent.yaml``: the token's ``authentication.kubernetes.io/node-name`` claim),
-so a published key is bound to its node by the cluster itself; no shared secret exists.
+so a published record is bound to its node by the cluster itself; no shared secret exists. Each key
+in it carries its proof of possession over this node's name (``edgewatch.core.identity``), so no
+other node can claim it as its own ("key squatting").
 
 Publishing is level-triggered: the record is (re)written whenever the object is missing or holds
 anything else, with the resourceVersion read (a concurrent writer wins with 409 and we look again).
-The other nodes' records come from one list+watch of the namespace; a malformed record, or one
-claiming a key another node already published, is refused (log line, ``on_reject(reason)``) and
-the node's previous keys stay. With ``state_dir`` the known records are kept on disk, so an agent
-restarted while its node is cut off from the cloud still verifies its peers (best effort: a failed
-save is logged and counted, never fatal).
+The other nodes' records come from one list+watch of the namespace; a malformed record, one with
+a key whose proof does not verify for that node, or one claiming a key another node already
+published, is refused (log line, ``on_reject(reason)``) and the node's previous keys stay. With
+``state_dir`` the known records are kept on disk, so an agent restarted while its node is cut off
+from the cloud still verifies its peers (best effort: a failed save is logged and counted, never
+fatal); saved records are checked again when loaded.
 
 Limits: every agent watches every node's record (a small object that changes only on rotation:
 O(nodes) bytes once, then nothing); records of deleted nodes are dropped on the DELETED event.
@@ -32,7 +35,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.agent.watching import bounded_events, list_version
-from edgewatch.core.identity import NodeKeyring
+from edgewatch.core.identity import KeyRecordError, NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
 from edgewatch.statefile import replace_file
@@ -52,7 +55,8 @@ class IdentityKeeper:
         keyring: this node's keyring; its ``public`` registry is updated here.
         namespace: where the records live (default ``edgewatch-nodes``).
         state_dir: where to keep known records across restarts (None: memory only).
-        on_reject: called with ``bad_key_record`` or ``key_conflict`` for a refused record.
+        on_reject: called with the reason of a refused record: ``bad_key_record``, ``bad_key_proof``
+            (a key without a valid proof of possession for that node) or ``key_conflict``.
         retry_s: pause after a failed publish or a broken watch, seconds.
         idle_timeout_s: re-establish a watch silent this long, seconds.
         on_event: called for each watch event received (the per-agent API load metric).
@@ -96,10 +100,10 @@ class IdentityKeeper:
             return True
         try:
             changed = self.keyring.public.update(name, record)
-        except ValueError as exc:
-            reason = "key_conflict" if "already published" in str(exc) else "bad_key_record"
-            log.warning("refusing the key record of %s: %s", name, exc, extra={"kind": "key_rejected", "node": name})
-            self.on_reject(reason)
+        except KeyRecordError as exc:
+            log.warning("refusing the key record of %s (%s): %s", name, exc.reason, exc,
+                        extra={"kind": "key_rejected", "node": name, "reason": exc.reason})
+            self.on_reject(exc.reason)
             return False
         if changed:
             log.info("keys of %s: %s", name, ", ".join(self.keyring.public.keys_of(name)),

@@ -24,6 +24,7 @@ statements changed or a counted statement may have expired.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -31,13 +32,15 @@ from edgewatch.controller.model import ConditionSnapshot
 from edgewatch.core.beacon import BeaconLog
 from edgewatch.core.evidence import EvidenceBook, Statement, decode_evidence, verified_decisions
 from edgewatch.core.grouping import GroupingConfig, groups
-from edgewatch.core.identity import PublicKeys
+from edgewatch.core.identity import KeyRecordError, PublicKeys
 from edgewatch.core.quorum import Decision
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict, is_node_name
 from edgewatch.core.wire import Rejected
 
 __all__ = ["VerifiedEdge", "VerifiedVerdict"]
+
+log = logging.getLogger(__name__)
 
 _STATUS = {Verdict.HEALTHY: "True", Verdict.UNHEALTHY: "False", Verdict.UNKNOWN: "Unknown"}
 _REASON = {Verdict.HEALTHY: "PeersSeeAlive", Verdict.UNHEALTHY: "PeersSeeDead", Verdict.UNKNOWN: "NoMajority"}
@@ -74,7 +77,7 @@ class VerifiedEdge:
             default 30 s: three of the agents' 10 s evidence refreshes, plus a 5 s beacon period).
         on_result: called with a result label per statement or record looked at (``new``,
             ``older``, ``duplicate``, ``unknown_beacon``, a ``RejectReason`` value, ``bad_key_record``,
-            ``key_conflict``): the metric ``edgewatch_controller_evidence_total{result}``.
+            ``bad_key_proof``, ``key_conflict``): the metric ``edgewatch_controller_evidence_total{result}``.
 
     The monitoring topology's rings come with the grouping switches (ConfigMap key
     ``monitoringRings``, :meth:`set_grouping`), as the agents read them.
@@ -125,7 +128,9 @@ class VerifiedEdge:
         self._dirty.update(self._labels)
 
     def apply_keys(self, node: str, record: str | None) -> None:
-        """A node's published key record (None: deleted). Refusals are counted, never raised."""
+        """A node's published key record (None: deleted). Refusals (``bad_key_record``,
+        ``bad_key_proof``: a key without a valid proof of possession for ``node``, ``key_conflict``)
+        are logged and counted, never raised; the node's previous keys stay."""
         if not is_node_name(node):
             return
         if record is None:
@@ -133,8 +138,10 @@ class VerifiedEdge:
             return
         try:
             self.keys.update(NodeName(node), record)
-        except ValueError as exc:
-            self.on_result("key_conflict" if "already published" in str(exc) else "bad_key_record")
+        except KeyRecordError as exc:
+            log.warning("refusing the key record of %s (%s): %s", node, exc.reason, exc,
+                        extra={"kind": "key_rejected", "node": node, "reason": exc.reason})
+            self.on_result(exc.reason)
 
     def apply_evidence(self, writer: str, text: str | None) -> list[str]:
         """Verify and take in an evidence Lease written by ``writer`` (None or "": nothing).

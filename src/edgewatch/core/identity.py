@@ -12,16 +12,32 @@ What it is for (issue 12, docs/security.md)
     Where public keys come from is the caller's business: the agent publishes its own in the
     ConfigMap ``edgewatch-nodes/<node>`` (key ``keys``), which the apiserver lets only the agent
     whose pod-bound token names that node write (``deploy/15-policy-agent.yaml``), and reads the
-    others' from there (:func:`parse_key_record`).
+    others' from there (:meth:`PublicKeys.update`).
+
+Keys bound to their owner by proof of possession (attack "key squatting")
+    The apiserver binds a *record* to its node, not the keys in it: a compromised node could list
+    another node's public key in its own record, and a reader that kept the first-seen owner (every
+    fresh controller leader, every agent without saved state: records are listed in name order)
+    then gave the key to the squatter and refused every message of its real owner. So each line
+    carries a proof: the key's own signature over :func:`key_binding` (the node's name and the key
+    id, domain :data:`KEY_BINDING_DOMAIN`). A squatter cannot sign over its own name with a key it
+    does not hold, so its line is refused whatever order records are read in (``bad_key_proof``);
+    a key id already owned by another node is still refused (``key_conflict``: both proved the key,
+    so both hold the private key, i.e. it was copied).
 
 Formats
     key id: the first 16 bytes of SHA-256 of the raw 32-byte public key, 32 lower-case hex
     characters (so it names the key, not the node, and a forged record cannot reuse it without the
     key). Signature: Ed25519 over ``domain || 0x00 || data``, 128 lower-case hex characters
     (``domain`` separates message kinds as in :mod:`edgewatch.core.signing`). Key record (the
-    ConfigMap value), one key a line, the signing key first, at most :data:`MAX_KEYS_PER_NODE`::
+    ConfigMap value), one key a line, the signing key first, at most :data:`MAX_KEYS_PER_NODE`:
+    key id, base64 of the raw 32-byte public key, and the proof of possession (that key's
+    signature over :func:`key_binding`, domain ``edgewatch/key-binding/v1``), e.g.::
 
-        3f2a...(32 hex) MCowBQYDK2VwAyEA...   <- base64 of the raw 32-byte public key
+        c68c9fa38d918b0c1f7ad3ed74df86fd hBozjkb3SdeqiL1NUpHQbsdMTPiywky//LwF+G6iqog= d4b7f742...(128 hex)
+
+    (node ``a-1``; the proof signs ``{"key_id":"c68c9fa38d918b0c1f7ad3ed74df86fd","node":"a-1"}``;
+    :func:`parse_key_record` checks the form, :func:`verify_key_record` the proofs too).
 
     Key file (the agent's state dir, mode 0600): PKCS#8 PEM blocks, the signing key first; the
     others are earlier keys still published while peers may hold messages signed with them.
@@ -31,7 +47,10 @@ second; the agent publishes both, then signs with the new one; peers accept eith
 one is dropped at the next rotation.
 
 Limits: verification costs about 60 us per signature (``cryptography``'s OpenSSL Ed25519), signing
-about 20 us; a key record is trusted as the caller found it (the binding is the apiserver's).
+about 20 us, so reading a record costs one check per key. A proof shows possession, not
+legitimacy: a node's key file copied to another node (a stolen key, or a cloned disk image) lets
+either publish it, and the first-seen owner keeps it; the binding of a record to its node is the
+apiserver's.
 """
 
 from __future__ import annotations
@@ -44,7 +63,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -54,17 +73,25 @@ from edgewatch.core.signing import Verification, canonical_json, check_domain
 from edgewatch.core.types import NodeName, is_node_name
 
 __all__ = [
+    "BAD_KEY_PROOF",
+    "BAD_KEY_RECORD",
+    "KEY_BINDING_DOMAIN",
+    "KEY_CONFLICT",
     "KEY_ID_HEX",
     "MAX_KEYS_PER_NODE",
     "SIGNATURE_HEX",
     "NodeKey",
+    "KeyRecordError",
     "NodeKeyring",
+    "PublicKey",
     "PublicKeys",
     "format_key_record",
+    "key_binding",
     "key_id_of",
     "load_or_create_key_file",
     "parse_key_record",
     "rotate_key_file",
+    "verify_key_record",
 ]
 
 KEY_ID_HEX: Final = 32
@@ -72,6 +99,12 @@ SIGNATURE_HEX: Final = 128
 MAX_KEYS_PER_NODE: Final = 2
 """The signing key and the one before it (rotation keeps one old key)."""
 MAX_RECORD_BYTES: Final = 1024
+
+KEY_BINDING_DOMAIN: Final = "edgewatch/key-binding/v1"
+"""Signature domain of a key line's proof of possession (:func:`key_binding`)."""
+BAD_KEY_RECORD: Final = "bad_key_record"
+BAD_KEY_PROOF: Final = "bad_key_proof"
+KEY_CONFLICT: Final = "key_conflict"
 
 _KEY_ID = re.compile(r"[0-9a-f]{32}")
 _SIG = re.compile(r"[0-9a-f]{128}")
@@ -126,53 +159,115 @@ class NodeKey:
         return f"NodeKey(key_id={self.key_id!r})"
 
 
-def format_key_record(keys: Iterable[NodeKey]) -> str:
-    """The key record of ``keys`` (signing key first): ``"<key id> <base64 raw key>\\n"`` a line."""
-    return "".join(f"{k.key_id} {base64.b64encode(k.public_raw).decode('ascii')}\n" for k in keys)
+class KeyRecordError(ValueError):
+    """A key record refused; ``reason`` is the metric label: :data:`BAD_KEY_RECORD` (malformed),
+    :data:`BAD_KEY_PROOF` (a line's proof of possession missing, malformed or not verifying) or
+    :data:`KEY_CONFLICT` (a key another node already published)."""
+
+    def __init__(self, message: str, *, reason: str = BAD_KEY_RECORD) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def parse_key_record(text: object) -> tuple[tuple[str, bytes], ...]:
-    """Parse an untrusted key record into ``((key id, raw public key), ...)``, signing key first.
+class PublicKey(NamedTuple):
+    """One parsed key line: key id, raw 32-byte public key, hex proof of possession (128)."""
+
+    key_id: str
+    public_raw: bytes
+    proof: str
+
+
+def key_binding(*, node: str, key_id: str) -> bytes:
+    """The bytes a key line's proof signs (domain :data:`KEY_BINDING_DOMAIN`): the canonical JSON
+    ``{"key_id": <key id>, "node": <node>}``, so a proof is valid for one node and one key only."""
+    return canonical_json({"key_id": key_id, "node": node})
+
+
+def format_key_record(keys: Iterable[NodeKey], *, node: NodeName) -> str:
+    """``node``'s key record of ``keys`` (signing key first): ``"<key id> <base64 raw key> <proof>\\n"``
+    a line, each proof signed by that line's own key over :func:`key_binding`."""
+    return "".join(
+        f"{k.key_id} {base64.b64encode(k.public_raw).decode('ascii')} "
+        f"{k.sign(key_binding(node=node, key_id=k.key_id), domain=KEY_BINDING_DOMAIN)}\n" for k in keys)
+
+
+def parse_key_record(text: object) -> tuple[PublicKey, ...]:
+    """Parse an untrusted key record into :class:`PublicKey` lines, signing key first. Checks the
+    form only; :func:`verify_key_record` also checks the proofs.
 
     Raises:
-        ValueError: not a str, over :data:`MAX_RECORD_BYTES`, no key, more than
-            :data:`MAX_KEYS_PER_NODE`, a line that is not ``<32 hex> <base64 of 32 bytes>``, a key id
-            that is not the key's own (:func:`key_id_of`), or a duplicate.
+        KeyRecordError: (a ValueError) ``bad_key_record``: not a str, over
+            :data:`MAX_RECORD_BYTES`, no key, more than :data:`MAX_KEYS_PER_NODE`, a line that is not
+            ``<32 hex> <base64 of 32 bytes> <proof>``, a key id that is not the key's own
+            (:func:`key_id_of`), or a duplicate; ``bad_key_proof``: a line without a proof, or
+            one that is not 128 lower-case hex characters.
     """
     if not isinstance(text, str):
-        raise ValueError("key record must be text")
+        raise KeyRecordError("key record must be text")
     if len(text.encode("utf-8", "replace")) > MAX_RECORD_BYTES:
-        raise ValueError(f"key record over {MAX_RECORD_BYTES} bytes")
-    out: list[tuple[str, bytes]] = []
+        raise KeyRecordError(f"key record over {MAX_RECORD_BYTES} bytes")
+    out: list[PublicKey] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not _KEY_ID.fullmatch(parts[0]):
-            raise ValueError("each key line must be '<32 hex key id> <base64 key>'")
+        if len(parts) not in (2, 3) or not _KEY_ID.fullmatch(parts[0]):
+            raise KeyRecordError("each key line must be '<32 hex key id> <base64 key> <128 hex proof>'")
         try:
             raw = base64.b64decode(parts[1], validate=True)
         except (binascii.Error, ValueError):
-            raise ValueError(f"key {parts[0]}: not base64") from None
+            raise KeyRecordError(f"key {parts[0]}: not base64") from None
         if len(raw) != 32:
-            raise ValueError(f"key {parts[0]}: {len(raw)} bytes, an Ed25519 public key is 32")
+            raise KeyRecordError(f"key {parts[0]}: {len(raw)} bytes, an Ed25519 public key is 32")
         if key_id_of(raw) != parts[0]:
-            raise ValueError(f"key {parts[0]}: the id is not the key's own")
-        if any(k == parts[0] for k, _ in out):
-            raise ValueError(f"key {parts[0]}: listed twice")
-        out.append((parts[0], raw))
+            raise KeyRecordError(f"key {parts[0]}: the id is not the key's own")
+        if len(parts) == 2:
+            raise KeyRecordError(f"key {parts[0]}: no proof of possession", reason=BAD_KEY_PROOF)
+        if not _SIG.fullmatch(parts[2]):
+            raise KeyRecordError(f"key {parts[0]}: the proof of possession is not 128 lower-case hex characters",
+                                 reason=BAD_KEY_PROOF)
+        if any(k.key_id == parts[0] for k in out):
+            raise KeyRecordError(f"key {parts[0]}: listed twice")
+        out.append(PublicKey(parts[0], raw, parts[2]))
     if not out:
-        raise ValueError("key record has no key")
+        raise KeyRecordError("key record has no key")
     if len(out) > MAX_KEYS_PER_NODE:
-        raise ValueError(f"key record has {len(out)} keys; at most {MAX_KEYS_PER_NODE}")
+        raise KeyRecordError(f"key record has {len(out)} keys; at most {MAX_KEYS_PER_NODE}")
+    return tuple(out)
+
+
+def verify_key_record(*, node: str, text: object) -> tuple[tuple[str, Ed25519PublicKey], ...]:
+    """``node``'s untrusted key record as ``((key id, public key), ...)``, signing key first, once
+    every line's proof verifies with that line's own key over ``node``'s name
+    (:func:`key_binding`). A line copied from another node's record carries a proof over that
+    node's name, so it fails here.
+
+    Raises:
+        KeyRecordError: as :func:`parse_key_record`; ``bad_key_record`` for a bad node name;
+            ``bad_key_proof`` for a proof that does not verify.
+    """
+    if not is_node_name(node):
+        raise KeyRecordError("not a node name")
+    prefix = check_domain(KEY_BINDING_DOMAIN)
+    out: list[tuple[str, Ed25519PublicKey]] = []
+    for line in parse_key_record(text):
+        try:
+            public = Ed25519PublicKey.from_public_bytes(line.public_raw)
+            public.verify(bytes.fromhex(line.proof), prefix + key_binding(node=node, key_id=line.key_id))
+        except (InvalidSignature, ValueError):
+            raise KeyRecordError(f"key {line.key_id}: its proof of possession does not verify for {node} (a key "
+                                 "copied from another node's record?)", reason=BAD_KEY_PROOF) from None
+        out.append((line.key_id, public))
     return tuple(out)
 
 
 class PublicKeys:
     """The published keys of the nodes: ``node -> keys`` and ``key id -> node``. Single-threaded.
 
-    A key id claimed by two nodes (possible only by publishing the same public key twice) is
-    refused for the later one: :meth:`update` raises and keeps the earlier owner.
+    A key counts for a node only with its proof of possession over that node's name
+    (:func:`verify_key_record`), so no node can claim another's key, in any read order. A key id
+    proven by two nodes (its private key was copied) is refused for the later one: :meth:`update`
+    raises and keeps the earlier owner.
 
     Signatures that verified are remembered (the last ``verified_cache`` of them, keyed by key id,
     signature and a BLAKE2b-256 of the signed bytes): the same heartbeat reaches a node several
@@ -196,28 +291,36 @@ class PublicKeys:
         """Set ``node``'s keys from its untrusted key record; True if they changed.
 
         Raises:
-            ValueError: a bad record (:func:`parse_key_record`), a bad node name, or a key id
-                already owned by another node. The node's keys stay as they were.
+            KeyRecordError: (a ValueError; ``reason`` is the metric label) a bad record or node
+                name, a proof that does not verify (:func:`verify_key_record`), or a key id already
+                owned by another node (``key_conflict``). The node's keys stay as they were.
         """
-        if not is_node_name(node):
-            raise ValueError("not a node name")
-        parsed = parse_key_record(record)
-        for key_id, _ in parsed:
+        return self._set(node, verify_key_record(node=node, text=record))
+
+    def add_own(self, node: NodeName, keys: Iterable[NodeKey]) -> None:
+        """Register this node's own keys (held here, so no proof to check).
+
+        Raises:
+            KeyRecordError: a bad node name, no key, or a key another node already published.
+        """
+        own = tuple((k.key_id, Ed25519PublicKey.from_public_bytes(k.public_raw)) for k in keys)
+        if not is_node_name(node) or not own:
+            raise KeyRecordError("not a node name" if own else "no key")
+        self._set(node, own)
+
+    def _set(self, node: NodeName, keys: tuple[tuple[str, Ed25519PublicKey], ...]) -> bool:
+        for key_id, _ in keys:
             held = self._by_id.get(key_id)
             if held is not None and held[0] != node:
-                raise ValueError(f"key {key_id} is already published by {held[0]}")
-        ids = tuple(k for k, _ in parsed)
+                raise KeyRecordError(f"key {key_id} is already published by {held[0]}", reason=KEY_CONFLICT)
+        ids = tuple(k for k, _ in keys)
         if self._by_node.get(node) == ids:
             return False
         self.remove(node)
-        for key_id, raw in parsed:
-            self._by_id[key_id] = (node, Ed25519PublicKey.from_public_bytes(raw))
+        for key_id, public in keys:
+            self._by_id[key_id] = (node, public)
         self._by_node[node] = ids
         return True
-
-    def add_own(self, node: NodeName, keys: Iterable[NodeKey]) -> None:
-        """Register this node's own keys (no record parsing)."""
-        self.update(node, format_key_record(keys))
 
     def remove(self, node: NodeName) -> None:
         """Forget ``node``'s keys (its record was deleted)."""
@@ -293,7 +396,7 @@ class NodeKeyring:
         ValueError: no keys, or a bad node name.
     """
 
-    __slots__ = ("_keys", "node", "public")
+    __slots__ = ("_keys", "_record", "node", "public")
 
     def __init__(self, *, node: NodeName, keys: Iterable[NodeKey], public: PublicKeys | None = None) -> None:
         self._keys = tuple(keys)
@@ -302,6 +405,7 @@ class NodeKeyring:
         self.node = node
         self.public = public if public is not None else PublicKeys()
         self.public.add_own(node, self._keys)
+        self._record = format_key_record(self._keys, node=node)
 
     @property
     def primary_key_id(self) -> str:
@@ -314,8 +418,8 @@ class NodeKeyring:
         return self._keys
 
     def record(self) -> str:
-        """This node's key record (what it publishes)."""
-        return format_key_record(self._keys)
+        """This node's key record (what it publishes), each line with its proof of possession."""
+        return self._record
 
     def owner(self, key_id: object) -> NodeName | None:
         """The node that published ``key_id``, or None if unknown."""
