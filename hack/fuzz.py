@@ -11,6 +11,8 @@ Usage: ``python hack/fuzz.py [examples per target, default 20000]``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sys
 import time
@@ -20,11 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgewatch.agent.coordinator import HeartbeatRejected, parse_heartbeat
+from edgewatch.controller.autonomy import parse_autonomy_duration
 from edgewatch.core.beacon import BeaconHolder, Beacon, sign_beacon
 from edgewatch.core.evidence import decode_evidence
 from edgewatch.core.grouping import parse_grouping_config
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys, parse_key_record
 from edgewatch.core.poolconfig import parse_pool_coordinators
+from edgewatch.core.roster import RosterError, decode_roster
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import (
     ENVELOPE_DOMAIN,
@@ -36,8 +40,10 @@ from edgewatch.core.wire import (
     sign_heartbeat,
 )
 from edgewatch.poolcache.feed import ObjectRejected, check_object
+from edgewatch.poolcache.layout import CacheKeys, decode_value, encode_object, encode_tombstone
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResourcesError, parse_pool_resources
 from edgewatch.poolcache.selectors import SelectorError, parse_field_selector, parse_label_selector
+from edgewatch.timefmt import parse_rfc3339
 
 PUBLIC = PublicKeys()
 A = NodeKeyring(node=NodeName("a-1"), keys=(NodeKey.generate(),), public=PUBLIC)
@@ -138,6 +144,80 @@ def _selectors(text: str) -> None:
             pass
 
 
+def _roster(data: object) -> None:
+    try:
+        decode_roster(data)  # type: ignore[arg-type]
+    except RosterError:
+        pass
+
+
+@st.composite
+def roster_data(draw: st.DrawFn) -> object:
+    """A roster ConfigMap's ``data``: junk, or a valid members map with one entry mutated."""
+    if draw(st.booleans()):
+        return draw(st.none() | st.dictionaries(st.sampled_from(["members", "group", "x"]),
+                                                json_values | st.text(max_size=200), max_size=3))
+    members: dict[str, object] = {"a-1": "198.18.0.10", "a-2": "fd00::2", "a-3": ""}
+    members[draw(st.sampled_from(sorted(members)) | st.text(max_size=70))] = draw(
+        json_values | st.text(max_size=60) | st.ip_addresses().map(str))
+    text = json.dumps(members) if draw(st.booleans()) else json.dumps(members)[: draw(st.integers(0, 80))]
+    return {"group": draw(st.text(max_size=20)), "members": text}
+
+
+SLICES = CacheKeys(prefix="/edgewatch/pools/a/", resource=DEFAULT_RESOURCES[0])
+SLICE = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4", "endpoints": [],
+         "metadata": {"name": "web-x1", "namespace": "default", "resourceVersion": "42"}}
+
+
+def _pool_value(item: tuple[bytes, bytes]) -> None:
+    try:
+        decode_value(SLICES, *item)
+    except ObjectRejected:
+        pass
+
+
+@st.composite
+def pool_values(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A (key, value) of the coordinator's etcd: junk, or a valid object or tombstone with the key
+    or one field mutated (a compromised pool coordinator writes anything)."""
+    key = draw(st.sampled_from([SLICES.object_key("default", "web-x1"), SLICES.objects, SLICES.base])
+               | st.text(max_size=60).map(lambda t: SLICES.objects + t.encode()) | st.binary(max_size=80))
+    if draw(st.booleans()):
+        return key, draw(st.binary(max_size=300))
+    if draw(st.booleans()):
+        return key, encode_tombstone(draw(st.text(max_size=24)))
+    obj = json.loads(json.dumps(SLICE))
+    where = obj if draw(st.booleans()) else obj["metadata"]
+    where[draw(st.sampled_from(sorted(where)) | st.text(max_size=12))] = draw(json_values)
+    return key, encode_object(obj)
+
+
+def _annotation_times(text: str) -> None:
+    """The controller's readings of node annotations: autonomy-duration and unreachable-since."""
+    for parse in (parse_autonomy_duration, parse_rfc3339):
+        try:
+            parse(text)
+        except ValueError:
+            pass
+
+
+annotation_texts = (st.text(max_size=40)
+                    | st.from_regex(r"\A[+-]?([0-9]*(\.[0-9]*)?(ns|us|µs|ms|s|m|h)){1,4}\Z")
+                    | st.datetimes(timezones=st.timezones()).map(lambda d: d.isoformat()))
+
+
+def _beacon_key(text: str) -> None:
+    """The beacon Lease's key annotation as the agent reads it (``EvidenceReporter.apply_beacon_lease``)."""
+    try:
+        BeaconHolder().trust(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError):
+        pass
+
+
+beacon_keys = (st.text(max_size=60) | st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode())
+               | st.just(base64.b64encode(BEACON_KEY.public_raw).decode()))
+
+
 def _config(data: dict[str, str]) -> None:
     try:
         parse_grouping_config(data)
@@ -161,6 +241,10 @@ TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] =
     ("label and field selectors", _selectors, st.text(max_size=120)),
     ("edgewatch-config keys", _config, st.dictionaries(st.sampled_from(
         ["grouping", "groupLabel", "coverLabel", "x", "poolCoordinators"]), st.text(max_size=80), max_size=4)),
+    ("group roster (decode_roster)", _roster, roster_data()),
+    ("pool-cache etcd value (decode_value)", _pool_value, pool_values()),
+    ("node annotations (durations, RFC 3339)", _annotation_times, annotation_texts),
+    ("beacon key annotation (BeaconHolder.trust)", _beacon_key, beacon_keys),
 ]
 
 

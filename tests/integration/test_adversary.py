@@ -10,7 +10,6 @@ no live node evicted, no dead node kept.
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime as dt
 import json
 import time
@@ -19,19 +18,18 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from _pool import NODES, edge, five_node_pool, node, wait
+from _attack_keys import attack_squatted_key
+from _attack_port import attack_slow_bodies_and_connection_flood
+from _attack_renewals import attack_bare_renewals_of_a_dead_node, attack_future_renewal, carry_not_believed_events
+from _attacker import Attacker, controller_metric, forbidden, taints
+from _pool import NODES, edge, five_node_pool, wait
 from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
 
-from edgewatch.core.beacon import BeaconHolder
-from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
-from edgewatch.core.types import NodeName
-from edgewatch.core.wire import sign_heartbeat
 from edgewatch.leases import renew_on_behalf
 from edgewatch.names import (
     BEACON_ANNOTATION,
-    BEACON_KEY_ANNOTATION,
     BEACON_LEASE_NAME,
     EDGE_CONDITION_TYPE,
     EVIDENCE_ANNOTATION,
@@ -39,101 +37,14 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
 )
 from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.testing.kubeletsim import make_client
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
-
-AGENT_SUBJECT = "system:serviceaccount:edgewatch:edgewatch-agent"
 
 
 @pytest.fixture(scope="module")
 def cluster(binaries) -> Iterator[PlaygroundCluster]:  # type: ignore[no-untyped-def]
     with five_node_pool(binaries, "adversary-test") as c:
         yield c
-
-
-_wait, _node, _edge = wait, node, edge
-
-
-def _taints(c: PlaygroundCluster, name: str) -> set[str]:
-    return {f"{t['key']}:{t['effect']}" for t in _node(c, name)["spec"].get("taints") or []}
-
-
-def _agent_token(c: PlaygroundCluster, node: str) -> str:
-    """The agent pod's projected ServiceAccount token on ``node`` (what root on that node can read)."""
-    for path in (c.nodes[node].root / "var/lib/kubelet/pods").glob("*/volumes/*/token"):
-        token = path.read_text().strip()
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        if claims.get("sub") == AGENT_SUBJECT:
-            return token
-    raise AssertionError(f"no agent token found on {node}")
-
-
-class Attacker:
-    """a-1 compromised: its agent's token and signing key, used by hostile code."""
-
-    def __init__(self, c: PlaygroundCluster, node: str = "a-1") -> None:
-        assert c.cp is not None and c.cp.ca_file is not None and c.workdir is not None
-        self.node = node
-        kubeconfig = c.workdir / f"attacker-{node}.kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "x",
-            "clusters": [{"name": "x", "cluster": {"server": c.cp.apiserver_url,
-                                                   "certificate-authority": str(c.cp.ca_file)}}],
-            "users": [{"name": "x", "user": {"token": _agent_token(c, node)}}],
-            "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
-        self.kubeconfig = kubeconfig
-        key_file = c.nodes[node].root / "var/lib/edgewatch/identity.key"
-        self.ring = NodeKeyring(node=NodeName(node), keys=load_or_create_key_file(key_file))
-        self.beacon = BeaconHolder()
-        self.seq = 10**9
-
-    def client(self):  # type: ignore[no-untyped-def]
-        return make_client(str(self.kubeconfig), timeout_s=10)
-
-    async def refresh_beacon(self, client) -> None:  # type: ignore[no-untyped-def]
-        lease = await client.get(Lease, BEACON_LEASE_NAME, namespace="edgewatch")
-        annotations = lease.metadata.annotations or {}
-        self.beacon.trust(base64.b64decode(annotations[BEACON_KEY_ANNOTATION]))
-        self.beacon.offer(annotations[BEACON_ANNOTATION])
-
-    def own_statement(self, *, alive: list[str], dead: list[str]):  # type: ignore[no-untyped-def]
-        self.seq += 1
-        return sign_heartbeat(origin=NodeName(self.node), incarnation=1, seq=self.seq, kubelet_ok=True, cloud_ok=True,
-                              alive=[NodeName(n) for n in alive], dead=[NodeName(n) for n in dead],
-                              keyring=self.ring, beacon=self.beacon.value)
-
-    def forged_statement(self, origin: str, *, dead: list[str]) -> dict[str, object]:
-        """A statement claiming to be ``origin``'s, signed with the attacker's own (published) key."""
-        payload = {"v": 4, "origin": origin, "incarnation": 1, "seq": 1, "kubelet_ok": True, "cloud_ok": True,
-                   "alive": [], "dead": sorted(dead), "carrier": "", "beacon": self.beacon.value}
-        return self.ring.sign(payload, domain="edgewatch/heartbeat/v4")
-
-    async def write_evidence(self, client, text: str) -> None:  # type: ignore[no-untyped-def]
-        lease = await client.get(Lease, self.node, namespace=IDENTITY_NAMESPACE)
-        lease.metadata.annotations = {**(lease.metadata.annotations or {}), EVIDENCE_ANNOTATION: text}
-        await client.replace(lease)
-
-
-def _controller_metric(c: PlaygroundCluster, name: str, labels: dict[str, str]) -> float:
-    """A counter summed over the controller replicas' /metrics (each on its cloud node, port 51006)."""
-    total = 0.0
-    for node in c.scenario.cloud_node_names():
-        try:
-            with urllib.request.urlopen(f"http://{c.nodes[node].address}:51006/metrics", timeout=5) as resp:
-                text = resp.read().decode()
-        except OSError:
-            continue
-        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        for line in text.splitlines():
-            if line.startswith(f"{name}{{{want}}} "):
-                total += float(line.split()[-1])
-    return total
-
-
-def _forbidden(exc: ApiError) -> bool:
-    return exc.status.code == 403
 
 
 def test_a_stolen_token_cannot_write_a_verdict_or_another_nodes_objects(cluster: PlaygroundCluster) -> None:
@@ -160,7 +71,7 @@ def test_a_stolen_token_cannot_write_a_verdict_or_another_nodes_objects(cluster:
                 try:
                     await call
                 except ApiError as exc:
-                    assert _forbidden(exc), f"{what}: {exc.status.code} {exc.status.message}"
+                    assert forbidden(exc), f"{what}: {exc.status.code} {exc.status.message}"
                     refused.append(what)
         finally:
             await client.close()
@@ -168,14 +79,14 @@ def test_a_stolen_token_cannot_write_a_verdict_or_another_nodes_objects(cluster:
 
     refused = asyncio.run(attempts())
     assert len(refused) == 5, refused
-    assert _edge(cluster, "a-2") == "True"
+    assert edge(cluster, "a-2") == "True"
 
 
 def test_one_compromised_node_cannot_make_a_live_node_unhealthy(cluster: PlaygroundCluster) -> None:
     """a-1 signs that a-2 is dead and forges a-3's and a-4's statements saying the same: the forgeries
     are refused (a-1's key is not theirs) and a-1's own vote is one of five."""
     attacker = Attacker(cluster)
-    before = _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "sender_mismatch"})
+    before = controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "sender_mismatch"})
 
     async def attack(seconds: float) -> None:
         client = attacker.client()
@@ -191,14 +102,14 @@ def test_one_compromised_node_cannot_make_a_live_node_unhealthy(cluster: Playgro
                 except ApiError as exc:
                     assert exc.status.code == 409, exc  # racing the real agent's own writes
                 for _ in range(5):
-                    assert _edge(cluster, "a-2") == "True", "a live node judged unhealthy on forged evidence"
+                    assert edge(cluster, "a-2") == "True", "a live node judged unhealthy on forged evidence"
                     await asyncio.sleep(0.1)
         finally:
             await client.close()
 
     asyncio.run(attack(20.0))
-    assert FAILED_TAINT_KEY + ":NoExecute" not in _taints(cluster, "a-2")
-    after = _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "sender_mismatch"})
+    assert FAILED_TAINT_KEY + ":NoExecute" not in taints(cluster, "a-2")
+    after = controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "sender_mismatch"})
     assert after > before, "the forged statements were not counted as refused"
 
 
@@ -211,8 +122,8 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
     recorded = json.loads(json.loads(cluster.cp.kubectl("get", "lease", "a-5", "-n", IDENTITY_NAMESPACE, "-o", "json"))
                           ["metadata"]["annotations"][EVIDENCE_ANNOTATION])[0]
     assert recorded["origin"] == "a-5"
-    replayed_before = _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "older"}) + \
-        _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "unknown_beacon"})
+    replayed_before = controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "older"}) + \
+        controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "unknown_beacon"})
     cluster.kill_node("a-5")
     try:
         async def attack() -> float:
@@ -229,7 +140,7 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
                         await attacker.write_evidence(client, json.dumps(items, separators=(",", ":")))
                     except ApiError as exc:
                         assert exc.status.code == 409, exc
-                    if FAILED_TAINT_KEY + ":NoExecute" in _taints(cluster, "a-5"):
+                    if FAILED_TAINT_KEY + ":NoExecute" in taints(cluster, "a-5"):
                         return time.monotonic() - killed
                     await asyncio.sleep(1)
             finally:
@@ -238,14 +149,28 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
 
         took = asyncio.run(attack())
         print(f"\nforged carry of a dead node: failed taint after {took:.1f} s")
-        replayed_after = _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "older"}) + \
-            _controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "unknown_beacon"})
+        replayed_after = controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "older"}) + \
+            controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "unknown_beacon"})
         assert replayed_after > replayed_before, "the replayed statement was not seen and refused"
-        assert _edge(cluster, "a-5") == "False"
+        assert edge(cluster, "a-5") == "False"
+        # ... and the controller says, in an Event on a-5, whose renewals it did not believe
+        wait(lambda: any("renewals by a-1" in m for m in carry_not_believed_events(cluster, "a-5")), 60,
+             "a CarryNotBelieved Event naming a-1 on a-5")
     finally:
         cluster.revive_node("a-5")
-    _wait(lambda: _edge(cluster, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in _taints(cluster, "a-5"),
+    wait(lambda: edge(cluster, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(cluster, "a-5"),
           120, "a-5 healthy again after revive")
+
+
+def test_a_bare_renewal_keeps_no_dead_node_alive(cluster: PlaygroundCluster) -> None:
+    """Issue 21: a-1's token renewing dead a-5's Lease with no mark is refused by the apiserver
+    (tests/integration/_attack_renewals.py); a-5 is failed and evicted as without the attacker."""
+    failed_after = attack_bare_renewals_of_a_dead_node(cluster)
+    assert failed_after < 60
+
+
+def test_a_far_future_renewal_is_refused(cluster: PlaygroundCluster) -> None:
+    attack_future_renewal(cluster)
 
 
 def test_a_flood_is_rate_limited_and_harmless(cluster: PlaygroundCluster) -> None:
@@ -261,4 +186,14 @@ def test_a_flood_is_rate_limited_and_harmless(cluster: PlaygroundCluster) -> Non
         codes[code] = codes.get(code, 0) + 1
     assert codes.get(429, 0) >= 300, codes
     time.sleep(3)
-    assert all(_edge(cluster, n) == "True" for n in NODES), "the flood changed a verdict"
+    assert all(edge(cluster, n) == "True" for n in NODES), "the flood changed a verdict"
+
+
+def test_slow_bodies_and_a_connection_flood_leave_the_agent_whole(cluster: PlaygroundCluster) -> None:
+    attack_slow_bodies_and_connection_flood(cluster)
+
+
+def test_a_squatted_key_silences_no_one(cluster: PlaygroundCluster) -> None:
+    """a-1 publishes a-2's key as its own, then a controller fail-over and a fresh agent follow
+    (tests/integration/_attack_keys.py): a-2 stays healthy, the squatted key is refused."""
+    attack_squatted_key(cluster)

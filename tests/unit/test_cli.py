@@ -31,6 +31,8 @@ def _key(tmp_path: Path) -> Path:
     ["--node", "n1", "--vote-ttl", "1"],                       # vote TTL below 3 exchange periods
     ["--node", "n1", "--probe-timeout", "5"],                  # a probe longer than two periods
     ["--node", "n1", "--cloud-down-after", "0"],
+    ["--node", "n1", "--peer-max-connections-per-source", "0"],  # the peer port's bounds (agent.peerserver)
+    ["--node", "n1", "--peer-request-timeout", "0"],
 ])
 def test_agent_refuses_invalid_settings(tmp_path: Path, extra: list[str]) -> None:
     result = CliRunner().invoke(main, ["agent", "--key-file", str(_key(tmp_path)), "--log-format", "text", *extra])

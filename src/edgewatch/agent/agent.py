@@ -31,7 +31,8 @@ DaemonSet's hostNetwork default) — from this node's InternalIP once its own No
 bind a sender to its InternalIP), if that address is local; otherwise the kernel picks the source.
 
 Ops endpoints on the peer port: ``/healthz`` (the loops run), ``/readyz`` (the group roster is known
-and a period has completed), ``/metrics`` (Prometheus).
+and a period has completed), ``/metrics`` (Prometheus). The port's server bounds connections per
+source and of strangers, and the time to read a request (``edgewatch.agent.peerserver``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from edgewatch.agent.reporter import EvidenceReporter
 from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
+from edgewatch.agent.peerserver import KnownSources, PeerServer
 from edgewatch.core.duties import Duties, assign_duties
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.wire import Heartbeat
@@ -190,7 +192,7 @@ class Agent:
     async def run(self) -> None:
         """Run every loop until cancelled; shut down cleanly (all tasks cancelled and awaited)."""
         async with aiohttp.ClientSession() as local:  # kubelet probe: loopback, no source binding
-            runner = await self._start_server()
+            server = await self._start_server()
             try:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self.membership.run())
@@ -204,7 +206,7 @@ class Agent:
                         tg.create_task(self.pool_cache.run())
                     self.started.set()
             finally:
-                await runner.cleanup()
+                await server.close()
 
     # -- pool coordinator ------------------------------------------------------------------------------
 
@@ -294,17 +296,19 @@ class Agent:
         self._coordinator_collectors = []
         return _TrackingRegistry(self.registry, self._coordinator_collectors)  # type: ignore[return-value]
 
-    async def _start_server(self) -> web.AppRunner:
+    async def _start_server(self) -> PeerServer:
+        """The peer port's server (``edgewatch.agent.peerserver``: connection bounds, read deadline)."""
         app = web.Application(client_max_size=self.config.wire.max_bytes + 1024)
         app.router.add_post(EXCHANGE_PATH, self.peers.handle)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, self.config.listen_address, self.config.port).start()
+        server = PeerServer(app=app, config=self.config.server, host=self.config.listen_address, port=self.config.port,
+                            known=KnownSources(membership=self.membership, extra=(self.config.listen_address,)),
+                            metrics=self.metrics)
+        await server.start()
         log.info("agent %s listening on %s:%d", self.config.node, self.config.listen_address, self.config.port)
-        return runner
+        return server
 
     async def _healthz(self, _req: web.Request) -> web.Response:
         return web.Response(text="ok\n") if self.started.is_set() else web.Response(status=503, text="starting\n")

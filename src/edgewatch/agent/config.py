@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.coordinator import CoordinatorTLS
+from edgewatch.agent.peerserver import PeerServerConfig
 from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.topology import DEFAULT_RINGS
@@ -60,6 +61,10 @@ class AgentConfig:
         pool_cache_address: where the pool cache's read-only API endpoint listens (default
             127.0.0.1: only this node's own clients, kube-proxy and CoreDNS, read it).
         pool_cache_port: its HTTPS port (default 51007; 0 turns the node side of the cache off).
+        server: bounds of the peer port's server against slow and flooding clients: the read
+            deadline of a whole request (default 3 s), the idle time of a keep-alive connection
+            (30 s), connections per source (8) and of strangers in all (64); each default and why
+            in ``edgewatch.agent.peerserver.PeerServerConfig``.
     """
 
     node: NodeName
@@ -85,6 +90,7 @@ class AgentConfig:
     votes: VoteConfig = field(default_factory=VoteConfig)
     wire: WireConfig = field(default_factory=WireConfig)
     cloud_link: CloudLinkConfig = field(default_factory=CloudLinkConfig)
+    server: PeerServerConfig = field(default_factory=PeerServerConfig)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

@@ -20,6 +20,7 @@ from edgewatch.agent.agent import Agent
 from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, parse_coordinator_url
+from edgewatch.agent.peerserver import PeerServerConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
 from edgewatch.logs import configure_logging
@@ -60,7 +61,9 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
               coordinator_cert: Path | None = None, coordinator_key: Path | None = None,
               cloud_interval: float = 2.0, cloud_timeout: float = 2.0, cloud_down_after: int = 3,
               cloud_up_after: int = 2, pool_cache_address: str = "127.0.0.1",
-              pool_cache_port: int = DEFAULT_POOL_CACHE_PORT) -> int:
+              pool_cache_port: int = DEFAULT_POOL_CACHE_PORT, peer_request_timeout: float = 3.0,
+              peer_idle_timeout: float = 30.0, peer_max_connections_per_source: int = 8,
+              peer_max_stranger_connections: int = 64) -> int:
     """Run the agent; returns the exit code (2 for invalid settings)."""
     configure_logging(level=log_level, json_logs=log_format == "json")
     tls_files = (coordinator_ca, coordinator_cert, coordinator_key)
@@ -78,7 +81,11 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
                              cloud_link=CloudLinkConfig(interval_s=cloud_interval, timeout_s=cloud_timeout,
                                                         down_after=cloud_down_after, up_after=cloud_up_after),
                              coordinator_tls=tls, pool_cache_address=pool_cache_address,
-                             pool_cache_port=pool_cache_port)
+                             pool_cache_port=pool_cache_port,
+                             server=PeerServerConfig(request_timeout_s=peer_request_timeout,
+                                                     idle_timeout_s=peer_idle_timeout,
+                                                     max_connections_per_source=peer_max_connections_per_source,
+                                                     max_stranger_connections=peer_max_stranger_connections))
     except ValueError as exc:
         log.error("invalid settings: %s", exc)
         return 2

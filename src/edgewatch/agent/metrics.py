@@ -31,10 +31,20 @@ class AgentMetrics:
         evidence_writes: writes of this node's signed evidence Lease, by ``result`` (``ok``, ``failed``,
             ``conflict``, ``timeout``).
         key_records_rejected: other nodes' published key records refused, by ``reason``
-            (``bad_key_record``, ``key_conflict``: a key another node already published).
+            (``bad_key_record``; ``bad_key_proof``: a key without a valid proof of possession for that
+            node, e.g. another node's key copied; ``key_conflict``: a key another node already
+            published).
         watch_events: API watch events received, by ``resource`` (``node``: the own Node;
             ``config``; ``roster``: the group's roster; ``beacon``; ``keys``: the key records): the
             cloud API load this agent causes, which must not grow with the group (issue 11).
+        peer_connections_refused: connections to the peer port refused before a byte was read, by
+            ``reason`` (``per_source``: its source already held its bound; ``total``: strangers
+            already held theirs; ``edgewatch.agent.peerserver``).
+        peer_read_timeouts: peer-port connections closed because a whole request did not arrive
+            within the read deadline, by ``phase`` (``headers``: nothing or part of a request's
+            head had come; ``body``: the head had, the whole body had not).
+        peer_connections: peer-port connections open now, by ``source`` (``known``: this node or a
+            group member; ``stranger``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -67,6 +77,14 @@ class AgentMetrics:
                                             ["reason"], registry=registry)
         self.watch_events = Counter("edgewatch_agent_watch_events", "API watch events received, by resource.",
                                     ["resource"], registry=registry)
+        self.peer_connections_refused = Counter("edgewatch_agent_peer_connections_refused",
+                                                "Peer-port connections refused on arrival, by reason.", ["reason"],
+                                                registry=registry)
+        self.peer_read_timeouts = Counter("edgewatch_agent_peer_read_timeouts",
+                                          "Peer-port connections closed for a request not read in time, by phase.",
+                                          ["phase"], registry=registry)
+        self.peer_connections = Gauge("edgewatch_agent_peer_connections", "Peer-port connections open, by source.",
+                                      ["source"], registry=registry)
 
     def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
         """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""

@@ -17,6 +17,9 @@ names only those neighbours; the verdict is counted over who reaches whom
 node whose neighbours all sit across a partition is still found by its own side; such a contact
 counts only if both ends name each other alive.
 
+The HTTP server around :meth:`PeerExchange.handle` — connection bounds per source and of
+strangers, the read deadline of a whole request — is ``edgewatch.agent.peerserver``.
+
 Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC over the
 bytes before parsing, schema, receiver, sender bound to the source address = the sender Node's
 InternalIP, reply binding, per-sender replay guard). A rejection is a log line, a metric
@@ -382,7 +385,12 @@ class PeerExchange:
         limit = self.config.wire.max_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)
-        raw = await read_body(request.content, limit)
+        try:
+            raw = await read_body(request.content, limit)
+        except ConnectionError:  # closed under us: by the client, or by the peer server's read deadline
+            return web.Response(status=408, text="request not read in time\n")
+        except web.RequestPayloadError as exc:  # e.g. a broken chunked encoding
+            return self._reject(request, "malformed", f"body: {exc}"[:200], status=400)
         peer_address = request.remote or ""
 
         def bound(sender: NodeName) -> bool:
