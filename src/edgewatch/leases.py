@@ -152,8 +152,11 @@ async def renew_on_behalf(
         node: the cut-off node whose Lease to renew.
         delegate: name of the node doing it (recorded in ``delegated-by``).
         via: ``"peer"`` or ``"coordinator"`` (recorded in ``delegated-via``).
-        alive_at: when the node was last seen alive (its newest heartbeat, aware datetime); written
-            as renewTime, so the cloud never sees a fresher life sign than there was.
+        alive_at: when the node was last seen alive (its newest heartbeat, aware datetime) on the
+            controller's clock as the delegate estimates it (``edgewatch.agent.cloudclock``); written
+            as renewTime, so the cloud never sees a fresher life sign than there was, and within the
+            apiserver's carry-clock bound (``deploy/15-policy-agent.yaml``) whatever the delegate's
+            own clock says.
         max_conflict_retries: re-reads after a 409 Conflict.
 
     Returns:
@@ -161,9 +164,14 @@ async def renew_on_behalf(
 
     Clock note (the one exception to docs/clock-skew.md, agent side): a current renewTime at or
     after ``alive_at`` is taken as "nothing newer to report" (NODE_RENEWED_ITSELF, or RENEWED if it
-    is a current mark), which compares the Lease's renewTime (the kubelet's or another delegate's
-    clock) with ``alive_at`` (this delegate's clock): a node whose clock is ahead of the delegate's
-    is not carried until the delegate's clock passes its last renewTime.
+    is a current mark), which compares the Lease's renewTime (the kubelet's clock, or the
+    controller's as another delegate estimated it) with ``alive_at`` (the controller's clock as this
+    delegate estimates it): a node whose kubelet's clock is ahead of the controller's is not carried
+    until the controller's clock passes its last renewTime.
+
+    The apiserver refuses (403) a renewal without the mark naming ``delegate`` as the carrier, of a
+    node outside the delegate's group, or more than 30 s past the controller's clock
+    (``deploy/15-policy-agent.yaml``); that comes back as FAILED.
     """
     for _attempt in range(max_conflict_retries + 1):
         lease = await _read_lease(client, node)
