@@ -34,9 +34,11 @@ system-deps:
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iproute2 libfaketime >/dev/null; }
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kube-proxy from the Go module proxy,
-# cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores).
+# cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores); and CoreDNS with its
+# kubernetes plugin (the pool-cache scenario's cluster DNS; about 2 minutes the first time).
 binaries:
 	@bash hack/binaries/build.sh >/dev/null
+	@bash hack/binaries/build-coredns.sh >/dev/null
 
 # What a real lab node (a pool's real_nodes) runs besides the kubelet: containerd, runc (cgo,
 # libseccomp), the CNI plugins and pause, from the Go module proxy and the k8s.io/kubernetes module

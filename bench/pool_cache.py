@@ -50,14 +50,20 @@ from edgewatch.playground.proxies import pool_scope_counters  # noqa: E402
 from edgewatch.playground.scenario import parse_scenario  # noqa: E402
 from edgewatch.poolcache.tls import CERT_FILE  # noqa: E402
 from edgewatch.testing.kubeletsim import make_client  # noqa: E402
+from edgewatch.testing.kubeproxy import kube_proxy_credentials  # noqa: E402
 
 NS = "bench"
 
+# argv: CA file, endpoint URL, token file, watch seconds. The pool cache serves only a token the
+# cloud authenticated and authorized (kube-proxy's here), checked while the node still reached the
+# cloud: so the watcher runs once for 1 s before the cut, then again on the cut-off node.
 WATCHER = r"""
 import json, ssl, sys, time, urllib.request
 ctx = ssl.create_default_context(cafile=sys.argv[1])
+token = open(sys.argv[3]).read().strip()
 req = urllib.request.Request(sys.argv[2] + "/apis/discovery.k8s.io/v1/namespaces/bench/endpointslices"
-                             "?watch=1&resourceVersion=0&labelSelector=bench%2Fmark")
+                             "?watch=1&resourceVersion=0&labelSelector=bench%2Fmark&timeoutSeconds=" + sys.argv[4],
+                             headers={"Authorization": "Bearer " + token})
 with urllib.request.urlopen(req, context=ctx, timeout=600) as resp:
     for line in resp:
         ev = json.loads(line)
@@ -148,10 +154,19 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
     node = cluster.nodes[name]
     assert node.host is not None and cluster.lab is not None
     cert = node.root / "var/lib/edgewatch/pool-cache" / CERT_FILE
+    endpoint = f"https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}"
+    token_file = node.root / "bench-token"
+    token_file.write_text((await kube_proxy_credentials(client=client, server_url=endpoint,
+                                                        ca_pem=cert.read_bytes())).token)
+    token_file.chmod(0o600)
+    warm = subprocess.run(node.host.wrap_argv([sys.executable, "-c", WATCHER, str(cert), endpoint, str(token_file),
+                                               "1"]), capture_output=True, text=True, timeout=60)
+    if warm.returncode != 0:
+        print(f"{name}: the watcher's first, connected run failed: {warm.stderr[-500:]}", file=sys.stderr)
     await asyncio.to_thread(cluster.lab.cut_cloud, [name])
     await asyncio.sleep(12)  # the node's cloud link is seen down; its cache stays on its source
-    proc = subprocess.Popen(node.host.wrap_argv([sys.executable, "-c", WATCHER, str(cert),
-                                                 f"https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}"]),
+    proc = subprocess.Popen(node.host.wrap_argv([sys.executable, "-c", WATCHER, str(cert), endpoint, str(token_file),
+                                                 "600"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[str, float] = {}
 

@@ -72,6 +72,18 @@ def main() -> None:
               help="Failed probes in a row before the cloud link counts as down (one slow request never does).")
 @click.option("--cloud-up-after", type=int, default=2, show_default=True,
               help="Good probes in a row before it counts as up again.")
+@click.option("--peer-request-timeout", type=float, default=3.0, show_default=True,
+              help="Seconds a whole request (headers and body) may take to arrive on the peer port, from its "
+                   "first byte; slower connections are closed (a peer gives up after --probe-timeout anyway).")
+@click.option("--peer-idle-timeout", type=float, default=30.0, show_default=True,
+              help="Seconds a keep-alive connection to the peer port may sit without a request (above the "
+                   "peers' own 15 s, so they always close first).")
+@click.option("--peer-max-connections-per-source", type=int, default=8, show_default=True,
+              help="Connections one address may hold open on the peer port (a peer needs one; a stranger's "
+                   "IPv6 address counts as its /64); more are refused with 503 before a byte is read.")
+@click.option("--peer-max-stranger-connections", type=int, default=64, show_default=True,
+              help="Connections all strangers (neither this node nor a group member: scrapers, pods, the LAN) "
+                   "may hold open together; this node and its peers are never refused by this bound.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 def agent(**opts: object) -> None:
@@ -147,16 +159,18 @@ def controller(**opts: object) -> None:
 @click.option("--server", default=None,
               help=f"The endpoint's URL (default: https://127.0.0.1:{DEFAULT_POOL_CACHE_PORT}).")
 @click.option("--token-file", default=None,
-              help="A token file the client sends (passed through to the cloud on forwarded requests), e.g. its "
-                   "projected ServiceAccount token.")
+              help="A token file the client sends, e.g. its projected ServiceAccount token: the cache serves only "
+                   "tokens the cloud authenticates and authorizes, and passes it through on forwarded requests.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the kubeconfig here (mode 0644) instead of printing it.")
 def kubeconfig(state_dir: Path, server: str | None, token_file: str | None, output: Path | None) -> None:
     """Print the kubeconfig a node client (kube-proxy, CoreDNS, kubectl) uses to read the pool cache.
 
     Run it on the node (the agent keeps its certificate in STATE_DIR/pool-cache/). Cached
-    resources are answered from the cache, also while the node is cut off from the cloud;
-    everything else is forwarded to the cloud with the client's own token.
+    resources are answered from the cache, also while the node is cut off from the cloud, to a
+    client whose token the cloud authenticated and authorized (checked before the cut; a token
+    never seen before cannot be checked while cut off); everything else is forwarded to the cloud
+    with the client's own token.
 
     \b
       edgewatch kubeconfig --token-file /var/lib/kube-proxy/token -o /var/lib/kube-proxy/pool.kubeconfig

@@ -20,7 +20,7 @@ CONTROLLER = "system:serviceaccount:edgewatch:edgewatch-controller"
 
 def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: str | None = None) -> bool:
     subresource = None
-    if resource in ("nodes/status", "pods/eviction"):  # "kind/sub" means a subresource, not a name
+    if resource in ("nodes/status", "pods/eviction", "serviceaccounts/token"):  # a subresource, not a name
         resource, subresource = resource.split("/")
     args = ["auth", "can-i", verb, resource, f"--as={who}"]
     if subresource:
@@ -68,17 +68,29 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("get", "leases", "kube-node-lease", True),
     ("list", "leases", "kube-node-lease", False),    # reads one Lease at a time, by name
     ("watch", "leases", "kube-node-lease", False),
+    ("get", "nodes/some-other-node", None, True),    # every Node (RBAC cannot say "own"; the header says so)
     ("list", "services", None, True),                # the pool cache: list/watch of exactly its resources
     ("watch", "endpointslices.discovery.k8s.io", None, True),
     ("get", "services", "default", False),
     ("list", "endpoints", None, False),
     ("create", "endpointslices.discovery.k8s.io", "default", False),
     ("update", "services", "default", False),
+    # the pool cache endpoint asks the cloud who a client is and what it may read ...
+    ("create", "tokenreviews.authentication.k8s.io", None, True),
+    ("create", "subjectaccessreviews.authorization.k8s.io", None, True),
+    # ... and nothing more of the kind
+    ("create", "localsubjectaccessreviews.authorization.k8s.io", "default", False),
+    ("get", "subjectaccessreviews.authorization.k8s.io", None, False),
+    ("list", "tokenreviews.authentication.k8s.io", None, False),
+    ("create", "certificatesigningrequests.certificates.k8s.io", None, False),
+    ("create", "serviceaccounts/token", "kube-system", False),
     ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
     ("delete", "leases", "kube-node-lease", False),
     ("update", "leases", "default", False),
     ("get", "configmaps/edgewatch-config", "edgewatch", True),
     ("watch", "configmaps/edgewatch-roster", "edgewatch", True),   # its group's roster
+    ("list", "configmaps", "edgewatch", True),                     # every ConfigMap there (names vary)
+    ("get", "configmaps", "kube-system", False),
     ("update", "configmaps/edgewatch-roster", "edgewatch", False),  # written by the controller only
     ("create", "configmaps", "edgewatch", False),
     ("list", "secrets", "edgewatch", False),

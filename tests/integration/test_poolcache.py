@@ -28,6 +28,8 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from prometheus_client import CollectorRegistry
 
 from edgewatch.poolcache.apiserver import client_kubeconfig, make_app, self_signed_tls
+from edgewatch.poolcache.authn import AccessControl, Attributes, UserInfo
+from edgewatch.poolcache.reviews import Authentication, Authorization
 from edgewatch.poolcache.etcdfeed import run_coordinator_feed
 from edgewatch.poolcache.layout import CacheKeys, encode_object
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
@@ -302,6 +304,17 @@ def _events(text: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
+class _Reviews:
+    """The cloud's reviews as a table (the data path is under test here; the real reviews are in
+    test_poolcache_apiserver.py): ``reader-token`` may read."""
+
+    async def token_review(self, token: str, *, timeout_s: float) -> Authentication:
+        return Authentication(UserInfo(username="reader") if token == "reader-token" else None)
+
+    async def access_review(self, user: UserInfo, attrs: Attributes, *, timeout_s: float) -> Authorization:
+        return Authorization(attrs.verb in ("get", "list", "watch"))
+
+
 async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
         kube: AsyncClient, etcd: EtcdServer, namespace: str, control_plane: Any, binaries: Binaries,
         tmp_path: Path) -> None:
@@ -319,13 +332,14 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     node = NodePoolCache(caches=caches, http=kube._client._client, coordinator=lambda: _Coordinator(etcd, prefix),
                          cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
     ssl_ctx, cert = self_signed_tls(dir=tmp_path / "tls")
-    runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry()))
+    runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry(),
+                                    access=AccessControl(client=_Reviews(), cloud_ok=lambda: True)))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_ctx)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     ours = tmp_path / "cache.kubeconfig"
-    ours.write_text(client_kubeconfig(server=f"https://127.0.0.1:{port}", ca_pem=cert, token="unused"))
+    ours.write_text(client_kubeconfig(server=f"https://127.0.0.1:{port}", ca_pem=cert, token="reader-token"))
     procs: list[asyncio.subprocess.Process] = []
     async with asyncio.TaskGroup() as tg:
         lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))

@@ -1,9 +1,13 @@
 """The node-local pool cache endpoint against the REAL kubectl (v1.36.3, built by
 edgewatch.testing.binaries): discovery fallback, list, get, selectors, watch with live changes,
-read-only refusal, TLS, and forwarding to an upstream with the client's own Authorization only.
+read-only refusal, TLS, and forwarding to an upstream with the client's own Authorization only;
+and, on the real control plane, who may read it: the attacker on the node (no token, a bogus token,
+a real token without rights) is refused, kube-proxy's token is served, also after the cloud is cut.
 
-Needs only the kubectl binary (no control plane); the ``binaries`` fixture builds it if missing and
-fails (never skips) when that is impossible.
+The protocol tests need only the kubectl binary, with a fixed table of review answers standing in
+for the cloud (``_StaticReviews``); the access tests run the real TokenReview and
+SubjectAccessReview on the session control plane with the agent's RBAC from deploy/. The
+``binaries`` fixture builds what is missing and fails (never skips) when that is impossible.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
+from edgewatch.poolcache.authn import AccessControl, Attributes, UserInfo
+from edgewatch.poolcache.reviews import Authentication, Authorization
 from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
 from edgewatch.poolcache.store import ResourceCache
 from edgewatch.testing.binaries import Binaries
+
+from _poolauth import AgentCloud
 
 
 def _svc(ns: str, name: str, rv: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -39,6 +47,20 @@ def _slice(ns: str, name: str, rv: int, service: str, ip: str = "10.1.0.1",
                          "labels": {"kubernetes.io/service-name": service, **(extra or {})}},
             "addressType": "IPv4", "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
             "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+
+
+NODE_AUTH = {"Authorization": "Bearer node-token"}
+
+
+class _StaticReviews:
+    """The cloud's reviews as a fixed table: ``node-token`` is a user allowed everything."""
+
+    async def token_review(self, token: str, *, timeout_s: float) -> Authentication:
+        return Authentication(UserInfo(username="node-client", groups=("system:authenticated",))
+                              if token == "node-token" else None)
+
+    async def access_review(self, user: UserInfo, attrs: Attributes, *, timeout_s: float) -> Authorization:
+        return Authorization(True)
 
 
 class _Env:
@@ -57,10 +79,12 @@ class _Env:
         self.ca_pem = b""
         self.kubeconfig = tmp / "kubeconfig"
 
-    async def start(self, upstream: Upstream | None = None, token: str | None = "node-token") -> None:
+    async def start(self, upstream: Upstream | None = None, token: str | None = "node-token",
+                    access: AccessControl | None = None) -> None:
         ctx, self.ca_pem = self_signed_tls(dir=self.tmp / "tls")
+        access = access or AccessControl(client=_StaticReviews(), cloud_ok=lambda: True)
         self.runner = web.AppRunner(make_app(caches=self.caches, upstream=upstream, registry=self.registry,
-                                             max_request_timeout_s=60))
+                                             access=access, max_request_timeout_s=60))
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
@@ -211,7 +235,7 @@ async def test_watch_protocol_over_https(env: _Env) -> None:
     """The raw stream as client-go reads it: WatchList initial events, bookmarks, 410 on relist."""
     await env.start()
     cache = env.caches[SERVICES]
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=NODE_AUTH) as http:
         url = f"{env.url}/api/v1/services?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan" \
               "&allowWatchBookmarks=true&timeoutSeconds=10"
         async with http.get(url, ssl=env.client_ssl()) as resp:
@@ -328,7 +352,7 @@ async def test_forwarding_passes_only_the_clients_authorization(env: _Env) -> No
 async def test_idle_watch_of_a_vanished_client_is_closed(env: _Env) -> None:
     await env.start()
     cache = env.caches[SERVICES]
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=NODE_AUTH) as http:
         resp = await http.get(f"{env.url}/api/v1/services?watch=1&resourceVersion=100", ssl=env.client_ssl())
         assert resp.status == 200
         await _wait_for_watchers(cache)
@@ -339,3 +363,122 @@ async def test_idle_watch_of_a_vanished_client_is_closed(env: _Env) -> None:
         await asyncio.sleep(0.1)
     assert cache.stats.watchers == 0
     assert 'edgewatch_poolcache_watches{resource="core/v1/services"} 0.0' in generate_latest(env.registry).decode()
+
+
+# -- who may read: the attacker's view, on the real control plane -------------------------------------------------
+#
+# The attack (review): every host process and hostNetwork pod of a pool node reaches 127.0.0.1:51007, and
+# the cache used to answer them without any credential. The tests below are the attacker: no token, a
+# bogus token, a real token of a ServiceAccount the cloud does not authorize; then kube-proxy's own token
+# (system:node-proxier), also after the cloud is cut.
+
+@pytest.fixture
+async def cloud(kube: Any, control_plane: Any) -> AsyncIterator[AgentCloud]:
+    async with AgentCloud(kube, control_plane) as c:
+        yield c
+
+
+async def _read(http: aiohttp.ClientSession, env: _Env, path: str, token: str | None) -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with http.get(f"{env.url}{path}", ssl=env.client_ssl(), headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def _metric(registry: CollectorRegistry, line_start: str) -> float:
+    for line in generate_latest(registry).decode().splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def _start_guarded(env: _Env, cloud: AgentCloud, **ttls: float) -> None:
+    """The endpoint as the agent runs it: reviews go to the real apiserver with the agent's own token."""
+    await env.start(upstream=cloud.upstream(), access=cloud.access(**ttls))
+
+
+@pytest.mark.controlplane
+async def test_cached_reads_need_a_token_the_cloud_authenticates_and_authorizes(env: _Env, cloud: AgentCloud) -> None:
+    await _start_guarded(env, cloud)
+    async with aiohttp.ClientSession() as http:
+        # The attacker, from the node's host network: no token, a bogus one, a real one without rights.
+        for path in ("/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices",
+                     "/api/v1/namespaces/db/services/pg", "/api/v1/services?watch=1&timeoutSeconds=1", "/api"):
+            code, body = await _read(http, env, path, None)
+            assert (code, body.get("kind"), body.get("reason")) == (401, "Status", "Unauthorized"), (path, body)
+        code, body = await _read(http, env, "/api/v1/services", "not-a-real-token")
+        assert (code, body["reason"]) == (401, "Unauthorized"), body
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["nobody"])
+        assert (code, body["reason"]) == (403, "Forbidden"), body
+        assert body["message"].startswith(f'services is forbidden: User "system:serviceaccount:{cloud.ns}:nobody" '
+                                          'cannot list resource "services" in API group "" at the cluster scope')
+        assert body["details"] == {"kind": "services"}
+        code, body = await _read(http, env, "/apis/discovery.k8s.io/v1/namespaces/web/endpointslices?watch=1",
+                                 cloud.tokens["nobody"])
+        assert code == 403 and 'cannot watch resource "endpointslices" in API group "discovery.k8s.io" in the ' \
+            'namespace "web"' in body["message"], body
+        # kube-proxy's own token (system:node-proxier): served.
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["kube-proxy"])
+        assert code == 200 and [i["metadata"]["name"] for i in body["items"]] == ["pg", "front"]
+        code, body = await _read(http, env, "/apis/discovery.k8s.io/v1/endpointslices", cloud.tokens["kube-proxy"])
+        assert code == 200 and len(body["items"]) == 2
+        # Not cached, so forwarded with the client's own token, unchanged: the cloud judges it.
+        code, body = await _read(http, env, "/api/v1/namespaces/default/pods", cloud.tokens["nobody"])
+        assert (code, body["reason"]) == (403, "Forbidden") and "pods is forbidden" in body["message"], body
+    env.kubeconfig.write_text(client_kubeconfig(server=env.url, ca_pem=env.ca_pem, token=cloud.tokens["kube-proxy"]))
+    _, out, _ = await env.kubectl("get", "endpointslices", "-A", "-o", "name")
+    assert out.split() == ["endpointslice.discovery.k8s.io/pg-xyz", "endpointslice.discovery.k8s.io/front-abc"]
+    # Every refusal counted; the decisions came from the cloud's reviews.
+    reg = env.registry
+    assert _metric(reg, 'edgewatch_poolcache_refused_requests_total{code="401",reason="no_token"}') == 5
+    assert _metric(reg, 'edgewatch_poolcache_refused_requests_total{code="401",reason="unauthenticated"}') == 1
+    assert _metric(reg, 'edgewatch_poolcache_refused_requests_total{code="403",reason="forbidden"}') == 2
+    assert _metric(reg, 'edgewatch_poolcache_reviews_total{result="authenticated",review="token"}') >= 2
+    assert _metric(reg, 'edgewatch_poolcache_reviews_total{result="allowed",review="access"}') >= 2
+    assert _metric(reg, 'edgewatch_poolcache_reviews_total{result="denied",review="access"}') == 2
+
+
+@pytest.mark.controlplane
+async def test_cached_decisions_hold_while_the_cloud_is_cut(env: _Env, cloud: AgentCloud) -> None:
+    await _start_guarded(env, cloud, authenticated_ttl_s=1.0, allowed_ttl_s=1.0)
+    async with aiohttp.ClientSession() as http:
+        for token, want in (("kube-proxy", 200), ("nobody", 403)):
+            code, _ = await _read(http, env, "/api/v1/services", cloud.tokens[token])
+            assert code == want
+        code, _ = await _read(http, env, "/apis/discovery.k8s.io/v1/endpointslices", cloud.tokens["kube-proxy"])
+        assert code == 200
+        code, _ = await _read(http, env, "/api/v1/services", "bogus")
+        assert code == 401
+        await cloud.relay.cut()
+        await asyncio.sleep(1.5)  # kube-proxy's decisions are past their TTL: the cloud would be asked
+        # The link is not yet known to be down: the review fails (connection refused) and the cached
+        # allow is used, within the review timeout.
+        started = asyncio.get_running_loop().time()
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["kube-proxy"])
+        assert code == 200 and len(body["items"]) == 2
+        assert asyncio.get_running_loop().time() - started < 6
+        cloud.cloud_ok = False  # the agent's link check says: cut off
+        for path in ("/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"):
+            code, _ = await _read(http, env, path, cloud.tokens["kube-proxy"])
+            assert code == 200, path
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["nobody"])
+        assert (code, body["reason"]) == (403, "Forbidden")  # a cached denial stays one
+        code, body = await _read(http, env, "/api/v1/services", "bogus")
+        assert code == 401
+        # A token never seen before cannot be checked while cut off: refused, and told why.
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["latecomer"])
+        assert (code, body["reason"]) == (503, "ServiceUnavailable"), body
+        assert "cannot be checked" in body["message"] and "cut off" in body["message"], body
+        # A permission never asked before (another verb) cannot be checked either.
+        code, body = await _read(http, env, "/api/v1/namespaces/db/services/pg", cloud.tokens["kube-proxy"])
+        assert (code, body["reason"]) == (503, "ServiceUnavailable") and "permission" in body["message"], body
+        code, body = await _read(http, env, "/api/v1/services", None)
+        assert code == 401
+        assert _metric(env.registry, 'edgewatch_poolcache_review_cache_total{result="stale",review="token"}') >= 3
+        assert _metric(env.registry, 'edgewatch_poolcache_refused_requests_total{code="503",reason="cut_off"}') == 2
+        # The link is back: the latecomer is reviewed (and has no rights).
+        await cloud.relay.start()
+        cloud.cloud_ok = True
+        code, body = await _read(http, env, "/api/v1/services", cloud.tokens["latecomer"])
+        assert (code, body["reason"]) == (403, "Forbidden"), body
+

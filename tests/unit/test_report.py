@@ -604,3 +604,68 @@ def test_kube_proxy_checks_need_a_kube_proxy_on_the_node():
     with pytest.raises(ScenarioError, match="not in pool"):
         parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "kube_proxy": ["b-1"]}]},
                         "steps": [{"at": 10, "action": "end"}]})
+
+
+# --------------------------------------------------------------------------------------------------
+# CoreDNS following the Service (its answers are addresses: the cloud's endpoints without ports)
+
+
+def _dns_report(answers: list, *, baseline: bool = False) -> dict:
+    r = Recording(scenario="pool-cache", baseline=baseline, ended_at=100)
+    r.add_node("a-4", "a")
+    r.nodes["a-4"].coredns = answers
+    r.service_endpoints = [(0.0, ["10.0.0.1:8080"]), (31.0, ["10.0.0.1:8080", "10.0.0.2:8080"]),
+                           (61.5, ["10.0.0.2:8080"])]
+    r.add_fault(10, "cut-cloud")
+    r.add_fault(30, "scale")
+    r.add_fault(60, "scale")
+    return build_report(r)
+
+
+def _dns_checks(report: dict, **expect) -> list:
+    from edgewatch.playground.scenario import parse_scenario
+
+    sc = parse_scenario({
+        "name": "pool-cache", "topology": {"pools": [{"name": "a", "nodes": 5, "coredns": ["a-4"]}]},
+        "steps": [{"at": 10, "action": "cut-cloud", "pool": "a"}, {"at": 30, "action": "scale", "replicas": 2},
+                  {"at": 60, "action": "scale", "replicas": 1}, {"at": 100, "action": "end"}],
+        "expect": [{"nodes": ["a-4"], "baseline": report["baseline"], **expect}]})
+    return check_expectations(sc, report)
+
+
+def test_coredns_following_compares_addresses():
+    rep = _dns_report([(0.0, ["10.0.0.1"]), (32.5, ["10.0.0.1", "10.0.0.2"]), (62.0, ["10.0.0.2"])])
+    assert rep["nodes"]["a-4"]["coredns"][1] == [32.5, ["10.0.0.1", "10.0.0.2"]]
+    [res] = _dns_checks(rep, coredns_follows_within_s=2)
+    assert res.passed, res.detail
+    assert res.description == "a-4: CoreDNS follows each scale within 2 s"
+    assert "2 endpoints 1.5 s after the cloud" in res.detail and "1 endpoints 0.5 s" in res.detail
+    [res] = _dns_checks(rep, coredns_follows_within_s=1)
+    assert not res.passed
+    assert Recording.from_dict(json.loads(json.dumps(Recording(
+        scenario="x", baseline=False, nodes={"a-4": NodeRecord(name="a-4", pool="a", coredns=[(1.0, ["10.0.0.1"])])}
+    ).to_dict()))).nodes["a-4"].coredns == [(1.0, ["10.0.0.1"])]
+
+
+def test_a_coredns_that_never_catches_up_misses():
+    rep = _dns_report([(0.0, ["10.0.0.1"])], baseline=True)
+    [res] = _dns_checks(rep, coredns_misses=True)
+    assert res.passed and "never answered" in res.detail
+    [res] = _dns_checks(rep, coredns_follows_within_s=30)
+    assert not res.passed
+
+
+def test_coredns_checks_need_a_coredns_on_a_simulated_node():
+    from edgewatch.playground.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match="run no CoreDNS"):
+        parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "kube_proxy": ["a-1"]}]},
+                        "steps": [{"at": 5, "action": "scale", "replicas": 1}, {"at": 10, "action": "end"}],
+                        "expect": [{"nodes": ["a-1"], "coredns_follows_within_s": 5}]})
+    with pytest.raises(ScenarioError, match="coredns: 'b-1' not in pool"):
+        parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "coredns": ["b-1"]}]},
+                        "steps": [{"at": 10, "action": "end"}]})
+    with pytest.raises(ScenarioError, match="are real nodes"):
+        parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "real_nodes": 1,
+                                                             "coredns": ["a-1"]}]},
+                        "steps": [{"at": 10, "action": "end"}]})

@@ -13,6 +13,10 @@ What it is for
     A change of ``poolScopeResources`` restarts the caches and the endpoint with the new list
     (clients' watches end; they re-list). An empty list turns the node side off (no endpoint).
 
+    Who may read: :class:`~edgewatch.poolcache.authn.AccessControl` asks the cloud (TokenReview,
+    SubjectAccessReview) with the agent's own client and credentials, and keeps its decisions for
+    the agent's life (a restart of the endpoint keeps them, so a cut-off node's clients stay served).
+
 Errors
     A port that cannot be bound or a state folder that cannot be written is logged (and the
     endpoint retried every ``retry_s``); nothing here ends the agent.
@@ -36,6 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
 from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
+from edgewatch.poolcache.authn import AccessControl, CloudReviewClient, ReviewPolicy
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.poolcache.sources import CoordinatorView, NodeCacheConfig, NodePoolCache, Source
 from edgewatch.poolcache.store import ResourceCache
@@ -63,12 +68,14 @@ class PoolCacheHost:
             None (a temporary folder).
         config: feed settings.
         retry_s: how often a failed start is retried, seconds.
+        review_policy: TTLs and bounds of the cloud's access decisions (default: the kubelet's).
     """
 
     def __init__(self, *, resources: Callable[[], tuple[PoolResource, ...] | None], http: httpx.AsyncClient,
                  upstream: Upstream | None, coordinator: Callable[[], CoordinatorView | None],
                  cloud_ok: Callable[[], bool], address: str = "127.0.0.1", port: int = DEFAULT_POOL_CACHE_PORT,
-                 state_dir: Path | None = None, config: NodeCacheConfig | None = None, retry_s: float = 5.0) -> None:
+                 state_dir: Path | None = None, config: NodeCacheConfig | None = None, retry_s: float = 5.0,
+                 review_policy: ReviewPolicy | None = None) -> None:
         self._resources = resources
         self.http = http
         self.upstream = upstream
@@ -79,6 +86,7 @@ class PoolCacheHost:
         self.state_dir = state_dir
         self.config = config or NodeCacheConfig()
         self.retry_s = retry_s
+        self.access = AccessControl(client=CloudReviewClient(http=http), cloud_ok=cloud_ok, policy=review_policy)
         self.registry = CollectorRegistry()
         self.node: NodePoolCache | None = None
         self.caches: dict[PoolResource, ResourceCache] = {}
@@ -118,7 +126,7 @@ class PoolCacheHost:
         self.caches = caches = {r: ResourceCache(r) for r in resources}
         self.node = node = NodePoolCache(caches=caches, http=self.http, coordinator=self._coordinator,
                                          cloud_ok=self._cloud_ok, registry=registry, config=self.config)
-        app = make_app(caches=caches, upstream=self.upstream, registry=registry)
+        app = make_app(caches=caches, upstream=self.upstream, registry=registry, access=self.access)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:

@@ -162,8 +162,8 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
                                  f"expected {label} {'never' if value else 'at some point'} tainted by edgewatch, "
                                  + ("saw no taint" if not added else "saw " + "; ".join(added[:4])))
 
-    if key in ("kube_proxy_follows_within_s", "kube_proxy_misses"):
-        return _check_kube_proxy(report, exp, key, targets, label, end)
+    if key in ("kube_proxy_follows_within_s", "kube_proxy_misses", "coredns_follows_within_s", "coredns_misses"):
+        return _check_follows(report, exp, key, targets, label, end)
 
     if key in ("lease_carried", "containers_stopped", "replaced_within_s"):
         checker = {"lease_carried": _check_lease_carried, "containers_stopped": _check_containers_stopped,
@@ -195,11 +195,19 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
     raise AssertionError(f"unhandled expectation key {key!r}")  # pragma: no cover
 
 
-def _check_kube_proxy(report: dict[str, Any], exp: Expectation, key: str, targets: list[str], label: str,
-                      end: float) -> ExpectationResult:
+def _check_follows(report: dict[str, Any], exp: Expectation, key: str, targets: list[str], label: str,
+                   end: float) -> ExpectationResult:
+    """kube-proxy's backends (``ip:port``) or CoreDNS's answers (``ip``: the cloud's endpoints
+    without their ports) against the cloud's endpoints after each ``scale`` step."""
     value = getattr(exp, key)
-    desc = (f"{label}: kube-proxy follows each scale within {_fmt_s(value)} s" if key == "kube_proxy_follows_within_s"
-            else f"{label}: kube-proxy {'misses' if value else 'never misses'} a scale")
+    dns = key.startswith("coredns")
+    who, field, did = ("CoreDNS", "coredns", "answered") if dns else ("kube-proxy", "kube_proxy", "programmed")
+    follows = key.endswith("_follows_within_s")
+    desc = (f"{label}: {who} follows each scale within {_fmt_s(value)} s" if follows
+            else f"{label}: {who} {'misses' if value else 'never misses'} a scale")
+    cloud = report.get("service_endpoints", [])
+    if dns:
+        cloud = [[t, sorted({m.rsplit(":", 1)[0] for m in members})] for t, members in cloud]
     faults = sorted(report["faults"], key=lambda f: float(f["t"]))
     scales = [float(f["t"]) for f in faults if f.get("action") == "scale"]
     if not scales:
@@ -209,8 +217,8 @@ def _check_kube_proxy(report: dict[str, Any], exp: Expectation, key: str, target
     ends = [min(e, next((s for s in scales if s > t), e)) for t, e in zip(scales, ends)]
     seen, ok_all, missed = [], True, False
     for n in targets:
-        lags = follow_lags(cloud=report.get("service_endpoints", []), proxy=report["nodes"].get(n, {}).get(
-            "kube_proxy", []), scale_times=scales, next_times=ends)
+        lags = follow_lags(cloud=cloud, proxy=report["nodes"].get(n, {}).get(field, []), scale_times=scales,
+                           next_times=ends)
         for lag in lags:
             if lag["lag_s"] is None:
                 ok_all = False
@@ -218,13 +226,13 @@ def _check_kube_proxy(report: dict[str, Any], exp: Expectation, key: str, target
             elif math.isinf(lag["lag_s"]):
                 missed = True
                 ok_all = False
-                seen.append(f"{n}: never programmed the {lag['target']} endpoints after the scale at "
+                seen.append(f"{n}: never {did} the {lag['target']} endpoints after the scale at "
                             f"{_fmt_s(lag['t'])} s")
             else:
-                ok_all = ok_all and (key != "kube_proxy_follows_within_s" or lag["lag_s"] <= value)
+                ok_all = ok_all and (not follows or lag["lag_s"] <= value)
                 seen.append(f"{n}: {lag['target']} endpoints {_fmt_s(lag['lag_s'])} s after the cloud "
                             f"(scale at {_fmt_s(lag['t'])} s)")
-    ok = ok_all if key == "kube_proxy_follows_within_s" else missed == value
+    ok = ok_all if follows else missed == value
     return ExpectationResult(desc, ok, "; ".join(seen[:6]))
 
 

@@ -93,7 +93,7 @@ CountSpec = Annotated[Any, BeforeValidator(_count_spec)]
 CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
     "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
-    "lease_carried", "containers_stopped", "replaced_within_s",
+    "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
 )
 
 
@@ -118,6 +118,13 @@ class Expectation(StrictModel):
     #: True: after some ``scale`` step the node's kube-proxy never programs the new endpoints before
     #: the next step (what a cut-off node without the pool cache shows).
     kube_proxy_misses: StrictBool | None = None
+    #: After every ``scale`` step, the node's CoreDNS answers the headless Service ``sample-headless``
+    #: with the addresses of the Service's new endpoints within this many seconds of the cloud
+    #: showing them (nodes must run CoreDNS, pool key ``coredns``).
+    coredns_follows_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: after some ``scale`` step the node's CoreDNS never answers the new addresses before the
+    #: next step (what a cut-off node without the pool cache shows).
+    coredns_misses: StrictBool | None = None
     #: True: the node's Lease was carried by a peer and is the node's own again at the end.
     lease_carried: StrictBool | None = None
     #: True: at every kill of the (real) node its containers ran before and none after.

@@ -104,6 +104,9 @@ class NodeRecord:
     #: ``(t, ["ip:port", ...])`` each time the node's real kube-proxy (if it runs one) changed the
     #: backends it programs for the sample Service.
     kube_proxy: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: ``(t, ["ip", ...])`` each time the node's real CoreDNS (if it runs one) changed its answer
+    #: (A records) for the sample workload's headless Service.
+    coredns: list[tuple[float, list[str]]] = field(default_factory=list)
     #: Whether the node is a real one (a real kubelet and containerd; ``real_nodes``).
     real: bool = False
     #: ``(t, state)`` each time the node's Lease changed hands: ``own`` (no delegated-heartbeat mark),
@@ -216,6 +219,7 @@ class Recording:
             rec["touched"] = [(float(t), w) for t, w in rec.get("touched", [])]
             rec["pods_at_kill"] = {float(k): int(v) for k, v in rec.get("pods_at_kill", {}).items()}
             rec["kube_proxy"] = [(float(t), list(ips)) for t, ips in rec.get("kube_proxy", [])]
+            rec["coredns"] = [(float(t), list(ips)) for t, ips in rec.get("coredns", [])]
             rec["lease"] = [(float(t), w) for t, w in rec.get("lease", [])]
             rec["containers_at_kill"] = {float(k): list(v) for k, v in rec.get("containers_at_kill", {}).items()}
             nodes[name] = NodeRecord(**rec)
@@ -293,6 +297,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         }
         if n.kube_proxy:
             nodes[name]["kube_proxy"] = [[t, sorted(ips)] for t, ips in sorted(n.kube_proxy, key=lambda x: x[0])]
+        if n.coredns:
+            nodes[name]["coredns"] = [[t, sorted(ips)] for t, ips in sorted(n.coredns, key=lambda x: x[0])]
         if n.lease:
             nodes[name]["lease"] = [[t, w] for t, w in sorted(n.lease, key=lambda x: x[0])]
         if n.real:

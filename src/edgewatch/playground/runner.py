@@ -38,7 +38,7 @@ from edgewatch.playground.scenario import Scenario
 from edgewatch.testing.binaries import Binaries
 from edgewatch.testing.kubeletsim import make_client
 from edgewatch.testing.smoke import ready_endpoints, wait_for
-from edgewatch.testing.workload import sample_deployment, sample_service
+from edgewatch.testing.workload import sample_deployment, sample_headless_service, sample_service
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ class ScenarioPlayer:
             started_at=time.time(), ended_at=0.0)
         self.observer: Observer | None = None
         self.proxies = NodeProxies(cluster=cluster, client=client,
-                                   nodes=[n for p in scenario.topology.pools for n in p.kube_proxy])
+                                   nodes=[n for p in scenario.topology.pools for n in p.kube_proxy],
+                                   dns_nodes=[n for p in scenario.topology.pools for n in p.coredns])
         self._counters_at_start: dict[str, float] = {}
         #: Real nodes: monotonic time the Node was first seen Ready / its agent pod Ready.
         self._ready_at: dict[str, float] = {}
@@ -129,6 +130,8 @@ class ScenarioPlayer:
         slack = 4.0 * len(wanted)
         await wait_for(nodes_schedulable, timeout_s=90 + slack, what="every node Ready and schedulable")
         await self.client.create(sample_service(namespace=WORKLOAD_NAMESPACE))
+        if self.proxies.dns_nodes:  # what CoreDNS answers with the pods' addresses
+            await self.client.create(sample_headless_service(namespace=WORKLOAD_NAMESPACE))
         await self.client.create(sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas))
 
         async def serving() -> bool:
@@ -160,7 +163,7 @@ class ScenarioPlayer:
                 return healthy == len(self.scenario.node_names())  # covered nodes only
 
             await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
-        if self.proxies.nodes:
+        if self.proxies.nodes or self.proxies.dns_nodes:
             await self.proxies.start(timeout_s=120 + slack)
 
     async def play(self) -> Recording:
@@ -175,7 +178,7 @@ class ScenarioPlayer:
         usage_at_start = {n: self.cluster.node_usage(n) for n in edge}
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._observe(stop))
-            if self.proxies.nodes:
+            if self.proxies.nodes or self.proxies.dns_nodes:
                 tg.create_task(self._observe_proxies(stop))
             display = tg.create_task(self._display(stop)) if self.live else None
             try:

@@ -7,6 +7,7 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
     topology:
       pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1;
                                                         # kube_proxy: [a-5] runs a real kube-proxy there;
+                                                        # coredns: [a-4] a real CoreDNS (cluster DNS);
                                                         # real_nodes: 2 makes a-1, a-2 real nodes (a real
                                                         # kubelet, containerd and runc; the rest simulated)
       grouping: false
@@ -50,6 +51,10 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   (pool key ``kube_proxy: [nodes]``) programs the Service's new endpoints within this many seconds of
   the cloud showing them; ``kube_proxy_misses``: true = after some ``scale`` step it never does before
   the next step (a cut-off node reading the cloud directly);
+* ``coredns_follows_within_s`` / ``coredns_misses``: the same for the node's real CoreDNS (pool key
+  ``coredns: [nodes]``): its answer for the sample workload's headless Service
+  (``sample-headless``) has the addresses of the Service's new endpoints within this many seconds
+  of the cloud showing them / never has them before the next step;
 * ``lease_carried``: true = the node's Lease was carried by a peer (a current delegated-heartbeat
   mark was seen) and at the end it is the node's own again (holder the node, the mark gone, after
   the node's kubelet renewed it); false = never carried;
@@ -186,6 +191,11 @@ class Pool(_Model):
     #: Services and EndpointSlices from the agent's pool cache (edgewatch runs) or from the cloud
     #: apiserver (baseline runs); the report records the backends it programs for the sample Service.
     kube_proxy: list[str] = Field(default_factory=list)
+    #: Nodes of this pool that run a real CoreDNS (kubernetes plugin, in the node's namespace) with
+    #: its own ServiceAccount token, reading the agent's pool cache (edgewatch runs; Namespaces are
+    #: forwarded to the cloud) or the cloud (baseline); the report records its answer for the sample
+    #: workload's headless Service.
+    coredns: list[str] = Field(default_factory=list)
     #: How many of the pool's nodes are real (``<pool>-1`` .. ``<pool>-<real_nodes>``): a real
     #: kubelet, containerd and runc in the node's namespace, running edgewatch's agent and the
     #: sample workload as containers (``edgewatch.testing.realnode``). The others are simulated.
@@ -208,6 +218,12 @@ class Pool(_Model):
         real_proxied = [n for n in self.kube_proxy if n in self.real_node_names()]
         if real_proxied:
             raise ValueError(f"kube_proxy: {', '.join(real_proxied)} are real nodes, which run their own kube-proxy")
+        outside = [n for n in self.coredns if n not in self.node_names()]
+        if outside:
+            raise ValueError(f"coredns: {', '.join(map(repr, outside))} not in pool {self.name!r}")
+        real_dns = [n for n in self.coredns if n in self.real_node_names()]
+        if real_dns:
+            raise ValueError(f"coredns: {', '.join(real_dns)} are real nodes (CoreDNS runs on simulated ones)")
         return self
 
 
@@ -427,6 +443,12 @@ class Scenario(_Model):
                 if without:
                     problems.append(f"expect[{i}]: kube_proxy checks on {', '.join(without)}, which run no "
                                     "kube-proxy (list them in the pool's kube_proxy)")
+            if not unknown and (e.coredns_follows_within_s is not None or e.coredns_misses is not None):
+                resolvers = {n for p in self.topology.pools for n in p.coredns}
+                without = [n for n in e.target_nodes(self) if n not in resolvers] if e.pool in pools or e.nodes else []
+                if without:
+                    problems.append(f"expect[{i}]: coredns checks on {', '.join(without)}, which run no "
+                                    "CoreDNS (list them in the pool's coredns)")
             if not unknown and e.containers_stopped is not None and (e.pool in pools or e.nodes):
                 simulated = [n for n in e.target_nodes(self) if not self.is_real(n)]
                 if simulated:

@@ -26,16 +26,23 @@ What it serves
       unreachable → 503.
 
 Security
-    Cached resources are served to anyone who reaches the endpoint, whatever the Authorization
-    header: it listens on loopback only, and the data is what any node's kube-proxy may read.
-    Writes to cached resources get 405; their request bodies are never read. Forwarded bodies are
+    Loopback is no boundary: every host process and hostNetwork pod of the node reaches the
+    endpoint. So cached objects and discovery are served only to a client whose bearer token the
+    *cloud* authenticated (TokenReview) and, for objects, authorized for the verb on the resource
+    (SubjectAccessReview) — :class:`~edgewatch.poolcache.authn.AccessControl`, which caches those
+    decisions for a bounded time and keeps honouring them while the node is cut off. Refusals: 401
+    (no or unauthenticated token), 403 (not authorized), 503 (a token never seen before while the
+    cloud cannot be asked), each a ``Status`` as kube-apiserver sends. Forwarded requests are not
+    checked here: the cloud checks the client's own token itself. Writes to cached resources get
+    405 (after authentication); their request bodies are never read. Forwarded bodies are
     limited to :data:`MAX_BODY_BYTES` (413 beyond). Upgrade requests (exec, attach, port-forward)
     are refused (400). The :class:`Upstream` SSL context must not carry a client certificate.
 
 Limits
-    Errors are ``Status`` objects with kube-apiserver's codes and reasons: 400 BadRequest, 404
-    NotFound, 405 MethodNotAllowed, 410 Expired, 413 RequestEntityTooLarge, 503
-    ServiceUnavailable (not synced / no upstream), 504 Timeout (too large resource version).
+    Errors are ``Status`` objects with kube-apiserver's codes and reasons: 400 BadRequest, 401
+    Unauthorized, 403 Forbidden, 404 NotFound, 405 MethodNotAllowed, 410 Expired, 413
+    RequestEntityTooLarge, 503 ServiceUnavailable (not synced / no upstream / token not
+    checkable while cut off), 504 Timeout (too large resource version).
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from prometheus_client.registry import Collector
 from yarl import URL
 
 from edgewatch.poolcache import discovery
+from edgewatch.poolcache.authn import AccessControl, Attributes, Refusal
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.poolcache.store import BadRequest, Gone, NotSynced, ResourceCache, TooLargeResourceVersion, Watch
 from edgewatch.poolcache.tls import client_kubeconfig, self_signed_tls
@@ -143,8 +151,9 @@ def _error(code: int, reason: str, message: str, **details: Any) -> web.Response
 
 class _Server:
     def __init__(self, *, caches: Mapping[PoolResource, ResourceCache], upstream: Upstream | None,
-                 metrics: _Metrics, max_request_timeout_s: int) -> None:
+                 metrics: _Metrics, access: AccessControl, max_request_timeout_s: int) -> None:
         self.caches = dict(caches)
+        self.access = access
         self.by_path = {(r.group, r.version, r.resource): r for r in caches}
         self.upstream = upstream
         self.metrics = metrics
@@ -167,15 +176,27 @@ class _Server:
         if request.method == "GET":
             doc = self._discovery(segs, request)
             if doc is not None:
-                return _json(doc)
+                refused = await self._refused(request, None)  # discovery: any authenticated client
+                return refused if refused is not None else _json(doc)
         target = self._cached_target(segs)
         if target is None:
-            return await self._forward(request)
+            return await self._forward(request)  # the cloud checks the client's own token
         resource, namespace, name = target
         if request.method != "GET":
+            refused = await self._refused(request, None)
+            if refused is not None:
+                self.metrics.requests.labels(resource.name, request.method.lower(), str(refused.status)).inc()
+                return refused
             self.metrics.requests.labels(resource.name, request.method.lower(), "405").inc()
             return _error(405, "MethodNotAllowed", f"{request.method} is not allowed: this node-local cache of "
                           f"{resource.resource} is read-only; write to the cloud apiserver")
+        verb = "watch" if request.query.get("watch") in _TRUE else ("get" if name is not None else "list")
+        refused = await self._refused(request, Attributes(
+            verb=verb, group=resource.group, version=resource.version, resource=resource.resource,
+            namespace=namespace or "", name=name or ""))
+        if refused is not None:
+            self.metrics.requests.labels(resource.name, verb, str(refused.status)).inc()
+            return refused
         try:
             return await self._serve(request, resource, namespace, name)
         except BadRequest as exc:
@@ -194,6 +215,17 @@ class _Server:
             log.exception("pool cache request failed unexpectedly", extra={"path": request.path})
             return self._count(resource, request, _error(500, "InternalError", "internal error in the node-local "
                                                          "pool cache; see the agent's log"))
+
+    async def _refused(self, request: web.Request, attributes: Attributes | None) -> web.Response | None:
+        """None if the cloud's decisions let this request go on, else the refusal to send."""
+        verdict = await self.access.check(authorization=request.headers.get("Authorization"), attributes=attributes,
+                                          path=request.path)
+        if not isinstance(verdict, Refusal):
+            return None
+        response = _error(verdict.code, verdict.status_reason, verdict.message, **(verdict.details or {}))
+        if verdict.retry_after_s is not None:
+            response.headers["Retry-After"] = str(verdict.retry_after_s)
+        return response
 
     def _count(self, resource: PoolResource, request: web.Request, response: web.Response) -> web.Response:
         verb = "watch" if request.query.get("watch") in _TRUE else "list"
@@ -411,12 +443,15 @@ def _int_param(q: Mapping[str, str], key: str) -> int | None:
 
 
 def make_app(*, caches: Mapping[PoolResource, ResourceCache], upstream: Upstream | None,
-             registry: CollectorRegistry, max_request_timeout_s: int = 1800) -> web.Application:
+             registry: CollectorRegistry, access: AccessControl, max_request_timeout_s: int = 1800) -> web.Application:
     """The aiohttp application of the node-local endpoint (what it serves: module docstring).
 
     Args:
         caches: the cache of each served resource (the agent fills them through its feeds).
         upstream: the cloud apiserver for everything else, or None (then 503 for everything else).
+        access: who may read the cached objects and discovery (the cloud's reviews, cached); its
+            metrics (``edgewatch_poolcache_refused_requests``, ``_reviews``, ``_review_cache``,
+            ``_review_cache_entries``) are registered on ``registry`` too.
         registry: where the metrics go: ``edgewatch_poolcache_requests`` (resource, verb, code),
             ``edgewatch_poolcache_watches`` (resource), ``edgewatch_poolcache_objects``/``_bytes``/
             ``_synced`` (resource), ``edgewatch_poolcache_refused_inputs`` (resource, reason),
@@ -428,8 +463,9 @@ def make_app(*, caches: Mapping[PoolResource, ResourceCache], upstream: Upstream
     """
     if max_request_timeout_s <= 0 or not math.isfinite(max_request_timeout_s):
         raise ValueError("max_request_timeout_s must be positive")
-    server = _Server(caches=caches, upstream=upstream, metrics=_Metrics(registry, caches),
+    server = _Server(caches=caches, upstream=upstream, metrics=_Metrics(registry, caches), access=access,
                      max_request_timeout_s=max_request_timeout_s)
+    registry.register(access.collector)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.on_startup.append(server.start)
     app.on_shutdown.append(server.stop)

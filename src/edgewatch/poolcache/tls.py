@@ -126,14 +126,15 @@ def client_kubeconfig(*, server: str, ca_pem: bytes, token: str | None = None, t
     Args:
         server: ``https://127.0.0.1:<port>``.
         ca_pem: the certificate from :func:`self_signed_tls`.
-        token: a bearer token to send (passed through to the cloud apiserver on forwarded
-            requests; the cache itself ignores it), or None.
+        token: a bearer token to send, or None: the cache serves its objects only to a token the
+            cloud authenticates and authorizes (:mod:`edgewatch.poolcache.authn`), and passes it
+            through unchanged on forwarded requests.
         token_file: a file the client re-reads its token from (``tokenFile``, e.g. a projected
             ServiceAccount token that rotates), or None.
 
-    With neither, client-go clients send no Authorization header (forwarded requests are then
-    anonymous), but kubectl prompts for a username: client-go's interactive loader does so for an
-    https server without credentials.
+    With neither, client-go clients send no Authorization header: cached reads get 401 and
+    forwarded requests are anonymous (kubectl even prompts for a username: client-go's interactive
+    loader does so for an https server without credentials).
     """
     user: dict[str, str] = {}
     if token:

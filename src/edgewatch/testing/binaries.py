@@ -212,3 +212,30 @@ def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callab
         if not os.access(folder / name, os.X_OK):
             raise BinariesError(f"{folder / name} is missing or not executable")
     return folder.resolve()
+
+
+def ensure_coredns(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The CoreDNS binary (v1.15.0 with the kubernetes plugin; ``edgewatch.testing.coredns``),
+    built from the Go module proxy on first use by ``hack/binaries/build-coredns.sh`` (about 2
+    minutes cold on 2 cores) into ``~/.cache/edgewatch/bin/coredns-<version>-<stamp>/``.
+
+    ``TEST_ASSET_COREDNS`` names a ready binary instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or the binary is missing.
+    """
+    single = os.environ.get("TEST_ASSET_COREDNS")
+    if single:
+        path = Path(single)
+    else:
+        root = repo_root()
+        if root is None:
+            raise BinariesError("no CoreDNS: set TEST_ASSET_COREDNS or run from a checkout")
+        code, lines = _run_build(root / "hack" / "binaries" / "build-coredns.sh", timeout_s=build_timeout_s,
+                                 on_progress=on_progress)
+        if code != 0 or not lines:
+            raise BinariesError(f"building CoreDNS failed (exit {code}); see the lines above")
+        path = Path(lines[-1]) / "coredns"
+    if not os.access(path, os.X_OK):
+        raise BinariesError(f"{path} is missing or not executable")
+    return path.resolve()

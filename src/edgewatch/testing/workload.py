@@ -47,3 +47,12 @@ def sample_service(*, namespace: str, name: str = "sample") -> Service:
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"selector": APP_LABEL, "ports": [{"port": 80, "targetPort": 8080}]},
     })
+
+
+def sample_headless_service(*, namespace: str, name: str = "sample-headless") -> Service:
+    """A headless Service (``clusterIP: None``) selecting the sample pods: cluster DNS answers its
+    name with the ready pods' addresses, so a scale changes the answer (CoreDNS in the playground)."""
+    return Service.from_dict({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterIP": "None", "selector": APP_LABEL, "ports": [{"port": 8080, "targetPort": 8080}]},
+    })
