@@ -40,6 +40,7 @@ from edgewatch.core.wire import (
     sign_heartbeat,
 )
 from edgewatch.poolcache.feed import ObjectRejected, check_object
+from edgewatch.poolcache.reviews import MalformedReview, bearer_token, parse_access_review, parse_token_review
 from edgewatch.poolcache.layout import CacheKeys, decode_value, encode_object, encode_tombstone
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResourcesError, parse_pool_resources
 from edgewatch.poolcache.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -104,10 +105,30 @@ def evidence_texts(draw: st.DrawFn) -> str:
 
 
 def _key_record(text: str) -> None:
+    """The form (parse_key_record) and the proofs of possession, as a reader takes a record in."""
     try:
         parse_key_record(text)
     except ValueError:
         pass
+    try:
+        PublicKeys().update(NodeName("a-1"), text)
+    except ValueError:
+        pass
+
+
+def key_records() -> st.SearchStrategy[str]:
+    """Junk, or a real record (a-1's, a-2's, both) with characters replaced or lines swapped."""
+    real = st.sampled_from([A.record(), B.record(), A.record() + "\n" + B.record().splitlines()[0]])
+
+    @st.composite
+    def mutated(draw: st.DrawFn) -> str:
+        text = draw(real)
+        if text and draw(st.booleans()):
+            i = draw(st.integers(0, len(text) - 1))
+            text = text[:i] + draw(st.text(max_size=3)) + text[i + 1:]
+        return text
+
+    return st.text(max_size=400) | real | mutated()
 
 
 def _beacon(token: str) -> None:
@@ -230,10 +251,44 @@ def _config(data: dict[str, str]) -> None:
             pass
 
 
+def _cloud_reviews(item: tuple[str, bytes]) -> None:
+    """What the pool-cache endpoint reads from its clients and from the cloud's answers: the
+    Authorization header, TokenReview and SubjectAccessReview responses (``poolcache.reviews``)."""
+    header, body = item
+    bearer_token(header)
+    for parse in (parse_token_review, parse_access_review):
+        try:
+            parse(body)
+        except MalformedReview:
+            pass
+
+
+_REVIEW = {"kind": "TokenReview", "status": {"authenticated": True, "user": {
+    "username": "system:serviceaccount:kube-system:kube-proxy", "uid": "u", "groups": ["system:serviceaccounts"],
+    "extra": {"authentication.kubernetes.io/node-name": ["a-1"]}}}}
+
+
+@st.composite
+def cloud_reviews(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A header (junk or Bearer forms) and a review answer: junk, or a valid TokenReview /
+    SubjectAccessReview with one field replaced by any JSON value (a hostile or broken upstream)."""
+    header = draw(st.text(max_size=80) | st.text(max_size=60).map(lambda t: "Bearer " + t))
+    if draw(st.booleans()):
+        return header, draw(st.binary(max_size=300))
+    doc = json.loads(json.dumps(_REVIEW))
+    if draw(st.booleans()):
+        doc = {"kind": "SubjectAccessReview", "status": {"allowed": True, "reason": "ok"}}
+    where = draw(st.sampled_from([doc, doc["status"], doc["status"].get("user", doc["status"])]))
+    # any JSON value, or text JSON can carry but UTF-8 cannot (a lone surrogate, "\ud800")
+    where[draw(st.sampled_from(sorted(where)) | st.text(max_size=12))] = draw(
+        json_values | st.text(st.characters(categories=["Cs", "Ll"]), max_size=4))
+    return header, json.dumps(doc).encode()
+
+
 TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] = [
     ("peer envelope (decode_envelope)", _envelope, envelopes()),
     ("evidence Lease (decode_evidence)", _evidence, evidence_texts()),
-    ("key record (parse_key_record)", _key_record, st.text(max_size=400)),
+    ("key record and its proofs (parse_key_record, PublicKeys.update)", _key_record, key_records()),
     ("beacon token (BeaconHolder.offer)", _beacon, beacon_tokens()),
     ("coordinator heartbeat (parse_heartbeat)", _coordinator_heartbeat,
      st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode())),
@@ -245,6 +300,8 @@ TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] =
     ("pool-cache etcd value (decode_value)", _pool_value, pool_values()),
     ("node annotations (durations, RFC 3339)", _annotation_times, annotation_texts),
     ("beacon key annotation (BeaconHolder.trust)", _beacon_key, beacon_keys),
+    ("pool-cache client token and cloud reviews (parse_token_review, parse_access_review)", _cloud_reviews,
+     cloud_reviews()),
 ]
 
 

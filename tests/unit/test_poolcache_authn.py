@@ -482,3 +482,12 @@ async def test_cloud_review_client_speaks_the_review_apis(server: ReviewServer) 
         with pytest.raises(ReviewUnavailable) as err:
             await CloudReviewClient(http=http).token_review("good", timeout_s=2)
         assert err.value.reason == "network"
+
+
+@pytest.mark.parametrize("field", ["username", "uid"])
+def test_a_review_with_text_utf8_cannot_carry_is_malformed_not_a_crash(field: str) -> None:
+    """JSON may carry a lone surrogate ("\\ud800"), which no UTF-8 text holds (found by make fuzz)."""
+    user = {"username": "system:serviceaccount:kube-system:kube-proxy", "uid": "u", field: "\ud800"}
+    body = json.dumps({"kind": "TokenReview", "status": {"authenticated": True, "user": user}}).encode()
+    with pytest.raises(MalformedReview, match="not valid UTF-8"):
+        parse_token_review(body)

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, check_object, strip_object
+from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value, encode_object, encode_tombstone
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backoff_delay
 from edgewatch.poolcache.resources import (DEFAULT_RESOURCES, ENDPOINTS, ENDPOINTSLICES, SERVICES,
@@ -81,11 +82,21 @@ def test_etcd_values_round_trip_and_refuse_what_does_not_match_its_key() -> None
     assert decode_value(keys, key, encode_tombstone("9")) == Tombstone("default", "a", "9")
     cases = [(key, encode_object(svc("b", "5")), "mismatch"), (key, b"{", "malformed"),
              (key, b"x" * 1_100_000, "oversized"), (keys.base + b"zz", encode_object(svc("a", "5")), "key"),
-             (key, b'{"tombstone": {"resourceVersion": "x"}}', "malformed")]
+             (key, b'{"tombstone": {"resourceVersion": "x"}}', "malformed"),
+             # "\u00b2" ("²") passes str.isdigit but not int(): once it crashed the node feeds
+             (key, b'{"tombstone": {"resourceVersion": "\\u00b2"}}', "malformed"),
+             (key, encode_object(svc("a", "\u00b2")), "resource_version")]
     for k, value, reason in cases:
         with pytest.raises(ObjectRejected) as err:
             decode_value(keys, k, value)
         assert err.value.reason == reason
+
+
+@pytest.mark.parametrize(("text", "ok"), [("0", True), ("18446744073709551615", True), ("1" * 21, False),
+                                         ("", False), ("\u00b2", False), ("\u0661", False), ("-1", False),
+                                         (" 1", False), (1, False), (None, False)])
+def test_a_resource_version_is_ascii_digits_only(text: object, ok: bool) -> None:
+    assert is_decimal(text) is ok
 
 
 @given(st.binary(max_size=300))

@@ -43,6 +43,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
+from edgewatch.core.types import is_decimal
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.beacon import Beacon, sign_beacon
 from edgewatch.core.identity import NodeKey
@@ -143,7 +144,7 @@ class BeaconIssuer:
             lease = None
         annotations = dict((lease.metadata.annotations or {}) if lease is not None and lease.metadata else {})
         previous = annotations.get(BEACON_ANNOTATION, "").split(".", 1)[0]
-        if previous.isdigit():
+        if is_decimal(previous):
             self.generation = max(self.generation, int(previous))
         beacon = Beacon(generation=max(self.generation + 1, time.time_ns() // 1_000_000),
                         value=secrets.token_hex(16))

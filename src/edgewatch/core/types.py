@@ -20,6 +20,7 @@ __all__ = [
     "NODE_NAME_MAX_LENGTH",
     "DNS1123_LABEL_PATTERN",
     "DNS1123_SUBDOMAIN_PATTERN",
+    "is_decimal",
     "is_dns1123_label",
     "is_dns1123_subdomain",
     "Health",
@@ -59,6 +60,13 @@ def is_dns1123_label(value: object) -> bool:
     names). Never raises."""
     return (isinstance(value, str) and 0 < len(value) <= 63 and value.isascii()
             and _DNS1123_LABEL.fullmatch(value) is not None)
+
+
+def is_decimal(value: object, *, max_digits: int = 20) -> bool:
+    """Whether ``value`` is a ``str`` of 1..``max_digits`` ASCII digits, so ``int(value)`` cannot
+    fail (resourceVersions, generations; 20 digits hold any uint64). ``str.isdigit`` alone is not
+    enough for untrusted text: it accepts "²", which ``int`` refuses. Never raises."""
+    return isinstance(value, str) and 0 < len(value) <= max_digits and value.isascii() and value.isdigit()
 
 
 def is_node_name(value: object) -> bool:

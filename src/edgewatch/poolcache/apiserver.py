@@ -63,6 +63,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from yarl import URL
 
+from edgewatch.core.types import is_decimal
 from edgewatch.poolcache import discovery
 from edgewatch.poolcache.authn import AccessControl, Attributes, Refusal
 from edgewatch.poolcache.resources import PoolResource
@@ -376,7 +377,7 @@ class _Server:
         headers.update({h: v for h, v in request.headers.items() if h.lower().startswith("impersonate-")})
         url = URL(self.upstream.url.rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
         requested = request.query.get("timeoutSeconds", "")
-        if requested.isdigit() and 0 < int(requested):  # anything else: the apiserver judges it
+        if is_decimal(requested) and 0 < int(requested):  # anything else: the apiserver judges it
             total = float(min(int(requested), self.max_timeout_s)) + self.upstream.timeout_s
         elif request.query.get("watch") in _TRUE:
             total = float(self.max_timeout_s) + self.upstream.timeout_s

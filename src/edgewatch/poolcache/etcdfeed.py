@@ -39,6 +39,7 @@ from typing import Any
 import aetcd
 from aetcd import utils as etcd_utils
 
+from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, Sink
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value
 
@@ -52,7 +53,7 @@ class FeedEnded(ConnectionError):
 
 
 def _newest(*versions: str) -> str:
-    return str(max((int(v) for v in versions if v.isdigit()), default=0))
+    return str(max((int(v) for v in versions if is_decimal(v)), default=0))
 
 
 async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_timeout_s: float,
@@ -88,7 +89,7 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
                 if kv.key == keys.rv:
                     if event.kind != "DELETE":
                         rv = kv.value.decode(errors="replace")
-                        if rv.isdigit() and len(rv) <= 20:
+                        if is_decimal(rv):
                             last_rv = max(last_rv, int(rv))
                             await sink(Bookmark(rv))
                         else:

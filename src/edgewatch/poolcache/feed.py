@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from edgewatch.core.types import is_dns1123_label, is_dns1123_subdomain
+from edgewatch.core.types import is_decimal, is_dns1123_label, is_dns1123_subdomain
 from edgewatch.poolcache.resources import PoolResource
 
 __all__ = [
@@ -95,7 +95,7 @@ def resource_version_of(obj: dict[str, Any]) -> int:
     """
     meta = obj.get("metadata")
     rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    if not isinstance(rv, str) or not rv.isdigit() or len(rv) > 20:
+    if not is_decimal(rv):
         raise ObjectRejected("resource_version", f"resourceVersion {str(rv)[:40]!r} is not a decimal integer")
     return int(rv)
 

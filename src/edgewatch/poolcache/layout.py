@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import MAX_OBJECT_BYTES, ObjectRejected, check_object, resource_version_of
 from edgewatch.poolcache.resources import PoolResource
 
@@ -131,7 +132,7 @@ def decode_value(keys: CacheKeys, key: bytes, value: bytes) -> dict[str, Any] | 
     if isinstance(data, dict) and set(data) == {"tombstone"}:
         body = data["tombstone"]
         rv = body.get("resourceVersion") if isinstance(body, dict) else None
-        if not isinstance(rv, str) or not rv.isdigit() or len(rv) > 20:
+        if not is_decimal(rv):
             raise ObjectRejected("malformed", "tombstone without a decimal resourceVersion")
         return Tombstone(namespace, name, rv)
     obj = check_object(data, keys.resource)

@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import (MAX_OBJECT_BYTES, Bookmark, Change, ObjectRejected, Reset, Sink, check_object,
                                       strip_object)
 from edgewatch.poolcache.resources import PoolResource
@@ -189,7 +190,7 @@ class CloudReflector:
             token = meta.get("continue") or None
             if not token:
                 break
-        if not rv.isdigit():
+        if not is_decimal(rv):
             raise _BadResponse("malformed", f"list of {self.resource.name} has resourceVersion {rv[:40]!r}")
         self.last_rv = rv
         await self.sink(Reset(objects, rv))
@@ -234,7 +235,7 @@ class CloudReflector:
         if kind == "BOOKMARK":
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-            if isinstance(rv, str) and rv.isdigit():
+            if is_decimal(rv):
                 self.last_rv = rv
                 await self.sink(Bookmark(rv))
             return

@@ -261,7 +261,13 @@ def bearer_token(header: str | None) -> str | None:
 def _string(value: object, what: str, *, required: bool = False) -> str:
     if value is None and not required:
         return ""
-    if not isinstance(value, str) or (required and not value) or len(value.encode()) > _MAX_NAME:
+    if not isinstance(value, str) or (required and not value):
+        raise MalformedReview(f"{what} must be a string of at most {_MAX_NAME} bytes")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON) is not text
+        raise MalformedReview(f"{what} is not valid UTF-8") from None
+    if size > _MAX_NAME:
         raise MalformedReview(f"{what} must be a string of at most {_MAX_NAME} bytes")
     return value
 
