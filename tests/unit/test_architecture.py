@@ -1,0 +1,32 @@
+"""The layer contracts of pyproject.toml's ``[tool.importlinter]``, checked by import-linter on the
+installed package: core imports nothing of ours, the agent and the controller do not import each
+other, the product never imports the lab (issue 22)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT), "--no-cache", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_every_layer_contract_is_kept() -> None:
+    done = _lint()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 kept, 0 broken" in done.stdout, done.stdout
+
+
+def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
+    """The check can fail: the CLI does import the lab today (issue 22 moves it out)."""
+    config = tmp_path / "contracts.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "edgewatch"\n\n'
+                      '[[tool.importlinter.contracts]]\nname = "cli without the lab"\ntype = "forbidden"\n'
+                      'source_modules = ["edgewatch.cli"]\nforbidden_modules = ["edgewatch.playground"]\n')
+    done = _lint("--config", str(config))
+    assert done.returncode != 0 and "BROKEN" in done.stdout, done.stdout + done.stderr
