@@ -184,6 +184,20 @@ NODE_BINARY_NAMES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "br
                      "portmap", "pause")
 
 
+def _build_folder(script: str, *, what: str, env: str, hint: str = "", timeout_s: float,
+                  on_progress: Callable[[str], None] | None) -> Path:
+    """Run ``hack/binaries/<script>`` of this checkout; the folder it printed last (where it put
+    ``what``). Raises BinariesError when there is no checkout (then ``env`` must name the binaries)
+    or the build failed (``hint`` is appended to the message)."""
+    root = repo_root()
+    if root is None:
+        raise BinariesError(f"no {what}: set {env} or run from a checkout")
+    code, lines = _run_build(root / "hack" / "binaries" / script, timeout_s=timeout_s, on_progress=on_progress)
+    if code != 0 or not lines:
+        raise BinariesError(f"building {what} failed (exit {code}); see the lines above{hint}")
+    return Path(lines[-1])
+
+
 def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
     """The folder holding a real lab node's runtime (``NODE_BINARY_NAMES``: containerd, runc, the
     CNI plugins, pause), built from the Go module proxy on first use by
@@ -199,15 +213,9 @@ def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callab
     if folder_env:
         folder = Path(folder_env)
     else:
-        root = repo_root()
-        if root is None:
-            raise BinariesError("no node binaries: set EDGEWATCH_NODE_BINARIES or run from a checkout")
-        code, lines = _run_build(root / "hack" / "binaries" / "build-node.sh", timeout_s=build_timeout_s,
-                                 on_progress=on_progress)
-        if code != 0 or not lines:
-            raise BinariesError(f"building the node binaries failed (exit {code}); see the lines above "
-                                "(gcc and libseccomp-dev: `make node-binaries` installs them)")
-        folder = Path(lines[-1])
+        folder = _build_folder("build-node.sh", what="the node binaries", env="EDGEWATCH_NODE_BINARIES",
+                               hint=" (gcc and libseccomp-dev: `make node-binaries` installs them)",
+                               timeout_s=build_timeout_s, on_progress=on_progress)
     for name in NODE_BINARY_NAMES:
         if not os.access(folder / name, os.X_OK):
             raise BinariesError(f"{folder / name} is missing or not executable")
@@ -228,14 +236,8 @@ def ensure_coredns(*, build_timeout_s: float = 3600.0, on_progress: Callable[[st
     if single:
         path = Path(single)
     else:
-        root = repo_root()
-        if root is None:
-            raise BinariesError("no CoreDNS: set TEST_ASSET_COREDNS or run from a checkout")
-        code, lines = _run_build(root / "hack" / "binaries" / "build-coredns.sh", timeout_s=build_timeout_s,
-                                 on_progress=on_progress)
-        if code != 0 or not lines:
-            raise BinariesError(f"building CoreDNS failed (exit {code}); see the lines above")
-        path = Path(lines[-1]) / "coredns"
+        path = _build_folder("build-coredns.sh", what="CoreDNS", env="TEST_ASSET_COREDNS",
+                             timeout_s=build_timeout_s, on_progress=on_progress) / "coredns"
     if not os.access(path, os.X_OK):
         raise BinariesError(f"{path} is missing or not executable")
     return path.resolve()
