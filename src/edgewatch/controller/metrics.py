@@ -14,6 +14,8 @@ class ControllerMetrics:
         evictions: pod evictions by ``result`` (evicted; blocked by a PodDisruptionBudget; failed;
             timeout).
         reconciles: reconciles by ``result`` (ok, error, crash).
+        reconciles_skipped: Lease renewals that only moved a normal node's heartbeat deadline, so no
+            reconcile ran (``edgewatch.controller.quiet``).
         reconcile_seconds: duration of one node's reconcile, seconds.
         holds: autonomy-hold Lease renewals by ``outcome``.
         config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
@@ -52,6 +54,9 @@ class ControllerMetrics:
                                 "result.", ["result"], registry=registry)
         self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
                                      ["result"], registry=registry)
+        self.reconciles_skipped = Counter("edgewatch_controller_reconciles_skipped",
+                                          "Own Lease renewals of normal nodes that only moved the heartbeat "
+                                          "deadline (no reconcile needed).", registry=registry)
         self.unproven_carries = Counter("edgewatch_controller_unproven_carries",
                                         "Carriers whose Lease renewals of a node were not believed (the node's own "
                                         "signed statement does not name them), one per node and carrier.",

@@ -50,9 +50,8 @@ from typing import Any, TypeVar
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node
 from lightkube.types import PatchType
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
@@ -68,16 +67,24 @@ from edgewatch.controller.model import (
     NodePlan,
     NodeState,
 )
+from edgewatch.controller.evictions import PodEvictor
 from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.roster import RosterPublisher
 from edgewatch.controller.seen import SeenObjects
-from edgewatch.controller.snapshots import LEASE, lease_snapshot, node_snapshot, pod_tolerations, taint_to_api
-from edgewatch.controller.taints import annotation_patch, merge_taints, pod_eviction_due
+from edgewatch.controller.snapshots import (
+    LEASE,
+    lease_facts,
+    lease_snapshot,
+    node_snapshot,
+    taint_to_api,
+)
+from edgewatch.controller.taints import annotation_patch, merge_taints
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue
 from edgewatch.leases import RenewOutcome, hold_renewal
-from edgewatch.controller.views import unproven_carry
+from edgewatch.controller.quiet import only_renewed
+from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.names import DELEGATED_BY_ANNOTATION, EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 
@@ -90,16 +97,6 @@ _T = TypeVar("_T")
 
 #: Who the autonomy hold and the Events name.
 COMPONENT = "edgewatch-controller"
-
-
-def _skip_eviction(pod: Pod) -> bool:
-    """DaemonSet pods come straight back; mirror pods cannot be evicted (kubectl drain's rules)."""
-    meta = pod.metadata
-    if meta.deletionTimestamp is not None:
-        return True
-    if (meta.annotations or {}).get("kubernetes.io/config.mirror"):
-        return True
-    return any(ref.kind == "DaemonSet" for ref in meta.ownerReferences or [])
 
 
 VERDICT_MESSAGE_REFRESH_S = 600.0
@@ -150,6 +147,8 @@ class Reconciler:
         self.hold_interval_s = hold_interval_s
         self.workers = workers
         self.evictions_in_flight = evictions_in_flight
+        self.evictor = PodEvictor(client=client, metrics=metrics, api_timeout_s=api_timeout_s,
+                                  in_flight=evictions_in_flight)
         self.api_timeout_s = api_timeout_s
         self.watch_timeout_s = watch_timeout_s
         self.clock = clock or MonotonicClock().now
@@ -259,9 +258,17 @@ class Reconciler:
 
     def _on_lease(self, op: str, lease: Lease) -> None:
         name = lease.metadata.name
+        previous = self._lease_cache.get(name)
         self._lease_cache.seen(name, None if op == "DELETED" else lease)
-        lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
-                       now=self.clock())
+        after = lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
+                               now=self.clock())
+        # A normal node's own renewal only moves its heartbeat deadline: move its next look there
+        # instead of reconciling it (edgewatch.controller.quiet).
+        if (name not in self._held and previous is not None and after is not None
+                and only_renewed(before=lease_facts(previous), after=after, plan=self.plans.get(name))
+                and self.queue.reschedule(name, lease_grace_s(lease=after, config=self.config))):
+            self.metrics.reconciles_skipped.inc()
+            return
         self.queue.add(name)
 
     def _on_config(self, op: str, cm: ConfigMap) -> None:
@@ -519,54 +526,10 @@ class Reconciler:
         return self.hold_interval_s
 
     async def _evict(self, name: str, p: NodePlan, now: float) -> float | None:
-        """Evict the due pods of a FAILED node, up to ``evictions_in_flight`` at once, each call with
-        its timeout; returns seconds until the next pod is due (or a retry of a blocked one)."""
+        """Evict the due pods of a FAILED node (``edgewatch.controller.evictions``); returns seconds
+        until the next pod is due (or a retry of a blocked one)."""
         added = p.failed_taint_added_at if p.failed_taint_added_at is not None else now
-        async with asyncio.timeout(self.api_timeout_s):
-            pods = [pod async for pod in self.client.list(Pod, namespace="*", fields={"spec.nodeName": name})]
-        next_due: float | None = None
-        due_now: list[Pod] = []
-        for pod in pods:
-            if _skip_eviction(pod):
-                continue
-            due = pod_eviction_due(tolerations=pod_tolerations(pod), taint_added_at=added, now=now)
-            if due is None:
-                continue
-            if due > now:
-                next_due = _sooner(next_due, due - now)
-            else:
-                due_now.append(pod)
-        slots = asyncio.Semaphore(self.evictions_in_flight)
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(self._evict_one(pod, node=name, slots=slots)) for pod in due_now]
-        for task in tasks:
-            next_due = _sooner(next_due, task.result())
-        return next_due
-
-    async def _evict_one(self, pod: Pod, *, node: str, slots: asyncio.Semaphore) -> float | None:
-        """One eviction; never raises. Returns a retry delay (blocked, timed out, failed) or None."""
-        meta = pod.metadata
-        async with slots:
-            try:
-                await self._call(self.client.create(
-                    Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
-                    name=meta.name, namespace=meta.namespace))
-            except ApiError as exc:
-                if exc.status.code == 404:
-                    return None
-                result = "blocked" if exc.status.code == 429 else "failed"  # 429: a PodDisruptionBudget
-                self.metrics.evictions.labels(result=result).inc()
-                if result == "failed":
-                    log.info("evicting %s/%s from %s failed: %s", meta.namespace, meta.name, node, exc)
-                return 5.0
-            except (httpx.HTTPError, OSError, TimeoutError) as exc:
-                self.metrics.evictions.labels(result="timeout" if isinstance(exc, TimeoutError) else "failed").inc()
-                log.info("evicting %s/%s from %s: %s", meta.namespace, meta.name, node, exc or type(exc).__name__)
-                return 1.0
-        self.metrics.evictions.labels(result="evicted").inc()
-        log.info("evicted %s/%s from failed node %s", meta.namespace, meta.name, node,
-                 extra={"kind": "evicted", "node": node, "pod": f"{meta.namespace}/{meta.name}"})
-        return None
+        return await self.evictor.evict_due(name, taint_added_at=added, now=now)
 
     async def _record_event(self, node: Node, *, reason: str, message: str, type_: str) -> None:
         now = format_rfc3339(self.clock())

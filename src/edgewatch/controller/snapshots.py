@@ -23,7 +23,7 @@ from edgewatch.leases import lease_renew_text
 from edgewatch.names import EDGE_CONDITION_TYPE
 from edgewatch.timefmt import format_micro_time, format_rfc3339
 
-__all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
+__all__ = ["lease_facts", "lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
 
 #: Observation kinds (keys of ``Observations``).
 LEASE, EDGE, EDGE_STATUS = "lease", "edge", "edge-status"
@@ -79,6 +79,18 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
         annotations=dict(lease.metadata.annotations or {}),
         holder=spec.holderIdentity if spec is not None else None,
     )
+
+
+def lease_facts(lease: Lease) -> LeaseSnapshot:
+    """What a Lease says, without recording an observation (``observed_at`` is a placeholder 0.0:
+    for comparing two versions of a Lease, never for judging freshness)."""
+    text = lease_renew_text(lease)
+    spec = lease.spec
+    duration = spec.leaseDurationSeconds if spec is not None else None
+    return LeaseSnapshot(renew_time=text, observed_at=None if text is None else 0.0,
+                         duration_s=float(duration) if duration else None,
+                         annotations=dict(lease.metadata.annotations or {}),
+                         holder=spec.holderIdentity if spec is not None else None)
 
 
 def pod_tolerations(pod: Pod) -> tuple[Toleration, ...]:

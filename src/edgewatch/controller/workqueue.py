@@ -4,7 +4,8 @@ one key is handled by at most one worker at a time, and a key added while it is 
 handled again once its worker is done. So one slow object (a node whose evictions hang) holds one
 worker, never the others, and two workers never act on the same node at once.
 
-Delayed adds (``add_after``) keep the earliest deadline, as client-go's ``AddAfter`` does.
+Delayed adds (``add_after``) keep the earliest deadline, as client-go's ``AddAfter`` does;
+``reschedule`` moves a key's deadline where it belongs now (a heartbeat deadline that moved on).
 
 Limits: in memory, one event loop; no rate limiting (the reconciler's requeue delays pace retries);
 with ``workers`` keys all stuck at once, others wait — every API call the workers make has a timeout,
@@ -58,6 +59,18 @@ class WorkQueue:
                 return
             current[1].cancel()
         self._timers[key] = (when, loop.call_at(when, self._fire, key))
+
+    def reschedule(self, key: str, delay_s: float) -> bool:
+        """Move ``key``'s delayed add to ``delay_s`` seconds from now, later or sooner, when it is
+        neither waiting nor being handled; returns False (and changes nothing) when it is, since it
+        will be handled anyway. For a deadline that moved (a node's heartbeat renewed)."""
+        if key in self._dirty or key in self._processing:
+            return False
+        current = self._timers.pop(key, None)
+        if current is not None:
+            current[1].cancel()
+        self.add_after(key, delay_s)
+        return True
 
     def _fire(self, key: str) -> None:
         self._timers.pop(key, None)
