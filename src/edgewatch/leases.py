@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 MARK_ANNOTATIONS = (DELEGATE_HEARTBEAT_ANNOTATION, DELEGATED_BY_ANNOTATION,
                     DELEGATED_RENEW_TIME_ANNOTATION, DELEGATED_VIA_ANNOTATION)
 
-_API_ERRORS = (ApiError, httpx.HTTPError, OSError)
 
 
 class RenewOutcome(enum.StrEnum):

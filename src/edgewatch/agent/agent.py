@@ -48,9 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import httpx2 as httpx
 from aiohttp import web
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -76,6 +75,7 @@ from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
 from edgewatch.poolcache.apiserver import Upstream
 from edgewatch.poolcache.resources import PoolResource
+from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +459,7 @@ class Agent:
             try:
                 async with asyncio.timeout(self.config.api_timeout_s):
                     removed = await clear_stale_mark(client=self.client, node=self.config.node)
-            except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
+            except API_ERRORS as exc:
                 log.debug("checking our own Lease's mark failed: %s", exc or type(exc).__name__)
                 continue
             if removed:
@@ -491,7 +491,7 @@ class Agent:
             async with asyncio.timeout(self.config.api_timeout_s):
                 await self.client.patch(Node.Status, self.config.node, body)
             self._role_written = (value, now)
-        except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
+        except API_ERRORS as exc:
             log.info("writing %s failed: %s", ROLE_CONDITION_TYPE, exc or type(exc).__name__)
 
 

@@ -29,7 +29,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
@@ -39,6 +38,7 @@ from edgewatch.core.identity import KeyRecordError, NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
 from edgewatch.statefile import replace_file
+from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class IdentityKeeper:
                 if (current.data or {}).get(KEY_RECORD_KEY) != record:
                     current.data = {**(current.data or {}), KEY_RECORD_KEY: record}
                     await self.client.replace(current)  # carries the resourceVersion read: 409 if raced
-        except (ApiError, httpx.HTTPError, OSError) as exc:
+        except API_ERRORS as exc:
             log.info("publishing the keys of %s failed: %s", node, exc or type(exc).__name__)
             return False
         if not self.published.is_set():
@@ -199,6 +199,6 @@ class IdentityKeeper:
                     self.on_event()
                     record = None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, "")
                     self.apply(cm.metadata.name, record)
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("key record watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)

@@ -45,8 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import httpx2 as httpx
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Node
 
 from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES, GroupingConfig,
@@ -57,6 +56,7 @@ from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_nam
 from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.types import NodeName
 from edgewatch.statefile import replace_file
+from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class Membership:
                     self._on_event("node")
                     if op != "DELETED":  # a deleted Node keeps its last copy: it is being re-registered
                         self._set_own(node_info(node))
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("node watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
 
@@ -230,7 +230,7 @@ class Membership:
                 )):
                     self._on_event("config")
                     self._config_changed(self.apply_config(None if op == "DELETED" else (cm.data or {})))
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("config watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
 
@@ -284,7 +284,7 @@ class Membership:
                     self._on_event("roster")
                     if op != "DELETED":  # deleted: the group is going away; keep the copy until retargeted
                         self._apply_roster(name, cm.data)
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("roster watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
 

@@ -51,6 +51,7 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
 )
 from edgewatch.statefile import replace_file
+from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class EvidenceReporter:
                         idle_timeout_s=self.idle_timeout_s):
                     self._on_event()
                     self.apply_beacon_lease(None if op == "DELETED" else lease)
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("beacon watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.retry_s)
 

@@ -34,7 +34,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import httpx2 as httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lightkube import ApiError, AsyncClient
@@ -55,13 +54,13 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
     KEY_RECORD_KEY,
 )
+from edgewatch.kube.errors import API_ERRORS
 
 __all__ = ["BEACON_SECRET_NAME", "BeaconIssuer", "EvidenceInformer"]
 
 log = logging.getLogger(__name__)
 
 BEACON_SECRET_NAME = "edgewatch-beacon-key"
-_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
 _T = TypeVar("_T")
 
 
@@ -173,13 +172,13 @@ class BeaconIssuer:
         while self.key is None:
             try:
                 self.key = await self.load_key()
-            except (*_API_ERRORS, ValueError) as exc:
+            except (*API_ERRORS, ValueError) as exc:
                 log.error("cannot load the beacon key: %s; retrying", exc or type(exc).__name__)
                 await asyncio.sleep(2)
         while True:
             try:
                 await self.issue()
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("issuing a beacon failed: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.period_s)
 
@@ -242,7 +241,7 @@ class EvidenceInformer:
                     async for op, obj in self.client.watch(resource, namespace=self.namespace,
                                                            resource_version=version, server_timeout=120):
                         on_event(op, obj)
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("%s watch in %s interrupted: %s", kind, self.namespace, exc or type(exc).__name__)
             await asyncio.sleep(1)
 

@@ -25,11 +25,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
 from edgewatch.timefmt import format_micro_time
+from edgewatch.kube.errors import API_ERRORS
 
 __all__ = ["ElectionConfig", "LeaderElector", "expired"]
 
@@ -160,7 +160,7 @@ class LeaderElector:
                     try:
                         held = await asyncio.wait_for(self.try_acquire_or_renew(), self.config.renew_s * 2)
                         self.reachable = True
-                    except (ApiError, httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
+                    except API_ERRORS as exc:
                         log.info("leader election round failed: %s", exc or type(exc).__name__)
                         self.reachable = isinstance(exc, ApiError)  # the apiserver answered, with an error
                         held = self.leading and self._monotonic() - last_renew < self.config.deadline_s

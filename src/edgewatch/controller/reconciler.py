@@ -48,7 +48,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Node
@@ -87,12 +86,12 @@ from edgewatch.controller.quiet import only_renewed
 from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.names import DELEGATED_BY_ANNOTATION, EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
+from edgewatch.kube.errors import API_ERRORS
 
 __all__ = ["Reconciler"]
 
 log = logging.getLogger(__name__)
 
-_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
 _T = TypeVar("_T")
 
 #: Who the autonomy hold and the Events name.
@@ -209,7 +208,7 @@ class Reconciler:
                     self._apply_config(None)
                     return
                 log.error("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc)
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc or type(exc).__name__)
             else:
                 self._apply_config(cm.data or {})
@@ -229,7 +228,7 @@ class Reconciler:
                     async for op, obj in self.client.watch(resource, namespace=namespace, fields=fields,
                                                            server_timeout=120):
                         on_event(op, obj)
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("%s watch interrupted: %s", kind, exc or type(exc).__name__)
             await asyncio.sleep(1)
 
@@ -303,7 +302,7 @@ class Reconciler:
                 self.nodes = set(names)
                 for name in names:
                     self.queue.add(name)
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("resync failed: %s", exc or type(exc).__name__)
             await asyncio.sleep(self.resync_s)
 
@@ -313,7 +312,7 @@ class Reconciler:
         try:
             requeue = await self.reconcile(name)
             self.metrics.reconciles.labels(result="ok").inc()
-        except _API_ERRORS as exc:
+        except API_ERRORS as exc:
             log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
             self.metrics.reconciles.labels(result="error").inc()
             requeue = 1.0
@@ -543,7 +542,7 @@ class Reconciler:
         })
         try:
             await self._call(self.client.create(event))
-        except _API_ERRORS as exc:
+        except API_ERRORS as exc:
             log.info("could not record event %s on %s: %s", reason, node.metadata.name, exc or type(exc).__name__)
 
 

@@ -29,7 +29,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node
@@ -44,12 +43,12 @@ from edgewatch.core.roster import (
     encode_roster,
 )
 from edgewatch.core.types import NodeName
+from edgewatch.kube.errors import API_ERRORS
 
 __all__ = ["RosterPublisher", "internal_ip"]
 
 log = logging.getLogger(__name__)
 
-_API_ERRORS = (ApiError, httpx.HTTPError, OSError, TimeoutError)
 _T = TypeVar("_T")
 
 
@@ -129,7 +128,7 @@ class RosterPublisher:
                 async with asyncio.timeout(self.watch_timeout_s):
                     async for op, node in self.client.watch(Node, resource_version=version, server_timeout=120):
                         self._on_node(op, node)
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("roster node watch interrupted: %s", exc or type(exc).__name__)
             await asyncio.sleep(1)
 
@@ -157,7 +156,7 @@ class RosterPublisher:
             self._dirty.clear()
             try:
                 ok = await self.publish()
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 log.info("cannot list the rosters: %s; retrying", exc or type(exc).__name__)
                 ok = False
             if not ok:
@@ -223,7 +222,7 @@ class RosterPublisher:
             log.info("roster %s not written (%s): %s; retrying", name, result, exc)
             self._on_write(result)
             return False
-        except _API_ERRORS as exc:
+        except API_ERRORS as exc:
             log.info("roster %s not written: %s; retrying", name, exc or type(exc).__name__)
             self._on_write("error")
             return False

@@ -27,8 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import httpx2 as httpx
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
@@ -42,6 +41,7 @@ from edgewatch.names import (
 )
 from edgewatch.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch.playground.report import Recording
+from edgewatch.kube.errors import API_ERRORS
 
 STATE_ANNOTATION = "edgewatch.io/state"
 
@@ -96,7 +96,7 @@ class Observer:
                 EndpointSlice, namespace=self.namespace, labels={"kubernetes.io/service-name": self.service})]
             pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
             leases = [x async for x in self.client.list(Lease, namespace=NODE_LEASE_NAMESPACE)]
-        except (ApiError, httpx.HTTPError, OSError):
+        except API_ERRORS:
             self.errors += 1
             return
         t = self.now()

@@ -42,6 +42,7 @@ from edgewatch.runtime import api_client, run_until_signalled
 from edgewatch.testing.podrunner import PodRunner, PodRunnerConfig, read_clock_offset, runs_here
 from edgewatch.timefmt import format_micro_time as micro_time
 from edgewatch.timefmt import format_rfc3339 as rfc3339
+from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class _SimKubelet:
             try:
                 await self.renew_lease()
                 delay = self.config.lease_renew_s
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("node %s: lease renewal failed: %s", self.node.name, exc)
                 delay = self.config.lease_retry_s
             await asyncio.sleep(delay)
@@ -249,7 +250,7 @@ class _SimKubelet:
                 stale = asyncio.get_running_loop().time() - self._last_status_post >= self.config.status_report_s
                 if ready is None or ready.status != "True" or stale:
                     await self.post_status()
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("node %s: status update failed: %s", self.node.name, exc)
 
     async def handle_pod(self, pod: Pod) -> None:
@@ -325,7 +326,7 @@ class KubeletFleet:
         while True:
             try:
                 return await action()
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("kubelet sim: %s; retrying", exc)
                 await asyncio.sleep(self.config.lease_retry_s)
 
@@ -341,7 +342,7 @@ class KubeletFleet:
                         await kubelet.handle_pod(pod)
                     elif kubelet is not None and kubelet.runner is not None:
                         await kubelet.runner.forget(pod)
-            except (ApiError, httpx.HTTPError, OSError) as exc:
+            except API_ERRORS as exc:
                 log.info("kubelet sim: pod watch broke: %s", exc)
             await asyncio.sleep(self.config.lease_retry_s)
 
