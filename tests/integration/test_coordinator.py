@@ -117,6 +117,7 @@ class Pool:
     def cut(self, node: str) -> None:
         """The node's cloud link goes: its agent sees cloud_ok False, its kubelet stops renewing."""
         self.cloud[node] = False
+        self.coordinators[node].cloud_link_changed()  # the agent's link monitor tells it at once
 
     async def kill(self, node: str) -> None:
         """The node's agent dies: its run task is cancelled, nothing is released."""

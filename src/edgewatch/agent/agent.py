@@ -135,7 +135,7 @@ class Agent:
                                      on_save_error=lambda r: self.metrics.state_save_failures.labels(reason=r).inc(),
                                      on_event=lambda r: self.metrics.watch_events.labels(resource=r).inc())
         self.link = CloudLinkMonitor(probe=lambda: apiserver_ready(client), config=config.cloud_link,
-                                     on_change=lambda up: self.metrics.cloud_link_up.set(1 if up else 0))
+                                     on_change=self._cloud_link_changed)
         self.metrics.cloud_link_up.set(1)
         self.beacon = BeaconHolder()
         self.peers = PeerExchange(me=config.node, config=config, keyring=lambda: self.keyring, membership=self.membership,
@@ -411,6 +411,13 @@ class Agent:
             tg.create_task(self.carrier.run(self._carry_wanted))
             tg.create_task(self._role_loop())
             tg.create_task(self._own_mark_loop())
+
+    def _cloud_link_changed(self, up: bool) -> None:
+        """The link monitor's change notice: the metric, and the pool coordinator at once (it no
+        longer polls the link)."""
+        self.metrics.cloud_link_up.set(1 if up else 0)
+        if self.coordinator is not None:
+            self.coordinator.cloud_link_changed()
 
     def _pool_leader(self) -> NodeName | None:
         """The pool leader while the pool coordinator carries heartbeats (the carrier a cut-off node

@@ -69,8 +69,8 @@ when the unforwarded heartbeat is written, plus the time to a new leader::
   = about 16 s  <  40 s Lease duration (and the stock 50 s node-monitor-grace-period)
 
 ``CoordinatorConfig.handover_bound_s`` computes it from the settings. A leader that loses its
-cloud link hands over faster: the link loss is seen within ``cloud_poll_interval_s`` (0.5 s) of the
-agent's cloud-link monitor saying so, the lease is revoked at once and a follower campaigns on the
+cloud link hands over faster: the link loss is seen the moment the agent's cloud-link monitor says
+so (``PoolCoordinator.cloud_link_changed``), the lease is revoked at once and a follower campaigns on the
 delete event: about 1 s plus the agent's own link-detection time. Clock skew between nodes plays no
 part: the renewTime written is the leader's clock minus an age the leader (or etcd) measured.
 
@@ -252,8 +252,11 @@ class CoordinatorConfig:
             noticed before the lease could have expired.
         api_timeout_s: timeout of one forward or one pool-sync list against the cloud API.
         health_interval_s: re-read of the leader keys (health probe and fallback to the watch).
-        cloud_poll_interval_s: how often ``cloud_ok()`` is polled (a local call): 0.5 s, the
-            latency of "leader lost its cloud link -> released".
+        cloud_poll_interval_s: how often a leader re-checks that it may go on leading (its lease
+            still confirmed; its own cloud link): 0.5 s.
+        cloud_recheck_s: the own cloud link is re-read this often even without a change notice
+            (:meth:`PoolCoordinator.cloud_link_changed`, which the agent's link monitor calls the
+            moment the link flips): 5 s, a safety net for a ``cloud_ok`` source that gives none.
         connect_backoff_initial_s, connect_backoff_max_s: reconnect backoff (jittered, capped at
             10 s so a restarted coordinator is back in use within seconds).
         sync_stale_s: ``leader-informer-sync`` unchanged this long (by this agent's own clock) is
@@ -275,6 +278,7 @@ class CoordinatorConfig:
     api_timeout_s: float = 10.0
     health_interval_s: float = 2.0
     cloud_poll_interval_s: float = 0.5
+    cloud_recheck_s: float = 5.0
     connect_backoff_initial_s: float = 0.5
     connect_backoff_max_s: float = 10.0
     sync_stale_s: float = 30.0
@@ -552,7 +556,8 @@ class PoolCoordinator:
         pool: node pool name (DNS-1123 label).
         node: this node's name.
         kube: cloud API client; used only by the leader, to forward and to sync.
-        cloud_ok: this node's own cloud link state (cheap; polled every ``cloud_poll_interval_s``).
+        cloud_ok: this node's own cloud link state (cheap; read on :meth:`cloud_link_changed` and
+            every ``cloud_recheck_s``).
         verdict_of: the peer verdict of a node: "healthy", "unhealthy" or "unknown".
         config: timings, see ``CoordinatorConfig``.
         tls: client-certificate TLS (required by a production etcd); needs an https URL.
@@ -629,6 +634,7 @@ class PoolCoordinator:
         self._elected = False
         self._campaigning = False
         self._cloud = True
+        self._cloud_changed = asyncio.Event()  # set by cloud_link_changed()
         self._closing = False
         self.last_error: str | None = None
         # Leases remembered across sessions (reused after a reconnect if etcd still has them).
@@ -826,10 +832,20 @@ class PoolCoordinator:
             log.exception("cloud_ok() failed; treating the cloud link as down", extra={"node": self.node})
             return False
 
+    def cloud_link_changed(self) -> None:
+        """Tell the coordinator that this node's own cloud link may have flipped (the agent's link
+        monitor calls it on every change): the heartbeat, the election and a leader's step-down
+        react at once instead of at the next :attr:`CoordinatorConfig.cloud_recheck_s`."""
+        self._cloud_changed.set()
+
     async def _cloud_monitor(self) -> None:
-        """Poll the own cloud link; on a change wake the heartbeat, the election and the leader."""
+        """Follow the own cloud link (on :meth:`cloud_link_changed`, and every ``cloud_recheck_s``);
+        on a change wake the heartbeat, the election and the leader."""
         assert self._hb_wake and self._election_wake and self._stepdown_wake
         while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cloud_changed.wait(), self.config.cloud_recheck_s)
+            self._cloud_changed.clear()
             now = self._cloud_ok()
             if now != self._cloud:
                 self._cloud = now
@@ -838,7 +854,6 @@ class PoolCoordinator:
                 self._hb_wake.set()
                 self._election_wake.set()
                 self._stepdown_wake.set()
-            await asyncio.sleep(self.config.cloud_poll_interval_s)
 
     # -- leader key observation ----------------------------------------------------------------------
 
