@@ -16,13 +16,14 @@ demo: setup binaries
 test: setup binaries node-binaries
 	$(VENV)/bin/pytest
 
-# Python 3.11+ virtualenv with the pinned dependencies (reinstalled when pyproject.toml changes).
+# Python 3.11+ virtualenv with the pinned dependencies (reinstalled when a pyproject.toml changes):
+# the product (edgewatch, src/) and the lab beside it (edgewatch-lab, lab/: playground, runners, sim).
 setup: system-deps $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,plot]'
+	$(PY) -m pip install --quiet -e '.[test]' -e './lab[plot]'
 	touch $(STAMP)
 
 # The network lab needs nftables and iproute2, the clock-skew fault libfaketime, from Debian's
@@ -50,9 +51,9 @@ node-binaries:
 	@bash hack/binaries/build-node.sh
 
 # edgewatch's image (and pause) as OCI archives, built here offline from this checkout and Debian's
-# Python (edgewatch.testing.images; the Dockerfile stays the user-facing recipe); prints their paths.
+# Python (edgewatch_lab.testing.images; the Dockerfile stays the user-facing recipe); prints their paths.
 image: setup node-binaries
-	$(PY) -m edgewatch.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause"
+	$(PY) -m edgewatch_lab.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause"
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit
@@ -86,6 +87,6 @@ fuzz: setup
 
 # Remove network namespaces and control planes left by a crashed run.
 clean-lab: setup
-	$(PY) -m edgewatch.testing.netlab cleanup
-	$(PY) -c "from edgewatch.testing.realnode import cleanup_stale; print(cleanup_stale())"
-	$(PY) -c "from edgewatch.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"
+	$(PY) -m edgewatch_lab.testing.netlab cleanup
+	$(PY) -c "from edgewatch_lab.testing.realnode import cleanup_stale; print(cleanup_stale())"
+	$(PY) -c "from edgewatch_lab.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"

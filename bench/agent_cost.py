@@ -34,8 +34,8 @@ from edgewatch.agent.config import AgentConfig
 from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
 from edgewatch.names import IDENTITY_NAMESPACE
-from edgewatch.testing.controlplane import ControlPlane
-from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
+from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
 from lightkube.resources.core_v1 import Node
 
 

@@ -40,8 +40,8 @@ from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName
 from edgewatch.names import IDENTITY_NAMESPACE
-from edgewatch.testing.controlplane import ControlPlane
-from edgewatch.testing.kubeletsim import make_client
+from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.kubeletsim import make_client
 from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node

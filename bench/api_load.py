@@ -20,9 +20,9 @@ import json
 import time
 
 from _measure import audit_requests, watch_events
-from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.playground.scenario import parse_scenario
-from edgewatch.testing.binaries import ensure_binaries
+from edgewatch_lab.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.scenario import parse_scenario
+from edgewatch_lab.testing.binaries import ensure_binaries
 
 AGENT = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER = "system:serviceaccount:edgewatch:edgewatch-controller"

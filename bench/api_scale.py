@@ -52,8 +52,8 @@ from edgewatch.core.roster import ROSTER_PREFIX, decode_roster
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName
 from edgewatch.names import POOL_LABEL
-from edgewatch.testing.controlplane import ControlPlane
-from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
+from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode, make_client
 
 REPO = Path(__file__).resolve().parents[1]
 _AGENT_EVENTS = re.compile(r'^edgewatch_agent_watch_events_total\{resource="(?P<r>[^"]+)"\} (?P<v>\S+)$', re.M)

@@ -29,8 +29,8 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from edgewatch.playground.runner import run_scenario
-from edgewatch.playground.scenario import parse_scenario
+from edgewatch_lab.playground.runner import run_scenario
+from edgewatch_lab.playground.scenario import parse_scenario
 
 KINDS = {  # needles in /proc/<pid>/cmdline (NUL-separated argv)
     "agent": (b"-m\0edgewatch\0agent",),

@@ -45,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from lab_cost import sample  # noqa: E402  (same folder)
 
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT  # noqa: E402
-from edgewatch.playground.cluster import PlaygroundCluster  # noqa: E402
-from edgewatch.playground.proxies import pool_scope_counters  # noqa: E402
-from edgewatch.playground.scenario import parse_scenario  # noqa: E402
+from edgewatch_lab.playground.cluster import PlaygroundCluster  # noqa: E402
+from edgewatch_lab.playground.proxies import pool_scope_counters  # noqa: E402
+from edgewatch_lab.playground.scenario import parse_scenario  # noqa: E402
 from edgewatch.poolcache.tls import CERT_FILE  # noqa: E402
-from edgewatch.testing.kubeletsim import make_client  # noqa: E402
-from edgewatch.testing.kubeproxy import kube_proxy_credentials  # noqa: E402
+from edgewatch_lab.testing.kubeletsim import make_client  # noqa: E402
+from edgewatch_lab.testing.kubeproxy import kube_proxy_credentials  # noqa: E402
 
 NS = "bench"
 

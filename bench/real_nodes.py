@@ -23,8 +23,8 @@ import time
 
 from rich.console import Console
 
-from edgewatch.playground.runner import run_scenario
-from edgewatch.playground.scenario import parse_scenario
+from edgewatch_lab.playground.runner import run_scenario
+from edgewatch_lab.playground.scenario import parse_scenario
 
 
 def _cpu_total() -> tuple[float, float]:

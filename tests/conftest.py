@@ -1,7 +1,7 @@
 """Shared fixtures: the real control plane (session-scoped) and API clients.
 
 The binaries are built on first use (cached in ~/.cache/edgewatch) or taken from
-KUBEBUILDER_ASSETS; see edgewatch.testing.binaries.
+KUBEBUILDER_ASSETS; see edgewatch_lab.testing.binaries.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from edgewatch.testing.binaries import Binaries, ensure_binaries
-from edgewatch.testing.controlplane import ClusterTimings, ControlPlane
-from edgewatch.testing.etcd import EtcdServer
-from edgewatch.testing.kubeletsim import make_client
+from edgewatch_lab.testing.binaries import Binaries, ensure_binaries
+from edgewatch_lab.testing.controlplane import ClusterTimings, ControlPlane
+from edgewatch_lab.testing.etcd import EtcdServer
+from edgewatch_lab.testing.kubeletsim import make_client
 
 TEST_TIMINGS = ClusterTimings(node_monitor_grace_s=20, node_monitor_period_s=2,
                               not_ready_toleration_s=30, unreachable_toleration_s=30)

@@ -1,4 +1,6 @@
-"""The ``edgewatch`` command line: ``agent``, ``controller``, ``status``, ``playground`` and ``sim``.
+"""The ``edgewatch`` command line: ``agent``, ``controller``, ``status``, ``kubeconfig``,
+``rotate-key``; and, when the lab distribution (``edgewatch-lab``) is installed beside it,
+``playground`` and ``sim`` (entry-point group ``edgewatch.commands``; never in the image).
 
 Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast.
 """
@@ -14,6 +16,10 @@ from edgewatch import __version__
 from edgewatch.controller.model import UnknownPolicy
 from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
 
+#: Entry-point group through which installed add-ons (the lab) contribute subcommands.
+COMMANDS_GROUP = "edgewatch.commands"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="edgewatch")
 def main() -> None:
@@ -23,8 +29,8 @@ def main() -> None:
     agent       runs on every edge node: peer checks, signed votes, heartbeat delegation
     controller  runs in the cloud: the node status decision table (taints, evictions)
     status      prints every node's cloud view, edge view and state
-    playground  a local edge cluster on real Kubernetes binaries with real network faults
-    sim         groups of up to 1,000 agents on a virtual clock: detection, loss, cost, splits
+    playground  (lab) a local edge cluster on real Kubernetes binaries with real network faults
+    sim         (lab) groups of up to 1,000 agents on a virtual clock: detection, loss, cost, splits
     """
 
 
@@ -206,112 +212,19 @@ def status(kubeconfig: str | None, namespace: str, output: str) -> None:
     sys.exit(run_status(kubeconfig=kubeconfig, namespace=namespace, output=output))
 
 
-@main.group()
-def playground() -> None:
-    """A local edge cluster: real control plane, simulated nodes in network namespaces."""
+def _add_installed_commands() -> None:
+    """Add the subcommands installed add-ons declare (``edgewatch.commands`` entry points: the lab's
+    ``playground`` and ``sim``). A broken add-on never breaks the product's own commands."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=COMMANDS_GROUP):
+        try:
+            command = ep.load()
+        except Exception as exc:  # noqa: BLE001 - an add-on's import error must not stop the agent
+            print(f"edgewatch: ignoring the {ep.name!r} command of an add-on: {exc}", file=sys.stderr)
+            continue
+        if isinstance(command, click.Command) and ep.name not in main.commands:
+            main.add_command(command, ep.name)
 
 
-@playground.command("smoke")
-@click.option("--keep-seconds", type=float, default=0.0, show_default=True,
-              help="Keep the control plane up this long (seconds) for a look with kubectl.")
-def playground_smoke(keep_seconds: float) -> None:
-    """Start the real control plane with two simulated nodes, check it works, stop it."""
-    from edgewatch.testing.smoke import run_smoke
-
-    sys.exit(run_smoke(keep_seconds=keep_seconds))
-
-
-@playground.command("list")
-def playground_list() -> None:
-    """List the built-in scenarios."""
-    from edgewatch.playground.scenario import builtin_scenarios, load_scenario
-
-    for name in sorted(builtin_scenarios()):
-        click.echo(f"{name:18} {load_scenario(name).description}")
-
-
-@playground.command("run")
-@click.argument("scenario")
-@click.option("--baseline", is_flag=True, help="Stock Kubernetes: no agents, no controller.")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw the timeline (.svg or .png).")
-@click.option("--live/--no-live", default=True, show_default=True, help="Live table while it runs.")
-@click.option("--keep-logs", is_flag=True, help="Keep the run's logs even when every expectation held.")
-def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-                   keep_logs: bool) -> None:
-    """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
-
-    Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
-    """
-    from edgewatch.playground.cli import run_one
-
-    sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs))
-
-
-@playground.command("compare")
-@click.argument("scenario")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Where to write both JSON reports.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw both timelines (.svg/.png).")
-@click.option("--live/--no-live", default=True, show_default=True)
-def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool) -> None:
-    """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
-    from edgewatch.playground.cli import compare
-
-    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live))
-
-
-@playground.command("up")
-@click.argument("scenario", default="cloud-partition")
-@click.option("--baseline", is_flag=True, help="Without edgewatch.")
-def playground_up(scenario: str, baseline: bool) -> None:
-    """Start SCENARIO's cluster (no faults) and keep it running until Ctrl-C, for kubectl and
-    `edgewatch status`."""
-    from edgewatch.playground.cli import up
-
-    sys.exit(up(scenario, baseline=baseline))
-
-
-@playground.command("down")
-def playground_down() -> None:
-    """Remove what a crashed or killed playground left behind (namespaces, processes, folders)."""
-    from edgewatch.playground.cli import down
-
-    sys.exit(down())
-
-
-@main.command("sim")
-@click.option("--sizes", default="5,50,200,1000", show_default=True, help="Group sizes, comma-separated.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
-@click.option("--kills", type=int, default=10, show_default=True, help="Killed nodes timed per size.")
-@click.option("--node-hours", type=float, default=20.0, show_default=True,
-              help="Simulated node-hours per size and loss level for the false-verdict count.")
-@click.option("--loss", "losses", default="0.1,0.3", show_default=True, help="Per-node packet loss levels.")
-@click.option("--cost-sizes", default=None, help="Sizes measured with real envelopes (default: all).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write every figure as JSON.")
-def sim(sizes: str, seed: int, kills: int, node_hours: float, losses: str, cost_sizes: str | None,
-        json_path: Path | None) -> None:
-    """Simulate groups of each size on a virtual clock with the agents' real core (topology,
-    detectors, heartbeats, the reach count, duties) and print issue 11's table: kill -> unhealthy,
-    false verdicts under loss, messages and bytes per node, and splits. Deterministic for a seed.
-
-    \b
-    Example (the README's table, about 10 minutes on 2 cores):
-      edgewatch sim --json reports/sim.json
-    """
-    import json
-
-    from edgewatch.sim.table import markdown, measure
-
-    def ints(text: str) -> list[int]:
-        return [int(x) for x in text.split(",") if x.strip()]
-
-    result = measure(sizes=ints(sizes), seed=seed, kills=kills, node_hours=node_hours,
-                     losses=[float(x) for x in losses.split(",") if x.strip()],
-                     cost_sizes=ints(cost_sizes) if cost_sizes else None,
-                     progress=lambda msg: click.echo(f"[sim] {msg}", err=True))
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(markdown(result))
+_add_installed_commands()

@@ -20,8 +20,8 @@ import io
 import pytest
 from rich.console import Console
 
-from edgewatch.playground.runner import run_scenario
-from edgewatch.playground.scenario import builtin_scenarios, load_scenario
+from edgewatch_lab.playground.runner import run_scenario
+from edgewatch_lab.playground.scenario import builtin_scenarios, load_scenario
 
 AGENT_SA = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"

@@ -33,7 +33,7 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.core.signing import canonical_json
 from edgewatch.names import FAILED_TAINT_KEY, IDENTITY_NAMESPACE, KEY_RECORD_KEY
-from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.cluster import PlaygroundCluster
 
 ATTACK_TABLE = "edgewatch_attack"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")

@@ -26,7 +26,7 @@ from pathlib import Path
 import _pool
 
 from edgewatch.names import EDGE_CONDITION_TYPE
-from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.cluster import PlaygroundCluster
 
 PORT = 51005
 VICTIM = "a-2"

@@ -26,7 +26,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
 from edgewatch.names import FAILED_TAINT_KEY, NODE_LEASE_NAMESPACE
-from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.cluster import PlaygroundCluster
 from edgewatch.timefmt import format_micro_time
 
 CARRY_POLICY = "edgewatch-agent-carry"

@@ -20,8 +20,8 @@ from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import sign_heartbeat
 from edgewatch.names import BEACON_ANNOTATION, BEACON_KEY_ANNOTATION, BEACON_LEASE_NAME, EVIDENCE_ANNOTATION, IDENTITY_NAMESPACE
-from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.testing.kubeletsim import make_client
+from edgewatch_lab.playground.cluster import PlaygroundCluster
+from edgewatch_lab.testing.kubeletsim import make_client
 
 AGENT_SUBJECT = "system:serviceaccount:edgewatch:edgewatch-agent"
 

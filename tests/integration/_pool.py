@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from edgewatch.names import EDGE_CONDITION_TYPE
-from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.playground.scenario import parse_scenario
+from edgewatch_lab.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.scenario import parse_scenario
 
 NODES = [f"a-{i}" for i in range(1, 6)]
 

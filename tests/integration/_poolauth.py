@@ -98,7 +98,7 @@ class AgentCloud:
         import yaml
         from lightkube import codecs
 
-        from edgewatch.testing.kubeproxy import kube_proxy_credentials
+        from edgewatch_lab.testing.kubeproxy import kube_proxy_credentials
 
         kube = self.kube
         await kube.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}}))

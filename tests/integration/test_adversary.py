@@ -36,7 +36,7 @@ from edgewatch.names import (
     FAILED_TAINT_KEY,
     IDENTITY_NAMESPACE,
 )
-from edgewatch.playground.cluster import PlaygroundCluster
+from edgewatch_lab.playground.cluster import PlaygroundCluster
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 

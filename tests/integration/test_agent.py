@@ -24,8 +24,8 @@ import pytest
 from _pool import NODES, edge, five_node_pool, node, wait
 
 from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, DELEGATED_VIA_ANNOTATION, EDGE_CONDITION_TYPE
-from edgewatch.playground.cluster import PlaygroundCluster
-from edgewatch.testing.kubeletsim import make_client
+from edgewatch_lab.playground.cluster import PlaygroundCluster
+from edgewatch_lab.testing.kubeletsim import make_client
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 

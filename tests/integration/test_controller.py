@@ -37,18 +37,18 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
     POOL_LABEL,
 )
-from edgewatch.testing.evidence import SignedEdge
+from edgewatch_lab.testing.evidence import SignedEdge
 from edgewatch.timefmt import format_micro_time, format_rfc3339
-from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
-from edgewatch.testing.smoke import ready_endpoints, wait_for
-from edgewatch.testing.workload import sample_deployment, sample_service
+from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
+from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
+from edgewatch_lab.testing.workload import sample_deployment, sample_service
 
 pytestmark = pytest.mark.controlplane
 
 
 class EdgeStandIn:
     """Plays the agents: signed statements of every node (the ``verdict`` its peers see, in evidence
-    Leases naming the controller's beacon, ``edgewatch.testing.evidence``) and, for cut nodes, a
+    Leases naming the controller's beacon, ``edgewatch_lab.testing.evidence``) and, for cut nodes, a
     peer's delegated Lease renewal carrying the node's own statement."""
 
     def __init__(self, client: AsyncClient, nodes: list[str], *, namespace: str, skew_s: float = 0.0) -> None:

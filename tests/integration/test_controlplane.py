@@ -19,11 +19,11 @@ from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 
-from edgewatch.testing.binaries import BinariesError, ensure_binaries
-from edgewatch.testing.controlplane import ControlPlane
-from edgewatch.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
-from edgewatch.testing.smoke import ready_endpoints, wait_for
-from edgewatch.testing.workload import sample_deployment, sample_service
+from edgewatch_lab.testing.binaries import BinariesError, ensure_binaries
+from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
+from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
+from edgewatch_lab.testing.workload import sample_deployment, sample_service
 
 pytestmark = pytest.mark.controlplane
 

@@ -40,9 +40,9 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
 )
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES
-from edgewatch.testing.binaries import Binaries
-from edgewatch.testing.etcd import EtcdServer, EtcdServerTLS
-from edgewatch.testing.pki import CertificateAuthority
+from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.etcd import EtcdServer, EtcdServerTLS
+from edgewatch_lab.testing.pki import CertificateAuthority
 
 pytestmark = pytest.mark.controlplane
 
@@ -343,7 +343,7 @@ async def test_wrong_url_is_a_clear_error_and_stays_pending(kube: AsyncClient) -
                         verdict_of=lambda _n: "healthy")
     assert err.value.reason == "config" and "unsupported scheme 'etcd'" in str(err.value)
 
-    from edgewatch.testing.controlplane import free_port
+    from edgewatch_lab.testing.controlplane import free_port
 
     url = f"http://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
     registry = CollectorRegistry()

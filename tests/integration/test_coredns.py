@@ -29,10 +29,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from edgewatch.poolcache.apiserver import make_app, self_signed_tls
 from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
 from edgewatch.poolcache.store import ResourceCache
-from edgewatch.testing.binaries import ensure_coredns
-from edgewatch.testing.coredns import CoreDNS, coredns_credentials, decode_answer, encode_query
-from edgewatch.testing.kubeproxy import NetnsTcpRelay
-from edgewatch.testing.netlab import Host, NetLab
+from edgewatch_lab.testing.binaries import ensure_coredns
+from edgewatch_lab.testing.coredns import CoreDNS, coredns_credentials, decode_answer, encode_query
+from edgewatch_lab.testing.kubeproxy import NetnsTcpRelay
+from edgewatch_lab.testing.netlab import Host, NetLab
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgewatch.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

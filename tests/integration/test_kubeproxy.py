@@ -23,9 +23,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from edgewatch.testing.controlplane import ControlPlane
-from edgewatch.testing.kubeproxy import KubeProxy, NetnsTcpRelay, kube_proxy_credentials
-from edgewatch.testing.netlab import Host, NetLab
+from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.kubeproxy import KubeProxy, NetnsTcpRelay, kube_proxy_credentials
+from edgewatch_lab.testing.netlab import Host, NetLab
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 

@@ -1,4 +1,4 @@
-"""Integration tests for edgewatch.testing.netlab: real namespaces, real traffic, real faults.
+"""Integration tests for edgewatch_lab.testing.netlab: real namespaces, real traffic, real faults.
 
 There is no ping here, so reachability is checked with TCP connects (and UDP
 echoes for the loss statistics): every host runs a small listener bound to
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from edgewatch.testing.netlab import REGISTRY_DIR, Host, NetLab, NetLabError
+from edgewatch_lab.testing.netlab import REGISTRY_DIR, Host, NetLab, NetLabError
 
 pytestmark = pytest.mark.root
 
@@ -573,7 +573,7 @@ def test_close_removes_everything_and_is_idempotent() -> None:
 CHILD_SCRIPT = textwrap.dedent(
     """
     import json, time
-    from edgewatch.testing.netlab import NetLab
+    from edgewatch_lab.testing.netlab import NetLab
     lab = NetLab.create()
     hosts = lab.add_pool("z", 2)
     sleeper = hosts[0].popen(["sleep", "300"])
@@ -631,7 +631,7 @@ def test_cli_cleanup_removes_unregistered_objects() -> None:
         subprocess.run(["ip", "-batch", "-"], input=script, text=True, capture_output=True, timeout=10, check=True)
         assert len(_lab_leftovers(orphan)) == 3
         done = subprocess.run(
-            [sys.executable, "-m", "edgewatch.testing.netlab", "cleanup"],
+            [sys.executable, "-m", "edgewatch_lab.testing.netlab", "cleanup"],
             capture_output=True, text=True, timeout=60,
         )
         assert done.returncode == 0, done.stderr
@@ -645,7 +645,7 @@ def test_cli_cleanup_removes_unregistered_objects() -> None:
 
 
 def test_failures_during_setup_leave_nothing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgewatch.testing import netlab
+    from edgewatch_lab.testing import netlab
 
     real_run_cmd = netlab._run_cmd
 

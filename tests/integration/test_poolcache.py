@@ -37,8 +37,8 @@ from edgewatch.poolcache.reflector import ReflectorConfig
 from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
 from edgewatch.poolcache.sources import NodeCacheConfig, NodePoolCache, Source
 from edgewatch.poolcache.store import ResourceCache
-from edgewatch.testing.binaries import Binaries
-from edgewatch.testing.etcd import EtcdServer
+from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.etcd import EtcdServer
 
 pytestmark = pytest.mark.controlplane
 

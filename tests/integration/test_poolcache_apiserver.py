@@ -1,5 +1,5 @@
 """The node-local pool cache endpoint against the REAL kubectl (v1.36.3, built by
-edgewatch.testing.binaries): discovery fallback, list, get, selectors, watch with live changes,
+edgewatch_lab.testing.binaries): discovery fallback, list, get, selectors, watch with live changes,
 read-only refusal, TLS, and forwarding to an upstream with the client's own Authorization only;
 and, on the real control plane, who may read it: the attacker on the node (no token, a bogus token,
 a real token without rights) is refused, kube-proxy's token is served, also after the cloud is cut.
@@ -30,7 +30,7 @@ from edgewatch.poolcache.authn import AccessControl, Attributes, UserInfo
 from edgewatch.poolcache.reviews import Authentication, Authorization
 from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
 from edgewatch.poolcache.store import ResourceCache
-from edgewatch.testing.binaries import Binaries
+from edgewatch_lab.testing.binaries import Binaries
 
 from _poolauth import AgentCloud
 

@@ -1,4 +1,4 @@
-"""One real node (``edgewatch.testing.realnode``) on a real control plane: the kubelet registers
+"""One real node (``edgewatch_lab.testing.realnode``) on a real control plane: the kubelet registers
 with its own node credential, runs a pod of edgewatch's image built here, and changes none of
 the host's sysctls; a kill stops every container; and a crashed owner's node is removed by the
 stale cleanup (cgroups, folders, processes).
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from edgewatch.testing import realnode
-from edgewatch.testing.binaries import Binaries, ensure_node_binaries
-from edgewatch.testing.controlplane import SERVICE_CIDR, ControlPlane
-from edgewatch.testing.images import EDGEWATCH_IMAGE, Images, ensure_images
-from edgewatch.testing.kubeproxy import KubeProxy
-from edgewatch.testing.netlab import Host, NetLab
+from edgewatch_lab.testing import realnode
+from edgewatch_lab.testing.binaries import Binaries, ensure_node_binaries
+from edgewatch_lab.testing.controlplane import SERVICE_CIDR, ControlPlane
+from edgewatch_lab.testing.images import EDGEWATCH_IMAGE, Images, ensure_images
+from edgewatch_lab.testing.kubeproxy import KubeProxy
+from edgewatch_lab.testing.netlab import Host, NetLab
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane, pytest.mark.realnodes]
 
@@ -127,9 +127,9 @@ def test_a_crashed_owner_leaves_nothing_after_the_stale_cleanup(binaries, runtim
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from pathlib import Path
-        from edgewatch.testing.binaries import ensure_binaries
-        from edgewatch.testing.images import Images
-        from edgewatch.testing.netlab import NetLab
+        from edgewatch_lab.testing.binaries import ensure_binaries
+        from edgewatch_lab.testing.images import Images
+        from edgewatch_lab.testing.netlab import NetLab
         from test_realnode import make_node
         lab = NetLab.create()
         host = lab.add_pool("a", 1)[0]

@@ -53,7 +53,7 @@ def test_help_says_where_the_coordinator_comes_from() -> None:
 
 
 def _service_account(tmp_path: Path) -> Path:
-    from edgewatch.testing.pki import CertificateAuthority
+    from edgewatch_lab.testing.pki import CertificateAuthority
 
     sa = tmp_path / "serviceaccount"
     sa.mkdir()

@@ -1,6 +1,6 @@
 """The layer contracts of pyproject.toml's ``[tool.importlinter]``, checked by import-linter on the
-installed package: core imports nothing of ours, the agent and the controller do not import each
-other, the product never imports the lab (issue 22)."""
+installed packages: core imports nothing of ours, the agent and the controller do not import each
+other, the product (``edgewatch``) never imports the lab (``edgewatch_lab``) (issue 22)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ def test_every_layer_contract_is_kept() -> None:
 
 
 def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
-    """The check can fail: the CLI does import the lab today (issue 22 moves it out)."""
+    """The check can fail: the simulator does run the agents' own code."""
     config = tmp_path / "contracts.toml"
-    config.write_text('[tool.importlinter]\nroot_package = "edgewatch"\n\n'
-                      '[[tool.importlinter.contracts]]\nname = "cli without the lab"\ntype = "forbidden"\n'
-                      'source_modules = ["edgewatch.cli"]\nforbidden_modules = ["edgewatch.playground"]\n')
+    config.write_text('[tool.importlinter]\nroot_packages = ["edgewatch", "edgewatch_lab"]\n\n'
+                      '[[tool.importlinter.contracts]]\nname = "sim without the agent"\ntype = "forbidden"\n'
+                      'source_modules = ["edgewatch_lab.sim"]\nforbidden_modules = ["edgewatch.agent"]\n')
     done = _lint("--config", str(config))
     assert done.returncode != 0 and "BROKEN" in done.stdout, done.stdout + done.stderr

@@ -48,7 +48,7 @@ def test_agent_coordinator_tls_flags_go_together(tmp_path: Path) -> None:
 
 
 def test_build_progress_lines_are_parsed_into_a_bar() -> None:
-    from edgewatch.playground.cli import BUILD_PROGRESS
+    from edgewatch_lab.playground.cli import BUILD_PROGRESS
 
     m = BUILD_PROGRESS.search("[edgewatch build] Kubernetes v1.36.3: 887/2618 packages compiled, 146 s elapsed")
     assert m and (m["label"], m["n"], m["total"]) == ("Kubernetes v1.36.3", "887", "2618")

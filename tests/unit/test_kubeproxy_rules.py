@@ -1,4 +1,4 @@
-"""The ruleset parsers of edgewatch.testing.kubeproxy.
+"""The ruleset parsers of edgewatch_lab.testing.kubeproxy.
 
 ``data/kube-proxy-nft.json`` is ``nft -j list table ip kube-proxy`` captured from the real
 kube-proxy v1.36.3 in tests/integration/test_kubeproxy.py: Service ``web`` (no affinity: one
@@ -13,7 +13,7 @@ import copy
 import json
 from pathlib import Path
 
-from edgewatch.testing.kubeproxy_rules import parse_iptables_save, parse_nft_ruleset
+from edgewatch_lab.testing.kubeproxy_rules import parse_iptables_save, parse_nft_ruleset
 
 NFT_SAMPLE = Path(__file__).parent / "data" / "kube-proxy-nft.json"
 

@@ -1,5 +1,5 @@
-"""The OCI archive writer and the image builder's pure parts (``edgewatch.testing.ociimage``,
-``edgewatch.testing.images``)."""
+"""The OCI archive writer and the image builder's pure parts (``edgewatch_lab.testing.ociimage``,
+``edgewatch_lab.testing.images``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from edgewatch.testing.images import ImageError, debian_closure, merged_path, parse_depends
-from edgewatch.testing.ociimage import image_config, write_layer, write_oci_archive
+from edgewatch_lab.testing.images import ImageError, debian_closure, merged_path, parse_depends
+from edgewatch_lab.testing.ociimage import image_config, write_layer, write_oci_archive
 
 
 def tree(root: Path) -> Path:

@@ -9,8 +9,8 @@ from typing import Any
 import matplotlib
 import pytest
 
-from edgewatch.playground.plot import fault_spans, plot_runs
-from edgewatch.playground.report import Recording, build_report
+from edgewatch_lab.playground.plot import fault_spans, plot_runs
+from edgewatch_lab.playground.report import Recording, build_report
 
 NODES = ["a-1", "a-2", "a-3", "a-4", "a-5"]
 

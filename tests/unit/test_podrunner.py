@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgewatch.playground.identities import fold_events
-from edgewatch.playground.install import overlay
-from edgewatch.testing.podexec import blocked_ancestors, deepest_existing, outermost
-from edgewatch.testing.podrunner import (
+from edgewatch_lab.playground.identities import fold_events
+from edgewatch_lab.playground.install import overlay
+from edgewatch_lab.testing.podexec import blocked_ancestors, deepest_existing, outermost
+from edgewatch_lab.testing.podrunner import (
     PodSetupError,
     expand,
     field_value,

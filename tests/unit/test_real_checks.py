@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from edgewatch.playground.checks import check_expectations
-from edgewatch.playground.report import Recording, build_report
-from edgewatch.playground.scenario import Scenario, ScenarioError, parse_scenario
+from edgewatch_lab.playground.checks import check_expectations
+from edgewatch_lab.playground.report import Recording, build_report
+from edgewatch_lab.playground.scenario import Scenario, ScenarioError, parse_scenario
 
 NODES = ["a-1", "a-2", "a-3"]
 

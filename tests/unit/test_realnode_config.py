@@ -1,4 +1,4 @@
-"""What a real lab node is configured with (``edgewatch.testing.realnode``): the renderers are
+"""What a real lab node is configured with (``edgewatch_lab.testing.realnode``): the renderers are
 pure, so the properties that keep several kubelets on one machine apart are checked here; the
 node itself runs in the ``real-nodes`` scenario (tests/e2e)."""
 
@@ -8,7 +8,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from edgewatch.testing.realnode import (
+from edgewatch_lab.testing.realnode import (
     BIND_TARGETS,
     CONTAINERD_SOCKET,
     KUBELET_SYSCTLS,

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.reconciler import Reconciler
-from edgewatch.testing.evidence import SignedEdge
+from edgewatch_lab.testing.evidence import SignedEdge
 from edgewatch.names import (
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from edgewatch.playground.checks import check_expectations
-from edgewatch.playground.report import (
+from edgewatch_lab.playground.checks import check_expectations
+from edgewatch_lab.playground.report import (
     REPORT_KEYS,
     NodeRecord,
     Recording,
@@ -20,7 +20,7 @@ from edgewatch.playground.report import (
     summary_markdown,
     summary_rows,
 )
-from edgewatch.playground.scenario import Scenario, parse_scenario
+from edgewatch_lab.playground.scenario import Scenario, parse_scenario
 
 NODES = ["a-1", "a-2", "a-3", "a-4", "a-5"]
 
@@ -566,7 +566,7 @@ def _proxy_report(proxy: list, *, baseline: bool = False) -> dict:
 
 
 def _proxy_checks(report: dict, **expect) -> list:
-    from edgewatch.playground.scenario import parse_scenario
+    from edgewatch_lab.playground.scenario import parse_scenario
 
     sc = parse_scenario({
         "name": "pool-cache", "topology": {"pools": [{"name": "a", "nodes": 5, "kube_proxy": ["a-5"]}]},
@@ -595,7 +595,7 @@ def test_a_kube_proxy_that_never_catches_up_misses():
 
 
 def test_kube_proxy_checks_need_a_kube_proxy_on_the_node():
-    from edgewatch.playground.scenario import ScenarioError, parse_scenario
+    from edgewatch_lab.playground.scenario import ScenarioError, parse_scenario
 
     with pytest.raises(ScenarioError, match="run no kube-proxy"):
         parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2}]},
@@ -623,7 +623,7 @@ def _dns_report(answers: list, *, baseline: bool = False) -> dict:
 
 
 def _dns_checks(report: dict, **expect) -> list:
-    from edgewatch.playground.scenario import parse_scenario
+    from edgewatch_lab.playground.scenario import parse_scenario
 
     sc = parse_scenario({
         "name": "pool-cache", "topology": {"pools": [{"name": "a", "nodes": 5, "coredns": ["a-4"]}]},
@@ -656,7 +656,7 @@ def test_a_coredns_that_never_catches_up_misses():
 
 
 def test_coredns_checks_need_a_coredns_on_a_simulated_node():
-    from edgewatch.playground.scenario import ScenarioError, parse_scenario
+    from edgewatch_lab.playground.scenario import ScenarioError, parse_scenario
 
     with pytest.raises(ScenarioError, match="run no CoreDNS"):
         parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "kube_proxy": ["a-1"]}]},

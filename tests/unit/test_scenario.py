@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgewatch.playground.scenario import (
+from edgewatch_lab.playground.scenario import (
     Comparison,
     Scenario,
     ScenarioError,

@@ -1,4 +1,4 @@
-"""Property tests of the protocol on the simulator (edgewatch.sim): over seeds and group sizes
+"""Property tests of the protocol on the simulator (edgewatch_lab.sim): over seeds and group sizes
 beyond the full mesh, the seed's guarantees hold with the agents' real core — a dead node is judged
 unhealthy, no live node ever is (also under 30 % loss), the bigger side of a split never is, a
 cut-off node is carried by one of its neighbours, clock skew changes nothing, the cost per node
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import Verdict
-from edgewatch.sim import report
-from edgewatch.sim.engine import SimConfig, Simulation
+from edgewatch_lab.sim import report
+from edgewatch_lab.sim.engine import SimConfig, Simulation
 
 SEEDS = st.integers(min_value=0, max_value=2**31)
 SIZES = st.integers(min_value=8, max_value=40)

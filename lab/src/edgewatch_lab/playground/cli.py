@@ -1,0 +1,152 @@
+"""The playground's commands (``edgewatch playground run|compare|up|down``), kept apart from the
+click definitions so they can be called from tests and ``make demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import signal
+from pathlib import Path
+
+from rich.console import Console
+
+from edgewatch_lab.playground.report import format_summary_table
+from edgewatch_lab.playground.runner import RunResult, run_scenario
+from edgewatch_lab.playground.scenario import ScenarioError, load_scenario
+
+
+#: A progress line of hack/binaries/build.sh: "[edgewatch build] <label>: <n>/<total> packages compiled, ...".
+BUILD_PROGRESS = re.compile(r"\] (?P<label>.+?): (?P<n>\d+)/(?P<total>\d+) packages")
+
+
+def binaries_with_progress(console: Console):  # type: ignore[no-untyped-def]
+    """The control-plane binaries; a first build shows a progress bar (packages compiled)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from edgewatch_lab.testing.binaries import ensure_binaries
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("control-plane binaries", total=None)
+
+        def on_line(line: str) -> None:
+            m = BUILD_PROGRESS.search(line)
+            if m:
+                progress.update(task, description=f"building {m['label']}", completed=int(m["n"]),
+                                total=int(m["total"]))
+            elif line.strip():
+                progress.console.print(line)
+
+        return ensure_binaries(on_progress=on_line)
+
+
+def _print_result(console: Console, result: RunResult, *, label: str) -> None:
+    for e in result.expectations:
+        mark = "[green]PASS[/]" if e.passed else "[red]FAIL[/]"
+        console.print(f"  {mark} {e.description}: {e.detail}")
+    if result.logs:
+        console.print(f"  logs of the {label} run: {result.logs[0].parent}")
+
+
+def _write_plot(reports: list[dict], plot: Path) -> None:  # type: ignore[type-arg]
+    from edgewatch_lab.playground.plot import plot_runs
+
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    plot_runs(reports, plot)
+
+
+def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
+            keep_logs: bool) -> int:
+    """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario."""
+    console = Console()
+    try:
+        scenario = load_scenario(name)
+    except ScenarioError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    binaries = binaries_with_progress(console)
+    result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
+                          binaries=binaries)
+    label = "stock Kubernetes" if baseline else "edgewatch"
+    console.print(f"[bold]{scenario.name} ({label})[/]: summary {json.dumps(result.report['summary'])}")
+    _print_result(console, result, label=label)
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(result.report, indent=2))
+    if plot is not None:
+        _write_plot([result.report], plot)
+    return 0 if result.passed else 1
+
+
+def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool) -> int:
+    """``playground compare``: edgewatch then stock Kubernetes, side by side. Exit 1 if an
+    expectation of either run failed."""
+    console = Console()
+    try:
+        scenario = load_scenario(name)
+    except ScenarioError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    results = {}
+    binaries = binaries_with_progress(console)
+    for baseline in (False, True):
+        label = "stock Kubernetes" if baseline else "edgewatch"
+        console.rule(f"{scenario.name}: {label}")
+        results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live,
+                                         binaries=binaries)
+        _print_result(console, results[baseline], label=label)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for baseline, result in results.items():
+        path = report_dir / f"{scenario.name}{'-baseline' if baseline else ''}.json"
+        path.write_text(json.dumps(result.report, indent=2))
+    console.print(format_summary_table(results[False].report, results[True].report))
+    console.print(f"reports: {report_dir}/{scenario.name}.json, {report_dir}/{scenario.name}-baseline.json")
+    if plot is not None:
+        _write_plot([results[False].report, results[True].report], plot)
+        console.print(f"timeline: {plot}")
+    return 0 if all(r.passed for r in results.values()) else 1
+
+
+def up(name: str, *, baseline: bool) -> int:
+    """``playground up``: start the cluster of ``name`` and keep it until Ctrl-C / SIGTERM."""
+    from edgewatch_lab.playground.cluster import PlaygroundCluster
+
+    console = Console()
+    scenario = load_scenario(name)
+    with console.status("starting the control plane, nodes and agents"):
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline,
+                                    binaries=binaries_with_progress(console))
+        cluster.__enter__()
+    try:
+        console.print(f"cluster up: export KUBECONFIG={cluster.admin_kubeconfig}")
+        console.print("  kubectl get nodes; edgewatch status; Ctrl-C stops and removes everything")
+
+        async def wait() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(wait())
+    finally:
+        with console.status("stopping everything"):
+            cluster.stop()
+            cluster.remove_workdir()
+    return 0
+
+
+def down() -> int:
+    """``playground down``: remove leftovers of runs whose owner process is gone."""
+    from edgewatch_lab.testing.controlplane import ControlPlane
+    from edgewatch_lab.testing.netlab import NetLab
+    from edgewatch_lab.testing.realnode import cleanup_stale as cleanup_real_nodes
+
+    NetLab.cleanup_stale()
+    real = cleanup_real_nodes()  # after the labs: a lab's real nodes go once its registry file is gone
+    removed = ControlPlane.cleanup_stale()
+    Console().print(f"removed stale labs, the real nodes of {len(real)} lab(s) and {len(removed)} stale control plane(s)")
+    return 0

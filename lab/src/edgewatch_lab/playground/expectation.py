@@ -1,0 +1,165 @@
+"""What a scenario expects of a run: the ``expect`` entries of a scenario file, and the count
+comparisons they use (``evictions: 0``, ``">0"``, ``"<=2"``).
+
+The keys and their meaning are documented in ``edgewatch_lab.playground.scenario`` (the file format);
+``edgewatch_lab.playground.checks`` judges a report against them. This module only parses and
+validates one entry; cross-checks against the topology (unknown nodes, kube-proxy and real-node
+keys on nodes that have neither) are the scenario's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+
+if TYPE_CHECKING:
+    from edgewatch_lab.playground.scenario import Scenario
+
+__all__ = ["BASELINE_STATES", "CHECK_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
+           "StrictModel"]
+
+#: Node states in edgewatch runs (the controller's ``edgewatch.io/state`` annotation).
+EDGEWATCH_STATES: Final = ("normal", "disconnected", "failed", "unknown")
+#: Node states in baseline runs (stock Kubernetes: the Node's Ready condition).
+BASELINE_STATES: Final = ("normal", "not_ready")
+
+
+class StrictModel(BaseModel):
+    """A pydantic model that refuses unknown keys (every scenario part)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparisons: evictions: 0 | ">0" | "<=2"
+
+_COMPARISON = re.compile(r"^\s*(==|>=|<=|>|<)?\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``op value``: how an observed count is judged (an int in a scenario means ``== int``)."""
+
+    op: str
+    value: int
+
+    @classmethod
+    def parse(cls, spec: int | str) -> Comparison:
+        """Parse an int (exact) or ``"[op]N"``; raises ``ValueError`` with the grammar on a bad spec."""
+        if isinstance(spec, bool):
+            raise ValueError(f"expected a count like 0 or a comparison like \">0\", got {spec!r}")
+        if isinstance(spec, int):
+            if spec < 0:
+                raise ValueError(f"a count cannot be negative, got {spec}")
+            return cls("==", spec)
+        if isinstance(spec, str):
+            m = _COMPARISON.match(spec)
+            if m is None:
+                raise ValueError(
+                    f"bad comparison {spec!r}: expected an optional operator (==, >, >=, <, <=) "
+                    "then a non-negative int, like \">0\" or \"<=2\""
+                )
+            c = cls(m.group(1) or "==", int(m.group(2)))
+            if c.op == "<" and c.value == 0:
+                raise ValueError(f"comparison {spec!r} can never hold (counts are never negative)")
+            return c
+        raise ValueError(f"expected a count like 0 or a comparison like \">0\", got {spec!r}")
+
+    def __call__(self, observed: int) -> bool:
+        v = self.value
+        return {
+            "==": observed == v, ">": observed > v, ">=": observed >= v,
+            "<": observed < v, "<=": observed <= v,
+        }[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value}"
+
+
+def _count_spec(value: Any) -> int | str:
+    Comparison.parse(value)  # raises ValueError with the grammar
+    return value
+
+
+CountSpec = Annotated[Any, BeforeValidator(_count_spec)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Expectations
+
+CHECK_KEYS: Final = (
+    "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
+    "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
+    "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
+)
+
+
+class Expectation(StrictModel):
+    """What should be seen on the targeted nodes in one kind of run (see the module docstring)."""
+
+    pool: str | None = None
+    nodes: Annotated[list[str], Field(min_length=1)] | None = None
+    #: False: checked on edgewatch runs only; True: on baseline (stock Kubernetes) runs only.
+    baseline: StrictBool = False
+    evictions: CountSpec | None = None
+    endpoint_removals: CountSpec | None = None
+    never_not_ready: StrictBool | None = None
+    evicted_within_s: Annotated[float, Field(gt=0)] | None = None
+    detected_within_s: Annotated[float, Field(gt=0)] | None = None
+    state_at_end: str | None = None
+    untouched: StrictBool | None = None
+    never_tainted: StrictBool | None = None
+    #: After every ``scale`` step, the node's kube-proxy programs the Service's new endpoints within
+    #: this many seconds of the cloud showing them (nodes must run kube-proxy).
+    kube_proxy_follows_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: after some ``scale`` step the node's kube-proxy never programs the new endpoints before
+    #: the next step (what a cut-off node without the pool cache shows).
+    kube_proxy_misses: StrictBool | None = None
+    #: After every ``scale`` step, the node's CoreDNS answers the headless Service ``sample-headless``
+    #: with the addresses of the Service's new endpoints within this many seconds of the cloud
+    #: showing them (nodes must run CoreDNS, pool key ``coredns``).
+    coredns_follows_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: after some ``scale`` step the node's CoreDNS never answers the new addresses before the
+    #: next step (what a cut-off node without the pool cache shows).
+    coredns_misses: StrictBool | None = None
+    #: True: the node's Lease was carried by a peer and is the node's own again at the end.
+    lease_carried: StrictBool | None = None
+    #: True: at every kill of the (real) node its containers ran before and none after.
+    containers_stopped: StrictBool | None = None
+    #: After every kill, the Service's ready endpoints on live nodes are back to their count before
+    #: the kill within this many seconds.
+    replaced_within_s: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Expectation:
+        if (self.pool is None) == (self.nodes is None):
+            raise ValueError("give exactly one of 'pool' or 'nodes'")
+        if self.nodes is not None and len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"nodes: a node is listed twice: {self.nodes}")
+        if not self.checks():
+            raise ValueError(f"nothing to check: give at least one of {', '.join(CHECK_KEYS)}")
+        if self.state_at_end is not None:
+            allowed = BASELINE_STATES if self.baseline else EDGEWATCH_STATES
+            if self.state_at_end not in allowed:
+                kind = "baseline (stock Kubernetes)" if self.baseline else "edgewatch"
+                raise ValueError(
+                    f"state_at_end: {self.state_at_end!r} is not a state of {kind} runs "
+                    f"(one of {', '.join(allowed)})"
+                )
+        return self
+
+    def checks(self) -> list[str]:
+        """The check keys this entry sets, in a fixed order."""
+        return [k for k in CHECK_KEYS if getattr(self, k) is not None]
+
+    def target_nodes(self, scenario: Scenario) -> list[str]:
+        return scenario.nodes_of(self.pool) if self.pool is not None else list(self.nodes or [])
+
+    def comparison(self, key: str) -> Comparison:
+        """The parsed comparison of ``evictions`` or ``endpoint_removals``."""
+        return Comparison.parse(getattr(self, key))
+
+

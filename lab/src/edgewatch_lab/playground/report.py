@@ -1,0 +1,488 @@
+"""What a playground run recorded, the JSON report built from it, and how it is judged.
+
+The runner watches the real apiserver during a scenario and fills a :class:`Recording` (one
+:class:`NodeRecord` per node; every time is in seconds from the scenario's start). Then:
+
+* :func:`build_report` turns the recording into the JSON report (plain data, see its docstring);
+* ``edgewatch_lab.playground.checks`` judges a report against the scenario's ``expect`` entries;
+* :func:`format_summary_table` / :func:`summary_markdown` put an edgewatch run and a baseline run
+  (stock Kubernetes) side by side.
+
+Definitions used by the summary (one place, so the README and the tests agree):
+
+* a node is **down** from a kill until the next revive (or forever); a kill of a node that is already
+  down, and a revive of a node that is up, change nothing. Down intervals are half-open ``[kill, revive)``:
+  an event at the exact kill time happened while the node was down, one at the exact revive time
+  while it was up;
+* an eviction or endpoint removal **on a live node** is one at a time its node was not down;
+* a node is **covered** when edgewatch runs on it (edge nodes); cloud nodes are not, and must get
+  stock Kubernetes behaviour: their detection target is ``not_ready`` in every run, and the summary
+  reports their kills apart (``max_not_ready_after_kill_s``) so stock timing can be compared;
+* **detection** of a kill is the first state transition to ``failed`` (baseline or not covered: ``not_ready``) at or after
+  the kill and before the revive; if the node was already in that state at the kill, detection is 0 s; if
+  it never got there, the kill counts as undetected and its detection time is the time until the revive
+  (or the end of the run);
+* **eviction time** of a kill is the time from the kill to the last eviction of the node's pods while it
+  was down (kills with no eviction do not count; they show up in ``killed_nodes_not_evicted`` instead
+  when the node had pods at the kill).
+
+Limits: pure data in, data out. What counts as an eviction or an endpoint removal (e.g. excluding
+scale-downs) is the runner's call; this module only stores and counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+__all__ = [
+    "NodeRecord",
+    "Recording",
+    "SUMMARY_ROWS",
+    "build_report",
+    "detection",
+    "detection_target",
+    "down_intervals",
+    "during",
+    "evictions_after",
+    "is_live",
+    "format_summary_table",
+    "report_end",
+    "round_s",
+    "summary_markdown",
+    "summary_rows",
+]
+
+REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
+               "pool_scope_cloud", "live_ready", "node_costs")
+
+
+def round_s(x: float) -> float:
+    """Round a time to the millisecond (keeps reports free of float noise like 4.199999)."""
+    return round(float(x), 3)
+
+
+# --------------------------------------------------------------------------------------------------
+# Recording (filled by the runner)
+
+
+@dataclass
+class NodeRecord:
+    """Everything seen of one node during a run (times in seconds from the scenario's start)."""
+
+    name: str
+    pool: str
+    #: Whether edgewatch covers the node (an agent runs there); cloud nodes are not covered.
+    covered: bool = True
+    #: ``(t, what)`` each time edgewatch left a mark on the node: its state annotation, one of its
+    #: taints, or a delegated-heartbeat mark on its Lease (what an uncovered node must never get).
+    touched: list[tuple[float, str]] = field(default_factory=list)
+    #: Each kill of the node (the runner's own action, or kill-leader resolved to this node).
+    killed_at: list[float] = field(default_factory=list)
+    #: Each revive.
+    revived_at: list[float] = field(default_factory=list)
+    #: State transitions only: edgewatch runs normal/disconnected/failed/unknown (the controller's
+    #: ``edgewatch.io/state`` annotation); baseline runs normal/not_ready (the Ready condition).
+    states: list[tuple[float, str]] = field(default_factory=list)
+    #: Intervals ``[start, end or None]`` when the Node's Ready condition was not True.
+    not_ready: list[list[float | None]] = field(default_factory=list)
+    #: ``{"t": float, "pod": str}``: a pod bound to this node got a deletionTimestamp.
+    evictions: list[dict[str, Any]] = field(default_factory=list)
+    #: ``{"t": float, "pod": str}``: a pod bound to this node stopped being a ready Service endpoint
+    #: while it was not being deleted by a scale-down.
+    endpoint_removals: list[dict[str, Any]] = field(default_factory=list)
+    #: ``(t, "key:effect", "added" | "removed")``.
+    taints: list[tuple[float, str, str]] = field(default_factory=list)
+    #: Pods bound to the node at each kill (key: the kill time). A kill missing here is assumed to
+    #: have had pods, so a missing count can only make a report stricter.
+    pods_at_kill: dict[float, int] = field(default_factory=dict)
+    #: Coarser stand-in for ``pods_at_kill``: whether a pod was ever seen bound to the node (None:
+    #: not tracked). Used for a kill with no ``pods_at_kill`` entry: False means 0 pods at the kill.
+    had_pods: bool | None = None
+    #: ``(t, ["ip:port", ...])`` each time the node's real kube-proxy (if it runs one) changed the
+    #: backends it programs for the sample Service.
+    kube_proxy: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: ``(t, ["ip", ...])`` each time the node's real CoreDNS (if it runs one) changed its answer
+    #: (A records) for the sample workload's headless Service.
+    coredns: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: Whether the node is a real one (a real kubelet and containerd; ``real_nodes``).
+    real: bool = False
+    #: ``(t, state)`` each time the node's Lease changed hands: ``own`` (no delegated-heartbeat mark),
+    #: ``carried`` (a current mark: a peer renewed it), ``mark-copied`` (mark annotations present
+    #: but stale: the node's kubelet renewed over a carried Lease and kept them); `` holder=<x>`` is
+    #: appended when the holder is not the node.
+    lease: list[tuple[float, str]] = field(default_factory=list)
+    #: Real nodes: ``[before, after]`` pod container processes at each kill (key: the kill time).
+    containers_at_kill: dict[float, list[int]] = field(default_factory=dict)
+
+    # -- helpers for the runner ------------------------------------------------------------------
+
+    def observe_state(self, t: float, state: str) -> bool:
+        """Record ``state`` if it differs from the last recorded one; returns whether it did."""
+        if self.states and self.states[-1][1] == state:
+            return False
+        self.states.append((t, state))
+        return True
+
+    def observe_ready(self, t: float, ready: bool) -> None:
+        """Open a NotReady interval when Ready turns not True, close it when it turns True."""
+        open_ = bool(self.not_ready) and self.not_ready[-1][1] is None
+        if not ready and not open_:
+            self.not_ready.append([t, None])
+        elif ready and open_:
+            self.not_ready[-1][1] = t
+
+    def record_kill(self, t: float, pods: int | None = None) -> None:
+        self.killed_at.append(t)
+        if pods is not None:
+            self.pods_at_kill[t] = pods
+
+    def record_revive(self, t: float) -> None:
+        self.revived_at.append(t)
+
+    def record_eviction(self, t: float, pod: str) -> None:
+        self.evictions.append({"t": t, "pod": pod})
+
+    def record_endpoint_removal(self, t: float, pod: str) -> None:
+        self.endpoint_removals.append({"t": t, "pod": pod})
+
+    def record_taint(self, t: float, taint: str, change: str) -> None:
+        if change not in ("added", "removed"):
+            raise ValueError(f"taint change must be 'added' or 'removed', got {change!r}")
+        self.taints.append((t, taint, change))
+
+    def down_intervals(self) -> list[tuple[float, float | None]]:
+        return down_intervals(self.killed_at, self.revived_at)
+
+    def pods_at(self, kill: float) -> int | None:
+        """Pods bound at the kill at ``kill``: ``pods_at_kill``, else 0 if ``had_pods`` is False, else None."""
+        if kill in self.pods_at_kill:
+            return self.pods_at_kill[kill]
+        return 0 if self.had_pods is False else None
+
+
+@dataclass
+class Recording:
+    """One run of a scenario as the runner saw it through the API."""
+
+    scenario: str
+    baseline: bool
+    timings: dict[str, float] = field(default_factory=dict)
+    #: ``{"t", "action", target keys as in the scenario (pool / nodes / node / sides / percent), "detail"}``;
+    #: for kill-leader, the runner adds ``node`` (the leader it killed) when it knows it.
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    #: Wall-clock time (``time.time()``) of the scenario's start.
+    started_at: float = 0.0
+    #: Scenario seconds at which the recording ended; None: the last time seen in the recording.
+    ended_at: float | None = None
+    #: Who edgewatch's processes were to the apiserver (from its audit log):
+    #: ``{"username", "component", "requests", "node_names"}`` per identity.
+    identities: list[dict[str, Any]] = field(default_factory=list)
+    #: ``(t, ["ip:port", ...])`` each time the sample Service's ready endpoints changed in the cloud.
+    service_endpoints: list[tuple[float, list[str]]] = field(default_factory=list)
+    #: What the cloud apiserver sent for the pool-scope resources during the run (its own metrics):
+    #: ``{"watch_bytes", "watch_events", "list_bytes", "lists", "open_watches"}``.
+    pool_scope_cloud: dict[str, float] = field(default_factory=dict)
+    #: ``(t, n)`` each time the number of the sample Service's ready endpoints whose pod's node is
+    #: not down changed.
+    live_ready: list[tuple[float, int]] = field(default_factory=list)
+    #: What nodes cost during the run, per node: ``{"kind": "real"|"simulated", "cpu_pct" (of one
+    #: core), "rss_mib", "ready_s" / "agent_ready_s" (real nodes: seconds from start to Node
+    #: Ready / agent pod Ready)}``.
+    node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add_node(self, name: str, pool: str) -> NodeRecord:
+        rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
+        return rec
+
+    def add_fault(self, t: float, action: str, detail: str = "", **target: Any) -> None:
+        self.faults.append({"t": t, "action": action, **target, "detail": detail})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``pods_at_kill`` keys become strings)."""
+        d = asdict(self)
+        for rec in d["nodes"].values():
+            rec["pods_at_kill"] = {repr(float(k)): v for k, v in rec["pods_at_kill"].items()}
+            rec["containers_at_kill"] = {repr(float(k)): v for k, v in rec["containers_at_kill"].items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recording:
+        nodes = {}
+        for name, rec in data.get("nodes", {}).items():
+            rec = dict(rec)
+            rec["states"] = [(float(t), s) for t, s in rec.get("states", [])]
+            rec["taints"] = [(float(t), k, c) for t, k, c in rec.get("taints", [])]
+            rec["touched"] = [(float(t), w) for t, w in rec.get("touched", [])]
+            rec["pods_at_kill"] = {float(k): int(v) for k, v in rec.get("pods_at_kill", {}).items()}
+            rec["kube_proxy"] = [(float(t), list(ips)) for t, ips in rec.get("kube_proxy", [])]
+            rec["coredns"] = [(float(t), list(ips)) for t, ips in rec.get("coredns", [])]
+            rec["lease"] = [(float(t), w) for t, w in rec.get("lease", [])]
+            rec["containers_at_kill"] = {float(k): list(v) for k, v in rec.get("containers_at_kill", {}).items()}
+            nodes[name] = NodeRecord(**rec)
+        data = dict(data)
+        data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
+        return cls(**{**data, "nodes": nodes})
+
+
+def down_intervals(killed_at: list[float], revived_at: list[float]) -> list[tuple[float, float | None]]:
+    """Pair kills with revives: ``[(kill, revive or None)]``, half-open ``[kill, revive)``.
+
+    A kill while down and a revive while up are ignored; at equal times a revive is applied first.
+    """
+    events = sorted([(t, 0) for t in revived_at] + [(t, 1) for t in killed_at])
+    out: list[tuple[float, float | None]] = []
+    down_since: float | None = None
+    for t, is_kill in events:
+        if is_kill and down_since is None:
+            down_since = t
+        elif not is_kill and down_since is not None:
+            out.append((down_since, t))
+            down_since = None
+    if down_since is not None:
+        out.append((down_since, None))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+
+
+def _last_time(rec: Recording) -> float:
+    times = [0.0] + [float(f["t"]) for f in rec.faults]
+    for n in rec.nodes.values():
+        times += n.killed_at + n.revived_at + [t for t, _ in n.states] + [t for t, _, _ in n.taints]
+        times += [e["t"] for e in n.evictions + n.endpoint_removals]
+        times += [t for iv in n.not_ready for t in iv if t is not None]
+    return max(times)
+
+
+def build_report(recording: Recording) -> dict[str, Any]:
+    """The JSON report of a run (plain data; ``json.dumps`` works on it).
+
+    Keys: ``scenario``, ``baseline``, ``timings``, ``faults`` (time-sorted; an ``end`` fault at the
+    recording's end is added when the runner did not record one, so the report carries the run's
+    length), ``nodes`` (per node: ``pool``, ``killed_at`` (first kill or null), ``states`` [[t, state]],
+    ``not_ready`` [[start, end|null]], ``evictions`` / ``endpoint_removals`` [{t, pod}], ``taints``
+    [[t, "key:effect", "added"|"removed"]], and ``kills`` [{t, revived_at, pods}] - every down interval
+    with the pods bound at the kill (null: unknown)), and ``summary`` (``evictions_on_live_nodes``,
+    ``endpoint_removals_on_live_nodes``, ``killed_nodes_not_evicted``, ``max_detection_s``,
+    ``max_eviction_s``, ``undetected``; see the module docstring).
+    """
+    ended_at = recording.ended_at if recording.ended_at is not None else _last_time(recording)
+    faults = sorted((dict(f) for f in recording.faults), key=lambda f: float(f["t"]))
+    if not any(f.get("action") == "end" for f in faults):
+        faults.append({"t": ended_at, "action": "end", "detail": "end of the recording"})
+    nodes: dict[str, Any] = {}
+    for name in sorted(recording.nodes, key=_node_sort_key):
+        n = recording.nodes[name]
+        kills = [
+            {"t": k, "revived_at": r, "pods": n.pods_at(k)}
+            for k, r in n.down_intervals()
+        ]
+        nodes[name] = {
+            "pool": n.pool,
+            "covered": n.covered,
+            "touched": [[t, w] for t, w in sorted(n.touched, key=lambda x: x[0])],
+            "killed_at": min(n.killed_at) if n.killed_at else None,
+            "states": [[t, s] for t, s in sorted(n.states, key=lambda x: x[0])],
+            "not_ready": [list(iv) for iv in sorted(n.not_ready, key=lambda iv: iv[0])],
+            "evictions": sorted((dict(e) for e in n.evictions), key=lambda e: e["t"]),
+            "endpoint_removals": sorted((dict(e) for e in n.endpoint_removals), key=lambda e: e["t"]),
+            "taints": [[t, k, c] for t, k, c in sorted(n.taints, key=lambda x: x[0])],
+            "kills": kills,
+        }
+        if n.kube_proxy:
+            nodes[name]["kube_proxy"] = [[t, sorted(ips)] for t, ips in sorted(n.kube_proxy, key=lambda x: x[0])]
+        if n.coredns:
+            nodes[name]["coredns"] = [[t, sorted(ips)] for t, ips in sorted(n.coredns, key=lambda x: x[0])]
+        if n.lease:
+            nodes[name]["lease"] = [[t, w] for t, w in sorted(n.lease, key=lambda x: x[0])]
+        if n.real:
+            nodes[name]["real"] = True
+            for kill in kills:
+                kill["containers"] = n.containers_at_kill.get(kill["t"])
+    report = {
+        "scenario": recording.scenario,
+        "baseline": recording.baseline,
+        "timings": dict(recording.timings),
+        "faults": faults,
+        "nodes": nodes,
+        "summary": {},
+        "identities": [dict(i) for i in recording.identities],
+        "service_endpoints": [[t, sorted(ips)] for t, ips in sorted(recording.service_endpoints, key=lambda x: x[0])],
+        "pool_scope_cloud": dict(recording.pool_scope_cloud),
+        "live_ready": [[t, n] for t, n in sorted(recording.live_ready, key=lambda x: x[0])],
+        "node_costs": {k: dict(v) for k, v in recording.node_costs.items()},
+    }
+    report["summary"] = _summarize(report)
+    return report
+
+
+def report_end(report: dict[str, Any], default: float | None = None) -> float:
+    """The run's end in scenario seconds: its last ``end`` fault, else ``default``, else the last fault."""
+    ends = [float(f["t"]) for f in report.get("faults", []) if f.get("action") == "end"]
+    if ends:
+        return max(ends)
+    if default is not None:
+        return default
+    return max([0.0] + [float(f["t"]) for f in report.get("faults", [])])
+
+
+def detection_target(report: dict[str, Any], node: dict[str, Any] | None = None) -> str:
+    """``failed`` for a covered node in an edgewatch run; ``not_ready`` in the baseline and for
+    nodes edgewatch does not cover (stock Kubernetes judges those)."""
+    if report["baseline"] or (node is not None and not node.get("covered", True)):
+        return "not_ready"
+    return "failed"
+
+
+def during(t: float, start: float, end: float | None) -> bool:
+    return start <= t and (end is None or t < end)
+
+
+def is_live(node: dict[str, Any], t: float) -> bool:
+    return not any(during(t, k["t"], k["revived_at"]) for k in node["kills"])
+
+
+def detection(node: dict[str, Any], kill: dict[str, Any], target: str, end: float) -> tuple[float, bool]:
+    """(seconds from the kill to detection, detected?) for one kill of ``node``."""
+    k, r = kill["t"], kill["revived_at"]
+    before = [s for t, s in node["states"] if t < k]
+    if before and before[-1] == target:
+        return 0.0, True
+    for t, s in node["states"]:
+        if s == target and during(t, k, r):
+            return round_s(t - k), True
+    return round_s((r if r is not None else end) - k), False
+
+
+def evictions_after(node: dict[str, Any], kill: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in node["evictions"] if during(e["t"], kill["t"], kill["revived_at"])]
+
+
+def _summarize(report: dict[str, Any]) -> dict[str, Any]:
+    end = report_end(report)
+    target = detection_target(report)
+    live_evictions = live_removals = 0
+    not_evicted: list[str] = []
+    undetected: list[str] = []
+    detections: list[float] = []
+    uncovered_not_ready: list[float] = []
+    eviction_times: list[float] = []
+    for name, node in report["nodes"].items():
+        live_evictions += sum(1 for e in node["evictions"] if is_live(node, e["t"]))
+        live_removals += sum(1 for e in node["endpoint_removals"] if is_live(node, e["t"]))
+        covered = node.get("covered", True)
+        for kill in node["kills"]:
+            secs, detected = detection(node, kill, target if covered else "not_ready", end)
+            (detections if covered else uncovered_not_ready).append(secs)
+            if not detected and name not in undetected:
+                undetected.append(name)
+            evs = evictions_after(node, kill)
+            if evs:
+                eviction_times.append(round_s(max(e["t"] for e in evs) - kill["t"]))
+            elif kill["pods"] != 0 and name not in not_evicted:
+                not_evicted.append(name)
+    return {
+        "evictions_on_live_nodes": live_evictions,
+        "endpoint_removals_on_live_nodes": live_removals,
+        "killed_nodes_not_evicted": not_evicted,
+        "max_detection_s": max(detections) if detections else None,
+        "max_eviction_s": max(eviction_times) if eviction_times else None,
+        "undetected": undetected,
+        "max_not_ready_after_kill_s": max(uncovered_not_ready) if uncovered_not_ready else None,
+        "pool_scope_cloud_bytes": _pool_scope(report, ("watch_bytes",)),
+        "pool_scope_open_watches": _pool_scope(report, ("open_watches",)),
+    }
+
+
+def _pool_scope(report: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    cloud = report.get("pool_scope_cloud") or {}
+    if not all(k in cloud for k in keys):
+        return None
+    return int(sum(cloud[k] for k in keys))
+
+
+def _node_sort_key(name: str) -> tuple:
+    pool, _, n = name.rpartition("-")
+    return (pool, int(n)) if n.isdigit() else (name, -1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Side-by-side summary
+
+#: (row label, summary key) in display order.
+SUMMARY_ROWS = (
+    ("evictions on live nodes", "evictions_on_live_nodes"),
+    ("endpoint removals on live nodes", "endpoint_removals_on_live_nodes"),
+    ("killed nodes not evicted", "killed_nodes_not_evicted"),
+    ("max detection s", "max_detection_s"),
+    ("max eviction s", "max_eviction_s"),
+    ("uncovered node: kill -> NotReady s", "max_not_ready_after_kill_s"),
+    ("cloud watch bytes, EndpointSlices+Services", "pool_scope_cloud_bytes"),
+    ("cloud watches open on them at the end", "pool_scope_open_watches"),
+)
+
+
+def _cell(summary: dict[str, Any] | None, key: str) -> str:
+    if summary is None:
+        return "-"
+    v = summary.get(key)
+    if key == "killed_nodes_not_evicted":
+        v = v or []
+        return f"{len(v)} ({', '.join(v)})" if v else "0"
+    if key in ("max_detection_s", "max_eviction_s", "max_not_ready_after_kill_s"):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        text = f"{v:.1f}"
+        if key == "max_detection_s" and summary.get("undetected"):
+            text += f" (undetected: {', '.join(summary['undetected'])})"
+        return text
+    if v is None:
+        return "-"
+    if key == "pool_scope_cloud_bytes":
+        return f"{v / 1024:.0f} KiB"
+    return str(v)
+
+
+def summary_rows(edgewatch_report: dict[str, Any] | None,
+                 baseline_report: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """``(label, edgewatch cell, stock Kubernetes cell)`` per summary row; a missing run shows ``-``."""
+    ew = edgewatch_report["summary"] if edgewatch_report else None
+    base = baseline_report["summary"] if baseline_report else None
+    rows = [(label, _cell(ew, key), _cell(base, key)) for label, key in SUMMARY_ROWS]
+    optional = {label for label, key in SUMMARY_ROWS if key.startswith("pool_scope_")}
+    return [r for r in rows if r[0] not in optional or r[1:] != ("-", "-")]  # shown when measured
+
+
+def _scenario_name(*reports: dict[str, Any] | None) -> str:
+    names = {r["scenario"] for r in reports if r}
+    return ", ".join(sorted(names))
+
+
+def format_summary_table(edgewatch_report: dict[str, Any] | None,
+                         baseline_report: dict[str, Any] | None):
+    """A ``rich.table.Table``: the summary rows, edgewatch | stock Kubernetes."""
+    from rich.table import Table
+
+    name = _scenario_name(edgewatch_report, baseline_report)
+    table = Table(title=f"scenario {name}" if name else None, header_style="bold")
+    table.add_column("")
+    table.add_column("edgewatch", justify="right")
+    table.add_column("stock Kubernetes", justify="right")
+    for row in summary_rows(edgewatch_report, baseline_report):
+        table.add_row(*row)
+    return table
+
+
+def summary_markdown(edgewatch_report: dict[str, Any] | None,
+                     baseline_report: dict[str, Any] | None) -> str:
+    """The same table in Markdown (for the README)."""
+    lines = ["| | edgewatch | stock Kubernetes |", "|---|---:|---:|"]
+    for label, a, b in summary_rows(edgewatch_report, baseline_report):
+        lines.append(f"| {label} | {a} | {b} |")
+    return "\n".join(lines) + "\n"

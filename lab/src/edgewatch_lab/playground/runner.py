@@ -1,0 +1,377 @@
+"""Playing a scenario: bring the cluster up, wait until the workload is serving, play the timed
+faults while recording what the API shows, then stop everything and write the report.
+
+``run_scenario`` is what ``edgewatch playground run`` calls; it returns the report (a dict, see
+``edgewatch_lab.playground.report.build_report``) and the expectation results.
+
+Limits: times are seconds from the scenario's start (t=0 once every pod is a ready endpoint and,
+with edgewatch, every node has a published verdict); a step runs as close to its ``at`` as the
+previous step's duration allows (a kill waits for the processes to die, well under a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import Node, Pod
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch_lab.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
+from edgewatch_lab.playground.identities import read_identities
+from edgewatch_lab.playground.observer import Observer
+from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
+from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
+from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
+from edgewatch_lab.playground.scenario import Scenario
+from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.kubeletsim import make_client
+from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
+from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
+
+log = logging.getLogger(__name__)
+
+STATE_STYLE = {"normal": "green", "disconnected": "yellow", "failed": "red", "unknown": "magenta",
+               "not_ready": "dark_orange"}
+
+
+@dataclass
+class RunResult:
+    """The report of one run, its expectation results, and where its logs were."""
+
+    report: dict[str, Any]
+    expectations: list[ExpectationResult]
+    logs: list[Path]
+
+    @property
+    def passed(self) -> bool:
+        """True if every expectation held."""
+        return all(e.passed for e in self.expectations)
+
+
+def _targets(step: Any, scenario: Scenario) -> list[str]:
+    if getattr(step, "nodes", None):
+        return list(step.nodes)
+    if getattr(step, "pool", None):
+        return [n for n in scenario.node_names() if scenario.pool_of(n) == step.pool]
+    return []
+
+
+async def _leader_of(cluster: PlaygroundCluster, pool: str) -> str | None:
+    """The node whose agent leads ``pool`` (read from the pool's coordinator)."""
+    import aetcd
+
+    etcd = cluster.coordinators.get(pool)
+    if etcd is None:
+        return None
+    host, port = etcd.address, etcd.client_port
+    async with aetcd.Client(host=host, port=port, timeout=3) as client:
+        value = await client.get(f"/edgewatch/pools/{pool}/leader".encode())
+    return value.value.decode() if value is not None else None
+
+
+class ScenarioPlayer:
+    """Plays one scenario on one cluster and records it."""
+
+    def __init__(self, *, scenario: Scenario, cluster: PlaygroundCluster, client: AsyncClient, console: Console,
+                 live: bool) -> None:
+        self.scenario = scenario
+        self.cluster = cluster
+        self.client = client
+        self.console = console
+        self.live = live
+        self.recording = Recording(
+            scenario=scenario.name, baseline=not cluster.edgewatch,
+            timings=scenario.timings.model_dump(), faults=[],
+            nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n),
+                                 real=scenario.is_real(n))
+                   for n in scenario.all_node_names()},
+            started_at=time.time(), ended_at=0.0)
+        self.observer: Observer | None = None
+        self.proxies = NodeProxies(cluster=cluster, client=client,
+                                   nodes=[n for p in scenario.topology.pools for n in p.kube_proxy],
+                                   dns_nodes=[n for p in scenario.topology.pools for n in p.coredns])
+        self._counters_at_start: dict[str, float] = {}
+        #: Real nodes: monotonic time the Node was first seen Ready / its agent pod Ready.
+        self._ready_at: dict[str, float] = {}
+        self._agent_ready_at: dict[str, float] = {}
+
+    async def prepare(self) -> None:
+        """Create the workload and wait until it serves (and, with edgewatch, the agents and the
+        controller run and verdicts are published)."""
+        replicas = 2 * len(self.scenario.worker_node_names())
+        wanted = set(self.scenario.all_node_names())
+
+        async def nodes_schedulable() -> bool:
+            # New Nodes carry node.kubernetes.io/not-ready until kube-controller-manager sees them
+            # Ready; a workload created before that would pile onto the first node cleared.
+            ok = set()
+            async for node in self.client.list(Node):
+                taints = {t.key for t in (node.spec.taints or [])} if node.spec else set()
+                ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+                if ready:
+                    self._ready_at.setdefault(node.metadata.name, time.monotonic())
+                if ready and not any(k.startswith("node.kubernetes.io/") for k in taints):
+                    ok.add(node.metadata.name)
+            return wanted <= ok
+
+        # Start-up work grows with the node count on this one machine (every node's processes start at once).
+        slack = 4.0 * len(wanted)
+        await wait_for(nodes_schedulable, timeout_s=90 + slack, what="every node Ready and schedulable")
+        await self.client.create(sample_service(namespace=WORKLOAD_NAMESPACE))
+        if self.proxies.dns_nodes:  # what CoreDNS answers with the pods' addresses
+            await self.client.create(sample_headless_service(namespace=WORKLOAD_NAMESPACE))
+        await self.client.create(sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas))
+
+        async def serving() -> bool:
+            return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas
+
+        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
+        if self.cluster.edgewatch:
+            async def edgewatch_running() -> bool:
+                async for pod in self.client.list(Pod, namespace=EDGEWATCH_NAMESPACE,
+                                                  labels={"app.kubernetes.io/name": "edgewatch-agent"}):
+                    node_name = pod.spec.nodeName if pod.spec else None
+                    if node_name and any(c.type == "Ready" and c.status == "True"
+                                         for c in (pod.status.conditions or []) if pod.status):
+                        self._agent_ready_at.setdefault(node_name, time.monotonic())
+                ds = await self.client.get(DaemonSet, "edgewatch-agent", namespace=EDGEWATCH_NAMESPACE)
+                dep = await self.client.get(Deployment, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
+                agents = ds.status is not None and ds.status.numberReady == len(self.scenario.node_names())
+                return agents and dep.status is not None and (dep.status.readyReplicas or 0) >= 1
+
+            await wait_for(edgewatch_running, timeout_s=120 + slack,
+                           what="every agent pod Ready and a controller pod Ready (as shipped)")
+
+            async def verdicts_published() -> bool:
+                healthy = 0
+                async for node in self.client.list(Node):
+                    for cond in (node.status.conditions or []) if node.status else []:
+                        if cond.type == EDGE_CONDITION_TYPE and cond.status == "True":
+                            healthy += 1
+                return healthy == len(self.scenario.node_names())  # covered nodes only
+
+            await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
+        if self.proxies.nodes or self.proxies.dns_nodes:
+            await self.proxies.start(timeout_s=120 + slack)
+
+    async def play(self) -> Recording:
+        """Run the steps on time while the observer records; returns the recording."""
+        with contextlib.suppress(Exception):
+            self._counters_at_start = await pool_scope_counters(self.client)
+        t0 = time.monotonic()
+        self.observer = Observer(client=self.client, recording=self.recording, namespace=WORKLOAD_NAMESPACE,
+                                 service="sample", edgewatch=self.cluster.edgewatch, t0=t0)
+        stop = asyncio.Event()
+        edge = self.scenario.node_names()
+        usage_at_start = {n: self.cluster.node_usage(n) for n in edge}
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._observe(stop))
+            if self.proxies.nodes or self.proxies.dns_nodes:
+                tg.create_task(self._observe_proxies(stop))
+            display = tg.create_task(self._display(stop)) if self.live else None
+            try:
+                for step in self.scenario.steps:
+                    await asyncio.sleep(max(0.0, step.at - (time.monotonic() - t0)))
+                    await self._do(step, t=self.observer.now())
+                    if step.action == "end":
+                        break
+            finally:
+                stop.set()
+                if display is not None:
+                    await display
+        self.recording.ended_at = self.observer.now()
+        self._record_costs(usage_at_start, elapsed_s=time.monotonic() - t0)
+        if self._counters_at_start:
+            with contextlib.suppress(Exception):
+                end = await pool_scope_counters(self.client)
+                self.recording.pool_scope_cloud = {
+                    k: (v if k == "open_watches" else v - self._counters_at_start.get(k, 0.0)) for k, v in end.items()}
+        return self.recording
+
+    def _record_costs(self, at_start: dict[str, dict[str, float]], *, elapsed_s: float) -> None:
+        """``recording.node_costs``: each edge node's CPU (% of one core over the run) and RSS at
+        the end; real nodes also their start-up times (see ``Recording.node_costs``)."""
+        for name, before in at_start.items():
+            now = self.cluster.node_usage(name)
+            node = self.cluster.nodes[name]
+            cost: dict[str, Any] = {
+                "kind": "real" if node.is_real else "simulated",
+                "cpu_pct": round(100 * max(0.0, now["cpu_s"] - before["cpu_s"]) / max(elapsed_s, 1e-9), 2),
+                "rss_mib": round(now["rss_bytes"] / (1 << 20), 1),
+            }
+            started = node.real.first_started_at if node.real is not None else None
+            if started is not None and name in self._ready_at:
+                cost["ready_s"] = round(self._ready_at[name] - started, 1)
+                if name in self._agent_ready_at:
+                    cost["agent_ready_s"] = round(self._agent_ready_at[name] - started, 1)
+            self.recording.node_costs[name] = cost
+
+    async def _observe_proxies(self, stop: asyncio.Event) -> None:
+        assert self.observer is not None
+        while not stop.is_set():
+            await self.proxies.poll(self.recording, self.observer.now())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+
+    async def _observe(self, stop: asyncio.Event) -> None:
+        assert self.observer is not None
+        while not stop.is_set():
+            await self.observer.poll()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.25)
+        await self.observer.poll()
+
+    async def _do(self, step: Any, *, t: float) -> None:
+        cluster, lab = self.cluster, self.cluster.lab
+        assert lab is not None
+        action = step.action
+        fault: dict[str, Any] = {"t": t, "action": action}
+        targets = _targets(step, self.scenario)
+        loop = asyncio.get_running_loop()
+        if action == "cut-cloud":
+            await loop.run_in_executor(None, lab.cut_cloud, targets)
+            fault["nodes"] = targets
+        elif action == "restore-cloud":
+            await loop.run_in_executor(None, lab.restore_cloud, targets)
+            fault["nodes"] = targets
+        elif action == "split":
+            sides = [list(s) for s in step.sides]
+            await loop.run_in_executor(None, lambda: lab.split(step.pool, sides))
+            fault.update(pool=step.pool, sides=sides)
+        elif action == "loss":
+            await loop.run_in_executor(None, lambda: lab.loss(targets, step.percent))
+            fault.update(nodes=targets, percent=step.percent)
+        elif action in ("kill", "kill-leader"):
+            node = step.node if action == "kill" else await self._leader_or_first(step.pool)
+            pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
+            before = cluster.container_count(node)
+            await loop.run_in_executor(None, cluster.kill_node, node)
+            self.recording.nodes[node].record_kill(t, pods=pods)
+            if before is not None:
+                self.recording.nodes[node].containers_at_kill[t] = [before, cluster.container_count(node) or 0]
+            fault["node"] = node
+        elif action == "revive":
+            await loop.run_in_executor(None, cluster.revive_node, step.node)
+            self.recording.nodes[step.node].record_revive(t)
+            fault["node"] = step.node
+        elif action == "kill-coordinator":
+            if step.pool in cluster.coordinators:
+                await loop.run_in_executor(None, cluster.kill_coordinator, step.pool)
+            fault["pool"] = step.pool
+        elif action == "revive-coordinator":
+            if step.pool in cluster.coordinators:
+                await loop.run_in_executor(None, cluster.start_coordinator, step.pool)
+            fault["pool"] = step.pool
+        elif action == "skew":
+            await loop.run_in_executor(None, cluster.skew, step.node, step.seconds)
+            fault.update(node=step.node, seconds=step.seconds)
+        elif action == "restart-controller":
+            if cluster.edgewatch:
+                fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
+        elif action == "scale":
+            await self.client.patch(Deployment, "sample", {"spec": {"replicas": step.replicas}},
+                                    namespace=WORKLOAD_NAMESPACE)
+            fault["replicas"] = step.replicas
+        elif action == "heal":
+            await loop.run_in_executor(None, lab.heal)
+        fault["done_at"] = self.observer.now() if self.observer else t
+        self.recording.faults.append(fault)
+        log.info("t=%.1f %s %s", t, action, {k: v for k, v in fault.items() if k not in ("t", "action")})
+
+    async def _leader_or_first(self, pool: str) -> str:
+        """The pool's leader. Without one (baseline, or none elected) the pool's last node that is
+        neither killed nor cut from the cloud — the node a leader would be — deterministic."""
+        with contextlib.suppress(Exception):
+            leader = await _leader_of(self.cluster, pool)
+            if leader:
+                return leader
+        lab = self.cluster.lab
+        assert lab is not None
+        nodes = [n for n in self.scenario.node_names() if self.scenario.pool_of(n) == pool]
+        able = [n for n in nodes if not lab.faults(n).killed and not lab.faults(n).cloud_cut]
+        return (able or nodes)[-1]
+
+    async def _display(self, stop: asyncio.Event) -> None:
+        with Live(self._render(), console=self.console, refresh_per_second=2, transient=False) as live:
+            while not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                live.update(self._render())
+
+    def _render(self) -> Group:
+        kind = "stock Kubernetes (baseline)" if not self.cluster.edgewatch else "edgewatch"
+        t = self.observer.now() if self.observer else 0.0
+        table = Table(title=f"{self.scenario.name} — {kind} — t={t:5.1f} s of {self.scenario.end_time:g} s")
+        for col in ("node", "pool", "state", "Ready", "edge view", "pods", "evicted", "taints"):
+            table.add_column(col)
+        views = self.observer.views if self.observer else {}
+        for name in self.scenario.all_node_names():
+            v = views.get(name)
+            rec = self.recording.nodes[name]
+            if v is None:
+                table.add_row(name, rec.pool, "-", "-", "-", "-", "-", "-")
+                continue
+            short = ",".join(sorted(x.replace("node.kubernetes.io/", "").replace("edgewatch.io/", "ew/")
+                                    for x in v.taints)) or "-"
+            table.add_row(name, rec.pool, Text(v.state, style=STATE_STYLE.get(v.state, "")), v.ready, v.edge,
+                          str(v.pods), str(len(rec.evictions)), short)
+        lines = [Text(f"  t={f['t']:6.1f}  {f['action']}  "
+                      f"{' '.join(str(v) for k, v in f.items() if k not in ('t', 'action', 'done_at'))}")
+                 for f in self.recording.faults[-6:]]
+        upcoming = [s for s in self.scenario.steps if s.at > t][:3]
+        lines += [Text(f"  next t={s.at:6.1f}  {s.action}", style="dim") for s in upcoming]
+        return Group(table, Text("faults:"), *lines)
+
+
+async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Console, live: bool) -> Recording:
+    assert cluster.admin_kubeconfig is not None
+    client = make_client(str(cluster.admin_kubeconfig), timeout_s=5)
+    try:
+        player = ScenarioPlayer(scenario=scenario, cluster=cluster, client=client, console=console, live=live)
+        try:
+            with console.status("waiting for the workload to serve"):
+                await player.prepare()
+            return await player.play()
+        finally:
+            await player.proxies.stop()
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
+                 keep_logs: bool = False, binaries: Binaries | None = None) -> RunResult:
+    """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
+    default to ``ensure_binaries()``."""
+    kind = "stock Kubernetes" if baseline else "edgewatch"
+    with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries)
+        cluster.__enter__()
+    try:
+        recording = asyncio.run(_run_async(scenario, cluster, console, live))
+        recording.identities = read_identities(cluster.cp.audit_log if cluster.cp else None)
+    finally:
+        with console.status("stopping everything"):
+            logs = cluster.log_files()
+            cluster.stop()
+    report = build_report(recording)
+    expectations = check_expectations(scenario, report)
+    if not keep_logs and all(e.passed for e in expectations):
+        cluster.remove_workdir()
+        logs = []
+    return RunResult(report=report, expectations=expectations, logs=logs)
+
+
+__all__ = ["RunResult", "ScenarioPlayer", "run_scenario", "ApiError"]

@@ -1,0 +1,580 @@
+"""Playground scenarios: a topology of simulated edge nodes, timed faults, and what should happen.
+
+A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_scenarios`)::
+
+    name: cloud-partition
+    description: one line
+    topology:
+      pools: [{name: a, nodes: 5, coordinator: true}]   # nodes are named <pool>-<n>, n from 1;
+                                                        # kube_proxy: [a-5] runs a real kube-proxy there;
+                                                        # coredns: [a-4] a real CoreDNS (cluster DNS);
+                                                        # real_nodes: 2 makes a-1, a-2 real nodes (a real
+                                                        # kubelet, containerd and runc; the rest simulated)
+      grouping: false
+      cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
+    timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
+    steps:                                   # times are seconds from the scenario's start
+      - {at: 10, action: cut-cloud, pool: a}                 # or nodes: [a-1, a-2]
+      - {at: 130, action: restore-cloud, pool: a}            # or nodes
+      - {at: 140, action: split, pool: a, sides: [[a-1, a-2, a-3], [a-4, a-5]]}
+      - {at: 150, action: loss, nodes: [a-1], percent: 30}   # or pool; percent 0 removes the loss
+      - {at: 160, action: kill, node: a-2}
+      - {at: 170, action: revive, node: a-2}               # kill/revive also cloud-2..cloud-N
+      - {at: 175, action: skew, node: a-4, seconds: -40}     # a-4's clock (kubelet, agent) 40 s slow; 0 ends it
+      - {at: 180, action: kill-leader, pool: a}              # pools with coordinator: true only
+      - {at: 185, action: kill-coordinator, pool: a}         # pools with coordinator: true only
+      - {at: 190, action: revive-coordinator, pool: a}
+      - {at: 195, action: restart-controller}
+      - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
+      - {at: 200, action: heal}                              # ends every cut, split and loss
+      - {at: 230, action: end}                               # exactly one, the last
+    expect:
+      - {pool: a, evictions: 0, endpoint_removals: 0, never_not_ready: true}
+      - {nodes: [a-2], evicted_within_s: 15, detected_within_s: 10, state_at_end: failed}
+      - {nodes: [a-1], evictions: ">0", baseline: true}      # only checked on --baseline runs
+
+Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
+
+* ``evictions``, ``endpoint_removals``: the count over all targeted nodes, either an int (exact) or a
+  comparison ``[op]N`` with op one of ``==``, ``>``, ``>=``, ``<``, ``<=`` (``">0"``, ``"<=2"``);
+* ``never_not_ready``: true = no targeted node's Ready condition was ever not True; false = at least one's was;
+* ``evicted_within_s``: every targeted node's pods were evicted within this many seconds after each of
+  its kills (a target that is never killed, or had no pods at the kill, fails);
+* ``detected_within_s``: every targeted node reached state ``failed`` (baseline: ``not_ready``) within
+  this many seconds after each of its kills;
+* ``state_at_end``: every targeted node's last recorded state. edgewatch runs: normal, disconnected,
+  failed, unknown; baseline runs (stock Kubernetes): normal, not_ready;
+* ``untouched``: true = edgewatch never tainted, annotated or held (Lease mark) any targeted node
+  (what a node edgewatch does not cover must get);
+* ``never_tainted``: true = no targeted node ever got one of edgewatch's taints;
+* ``kube_proxy_follows_within_s``: after every ``scale`` step, each targeted node's real kube-proxy
+  (pool key ``kube_proxy: [nodes]``) programs the Service's new endpoints within this many seconds of
+  the cloud showing them; ``kube_proxy_misses``: true = after some ``scale`` step it never does before
+  the next step (a cut-off node reading the cloud directly);
+* ``coredns_follows_within_s`` / ``coredns_misses``: the same for the node's real CoreDNS (pool key
+  ``coredns: [nodes]``): its answer for the sample workload's headless Service
+  (``sample-headless``) has the addresses of the Service's new endpoints within this many seconds
+  of the cloud showing them / never has them before the next step;
+* ``lease_carried``: true = the node's Lease was carried by a peer (a current delegated-heartbeat
+  mark was seen) and at the end it is the node's own again (holder the node, the mark gone, after
+  the node's kubelet renewed it); false = never carried;
+* ``containers_stopped``: true = at every kill of the node (a real node, ``real_nodes``) its pod
+  containers were running and none survived the kill;
+* ``replaced_within_s``: after every kill of the node, the sample Service had again as many ready
+  endpoints on live nodes as just before the kill within this many seconds;
+* ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
+
+Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
+edgewatch): ``cloud-1`` is the tainted control-plane node and cannot be faulted; the others are
+ordinary workers that also get pods of the sample workload. Expectations may target them by name;
+their detection state is ``not_ready`` (stock), in edgewatch runs too.
+
+Validation: unknown keys are errors with their path; steps are sorted by time (stably); exactly one
+``end`` step, strictly after every other step; no two identical actions on the same target at the same
+time; every node and pool referenced exists; ``split`` sides are non-empty, disjoint and in the pool;
+``percent`` in 0..100; coordinator actions and ``kill-leader`` only for pools with ``coordinator: true``;
+``kill`` only of a node that is up and ``revive`` only of one that was killed (likewise for coordinators);
+``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock) nor on a real node
+(its containers read the machine's clock); ``real_nodes`` at most the pool's ``nodes``;
+``containers_stopped`` only on real nodes; no pool named ``cloud``.
+Every problem is reported as a :class:`ScenarioError` naming the step (or expectation) index as written
+in the file and the field.
+
+Limits: this module only describes and checks scenarios; the runner plays them, and
+:mod:`edgewatch_lab.playground.report` judges a run against the expectations. Which node ``kill-leader``
+kills is only known at run time, so nothing can be expected of it here by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import yaml
+from pydantic import (
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+
+from edgewatch.core.types import DNS1123_LABEL_PATTERN
+from edgewatch_lab.playground.steps import (
+    ACTIONS,
+    CutCloud,
+    End,
+    Heal,
+    Kill,
+    KillCoordinator,
+    KillLeader,
+    Loss,
+    RestartController,
+    RestoreCloud,
+    Revive,
+    ReviveCoordinator,
+    Scale,
+    Skew,
+    Split,
+    Step,
+)
+from edgewatch_lab.playground.expectation import (
+    BASELINE_STATES,
+    EDGEWATCH_STATES,
+    Comparison,
+    Expectation,
+    StrictModel as _Model,
+)
+
+__all__ = [
+    "ACTIONS",
+    "BASELINE_STATES",
+    "EDGEWATCH_STATES",
+    "Comparison",
+    "CutCloud",
+    "End",
+    "Expectation",
+    "Heal",
+    "Kill",
+    "KillCoordinator",
+    "KillLeader",
+    "Loss",
+    "Pool",
+    "RestartController",
+    "RestoreCloud",
+    "Revive",
+    "ReviveCoordinator",
+    "Scale",
+    "Scenario",
+    "ScenarioError",
+    "Skew",
+    "Split",
+    "Step",
+    "Timings",
+    "Topology",
+    "builtin_scenarios",
+    "compact_node_names",
+    "dump_scenario",
+    "load_scenario",
+    "parse_scenario",
+]
+
+SCENARIO_DIR: Final = Path(__file__).parent / "scenarios"
+
+
+_NAME = DNS1123_LABEL_PATTERN
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; ``problems`` lists every problem found, one line each."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems or [])
+        if self.problems:
+            message = message + "\n" + "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------------------------------
+# Topology and timings
+
+
+
+class Pool(_Model):
+    """A node pool (site): ``nodes`` nodes named ``<name>-1`` .. ``<name>-<nodes>``."""
+
+    name: Annotated[str, Field(pattern=_NAME, max_length=40)]
+    nodes: Annotated[int, Field(ge=1, le=200)]
+    #: Whether the pool runs a pool coordinator (leader election, heartbeat forwarding, pool cache).
+    coordinator: StrictBool = False
+    #: Nodes of this pool that run a real kube-proxy (nftables, in the node's namespace) reading
+    #: Services and EndpointSlices from the agent's pool cache (edgewatch runs) or from the cloud
+    #: apiserver (baseline runs); the report records the backends it programs for the sample Service.
+    kube_proxy: list[str] = Field(default_factory=list)
+    #: Nodes of this pool that run a real CoreDNS (kubernetes plugin, in the node's namespace) with
+    #: its own ServiceAccount token, reading the agent's pool cache (edgewatch runs; Namespaces are
+    #: forwarded to the cloud) or the cloud (baseline); the report records its answer for the sample
+    #: workload's headless Service.
+    coredns: list[str] = Field(default_factory=list)
+    #: How many of the pool's nodes are real (``<pool>-1`` .. ``<pool>-<real_nodes>``): a real
+    #: kubelet, containerd and runc in the node's namespace, running edgewatch's agent and the
+    #: sample workload as containers (``edgewatch_lab.testing.realnode``). The others are simulated.
+    real_nodes: Annotated[int, Field(ge=0, le=20)] = 0
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(1, self.nodes + 1)]
+
+    def real_node_names(self) -> list[str]:
+        """The pool's real nodes: its first ``real_nodes``."""
+        return self.node_names()[: self.real_nodes]
+
+    @model_validator(mode="after")
+    def _kube_proxy_nodes(self) -> Pool:
+        outside = [n for n in self.kube_proxy if n not in self.node_names()]
+        if outside:
+            raise ValueError(f"kube_proxy: {', '.join(map(repr, outside))} not in pool {self.name!r}")
+        if self.real_nodes > self.nodes:
+            raise ValueError(f"real_nodes: {self.real_nodes} is more than the pool's {self.nodes} nodes")
+        real_proxied = [n for n in self.kube_proxy if n in self.real_node_names()]
+        if real_proxied:
+            raise ValueError(f"kube_proxy: {', '.join(real_proxied)} are real nodes, which run their own kube-proxy")
+        outside = [n for n in self.coredns if n not in self.node_names()]
+        if outside:
+            raise ValueError(f"coredns: {', '.join(map(repr, outside))} not in pool {self.name!r}")
+        real_dns = [n for n in self.coredns if n in self.real_node_names()]
+        if real_dns:
+            raise ValueError(f"coredns: {', '.join(real_dns)} are real nodes (CoreDNS runs on simulated ones)")
+        return self
+
+
+CLOUD_POOL: Final = "cloud"
+
+
+class Topology(_Model):
+    pools: Annotated[list[Pool], Field(min_length=1)]
+    #: Whether nodes are grouped by pool (each pool checks only itself) or all check each other.
+    grouping: StrictBool = False
+    #: Cloud nodes ``cloud-1..cloud-N`` (zone ``cloud``, no agent): cloud-1 is the tainted
+    #: control-plane node, the others ordinary workers. Real clusters have at least the first.
+    cloud_nodes: Annotated[int, Field(ge=1, le=20)] = 1
+
+    def cloud_node_names(self) -> list[str]:
+        """``cloud-1`` .. ``cloud-<cloud_nodes>``."""
+        return [f"{CLOUD_POOL}-{i}" for i in range(1, self.cloud_nodes + 1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Topology:
+        seen: set[str] = set()
+        for i, p in enumerate(self.pools):
+            if p.name == CLOUD_POOL:
+                raise ValueError(f"pools[{i}].name: {CLOUD_POOL!r} is reserved for the cloud nodes")
+            if p.name in seen:
+                raise ValueError(f"pools[{i}].name: pool {p.name!r} is defined twice")
+            seen.add(p.name)
+        names = [n for p in self.pools for n in p.node_names()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"pools: node names collide: {', '.join(dup)}")
+        return self
+
+
+class Timings(_Model):
+    """The cluster timings the scenario's expectations assume (the runner configures the cluster)."""
+
+    #: kube-controller-manager --node-monitor-grace-period (stock default 50 s).
+    node_monitor_grace_s: Annotated[float, Field(gt=0)] = 20.0
+    #: tolerationSeconds for not-ready / unreachable (DefaultTolerationSeconds, stock default 300 s).
+    toleration_s: Annotated[float, Field(ge=0)] = 30.0
+    #: edgewatch's autonomy time for nodes with no edge evidence (ControllerConfig.autonomy_s).
+    autonomy_s: Annotated[float, Field(ge=0)] = 300.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Scenario
+
+
+class Scenario(_Model):
+    name: Annotated[str, Field(pattern=_NAME, max_length=63)]
+    description: str = ""
+    topology: Topology
+    timings: Timings = Field(default_factory=Timings)
+    steps: Annotated[list[Step], Field(min_length=1)]
+    expect: list[Expectation] = Field(default_factory=list)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def node_names(self) -> list[str]:
+        """Every edge node (covered by edgewatch), pool by pool in topology order, ``<pool>-1`` first."""
+        return [n for p in self.topology.pools for n in p.node_names()]
+
+    def cloud_node_names(self) -> list[str]:
+        """The cloud nodes ``cloud-1`` .. ``cloud-N`` (no agent; not covered by edgewatch)."""
+        return self.topology.cloud_node_names()
+
+    def all_node_names(self) -> list[str]:
+        """Edge nodes, then cloud nodes."""
+        return self.node_names() + self.cloud_node_names()
+
+    def worker_node_names(self) -> list[str]:
+        """The nodes that take workload pods: edge nodes and cloud workers (not cloud-1)."""
+        return self.node_names() + self.cloud_node_names()[1:]
+
+    def real_node_names(self) -> list[str]:
+        """The real nodes (``real_nodes`` of each pool), pool by pool."""
+        return [n for p in self.topology.pools for n in p.real_node_names()]
+
+    def is_real(self, node: str) -> bool:
+        """Whether ``node`` runs a real kubelet (see ``Pool.real_nodes``)."""
+        return node in self.real_node_names()
+
+    def is_covered(self, node: str) -> bool:
+        """Whether edgewatch covers ``node`` (edge nodes; cloud nodes are not)."""
+        return node in self.node_names()
+
+    def pool(self, name: str) -> Pool:
+        for p in self.topology.pools:
+            if p.name == name:
+                return p
+        raise KeyError(f"no pool {name!r} in scenario {self.name!r}")
+
+    def nodes_of(self, pool: str | None) -> list[str]:
+        return self.pool(pool).node_names() if pool is not None else []
+
+    def pool_of(self, node: str) -> str:
+        """The pool of ``node`` (``cloud`` for cloud nodes); ``KeyError`` if it is not in the topology."""
+        for p in self.topology.pools:
+            if node in p.node_names():
+                return p.name
+        if node in self.cloud_node_names():
+            return CLOUD_POOL
+        raise KeyError(f"no node {node!r} in scenario {self.name!r}")
+
+    @property
+    def end_time(self) -> float:
+        """Seconds from the start at which the scenario ends (its ``end`` step)."""
+        return next(s.at for s in self.steps if s.action == "end")
+
+    def expectations_for(self, *, baseline: bool) -> list[Expectation]:
+        return [e for e in self.expect if e.baseline == baseline]
+
+    # -- cross-field validation ------------------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> Scenario:
+        problems: list[str] = []
+        pools = {p.name: p for p in self.topology.pools}
+        nodes = set(self.all_node_names())
+        all_nodes = compact_node_names(self.all_node_names())
+        fixed = self.cloud_node_names()[0]
+
+        def where(i: int, step: Any) -> str:
+            return f"steps[{i}] ({step.action})"
+
+        # references
+        for i, s in enumerate(self.steps):
+            pool = s.referenced_pool()
+            if pool is not None and pool not in pools:
+                problems.append(f"{where(i, s)}.pool: no pool {pool!r} in the topology "
+                                f"(pools: {', '.join(pools)})")
+                continue
+            field = {"split": "sides", "kill": "node", "revive": "node", "skew": "node"}.get(s.action, "nodes")
+            unknown = [n for n in s.referenced_nodes() if n not in nodes]
+            if unknown:
+                problems.append(f"{where(i, s)}.{field}: no node {', '.join(map(repr, unknown))} in the "
+                                f"topology (nodes: {all_nodes})")
+                continue
+            if fixed in s.referenced_nodes():
+                problems.append(f"{where(i, s)}.{field}: {fixed} is the control-plane node (this machine); "
+                                "it cannot be faulted")
+                continue
+            if s.action == "skew" and self.is_real(s.node):
+                problems.append(f"{where(i, s)}.node: {s.node} is a real node; its kubelet and containers "
+                                "read the machine's clock, which cannot be skewed per node")
+            if s.action == "split":
+                outside = [n for n in s.referenced_nodes() if n not in pools[s.pool].node_names()]
+                if outside:
+                    problems.append(f"{where(i, s)}.sides: {', '.join(map(repr, outside))} not in pool "
+                                    f"{s.pool!r}")
+            if s.action in ("kill-leader", "kill-coordinator", "revive-coordinator"):
+                if not pools[s.pool].coordinator:
+                    problems.append(f"{where(i, s)}.pool: pool {s.pool!r} has no coordinator "
+                                    f"(set coordinator: true in the topology to use {s.action})")
+
+        # end
+        ends = [i for i, s in enumerate(self.steps) if s.action == "end"]
+        if len(ends) != 1:
+            problems.append(f"steps: need exactly one 'end' step, found {len(ends)}"
+                            + (f" ({', '.join(f'steps[{i}]' for i in ends)})" if ends else ""))
+        else:
+            end_at = self.steps[ends[0]].at
+            late = [i for i, s in enumerate(self.steps) if i != ends[0] and s.at >= end_at]
+            for i in late:
+                problems.append(f"{where(i, self.steps[i])}.at: at {self.steps[i].at:g} s is not before "
+                                f"the end step (steps[{ends[0]}] at {end_at:g} s); 'end' must be last")
+
+        # duplicates, and kill/revive sequences, in time order (stable: file order at equal times)
+        order = sorted(range(len(self.steps)), key=lambda i: self.steps[i].at)
+        seen: dict[tuple, int] = {}
+        dead_nodes: dict[str, int] = {}
+        dead_coords: dict[str, int] = {}
+        for i in order:
+            s = self.steps[i]
+            key = (s.at, s.action, s.target_key())
+            if key in seen:
+                problems.append(f"{where(i, s)}: duplicate of steps[{seen[key]}] (same action on the same "
+                                f"target at {s.at:g} s)")
+            else:
+                seen[key] = i
+            if problems:
+                continue  # references may be broken; the sequence checks below assume they are not
+            if s.action == "kill":
+                if s.node in dead_nodes:
+                    problems.append(f"{where(i, s)}.node: {s.node} is already dead "
+                                    f"(killed by steps[{dead_nodes[s.node]}]); revive it first")
+                dead_nodes[s.node] = i
+            elif s.action == "revive":
+                if s.node not in dead_nodes:
+                    problems.append(f"{where(i, s)}.node: {s.node} is not dead at {s.at:g} s "
+                                    "(revive only a killed node)")
+                dead_nodes.pop(s.node, None)
+            elif s.action == "kill-coordinator":
+                if s.pool in dead_coords:
+                    problems.append(f"{where(i, s)}.pool: the coordinator of {s.pool} is already down "
+                                    f"(steps[{dead_coords[s.pool]}])")
+                dead_coords[s.pool] = i
+            elif s.action == "revive-coordinator":
+                if s.pool not in dead_coords:
+                    problems.append(f"{where(i, s)}.pool: the coordinator of {s.pool} is not down at "
+                                    f"{s.at:g} s (revive-coordinator needs an earlier kill-coordinator)")
+                dead_coords.pop(s.pool, None)
+
+        # expectations
+        for i, e in enumerate(self.expect):
+            if e.pool is not None and e.pool not in pools:
+                problems.append(f"expect[{i}].pool: no pool {e.pool!r} in the topology "
+                                f"(pools: {', '.join(pools)})")
+            unknown = [n for n in (e.nodes or []) if n not in nodes]
+            if unknown:
+                problems.append(f"expect[{i}].nodes: no node {', '.join(map(repr, unknown))} in the "
+                                f"topology (nodes: {all_nodes})")
+            elif e.kube_proxy_follows_within_s is not None or e.kube_proxy_misses is not None:
+                proxied = {n for p in self.topology.pools for n in p.kube_proxy}
+                without = [n for n in e.target_nodes(self) if n not in proxied] if e.pool in pools or e.nodes else []
+                if without:
+                    problems.append(f"expect[{i}]: kube_proxy checks on {', '.join(without)}, which run no "
+                                    "kube-proxy (list them in the pool's kube_proxy)")
+            if not unknown and (e.coredns_follows_within_s is not None or e.coredns_misses is not None):
+                resolvers = {n for p in self.topology.pools for n in p.coredns}
+                without = [n for n in e.target_nodes(self) if n not in resolvers] if e.pool in pools or e.nodes else []
+                if without:
+                    problems.append(f"expect[{i}]: coredns checks on {', '.join(without)}, which run no "
+                                    "CoreDNS (list them in the pool's coredns)")
+            if not unknown and e.containers_stopped is not None and (e.pool in pools or e.nodes):
+                simulated = [n for n in e.target_nodes(self) if not self.is_real(n)]
+                if simulated:
+                    problems.append(f"expect[{i}]: containers_stopped on {', '.join(simulated)}, which are "
+                                    "simulated (only real nodes run containers; see real_nodes)")
+
+        if problems:
+            raise ValueError("\n".join(problems))
+        self.steps = [self.steps[i] for i in order]
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def compact_node_names(names: list[str]) -> str:
+    """``a-1..a-4, b-2`` for a list of node names (runs of consecutive numbers in one pool)."""
+    out: list[str] = []
+    run: list[tuple[str, int]] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        p, first = run[0]
+        last = run[-1][1]
+        if len(run) >= 3:
+            out.append(f"{p}-{first}..{p}-{last}")
+        else:
+            out.extend(f"{p}-{n}" for _, n in run)
+        run.clear()
+
+    for name in names:
+        m = re.match(r"^(.*)-(\d+)$", name)
+        if m is None:
+            flush()
+            out.append(name)
+            continue
+        p, n = m.group(1), int(m.group(2))
+        if run and (run[-1][0] != p or run[-1][1] + 1 != n):
+            flush()
+        run.append((p, n))
+    flush()
+    return ", ".join(out)
+
+
+_ACTION_SET = set(ACTIONS)
+
+
+def _format_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in _ACTION_SET and out.startswith("steps["):
+            out += f" ({part})"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _problems(err: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for e in err.errors(include_url=False):
+        loc = _format_loc(tuple(e["loc"]))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "union_tag_invalid":
+            loc += ".action"
+            msg = f"unknown action {e.get('ctx', {}).get('tag')!r} (actions: {', '.join(ACTIONS)})"
+        elif e["type"] == "union_tag_not_found":
+            loc += ".action"
+            msg = f"missing (actions: {', '.join(ACTIONS)})"
+        elif e["type"] in ("value_error", "assertion_error"):
+            msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        for line in msg.split("\n"):
+            problems.append(f"{loc}: {line}" if loc else line)
+    return problems
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate already-parsed YAML; raises :class:`ScenarioError` listing every problem."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario {source}: expected a mapping at the top level, "
+                            f"got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(f"scenario {source} is not valid:", _problems(err)) from None
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """The built-in scenarios: name -> YAML file (package data, ``scenarios/*.yaml``)."""
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a built-in scenario by name, or a scenario YAML file by path."""
+    builtins = builtin_scenarios()
+    key = str(name_or_path)
+    if key in builtins and not Path(key).is_file():
+        path = builtins[key]
+    else:
+        path = Path(key)
+        if not path.is_file():
+            raise ScenarioError(
+                f"no scenario {key!r}: not a built-in one ({', '.join(builtins) or 'none installed'}) "
+                "and no such file"
+            )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ScenarioError(f"scenario {path}: cannot read: {err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ScenarioError(f"scenario {path}: not valid YAML{where}: {problem}") from None
+    return parse_scenario(data, str(path))
+
+
+def dump_scenario(scenario: Scenario) -> str:
+    """The scenario as YAML (steps in time order); :func:`parse_scenario` of it gives it back."""
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    data["steps"] = [{"at": st.pop("at"), "action": st.pop("action"), **st} for st in data["steps"]]
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,318 @@
+"""Build the images the lab's real nodes run, here and offline: edgewatch's own, and pause.
+
+What it is for
+    ``make image`` and the playground's real nodes (``edgewatch_lab.testing.realnode``) need
+    ``ghcr.io/edgewatch/edgewatch:<version>`` (the tag the shipped manifests name) and the pod
+    sandbox image ``registry.k8s.io/pause:3.10.2`` (containerd's default sandbox image) without a
+    registry. Both are written as OCI archives by ``edgewatch_lab.testing.ociimage`` and imported with
+    ``ctr images import``.
+
+How the edgewatch image is made (the Dockerfile stays the user-facing recipe)
+    * the Python runtime comes from Debian's packages as installed on this machine: the files
+      ``dpkg -L`` lists for ``python3.11-minimal``, ``libpython3.11-stdlib``, ``coreutils`` (the
+      agent's init container runs ``chown``), ``dash`` and their installed dependencies (docs,
+      manuals and locales left out), laid out merged-/usr as Debian 12 is;
+    * edgewatch and its pinned dependencies are installed by pip from this checkout's
+      ``pyproject.toml``, exactly what the Dockerfile's ``pip install .`` installs (same package
+      version, same pins), into ``/usr/lib/python3/dist-packages``;
+    * every module is byte-compiled at build time (the agent runs with a read-only root
+      filesystem, so Python could not cache them at run time);
+    * ``/usr/local/bin/edgewatch`` is the console script; ``USER 65532:65532`` and
+      ``ENTRYPOINT ["edgewatch"]`` as in the Dockerfile.
+
+    The Dockerfile's base is ``python:3.11-slim`` (CPython 3.11 on Debian 12); this one is Debian
+    12's own CPython 3.11. Both run the same edgewatch wheel.
+
+Cache: ``~/.cache/edgewatch/images/`` (``EDGEWATCH_CACHE`` overrides the root), keyed by a hash of
+the sources, ``pyproject.toml``, this module and the Debian package versions; a hit costs nothing.
+
+Limits: needs a Debian/Ubuntu host with those packages installed (``dpkg-query``) and pip's access
+to PyPI (or its cache) for the pinned dependencies; linux/amd64 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgewatch import __version__
+from edgewatch_lab.testing.ociimage import image_config, write_layer, write_oci_archive
+
+__all__ = ["EDGEWATCH_IMAGE", "PAUSE_IMAGE", "ImageError", "Images", "debian_closure", "ensure_images"]
+
+EDGEWATCH_REPOSITORY = "ghcr.io/edgewatch/edgewatch"
+EDGEWATCH_IMAGE = f"{EDGEWATCH_REPOSITORY}:{__version__}"
+#: containerd v2.3's default sandbox image (internal/cri/config/config.go), built from the
+#: Kubernetes module's build/pause/linux/pause.c by hack/binaries/build-node.sh.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
+PYTHON = "python3.11"
+ROOT_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "coreutils", "dash", "libstdc++6")
+#: Installed as dependencies of the roots but not needed in a container (package tools).
+EXCLUDED_PACKAGES = frozenset({"dpkg", "tar", "debianutils"})
+_SKIPPED_PREFIXES = ("/usr/share/doc", "/usr/share/man", "/usr/share/locale", "/usr/share/info",
+                     "/usr/share/lintian", "/usr/share/bug", "/etc/")
+_MERGED = {"/bin/": "/usr/bin/", "/sbin/": "/usr/sbin/", "/lib/": "/usr/lib/", "/lib64/": "/usr/lib64/"}
+IMAGE_UID = 65532
+_Progress = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """An image could not be built (a command failed or the host lacks a package)."""
+
+
+@dataclass(frozen=True)
+class Images:
+    """Paths of the OCI archives, and the names they carry."""
+
+    edgewatch: Path
+    pause: Path
+    edgewatch_name: str = EDGEWATCH_IMAGE
+    pause_name: str = PAUSE_IMAGE
+
+
+def _run(argv: list[str], *, timeout_s: float = 600.0, env: dict[str, str] | None = None) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageError(f"{argv[0]}: {exc}") from exc
+    if proc.returncode != 0:
+        raise ImageError(f"{' '.join(argv[:4])} ... failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+def _installed(package: str) -> bool:
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Status}", package], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.endswith(" installed")
+
+
+def parse_depends(field: str) -> list[list[str]]:
+    """``Depends``/``Pre-Depends`` text -> alternatives per dependency, package names only
+    (versions and architecture qualifiers dropped). Pure."""
+    result = []
+    for dep in field.split(","):
+        alts = [re.split(r"[\s(:]", a.strip(), maxsplit=1)[0] for a in dep.split("|")]
+        alts = [a for a in alts if a]
+        if alts:
+            result.append(alts)
+    return result
+
+
+def debian_closure(roots: tuple[str, ...] = ROOT_PACKAGES, *, excluded: frozenset[str] = EXCLUDED_PACKAGES,
+                   installed: Callable[[str], bool] = _installed,
+                   depends: Callable[[str], str] | None = None) -> list[str]:
+    """The installed packages ``roots`` need, transitively (the first installed alternative of
+    each dependency), minus ``excluded``; sorted.
+
+    Raises ImageError when a root is not installed.
+    """
+    def dpkg_depends(package: str) -> str:
+        return _run(["dpkg-query", "-W", "-f", "${Pre-Depends}, ${Depends}", package], timeout_s=30)
+
+    depends = depends or dpkg_depends
+    for root in roots:
+        if not installed(root):
+            raise ImageError(f"Debian package {root} is not installed (apt-get install {root})")
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        package = todo.pop()
+        if package in seen or package in excluded:
+            continue
+        seen.add(package)
+        for alts in parse_depends(depends(package)):
+            chosen = next((a for a in alts if a in seen or installed(a)), None)
+            if chosen is not None:
+                todo.append(chosen)
+    return sorted(seen)
+
+
+def merged_path(path: str) -> str:
+    """A path as it lies on a merged-/usr system (``/bin/x`` -> ``/usr/bin/x``). Pure."""
+    for old, new in _MERGED.items():
+        if path.startswith(old):
+            return new + path[len(old):]
+    return path
+
+
+def _copy_packages(packages: list[str], rootfs: Path) -> int:
+    for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
+        (rootfs / target).mkdir(parents=True, exist_ok=True)
+        (rootfs / link).symlink_to(target)
+    copied = 0
+    for package in packages:
+        for listed in _run(["dpkg-query", "-L", package], timeout_s=30).splitlines():
+            if not listed.startswith("/") or listed.startswith(_SKIPPED_PREFIXES):
+                continue
+            source = Path(listed)
+            if not source.is_symlink() and not source.is_file():
+                continue
+            dest = rootfs / merged_path(listed).lstrip("/")
+            if dest.exists() or dest.is_symlink():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_symlink():
+                dest.symlink_to(os.readlink(source))
+            else:
+                shutil.copy2(source, dest)
+            copied += 1
+    sh = rootfs / "usr/bin/sh"
+    if not sh.exists() and not sh.is_symlink():
+        sh.symlink_to("dash")
+    return copied
+
+
+def _write_base_files(rootfs: Path) -> None:
+    etc = rootfs / "etc"
+    etc.mkdir(exist_ok=True)
+    (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\nnonroot:x:{IMAGE_UID}:{IMAGE_UID}::/home/nonroot:/bin/sh\n")
+    (etc / "group").write_text(f"root:x:0:\nnonroot:x:{IMAGE_UID}:\n")
+    (etc / "nsswitch.conf").write_text("passwd: files\ngroup: files\nhosts: files dns\n")
+    for name in ("tmp", "var/tmp", "root", "home/nonroot", "var/lib/edgewatch", "proc", "sys", "dev", "run"):
+        (rootfs / name).mkdir(parents=True, exist_ok=True)
+    os.chmod(rootfs / "tmp", 0o1777)
+    os.chmod(rootfs / "var/tmp", 0o1777)
+    script = rootfs / "usr/local/bin/edgewatch"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!/usr/bin/{PYTHON}\nimport sys\nfrom edgewatch.cli import main\n\nsys.exit(main())\n")
+    script.chmod(0o755)
+
+
+def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress) -> None:
+    target = rootfs / "usr/lib/python3/dist-packages"
+    target.mkdir(parents=True, exist_ok=True)
+    progress(f"pip install {repo} (the Dockerfile's `pip install .`, pinned by pyproject.toml)")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    with tempfile.TemporaryDirectory(prefix="edgewatch-src-") as src:
+        # What the Dockerfile copies (pyproject.toml, README.md, src/), so the build's own
+        # folders (build/, *.egg-info) land in the copy, never in the checkout.
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(repo / name, Path(src) / name)
+        shutil.copytree(repo / "src", Path(src) / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target), src],
+             timeout_s=900, env=env)
+    shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts with this venv's shebang
+    progress("byte-compiling the standard library and the packages")
+    for folder in (rootfs / "usr/lib" / PYTHON, target):
+        _run([f"/usr/bin/{PYTHON}", "-m", "compileall", "-q", "-j", "0", "-s", str(rootfs), "-p", "/", str(folder)],
+             timeout_s=900)
+
+
+def source_hash(repo: Path, packages: list[str]) -> str:
+    """A digest of what the edgewatch image is built from: the package sources, pyproject.toml,
+    the image-building modules and the Debian package versions (16 hex characters)."""
+    h = hashlib.sha256()
+    files = [repo / "pyproject.toml", Path(__file__), Path(__file__).with_name("ociimage.py")]
+    files += sorted((repo / "src" / "edgewatch").rglob("*.py")) + sorted((repo / "src" / "edgewatch").rglob("*.yaml"))
+    for path in files:
+        h.update(str(path.relative_to(repo) if path.is_relative_to(repo) else path.name).encode())
+        h.update(path.read_bytes())
+    h.update(_run(["dpkg-query", "-W", "-f", "${Package}=${Version}\n", *packages], timeout_s=30).encode())
+    return h.hexdigest()[:16]
+
+
+def build_edgewatch_image(*, repo: Path, out: Path, progress: _Progress) -> None:
+    """Build ``EDGEWATCH_IMAGE`` from ``repo`` into the OCI archive ``out`` (see the module docstring).
+
+    Raises ImageError.
+    """
+    packages = debian_closure()
+    with tempfile.TemporaryDirectory(prefix="edgewatch-image-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        rootfs.mkdir()
+        progress(f"Debian files of {len(packages)} packages ({', '.join(ROOT_PACKAGES)} and their dependencies)")
+        _copy_packages(packages, rootfs)
+        _write_base_files(rootfs)
+        _install_edgewatch(repo, rootfs, progress)
+        progress("writing the layer")
+        layer = write_layer(rootfs, Path(tmp) / "layer.tar",
+                            owners={"home/nonroot": (IMAGE_UID, IMAGE_UID)})
+        config = image_config(
+            diff_ids=[layer.digest], entrypoint=["edgewatch"], user=f"{IMAGE_UID}:{IMAGE_UID}",
+            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            labels={"org.opencontainers.image.title": "edgewatch", "org.opencontainers.image.version": __version__},
+        )
+        tmp_out = out.with_suffix(".tmp")
+        write_oci_archive(tmp_out, name=EDGEWATCH_IMAGE, layers=[layer], config=config)
+        os.replace(tmp_out, out)
+
+
+def build_pause_image(*, pause_binary: Path, out: Path) -> None:
+    """Build ``PAUSE_IMAGE`` (``/pause`` as user 65535, as upstream's Dockerfile) into ``out``."""
+    with tempfile.TemporaryDirectory(prefix="edgewatch-pause-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        rootfs.mkdir()
+        shutil.copy2(pause_binary, rootfs / "pause")
+        layer = write_layer(rootfs, Path(tmp) / "layer.tar")
+        config = image_config(diff_ids=[layer.digest], entrypoint=["/pause"], user="65535:65535")
+        tmp_out = out.with_suffix(".tmp")
+        write_oci_archive(tmp_out, name=PAUSE_IMAGE, layers=[layer], config=config)
+        os.replace(tmp_out, out)
+
+
+def cache_dir() -> Path:
+    """``$EDGEWATCH_CACHE/images`` or ``~/.cache/edgewatch/images``."""
+    root = Path(os.environ.get("EDGEWATCH_CACHE") or Path.home() / ".cache" / "edgewatch")
+    return root / "images"
+
+
+def ensure_images(*, pause_binary: Path, repo: Path | None = None, progress: _Progress | None = None) -> Images:
+    """The two archives, built on first use (about a minute) and cached (see the module docstring).
+
+    Args:
+        pause_binary: the static pause built by ``hack/binaries/build-node.sh``.
+        repo: the checkout to install edgewatch from (default: the one this module was loaded from).
+        progress: called with a line per build step (default: stderr).
+
+    Raises ImageError (no checkout, a missing Debian package, pip or a copy failed).
+    """
+    report = progress or (lambda line: print(f"[edgewatch image] {line}", file=sys.stderr, flush=True))
+    repo = repo or Path(__file__).resolve().parents[4]  # lab/src/edgewatch_lab/testing/x.py -> the checkout
+    if not (repo / "pyproject.toml").is_file():
+        raise ImageError(f"{repo} is not an edgewatch checkout (no pyproject.toml)")
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    key = source_hash(repo, debian_closure())
+    edgewatch_tar = folder / f"edgewatch-{__version__}-{key}.oci.tar"
+    pause_tar = folder / f"pause-3.10.2-{hashlib.sha256(pause_binary.read_bytes()).hexdigest()[:16]}.oci.tar"
+    if not pause_tar.exists():
+        build_pause_image(pause_binary=pause_binary, out=pause_tar)
+    if not edgewatch_tar.exists():
+        report(f"building {EDGEWATCH_IMAGE} into {edgewatch_tar}")
+        build_edgewatch_image(repo=repo, out=edgewatch_tar, progress=report)
+        for old in folder.glob("edgewatch-*.oci.tar"):
+            if old != edgewatch_tar:
+                old.unlink(missing_ok=True)
+        report(f"built {edgewatch_tar} ({edgewatch_tar.stat().st_size // (1 << 20)} MiB)")
+    return Images(edgewatch=edgewatch_tar, pause=pause_tar)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edgewatch_lab.testing.images --pause PATH``: build (or find) both archives, print their paths."""
+    parser = argparse.ArgumentParser(prog="python -m edgewatch_lab.testing.images", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pause", type=Path, required=True, help="the static pause binary (make node-binaries)")
+    args = parser.parse_args(argv)
+    try:
+        images = ensure_images(pause_binary=args.pause)
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(images.edgewatch)
+    print(images.pause)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The sample workload the smoke check, tests and playground run: a Deployment spread over the
+nodes behind a Service.
+
+The image is the pod sandbox image (``registry.k8s.io/pause:3.10.2``, never pulled: the lab's real
+nodes have it imported, see ``edgewatch_lab.testing.images``): on a real node (``real_nodes``) the pods
+are real containers; the kubelet simulator only reports them Running.
+
+Limits: the container serves nothing on its port; readiness is the container running.
+"""
+
+from __future__ import annotations
+
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Service
+
+APP_LABEL = {"app": "sample"}
+
+
+def sample_deployment(*, namespace: str, replicas: int, name: str = "sample") -> Deployment:
+    """A Deployment of ``replicas`` pods spread over nodes (topologySpreadConstraints on hostname,
+    ScheduleAnyway so a short cluster still schedules everything)."""
+    return Deployment.from_dict({
+        "metadata": {"name": name, "namespace": namespace, "labels": APP_LABEL},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": APP_LABEL},
+            "template": {
+                "metadata": {"labels": APP_LABEL},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": APP_LABEL},
+                    }],
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10.2",
+                                    "imagePullPolicy": "IfNotPresent",
+                                    "ports": [{"containerPort": 8080}]}],
+                },
+            },
+        },
+    })
+
+
+def sample_service(*, namespace: str, name: str = "sample") -> Service:
+    """A ClusterIP Service selecting the sample pods on port 80 -> 8080."""
+    return Service.from_dict({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": APP_LABEL, "ports": [{"port": 80, "targetPort": 8080}]},
+    })
+
+
+def sample_headless_service(*, namespace: str, name: str = "sample-headless") -> Service:
+    """A headless Service (``clusterIP: None``) selecting the sample pods: cluster DNS answers its
+    name with the ready pods' addresses, so a scale changes the answer (CoreDNS in the playground)."""
+    return Service.from_dict({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterIP": "None", "selector": APP_LABEL, "ports": [{"port": 8080, "targetPort": 8080}]},
+    })
