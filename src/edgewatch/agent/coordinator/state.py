@@ -1,0 +1,181 @@
+"""What every part of ``PoolCoordinator`` shares (``CoordinatorState``): the constructor (names,
+keys, the pool-cache leader, the observed state and the leases kept across sessions), the
+read-only view the agent uses, one etcd call under its timeout, and the role as reported."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from lightkube import AsyncClient
+from prometheus_client import CollectorRegistry
+
+from edgewatch.agent.coordinator.config import KEY_ROOT, CoordinatorConfig, CoordinatorTLS, parse_coordinator_url
+from edgewatch.agent.coordinator.errors import CoordinatorError
+from edgewatch.agent.coordinator.metrics import _Metrics
+from edgewatch.agent.coordinator.roles import Role
+from edgewatch.agent.coordinator.schema import Heartbeat
+from edgewatch.core.types import is_dns1123_label, is_dns1123_subdomain
+from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
+from edgewatch.poolcache.resources import PoolResource
+
+__all__ = ["CoordinatorState"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class _LeaderKey:
+    value: bytes
+    lease: int
+    create_revision: int
+    mod_revision: int
+
+
+class CoordinatorState:
+    """The state every part of ``PoolCoordinator`` reads and writes, and what they all use (the
+    constructor's arguments are ``PoolCoordinator``'s, see there)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        pool: str,
+        node: str,
+        kube: AsyncClient,
+        cloud_ok: Callable[[], bool],
+        verdict_of: Callable[[str], str],
+        config: CoordinatorConfig | None = None,
+        tls: CoordinatorTLS | None = None,
+        registry: CollectorRegistry | None = None,
+        pool_resources: tuple[PoolResource, ...] = (),
+        cache_config: CacheLeaderConfig | None = None,
+        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.endpoint = parse_coordinator_url(url)
+        self._wall = wall
+        if not is_dns1123_label(pool):
+            raise CoordinatorError("config", f"pool name {pool!r} is not a DNS-1123 label")
+        if not is_dns1123_subdomain(node):
+            raise CoordinatorError("config", f"node name {node!r} is not a DNS-1123 subdomain")
+        if tls is not None and self.endpoint.scheme != "https":
+            raise CoordinatorError("config", f"CoordinatorTLS given but the coordinator URL {url!r} is not https://")
+        self.pool = pool
+        self.node = node
+        self.kube = kube
+        self._cloud_ok_fn = cloud_ok
+        self._verdict_of = verdict_of
+        self.config = config or CoordinatorConfig()
+        self.tls = tls
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = _Metrics(registry)
+        self.incarnation = time.time_ns() // 1000
+
+        prefix = f"{KEY_ROOT}{pool}/"
+        self.prefix = prefix
+        self.heartbeat_prefix = f"{prefix}heartbeats/".encode()
+        self.leader_key = f"{prefix}leader".encode()
+        self.sync_key = f"{prefix}leader-informer-sync".encode()
+        self.pool_resources = tuple(pool_resources)
+        http = getattr(getattr(kube, "_client", None), "_client", None)  # lightkube's httpx client
+        if http is None and self.pool_resources:
+            raise CoordinatorError("config", "the pool cache needs a lightkube AsyncClient (its HTTP client)")
+        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=prefix, node=node,
+                                            metrics=LeaderMetrics(registry), config=cache_config)
+
+        # Observed state (written only from the event loop).
+        self._role = Role.PENDING
+        self._healthy = False
+        self._leader_kv: _LeaderKey | None = None
+        self._sync_present = False
+        self._sync_rev = 0
+        self._sync_seen_at = 0.0  # monotonic time the sync key was last seen to change
+        self._state_rev = 0
+        self._term = 0
+        self._elected = False
+        self._campaigning = False
+        self._cloud = True
+        self._cloud_changed = asyncio.Event()  # set by cloud_link_changed()
+        self._closing = False
+        self.last_error: str | None = None
+        # Leases remembered across sessions (reused after a reconnect if etcd still has them).
+        self._hb_lease: int | None = None
+        self._leader_lease: int | None = None
+        self._leader_valid_until = 0.0
+        # Leader-only state.
+        self._heartbeats: dict[str, Heartbeat] = {}
+        # When each current heartbeat was put: the leader's wall clock at ingest minus the age measured
+        # here (watch: 0; listing: etcd's lease age) -- never a time read from the value.
+        self._put_at: dict[str, dt.datetime] = {}
+        self._due: dict[str, float] = {}
+        self._backoff: dict[str, float] = {}
+        self._forwarded: dict[str, float] = {}
+        self._queue: asyncio.Queue[str] | None = None
+        self._queued: set[str] = set()
+        self._skipped: set[str] = set()  # nodes last skipped as unhealthy (to log once per episode)
+        # Wake-ups (created lazily in run(): no event loop is needed to construct this object).
+        self._hb_wake: asyncio.Event | None = None
+        self._election_wake: asyncio.Event | None = None
+        self._stepdown_wake: asyncio.Event | None = None
+        self._run_task: asyncio.Task[None] | None = None
+
+    # -- read-only view ------------------------------------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        """Current role."""
+        return self._role
+
+    @property
+    def healthy(self) -> bool:
+        """The coordinator is reachable (a session is up)."""
+        return self._healthy
+
+    @property
+    def ready(self) -> bool:
+        """Pool-scope data is synced: reachable, ``leader-informer-sync`` exists and was seen to
+        change within ``sync_stale_s`` by our own clock (seed 002)."""
+        return (self._healthy and self._sync_present
+                and time.monotonic() - self._sync_seen_at < self.config.sync_stale_s)
+
+    @property
+    def leader(self) -> str | None:
+        """The current leader's node name as seen in etcd (None if none, or unreachable)."""
+        if not self._healthy or self._leader_kv is None:
+            return None
+        name = self._leader_kv.value.decode(errors="replace")
+        return name if is_dns1123_subdomain(name) else None
+
+    def covers_delegation(self) -> bool:
+        """True while the coordinator is reachable and some node is elected: the leader forwards
+        delegated heartbeats, so the agent's peer-path delegation can stand back."""
+        return self.leader is not None
+
+    @property
+    def forwarded(self) -> dict[str, float]:
+        """Node -> monotonic time of this leader's last successful forward for it (a copy)."""
+        return dict(self._forwarded)
+
+    # -- shared by the parts -------------------------------------------------------------------------
+
+    async def _rpc(self, call: Awaitable[T]) -> T:
+        """One etcd call under ``rpc_timeout_s`` (aetcd also sets it as the gRPC deadline)."""
+        async with asyncio.timeout(self.config.rpc_timeout_s):
+            return await call
+
+    def _set_role(self, role: Role) -> None:
+        if role is not self._role:
+            log.info("pool role %s -> %s", self._role.value, role.value,
+                     extra={"pool": self.pool, "node": self.node, "role": role.value, "leader": self.leader})
+        self._role = role
+        for r in Role:
+            self.metrics.role.labels(role=r.value).set(1 if r is role else 0)
+        self.metrics.healthy.set(1 if self._healthy else 0)
+        self.metrics.ready.set(1 if self.ready else 0)
