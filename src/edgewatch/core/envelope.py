@@ -1,0 +1,380 @@
+"""The envelope of the agents' peer protocol v4 (:mod:`edgewatch.core.wire` describes the whole
+protocol and its freshness argument): one message from a sender to a receiver, a frame of one
+ASCII header line (magic, key id, signature) and a canonical JSON body carrying the sender's own
+heartbeat, a few relayed ones and their ages.
+
+Here: its strict schema, :func:`encode_envelope` and :func:`decode_envelope`, which refuses an
+oversized message, checks the signature over the body bytes before parsing anything (then JSON
+without duplicate keys or non-finite numbers), then the schema, the sender and receiver binding,
+the reply binding, the sender's own heartbeat (:mod:`edgewatch.core.heartbeat`) and the
+:class:`~edgewatch.core.replay.ReplayGuard`; relayed heartbeats are checked one by one.
+
+Limits: pure (nonces and epochs come from the caller); hostile input never raises anything but
+:class:`~edgewatch.core.rejection.Rejected`; a relayed heartbeat that fails is reported, never
+fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, Field, StringConstraints, ValidationError, model_validator
+
+from edgewatch.core.checks import bounded_age, positive_int, positive_seconds
+from edgewatch.core.heartbeat import Heartbeat, decode_heartbeat
+from edgewatch.core.protocol import (
+    _MAX_COUNTER,
+    ENVELOPE_DOMAIN,
+    ENVELOPE_MAGIC,
+    MAX_AGE_S,
+    MAX_HEARTBEATS_PER_ENVELOPE,
+    PROTOCOL_VERSION,
+)
+from edgewatch.core.rejection import Rejected, RejectReason
+from edgewatch.core.replay import ReplayGuard
+from edgewatch.core.signing import Signer, Verification, canonical_json
+from edgewatch.core.types import NodeName, is_node_name
+from edgewatch.core.wireschema import (
+    _FROM_VERIFICATION,
+    _STRICT,
+    _VERIFICATION_DETAIL,
+    _check_owner,
+    _Counter,
+    _NodeNameStr,
+    _schema_detail,
+    _Version,
+)
+
+__all__ = ["DecodedEnvelope", "HeartbeatResult", "_parse_json", "decode_envelope", "encode_envelope"]
+
+_NONCE: Final = re.compile(r"[0-9a-f]{32}")
+_HEADER_MAX: Final = 256  # magic + space + 32-hex key id + space + 128 hex, with room to spare
+
+_NonceStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+
+
+class _EnvelopeModel(BaseModel):
+    model_config = _STRICT
+
+    v: _Version
+    sender: _NodeNameStr
+    receiver: _NodeNameStr
+    epoch: _Counter
+    seq: _Counter
+    nonce: _NonceStr
+    reply_to: _NonceStr | None
+    # Items are checked one by one (decode_heartbeat), so that one bad relayed
+    # heartbeat is reported, not fatal.
+    heartbeats: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
+    ages: Annotated[list[Any], Field(min_length=1, max_length=MAX_HEARTBEATS_PER_ENVELOPE)]
+    # The newest controller beacon token the sender holds ("" if none); checked by the receiver
+    # against the controller's key (edgewatch.core.beacon), never trusted as is.
+    beacon: Annotated[str, StringConstraints(max_length=200)]
+
+    @model_validator(mode="after")
+    def _ages_match(self) -> _EnvelopeModel:
+        if len(self.ages) != len(self.heartbeats):
+            raise ValueError("ages must have one entry per heartbeat")
+        for age in self.ages:
+            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age <= MAX_AGE_S:
+                raise ValueError(f"every age must be a number of seconds in [0, {MAX_AGE_S}]")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatResult:
+    """Outcome for one relayed heartbeat of an envelope: ``heartbeat`` and its
+    ``age_s`` (seconds, as the sender reported it) if accepted, else
+    ``reason`` and ``detail``. ``index`` is its position in the envelope's
+    list (the sender's own heartbeat is index 0)."""
+
+    index: int
+    heartbeat: Heartbeat | None
+    reason: RejectReason | None
+    detail: str
+    age_s: float = 0.0
+
+    @property
+    def accepted(self) -> bool:
+        """True iff the heartbeat verified, parsed and was young enough."""
+        return self.heartbeat is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodedEnvelope:
+    """An accepted envelope. ``own`` is the sender's own (verified)
+    heartbeat, ``own_age_s`` its reported age in seconds; ``relayed`` has
+    one result per further heartbeat. ``reply_to`` is the nonce of the
+    request it answers (None for a request)."""
+
+    sender: NodeName
+    receiver: NodeName
+    epoch: int
+    seq: int
+    nonce: str
+    reply_to: str | None
+    key_id: str
+    own: Heartbeat
+    own_age_s: float
+    relayed: tuple[HeartbeatResult, ...]
+    beacon: str = ""
+
+    @property
+    def heartbeats(self) -> tuple[Heartbeat, ...]:
+        """The own heartbeat followed by every accepted relayed one."""
+        return (self.own, *(r.heartbeat for r in self.relayed if r.heartbeat is not None))
+
+
+def encode_envelope(
+    *,
+    sender: NodeName,
+    receiver: NodeName,
+    epoch: int,
+    seq: int,
+    nonce: str,
+    reply_to: str | None = None,
+    own: Heartbeat,
+    own_age_s: float = 0.0,
+    relayed: Sequence[tuple[Heartbeat, float]] = (),
+    keyring: Signer,
+    max_bytes: int | None = None,
+    beacon: str = "",
+) -> bytes:
+    """Sign and encode one envelope: the header line, then canonical JSON.
+
+    Args:
+        sender, receiver: distinct valid node names.
+        epoch: the sender's run (e.g. its agent's start time in ns), int in
+            ``[0, 2**63)``; the same for every envelope of that run.
+        seq: int in ``[0, 2**63)``, strictly increasing per receiver within
+            the epoch.
+        nonce: 16 random bytes as 32 lower-case hex characters (e.g.
+            ``secrets.token_hex(16)``), fresh for every envelope.
+        reply_to: the nonce of the request this envelope answers; None for
+            a request.
+        own: the sender's own heartbeat (``own.origin == sender``).
+        own_age_s: seconds since ``own`` was signed (sender's monotonic clock).
+        relayed: further heartbeats (:func:`select_relays`), unchanged, each
+            with its age in seconds (age when received + time held).
+        keyring: signs with its primary key.
+        max_bytes: if given, refuse to produce a larger message.
+        beacon: the newest controller beacon token the sender holds, passed on so that a peer
+            cut off from the cloud can sign with a current beacon ("" if none).
+
+    Raises:
+        ValueError: any argument invalid, too many heartbeats, or the
+            result longer than ``max_bytes``.
+    """
+    if not is_node_name(sender) or not is_node_name(receiver):
+        raise ValueError("sender and receiver must be valid node names")
+    if sender == receiver:
+        raise ValueError("sender and receiver must differ")
+    for name, counter in (("epoch", epoch), ("seq", seq)):
+        if isinstance(counter, bool) or not isinstance(counter, int) or not 0 <= counter <= _MAX_COUNTER:
+            raise ValueError(f"{name} must be an int in [0, 2**63), got {counter!r}")
+    for name, value in (("nonce", nonce), ("reply_to", reply_to)):
+        if value is None and name == "reply_to":
+            continue
+        if not isinstance(value, str) or not _NONCE.fullmatch(value):
+            raise ValueError(f"{name} must be 32 lower-case hex characters (16 random bytes)")
+    if own.origin != sender:
+        raise ValueError(f"own heartbeat has origin {own.origin!r}, not the sender {sender!r}")
+    beats = [(own, own_age_s), *relayed]
+    if len(beats) > MAX_HEARTBEATS_PER_ENVELOPE:
+        raise ValueError(f"at most {MAX_HEARTBEATS_PER_ENVELOPE} heartbeats per envelope")
+    ages = [round(bounded_age("age", age, MAX_AGE_S), 3) for _hb, age in beats]
+    body = canonical_json({
+        "v": PROTOCOL_VERSION,
+        "sender": sender,
+        "receiver": receiver,
+        "epoch": epoch,
+        "seq": seq,
+        "nonce": nonce,
+        "reply_to": reply_to,
+        "heartbeats": [hb.to_wire() for hb, _age_s in beats],
+        "ages": ages,
+        "beacon": beacon,
+    })
+    key_id, mac = keyring.sign_bytes(body, domain=ENVELOPE_DOMAIN)
+    raw = b"%s %s %s\n%s" % (ENVELOPE_MAGIC, key_id.encode("ascii"), mac.encode("ascii"), body)
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ValueError(f"envelope is {len(raw)} bytes, more than max_bytes={max_bytes}")
+    return raw
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r:.60}")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of float range")
+    return value
+
+
+def _parse_json(raw: bytes) -> object:
+    try:
+        text = raw.decode("utf-8")
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+        )
+    except (ValueError, RecursionError) as exc:
+        raise Rejected(RejectReason.MALFORMED, f"not UTF-8 JSON: {type(exc).__name__}: {exc}") from None
+
+
+def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes]:
+    """Split the frame and check the signature over the body bytes; returns
+    ``(key_id, body)``. Nothing of the body is interpreted here."""
+    newline = raw.find(b"\n", 0, _HEADER_MAX + 1)
+    if newline < 0:
+        hint = " (JSON without a header line: an edgewatch v1 agent?)" if raw[:1] == b"{" else ""
+        raise Rejected(RejectReason.MALFORMED,
+                       f"envelope: no '{ENVELOPE_MAGIC.decode()} KEY_ID MAC' header line{hint}")
+    header, body = raw[:newline], raw[newline + 1:]
+    words = header.split(b" ")
+    if not words or words[0] != ENVELOPE_MAGIC:
+        raise Rejected(RejectReason.MALFORMED, f"envelope: header does not start with {ENVELOPE_MAGIC.decode()}")
+    if len(words) < 3:
+        raise Rejected(RejectReason.UNSIGNED, "envelope: header has no key id and MAC")
+    if len(words) > 3 or not header.isascii():
+        raise Rejected(RejectReason.MALFORMED, "envelope: header must be 'MAGIC KEY_ID MAC' in ASCII")
+    key_id, mac = words[1].decode("ascii"), words[2].decode("ascii")
+    outcome = keyring.verify_bytes(key_id=key_id, mac=mac, data=body, domain=ENVELOPE_DOMAIN)
+    if outcome is not Verification.OK:
+        raise Rejected(_FROM_VERIFICATION[outcome], f"envelope: {_VERIFICATION_DETAIL[outcome]}")
+    return key_id, body
+
+
+def decode_envelope(
+    raw: bytes,
+    *,
+    keyring: Signer,
+    receiver: NodeName,
+    max_bytes: int,
+    guard: ReplayGuard,
+    reply_to: str | None = None,
+    heartbeat_max_age_s: float = 30.0,
+    sender_allowed: Callable[[NodeName], bool] | None = None,
+) -> DecodedEnvelope:
+    """Authenticate, decode and check one envelope received from the network.
+
+    Args:
+        raw: the message bytes, untrusted.
+        keyring: keys accepted for envelopes and heartbeats.
+        receiver: this node's name; envelopes for others are WRONG_RECEIVER.
+        max_bytes: larger messages are OVERSIZED before anything else.
+        guard: this node's :class:`ReplayGuard`; updated only when the
+            envelope is accepted.
+        reply_to: None to decode a request (its ``reply_to`` must be null);
+            the nonce of the request we sent to decode its answer (its
+            ``reply_to`` must equal it, else REPLAYED). A matching answer is
+            fresh by construction (``proven`` for the guard).
+        heartbeat_max_age_s: heartbeats with a larger reported age (seconds)
+            are STALE: the whole envelope if it is the sender's own, else
+            that heartbeat only.
+        sender_allowed: optional binding hook, called with the authenticated
+            sender name after every cheaper check; False means
+            SENDER_MISMATCH (e.g. the source address is not that node's
+            InternalIP, or the sender is not in this node's group). Its own
+            exceptions propagate.
+
+    Returns:
+        The accepted envelope, with per-heartbeat results for relayed ones.
+
+    Raises:
+        Rejected: for any refused ``raw`` (hostile input raises nothing else).
+        TypeError: ``raw`` is not bytes-like (caller bug).
+        ValueError: invalid limits or ``reply_to`` (caller bug).
+    """
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise TypeError(f"raw must be bytes, got {type(raw).__name__}")
+    limit = positive_int("max_bytes", max_bytes)
+    max_age = positive_seconds("heartbeat_max_age_s", heartbeat_max_age_s)
+    if not is_node_name(receiver):
+        raise ValueError("receiver must be a valid node name")
+    if reply_to is not None and (not isinstance(reply_to, str) or not _NONCE.fullmatch(reply_to)):
+        raise ValueError("reply_to must be None or the 32-hex nonce of our request")
+
+    size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+    if size > limit:
+        raise Rejected(RejectReason.OVERSIZED, f"{size} bytes > max_bytes={limit}")
+    key_id, body = _authenticate_frame(bytes(raw), keyring=keyring)
+    obj = _parse_json(body)
+    if not isinstance(obj, dict):
+        raise Rejected(RejectReason.MALFORMED, f"envelope: body is {type(obj).__name__}, not an object")
+    try:
+        env = _EnvelopeModel.model_validate(obj)
+    except ValidationError as exc:
+        raise Rejected(RejectReason.MALFORMED, _schema_detail("envelope", exc)) from None
+    if env.sender == env.receiver:
+        raise Rejected(RejectReason.MALFORMED, "envelope: sender equals receiver")
+    _check_owner(keyring, key_id, env.sender, "envelope")
+    if env.receiver != receiver:
+        raise Rejected(RejectReason.WRONG_RECEIVER, f"envelope for {env.receiver}, this is {receiver}")
+    sender = NodeName(env.sender)
+    first = env.heartbeats[0]
+    first_origin = first.get("origin") if isinstance(first, dict) else None
+    if not isinstance(first_origin, str):
+        raise Rejected(RejectReason.MALFORMED, "envelope: first heartbeat has no origin")
+    if first_origin != sender:
+        raise Rejected(
+            RejectReason.SENDER_MISMATCH, f"first heartbeat is from {first_origin!r:.260}, sender is {sender}"
+        )
+    if sender_allowed is not None and not sender_allowed(sender):
+        raise Rejected(RejectReason.SENDER_MISMATCH, f"sender {sender} is not allowed from here")
+    if reply_to is None and env.reply_to is not None:
+        raise Rejected(RejectReason.REPLAYED, f"an answer from {sender} (to {env.reply_to}) sent as a request")
+    if reply_to is not None and env.reply_to != reply_to:
+        raise Rejected(RejectReason.REPLAYED, f"from {sender}: not the answer to our request {reply_to}")
+    try:
+        own = decode_heartbeat(env.heartbeats[0], keyring=keyring)
+    except Rejected as exc:
+        raise Rejected(exc.reason, f"sender's own {exc.detail}") from None
+    own_age = float(env.ages[0])
+    if own_age > max_age:
+        raise Rejected(RejectReason.STALE, f"sender's own heartbeat is {own_age:.3f} s old (> {max_age:g} s)")
+    guard.admit(sender=sender, epoch=env.epoch, seq=env.seq, proven=reply_to is not None, nonce=env.nonce)
+    results: list[HeartbeatResult] = []
+    for index, (item, age) in enumerate(zip(env.heartbeats[1:], env.ages[1:]), start=1):
+        try:
+            hb = decode_heartbeat(item, keyring=keyring)
+        except Rejected as exc:
+            results.append(HeartbeatResult(index=index, heartbeat=None, reason=exc.reason, detail=exc.detail))
+            continue
+        if age > max_age:
+            results.append(HeartbeatResult(index=index, heartbeat=None, reason=RejectReason.STALE,
+                                           detail=f"heartbeat of {hb.origin} is {float(age):.3f} s old"))
+        else:
+            results.append(HeartbeatResult(index=index, heartbeat=hb, reason=None, detail="accepted",
+                                           age_s=float(age)))
+    return DecodedEnvelope(
+        sender=sender,
+        receiver=NodeName(env.receiver),
+        epoch=env.epoch,
+        seq=env.seq,
+        nonce=env.nonce,
+        reply_to=env.reply_to,
+        key_id=key_id,
+        own=own,
+        own_age_s=own_age,
+        relayed=tuple(results),
+        beacon=env.beacon,
+    )

@@ -1,0 +1,72 @@
+"""What the strict decoders of the wire's two signed objects share (:mod:`edgewatch.core.heartbeat`,
+:mod:`edgewatch.core.envelope`): the pydantic field types and model configuration of their
+schemas, the refusal reason of each failed signature check, the binding of a signing key to its
+owner and the one-line detail of a schema violation.
+
+Everything here raises :class:`~edgewatch.core.rejection.Rejected` or builds a schema; nothing
+parses bytes. Limits: a detail is cut to a few hundred characters of the hostile input (by
+``Rejected``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+
+from edgewatch.core.protocol import _MAX_COUNTER, PROTOCOL_VERSION
+from edgewatch.core.rejection import Rejected, RejectReason
+from edgewatch.core.signing import Verification, Verifier
+from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
+
+__all__ = [
+    "_FROM_VERIFICATION",
+    "_STRICT",
+    "_VERIFICATION_DETAIL",
+    "_Counter",
+    "_NodeNameStr",
+    "_Version",
+    "_check_owner",
+    "_schema_detail",
+]
+
+_FROM_VERIFICATION: Final = {
+    Verification.MALFORMED: RejectReason.MALFORMED,
+    Verification.UNSIGNED: RejectReason.UNSIGNED,
+    Verification.UNKNOWN_KEY: RejectReason.UNKNOWN_KEY,
+    Verification.BAD_SIGNATURE: RejectReason.BAD_SIGNATURE,
+}
+
+_VERIFICATION_DETAIL: Final = {
+    Verification.MALFORMED: "not an object with string key_id and mac",
+    Verification.UNSIGNED: "no key_id or mac",
+    Verification.UNKNOWN_KEY: "key id not published by any node",
+    Verification.BAD_SIGNATURE: "signature does not match",
+}
+
+
+def _check_owner(keyring: Verifier, key_id: str, claimed: str, what: str) -> None:
+    """The signing key must be one ``claimed`` published: no node signs as another."""
+    owner = keyring.owner(key_id)
+    if owner != claimed:
+        raise Rejected(RejectReason.SENDER_MISMATCH,
+                       f"{what} of {claimed!r:.260} is signed with the key of {owner!r:.260}")
+
+
+def _schema_detail(what: str, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    if not errors:
+        return f"{what}: schema violation"
+    first = errors[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{what}: {loc}: {first.get('msg', 'invalid')}"
+
+
+_NodeNameStr = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=NODE_NAME_MAX_LENGTH, pattern=DNS1123_SUBDOMAIN_PATTERN),
+]
+_Version = Annotated[int, Field(ge=PROTOCOL_VERSION, le=PROTOCOL_VERSION)]
+_Counter = Annotated[int, Field(ge=0, le=_MAX_COUNTER)]
+
+_STRICT: Final = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")
