@@ -46,7 +46,8 @@ def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
     """a-5 is killed; a-1 renews its Lease with no mark every 2 s. Returns seconds from the kill
     to the failed taint (with every renewal refused)."""
     attacker = Attacker(c)
-    assert edge(c, "a-5") == "True"
+    wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"), 120,
+         "a-5 healthy before the attack (an earlier test may have just revived it)")
     c.kill_node("a-5")
     killed = time.monotonic()
     try:

@@ -129,6 +129,7 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
         async def attack() -> float:
             client = attacker.client()
             killed = time.monotonic()
+            failed_after: float | None = None
             try:
                 while time.monotonic() - killed < 90:
                     await renew_on_behalf(client=client, node="a-5", delegate="a-1", via="peer",
@@ -140,12 +141,18 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
                         await attacker.write_evidence(client, json.dumps(items, separators=(",", ":")))
                     except ApiError as exc:
                         assert exc.status.code == 409, exc
-                    if FAILED_TAINT_KEY + ":NoExecute" in taints(cluster, "a-5"):
-                        return time.monotonic() - killed
+                    if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(cluster, "a-5"):
+                        failed_after = time.monotonic() - killed
+                    # the attacker keeps at it until the controller names it in an Event (the
+                    # controller's own autonomy hold may also write the Lease in between)
+                    if failed_after is not None and any(
+                            "renewals by a-1" in m for m in carry_not_believed_events(cluster, "a-5")):
+                        return failed_after
                     await asyncio.sleep(1)
             finally:
                 await client.close()
-            raise AssertionError("a dead node with a forged carry was never judged failed")
+            assert failed_after is not None, "a dead node with a forged carry was never judged failed"
+            raise AssertionError("no CarryNotBelieved Event naming a-1 on a-5 while a-1 kept renewing")
 
         took = asyncio.run(attack())
         print(f"\nforged carry of a dead node: failed taint after {took:.1f} s")
@@ -153,9 +160,6 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
             controller_metric(cluster, "edgewatch_controller_evidence_total", {"result": "unknown_beacon"})
         assert replayed_after > replayed_before, "the replayed statement was not seen and refused"
         assert edge(cluster, "a-5") == "False"
-        # ... and the controller says, in an Event on a-5, whose renewals it did not believe
-        wait(lambda: any("renewals by a-1" in m for m in carry_not_believed_events(cluster, "a-5")), 60,
-             "a CarryNotBelieved Event naming a-1 on a-5")
     finally:
         cluster.revive_node("a-5")
     wait(lambda: edge(cluster, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(cluster, "a-5"),
