@@ -124,6 +124,21 @@ def _restart_agent_without_state(cluster: PlaygroundCluster, node: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _healthy_for(cluster: PlaygroundCluster, node: str, *, seconds: float, within_s: float) -> None:
+    """Wait until ``node`` reads EdgeHealthy=True for ``seconds`` in a row (within ``within_s``)."""
+    deadline = time.monotonic() + within_s
+    since: float | None = None
+    while time.monotonic() < deadline:
+        if edge(cluster, node) == "True":
+            since = since if since is not None else time.monotonic()
+            if time.monotonic() - since >= seconds:
+                return
+        else:
+            since = None
+        time.sleep(0.5)
+    raise TimeoutError(f"{node} not healthy for {seconds} s in a row within {within_s} s")
+
+
 def attack_squatted_key(cluster: PlaygroundCluster) -> None:
     """a-1 publishes a-2's key as its own; a controller fail-over and a fresh agent on a-3 follow,
     while a-1 also votes a-2 dead. a-2 stays healthy, its statements keep counting, the squatted
@@ -197,6 +212,9 @@ def attack_squatted_key(cluster: PlaygroundCluster) -> None:
         wait(lambda: edge(cluster, "a-4") == "True" and edge(cluster, "a-5") == "True", 90,
              "the new leader judging the untouched nodes healthy")
         wait(lambda: edge(cluster, "a-2") == "True", 5, "a-2 healthy along with a-4 and a-5 after the fail-over")
+        # ... and counted under the new leader's beacons by every agent's evidence (written at least
+        # every 10 s): a-2 healthy for 12 s in a row before the attack window opens
+        _healthy_for(cluster, "a-2", seconds=12.0, within_s=60.0)
         mismatch_before = controller(cluster, "edgewatch_controller_evidence_total", result="sender_mismatch")
         seen = asyncio.run(vote_and_watch(30.0))
         mismatch_after = controller(cluster, "edgewatch_controller_evidence_total", result="sender_mismatch")
