@@ -20,7 +20,36 @@ from edgewatch.names import DEFAULT_PEER_PORT, DEFAULT_POOL_CACHE_PORT
 COMMANDS_GROUP = "edgewatch.commands"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Commands(click.Group):
+    """The product's own subcommands, plus those installed add-ons declare (``edgewatch.commands``
+    entry points: the lab's ``playground`` and ``sim``), looked up only when a name is not one of
+    ours or the list is shown, so ``edgewatch agent`` never scans the installed packages. A broken
+    add-on never breaks the product's own commands."""
+
+    def _installed(self) -> dict[str, click.Command]:
+        from importlib.metadata import entry_points
+
+        found: dict[str, click.Command] = {}
+        for ep in entry_points(group=COMMANDS_GROUP):
+            if ep.name in self.commands:
+                continue
+            try:
+                command = ep.load()
+            except Exception as exc:  # noqa: BLE001 - an add-on's import error must not stop the agent
+                print(f"edgewatch: ignoring the {ep.name!r} command of an add-on: {exc}", file=sys.stderr)
+                continue
+            if isinstance(command, click.Command):
+                found[ep.name] = command
+        return found
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._installed()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._installed().get(cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="edgewatch")
 def main() -> None:
     """edgewatch: tell an edge node that is cut off from the cloud from one that is dead.
@@ -210,21 +239,3 @@ def status(kubeconfig: str | None, namespace: str, output: str) -> None:
     from edgewatch.status import run_status
 
     sys.exit(run_status(kubeconfig=kubeconfig, namespace=namespace, output=output))
-
-
-def _add_installed_commands() -> None:
-    """Add the subcommands installed add-ons declare (``edgewatch.commands`` entry points: the lab's
-    ``playground`` and ``sim``). A broken add-on never breaks the product's own commands."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=COMMANDS_GROUP):
-        try:
-            command = ep.load()
-        except Exception as exc:  # noqa: BLE001 - an add-on's import error must not stop the agent
-            print(f"edgewatch: ignoring the {ep.name!r} command of an add-on: {exc}", file=sys.stderr)
-            continue
-        if isinstance(command, click.Command) and ep.name not in main.commands:
-            main.add_command(command, ep.name)
-
-
-_add_installed_commands()

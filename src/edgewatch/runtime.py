@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient, KubeConfig
+from edgewatch.kube.http import http_client_of
 
 
 def user_agent(component: str) -> str:
@@ -35,8 +36,8 @@ def api_client(kubeconfig: str | None, *, timeout_s: float = 5.0, component: str
     set on its HTTP client)."""
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
     client = AsyncClient(config, timeout=httpx.Timeout(timeout_s))
-    http = getattr(getattr(client, "_client", None), "_client", None)
-    if component and http is not None and hasattr(http, "headers"):
+    http = http_client_of(client)
+    if component and http is not None:
         http.headers["User-Agent"] = user_agent(component)
     return client
 

@@ -39,6 +39,7 @@ from edgewatch.poolcache.sources import NodeCacheConfig, NodePoolCache, Source
 from edgewatch.poolcache.store import ResourceCache
 from edgewatch_lab.testing.binaries import Binaries
 from edgewatch_lab.testing.etcd import EtcdServer
+from edgewatch.kube.http import http_client_of
 
 pytestmark = pytest.mark.controlplane
 
@@ -133,12 +134,12 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
         await kube.create(_slice(ns, f"web-{i}", [f"10.244.1.{i + 10}"]))
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     registry = CollectorRegistry()
-    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=kube._client._client, prefix=prefix,
+    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
                              node="n-1", metrics=LeaderMetrics(registry), config=FAST)
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
-    node = NodePoolCache(caches=caches, http=kube._client._client,
+    node = NodePoolCache(caches=caches, http=http_client_of(kube),
                          coordinator=lambda: coordinator, cloud_ok=lambda: True, registry=CollectorRegistry(),
                          config=NodeCacheConfig(poll_s=0.1))
     coordinator = _Coordinator(etcd, prefix)
@@ -253,12 +254,12 @@ async def test_node_falls_back_to_the_cloud_and_then_keeps_the_last_state(kube: 
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
-    leader = PoolCacheLeader(resources=(SERVICES,), http=kube._client._client, prefix=prefix, node="n-1",
+    leader = PoolCacheLeader(resources=(SERVICES,), http=http_client_of(kube), prefix=prefix, node="n-1",
                              metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     coordinator = _Coordinator(etcd, prefix)
     cloud_up = [True]
     caches = {SERVICES: ResourceCache(SERVICES)}
-    node = NodePoolCache(caches=caches, http=kube._client._client, coordinator=lambda: coordinator,
+    node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: coordinator,
                          cloud_ok=lambda: cloud_up[0], registry=CollectorRegistry(),
                          config=NodeCacheConfig(poll_s=0.1, handover_grace_s=1.0))
     async with asyncio.TaskGroup() as tg:
@@ -326,10 +327,10 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
-    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=kube._client._client, prefix=prefix,
+    leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
                              node="n-1", metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
-    node = NodePoolCache(caches=caches, http=kube._client._client, coordinator=lambda: _Coordinator(etcd, prefix),
+    node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: _Coordinator(etcd, prefix),
                          cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
     ssl_ctx, cert = self_signed_tls(dir=tmp_path / "tls")
     runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry(),

@@ -21,6 +21,7 @@ from edgewatch.cli import main
 from edgewatch.core.types import NodeName
 from edgewatch.names import POOL_LABEL
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES
+from edgewatch.kube.http import http_client_of
 
 ME = NodeName("e-1")
 
@@ -72,7 +73,7 @@ def test_in_cluster_client_from_the_service_account_and_env(tmp_path: Path, monk
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     client = agent_main._client(None)
     assert client is not None
-    http = client._client._client  # type: ignore[attr-defined]
+    http = http_client_of(client)
     assert str(http.base_url).rstrip("/") == "https://10.96.0.1:6443"
     assert "edgewatch-agent/" in http.headers.get("User-Agent", "")
     asyncio.run(client.close())  # type: ignore[attr-defined]

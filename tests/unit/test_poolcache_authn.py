@@ -134,11 +134,13 @@ def test_malformed_access_reviews_are_refused(body: bytes) -> None:
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=20).map(lambda v: json.dumps({"kind": "TokenReview", "status": v}).encode()))
 def test_review_parsers_raise_only_malformed(body: bytes) -> None:
-    for parse in (parse_token_review, parse_access_review):
+    for parse, kind in ((parse_token_review, Authentication), (parse_access_review, Authorization)):
         try:
-            parse(body)
-        except MalformedReview:
-            pass
+            result = parse(body)
+        except MalformedReview as exc:
+            assert str(exc)  # refused with a reason, never another exception
+        else:
+            assert isinstance(result, kind)
 
 
 @pytest.mark.parametrize(("user", "attrs", "reason", "message"), [

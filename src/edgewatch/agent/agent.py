@@ -76,6 +76,7 @@ from edgewatch.names import POOL_LABEL, ROLE_CONDITION_TYPE
 from edgewatch.poolcache.apiserver import Upstream
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.http import http_client_of
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ async def apiserver_ready(client: AsyncClient) -> bool:
     /readyz is readable by everyone (system:public-info-viewer) and costs the apiserver no etcd
     read, so probing it every 2 s from every node is cheap. Uses lightkube's underlying httpx client.
     """
-    http = client._client._client  # lightkube AsyncClient -> GenericAsyncClient -> httpx AsyncClient
+    http = http_client_of(client)
+    if http is None:
+        raise TypeError("the cloud link probe needs a lightkube AsyncClient")
     resp = await http.get("/readyz")
     return resp.status_code == 200
 
@@ -162,7 +165,7 @@ class Agent:
         self.started = asyncio.Event()
         self._exported: set[str] = set()  # nodes with per-node metric series
         self.pool_cache: PoolCacheHost | None = None
-        http = getattr(getattr(client, "_client", None), "_client", None)  # lightkube's httpx client
+        http = http_client_of(client)
         if config.pool_cache_port and http is not None:
             self.pool_cache = PoolCacheHost(
                 resources=lambda: self.membership.pool_resources if self.membership.config_synced.is_set() else None,

@@ -23,6 +23,7 @@ from lightkube.resources.core_v1 import Pod
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.snapshots import pod_tolerations
 from edgewatch.controller.taints import pod_eviction_due
+from edgewatch.controller.workqueue import sooner
 
 __all__ = ["PodEvictor", "skip_eviction"]
 
@@ -38,12 +39,6 @@ def skip_eviction(pod: Pod) -> bool:
     if (meta.annotations or {}).get("kubernetes.io/config.mirror"):
         return True
     return any(ref.kind == "DaemonSet" for ref in meta.ownerReferences or [])
-
-
-def _sooner(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
 
 
 class PodEvictor:
@@ -80,14 +75,14 @@ class PodEvictor:
             if due is None:
                 continue
             if due > now:
-                next_due = _sooner(next_due, due - now)
+                next_due = sooner(next_due, due - now)
             else:
                 due_now.append(pod)
         slots = asyncio.Semaphore(self.in_flight)
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(self._evict_one(pod, node=node, slots=slots)) for pod in due_now]
         for task in tasks:
-            next_due = _sooner(next_due, task.result())
+            next_due = sooner(next_due, task.result())
         return next_due
 
     async def _evict_one(self, pod: Pod, *, node: str, slots: asyncio.Semaphore) -> float | None:

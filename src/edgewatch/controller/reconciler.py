@@ -80,7 +80,7 @@ from edgewatch.controller.snapshots import (
 )
 from edgewatch.controller.taints import annotation_patch, merge_taints
 from edgewatch.controller.verified import VerifiedEdge
-from edgewatch.controller.workqueue import WorkQueue
+from edgewatch.controller.workqueue import WorkQueue, sooner
 from edgewatch.leases import RenewOutcome, hold_renewal
 from edgewatch.controller.quiet import only_renewed
 from edgewatch.controller.views import lease_grace_s, unproven_carry
@@ -410,12 +410,12 @@ class Reconciler:
         if lease_snap is not None and p.cloud is CloudView.LOST and p.state in (NodeState.DISCONNECTED,
                                                                                 NodeState.UNKNOWN):
             self._held.add(name)  # its Lease is read from the API while we write it
-            requeue = _sooner(requeue, await self._hold(name, lease_snap, now))
+            requeue = sooner(requeue, await self._hold(name, lease_snap, now))
         else:
             self._held.discard(name)
         if p.evict_pods:
-            requeue = _sooner(requeue, await self._evict(name, p, now))
-        return _sooner(requeue, requeue_proof)
+            requeue = sooner(requeue, await self._evict(name, p, now))
+        return sooner(requeue, requeue_proof)
 
     async def _note_unproven_carry(self, node: Node, lease: LeaseSnapshot, why: str | None, now: float) -> float | None:
         """Say once, in a Warning Event on the Node, which carrier's renewals are not believed, once
@@ -544,12 +544,3 @@ class Reconciler:
             await self._call(self.client.create(event))
         except API_ERRORS as exc:
             log.info("could not record event %s on %s: %s", reason, node.metadata.name, exc or type(exc).__name__)
-
-
-def _sooner(a: float | None, b: float | None) -> float | None:
-    """The smaller of two optional delays (None = no deadline)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return min(a, b)

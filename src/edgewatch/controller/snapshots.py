@@ -12,6 +12,7 @@ in the snapshot (the decision core treats absence conservatively), never an exce
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from lightkube.resources.coordination_v1 import Lease
@@ -69,16 +70,8 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
     sighting = observations.see(kind=LEASE, name=name, value=text, now=now)
     if lease is None:
         return None
-    spec = lease.spec
-    duration = spec.leaseDurationSeconds if spec is not None else None
-    return LeaseSnapshot(
-        renew_time=text,
-        observed_at=None if text is None else sighting.at,
-        first_sight=sighting.first,
-        duration_s=float(duration) if duration else None,
-        annotations=dict(lease.metadata.annotations or {}),
-        holder=spec.holderIdentity if spec is not None else None,
-    )
+    return dataclasses.replace(lease_facts(lease), observed_at=None if text is None else sighting.at,
+                               first_sight=sighting.first)
 
 
 def lease_facts(lease: Lease) -> LeaseSnapshot:

@@ -18,9 +18,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-__all__ = ["WorkQueue"]
+__all__ = ["WorkQueue", "sooner"]
 
 log = logging.getLogger(__name__)
+
+
+def sooner(a: float | None, b: float | None) -> float | None:
+    """The smaller of two optional delays, seconds (None = no deadline)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 class WorkQueue:

@@ -45,6 +45,7 @@ from edgewatch.poolcache.tls import CERT_FILE, client_kubeconfig
 from edgewatch_lab.testing.binaries import ensure_coredns
 from edgewatch_lab.testing.coredns import CoreDNS, coredns_credentials
 from edgewatch_lab.testing.kubeproxy import KubeProxy, kube_proxy_credentials
+from edgewatch.kube.http import http_client_of
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,8 @@ async def pool_scope_counters(client: AsyncClient) -> dict[str, float]:
     Raises:
         httpx errors or TimeoutError: the apiserver did not answer.
     """
-    http = client._client._client  # type: ignore[attr-defined]  # lightkube's httpx client (admin)
+    http = http_client_of(client)  # the admin client's
+    assert http is not None
     resp = await http.get("/metrics", timeout=10.0)
     resp.raise_for_status()
     resources = {r for _, _, r in POOL_SCOPE_KINDS}

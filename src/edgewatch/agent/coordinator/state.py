@@ -23,6 +23,7 @@ from edgewatch.agent.coordinator.schema import Heartbeat
 from edgewatch.core.types import is_dns1123_label, is_dns1123_subdomain
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
 from edgewatch.poolcache.resources import PoolResource
+from edgewatch.kube.http import http_client_of
 
 __all__ = ["CoordinatorState"]
 
@@ -84,7 +85,7 @@ class CoordinatorState:
         self.leader_key = f"{prefix}leader".encode()
         self.sync_key = f"{prefix}leader-informer-sync".encode()
         self.pool_resources = tuple(pool_resources)
-        http = getattr(getattr(kube, "_client", None), "_client", None)  # lightkube's httpx client
+        http = http_client_of(kube)
         if http is None and self.pool_resources:
             raise CoordinatorError("config", "the pool cache needs a lightkube AsyncClient (its HTTP client)")
         self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=prefix, node=node,
