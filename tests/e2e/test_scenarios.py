@@ -28,7 +28,18 @@ CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
-RUNS = [(name, False) for name in sorted(builtin_scenarios())]
+def _expected_cost_s(name: str) -> float:
+    """A rough wall time of one run (seconds): its timeline, plus real nodes' start and big pools.
+
+    ``make test`` runs the scenarios two at a time (pytest-xdist hands them out in this order), so
+    the longest go first and the short ones fill in behind them.
+    """
+    scenario = load_scenario(name)
+    nodes = len(scenario.node_names())
+    return scenario.end_time + (90.0 if scenario.real_node_names() else 0.0) + 3.0 * max(0, nodes - 6)
+
+
+RUNS = [(name, False) for name in sorted(builtin_scenarios(), key=lambda n: (-_expected_cost_s(n), n))]
 
 
 PARAMS = [pytest.param(n, b, id=f"{n}{'-baseline' if b else ''}",

@@ -1,3 +1,10 @@
-"""The door to the cloud: what every part of edgewatch that talks to the Kubernetes API shares
-(issue 22 grows it into the one API client, informer and Lease helpers). Today: the one
-classification of API errors (:mod:`edgewatch.kube.errors`)."""
+"""The door to the cloud: what every part of edgewatch that talks to the Kubernetes API shares.
+
+* :mod:`edgewatch.kube.informer`: the one list-then-watch loop (paging, bookmarks, 410 re-list,
+  dead-watch detection, jittered backoff, bounded bodies), handing on
+  :mod:`edgewatch.kube.events`;
+* :mod:`edgewatch.kube.resources`: the API resources edgewatch reads and their paths;
+* :mod:`edgewatch.kube.backoff`: the one retry schedule;
+* :mod:`edgewatch.kube.errors`: the one classification of API errors;
+* :mod:`edgewatch.kube.http`: the one HTTP handle under the lightkube client.
+"""

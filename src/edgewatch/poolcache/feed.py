@@ -4,7 +4,7 @@ What it is for
     The pool cache has three readers of the same shape: the leader's cloud informer (cloud ->
     coordinator etcd), a node's coordinator feed (etcd -> the node's cache) and a node's cloud feed
     (cloud -> the node's cache, while the coordinator is not Ready). Each turns its source into a
-    sequence of :data:`FeedEvent` for one :class:`~edgewatch.poolcache.resources.PoolResource`,
+    sequence of :data:`~edgewatch.kube.events.FeedEvent` (the informer's events) for one :class:`~edgewatch.poolcache.resources.PoolResource`,
     and a *sink* (an async callable) consumes them. Resource versions are always the cloud
     apiserver's, whichever source carried them (the leader stores each object with its own
     ``metadata.resourceVersion``), so a client may move between sources without confusion.
@@ -18,11 +18,11 @@ Limits
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from edgewatch.core.types import is_decimal, is_dns1123_label, is_dns1123_subdomain
+from edgewatch.kube.events import Bookmark, Change, FeedEvent, Reset, Sink
+from edgewatch.kube.informer import InvalidObject
 from edgewatch.poolcache.resources import PoolResource
 
 __all__ = [
@@ -44,46 +44,13 @@ EndpointSlice holds at most 1,000 endpoints, about 250 KB) and below etcd's defa
 (1.5 MiB), so the leader can always store what it accepted."""
 
 
-@dataclass(frozen=True)
-class Reset:
-    """The whole current state of one resource (after a list): replaces what the sink had.
-
-    Attributes:
-        objects: every object, each with ``metadata.resourceVersion``.
-        resource_version: the list's resourceVersion (watch from it to get what follows).
-    """
-
-    objects: list[dict[str, Any]] = field(repr=False)
-    resource_version: str
 
 
-@dataclass(frozen=True)
-class Change:
-    """One watch event: ``type`` ADDED, MODIFIED or DELETED; ``obj`` carries the event's
-    resourceVersion (for DELETED: the object's last state, with the deletion's resourceVersion)."""
-
-    type: str
-    obj: dict[str, Any] = field(repr=False)
-
-
-@dataclass(frozen=True)
-class Bookmark:
-    """Every change up to ``resource_version`` has been delivered (Kubernetes watch bookmark)."""
-
-    resource_version: str
-
-
-FeedEvent = Reset | Change | Bookmark
-Sink = Callable[[FeedEvent], Awaitable[None]]
-"""Consumes a feed's events in order; may raise to end the feed (it is then restarted)."""
-
-
-class ObjectRejected(ValueError):
+class ObjectRejected(InvalidObject):
     """An object failed :func:`check_object`; ``reason`` is a short metric label."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+        super().__init__(reason, f"{reason}: {detail}")
 
 
 def resource_version_of(obj: dict[str, Any]) -> int:

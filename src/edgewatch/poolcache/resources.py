@@ -26,10 +26,11 @@ Limits
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
 
 import yaml
+
+from edgewatch.kube.resources import ApiResource
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -57,44 +58,9 @@ class PoolResourcesError(ValueError):
     """``poolScopeResources`` is not a valid list of resources."""
 
 
-@dataclass(frozen=True, order=True)
-class PoolResource:
-    """One namespaced Kubernetes resource the pool cache holds.
-
-    Attributes:
-        group: API group, ``""`` for the core group.
-        version: API version, e.g. ``"v1"``.
-        resource: plural resource name as in URLs, e.g. ``"endpointslices"``.
-        kind: object kind, e.g. ``"EndpointSlice"``; lists are ``<kind>List``.
-    """
-
-    group: str
-    version: str
-    resource: str
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        """``group/version``, or ``version`` for the core group (the objects' ``apiVersion``)."""
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def name(self) -> str:
-        """``group/version/resource`` with ``core`` for the core group: a stable id (metrics, etcd)."""
-        return f"{self.group or 'core'}/{self.version}/{self.resource}"
-
-    @property
-    def api_prefix(self) -> str:
-        """URL prefix of the group version: ``/api/v1`` or ``/apis/<group>/<version>``."""
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        """API path of the collection (all namespaces, or one) or of one object."""
-        base = self.api_prefix
-        if namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.resource}"
-        return f"{base}/{name}" if name else base
+PoolResource = ApiResource
+"""One namespaced Kubernetes resource the pool cache holds (the cloud door's
+:class:`~edgewatch.kube.resources.ApiResource`)."""
 
 
 ENDPOINTSLICES: Final = PoolResource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")

@@ -1,0 +1,395 @@
+"""List and watch one API resource and hand its events on: the one informer loop of edgewatch
+(a client-go reflector, small). Every list-then-watch against the cloud uses it: the agent's
+membership, identity and beacon watches, the controller's Node, Lease and evidence watches, the
+pool cache's cloud feeds.
+
+Behaviour (as client-go's reflector, k8s.io/client-go/tools/cache/reflector.go)
+    * **List** in pages of ``page_size`` (``limit`` + ``continue``), each page bounded by
+      ``request_timeout_s``; the result is one :class:`~edgewatch.kube.events.Reset`. A
+      ``continue`` token that expired (410) restarts the list.
+    * **Watch** from the last resourceVersion seen, ``allowWatchBookmarks=true``, with a server
+      timeout drawn from [``watch_timeout_s``, 2 x ``watch_timeout_s``) (spreads re-watches out).
+      Opening it is bounded by ``request_timeout_s``. A watch that ends normally is re-opened from
+      the last resourceVersion without a list. ``410 Gone`` (as the HTTP status or as an ERROR
+      event) re-lists.
+    * **Dead watches**: the apiserver sends a bookmark about once a minute on a quiet watch, so a
+      watch that delivers no byte for ``idle_timeout_s`` (default 120 s) is taken as dead (a cut
+      link drops packets without a reset; the connection would hang for ever): it is closed and
+      re-opened from the last resourceVersion, without a list.
+    * **Errors** (network, timeouts, 5xx, 429, refusals, malformed bodies) back off exponentially
+      from ``backoff_initial_s`` to ``backoff_max_s`` with full jitter
+      (:func:`edgewatch.kube.backoff.backoff_delay`), then re-watch (or re-list if no list
+      succeeded yet). Every error is logged and counted via ``on_error(reason)``.
+    * **Bodies** are read whole up to a limit (a list page: ``max_list_bytes``; one watch event:
+      ``max_event_bytes``), never a partial read, and every object is checked (``check``, then
+      ``decode``); an object that fails either is dropped, logged and counted
+      (``on_rejected(reason)``), the rest goes on.
+
+Limits
+    JSON only (no protobuf); one resource, one namespace (or all) and one pair of selectors per
+    informer; the sink runs inline (a slow sink slows this informer only, and back-pressures it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import httpx2 as httpx
+
+from edgewatch.core.types import is_decimal
+from edgewatch.kube.backoff import backoff_delay
+from edgewatch.kube.events import Bookmark, Change, Reset
+from edgewatch.kube.resources import ApiResource
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Gone", "Informer", "InformerConfig", "InvalidObject", "check_metadata"]
+
+T = TypeVar("T")
+
+
+class Gone(Exception):
+    """The resourceVersion we watched from is too old (410): list again."""
+
+
+class InvalidObject(ValueError):
+    """An object from the API failed a check; ``reason`` is a short label for metrics."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class _Idle(Exception):
+    """An open watch delivered nothing for ``idle_timeout_s``."""
+
+
+class _BadResponse(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class InformerConfig:
+    """Timings and limits of an informer.
+
+    Attributes:
+        request_timeout_s: bound of one list page or of opening a watch, seconds (default 10 s:
+            a page of a few thousand objects over a thin uplink).
+        watch_timeout_s: server-side watch timeout, seconds (default 300 s, drawn up to twice
+            that, as client-go's 5-10 min; each re-watch costs one request, no list).
+        idle_timeout_s: a watch silent this long is dead, seconds (default 120 s: twice the
+            apiserver's bookmark period of about 60 s, so a live quiet watch never trips it).
+        backoff_initial_s / backoff_max_s: retry delays after an error, seconds (default 0.8 s to
+            30 s, full jitter: client-go's reflector backs off 800 ms .. 30 s).
+        page_size: objects per list page (default 500, client-go's pager default).
+        max_list_bytes: largest list page accepted, bytes (default 64 MiB).
+        max_event_bytes: largest watch event accepted, bytes (default 1 MiB + 64 KiB: etcd's
+            default request limit is 1.5 MiB, Kubernetes objects stay under 1 MiB).
+    """
+
+    request_timeout_s: float = 10.0
+    watch_timeout_s: float = 300.0
+    idle_timeout_s: float = 120.0
+    backoff_initial_s: float = 0.8
+    backoff_max_s: float = 30.0
+    page_size: int = 500
+    max_list_bytes: int = 64 * 2**20
+    max_event_bytes: int = 2**20 + 2**16
+
+    def __post_init__(self) -> None:
+        if min(self.request_timeout_s, self.watch_timeout_s, self.idle_timeout_s, self.backoff_initial_s) <= 0:
+            raise ValueError("informer timeouts must be > 0 seconds")
+        if self.backoff_max_s < self.backoff_initial_s or self.page_size < 1:
+            raise ValueError("backoff_max_s must be >= backoff_initial_s and page_size >= 1")
+        if self.max_list_bytes < 1 or self.max_event_bytes < 1:
+            raise ValueError("body limits must be >= 1 byte")
+
+
+def check_metadata(obj: object) -> dict[str, Any]:
+    """The least every object must have: a JSON object with ``metadata.name`` (a non-empty
+    string) and ``metadata.resourceVersion`` (decimal digits). Returns ``obj``.
+
+    Raises:
+        InvalidObject: reason ``malformed``.
+    """
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        raise InvalidObject("malformed", "object without metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidObject("malformed", "object without metadata.name")
+    if not is_decimal(meta.get("resourceVersion")):
+        raise InvalidObject("malformed", f"object {name[:64]!r} without a decimal metadata.resourceVersion")
+    assert isinstance(obj, dict)
+    return obj
+
+
+def _ignore(_reason: str) -> None:
+    return None
+
+
+class Informer(Generic[T]):
+    """Lists and watches ``resource`` and feeds ``sink`` (see the module docstring).
+
+    Args (keyword-only):
+        resource: what to list and watch.
+        http: the cloud API's HTTP client (base URL, TLS and credentials set):
+            :func:`edgewatch.kube.http.http_client_of`.
+        sink: receives :class:`Reset`, :class:`Change` and :class:`Bookmark` events in order,
+            objects as ``decode`` returns them; an exception from it propagates out of
+            :meth:`run` (the feed ends; its owner decides whether to restart it).
+        namespace: one namespace, or None for all (and for cluster-scoped resources).
+        label_selector / field_selector: as in the API (``"a=b,c"``), or None.
+        decode: turns a checked JSON object into what the sink gets (e.g. a lightkube model's
+            ``from_dict``); may raise ``InvalidObject``, ``TypeError``, ``ValueError`` or
+            ``KeyError`` to drop the object. Default: the JSON object itself.
+        check: checks (and may trim) every JSON object before ``decode``; raises
+            :class:`InvalidObject`. Default :func:`check_metadata`.
+        config: timings and limits.
+        on_error: called with a short reason for every error (metrics); must not raise.
+        on_rejected: called with a reason for every object dropped; must not raise.
+        name: who runs it, for logs (e.g. ``"roster"``).
+
+    ``run()`` works until cancelled; it never raises for API or network errors. ``synced`` is
+    True from the first Reset handed to the sink until an error interrupts the watch;
+    ``last_rv`` is the newest resourceVersion handed on; ``lists`` and ``watches`` count the
+    lists and watches opened.
+    """
+
+    def __init__(self, *, resource: ApiResource, http: httpx.AsyncClient, sink: Callable[[Any], Awaitable[None]],
+                 namespace: str | None = None, label_selector: str | None = None,
+                 field_selector: str | None = None, decode: Callable[[dict[str, Any]], T] | None = None,
+                 check: Callable[[object], dict[str, Any]] = check_metadata,
+                 config: InformerConfig | None = None, on_error: Callable[[str], None] = _ignore,
+                 on_rejected: Callable[[str], None] = _ignore, name: str = "") -> None:
+        self.resource = resource
+        self.http = http
+        self.sink = sink
+        self.namespace = namespace
+        self.config = config or InformerConfig()
+        self._selectors = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector))
+                           if v}
+        self._decode = decode
+        self._check = check
+        self._on_error = on_error
+        self._on_rejected = on_rejected
+        self.name = name
+        self.last_rv: str | None = None
+        self.synced = False
+        self.lists = 0
+        self.watches = 0
+
+    @property
+    def _what(self) -> str:
+        where = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.resource.name}{where}" + (f" ({self.name})" if self.name else "")
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        attempt = 0
+        while True:
+            try:
+                if self.last_rv is None:
+                    await self._list()
+                    self.lists += 1
+                await self._watch()
+                attempt = 0
+            except Gone:
+                log.info("watch of %s expired (410): listing again", self._what,
+                         extra={"resource": self.resource.name, "by": self.name})
+                self.last_rv = None
+                self.synced = False
+            except _Idle:
+                # Silent for idle_timeout_s: the connection is dead (or the apiserver sent no
+                # bookmark); re-open from where we were, no list.
+                self._on_error("idle")
+                log.info("watch of %s silent for %.0f s: re-opening it", self._what, self.config.idle_timeout_s,
+                         extra={"resource": self.resource.name, "by": self.name})
+            except (httpx.HTTPError, OSError, TimeoutError, _BadResponse) as exc:
+                reason = _reason(exc)
+                self._on_error(reason)
+                self.synced = False
+                attempt += 1
+                delay = backoff_delay(attempt, initial=self.config.backoff_initial_s, cap=self.config.backoff_max_s)
+                log.warning("%s %s failed (%s): %s; retrying in %.1f s",
+                            "watch" if self.last_rv else "list", self._what, reason,
+                            str(exc)[:300] or type(exc).__name__, delay,
+                            extra={"resource": self.resource.name, "by": self.name, "reason": reason})
+                await asyncio.sleep(delay)
+
+    async def _hand_on(self, event: object) -> None:
+        await self.sink(event)
+
+    # -- list ----------------------------------------------------------------------------------------
+
+    async def _list(self) -> None:
+        objects: list[Any] = []
+        token: str | None = None
+        rv = ""
+        path = self.resource.path(self.namespace)
+        while True:
+            params: dict[str, str] = {"limit": str(self.config.page_size), **self._selectors}
+            if token:
+                params["continue"] = token
+            async with asyncio.timeout(self.config.request_timeout_s):
+                async with self.http.stream("GET", path, params=params,
+                                            timeout=self.config.request_timeout_s) as resp:
+                    if resp.status_code == 410:
+                        token = None  # the continue token expired: start over
+                        objects.clear()
+                        continue
+                    await _check_status(resp)
+                    body = await _read_limited(resp, self.config.max_list_bytes)
+            page = _parse_json(body)
+            items = page.get("items")
+            meta = page.get("metadata")
+            if not isinstance(items, list) or not isinstance(meta, dict):
+                raise _BadResponse("malformed", f"list of {self.resource.name} has no items or metadata")
+            for item in items:
+                if isinstance(item, dict):
+                    item = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **item}
+                kept = self._accepted(item)
+                if kept is not None:
+                    objects.append(kept[1])
+            rv = str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or None
+            if not token:
+                break
+        if not is_decimal(rv):
+            raise _BadResponse("malformed", f"list of {self.resource.name} has resourceVersion {rv[:40]!r}")
+        self.last_rv = rv
+        await self._hand_on(Reset(objects, rv))
+        self.synced = True
+
+    def _accepted(self, obj: object) -> tuple[str, Any] | None:
+        """(resourceVersion, decoded object), or None if it was dropped."""
+        try:
+            checked = self._check(obj)
+            rv = checked["metadata"]["resourceVersion"]
+            return rv, (checked if self._decode is None else self._decode(checked))
+        except (InvalidObject, TypeError, ValueError, KeyError, AttributeError) as exc:
+            reason = exc.reason if isinstance(exc, InvalidObject) else "decode"
+            self._on_rejected(reason)
+            log.warning("dropped an object of %s: %s", self._what, str(exc)[:300] or type(exc).__name__,
+                        extra={"resource": self.resource.name, "by": self.name, "reason": reason})
+            return None
+
+    # -- watch ---------------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        assert self.last_rv is not None
+        server_timeout = int(random.uniform(self.config.watch_timeout_s, 2 * self.config.watch_timeout_s))
+        params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": self.last_rv,
+                  "timeoutSeconds": str(server_timeout), **self._selectors}
+        timeout = httpx.Timeout(self.config.request_timeout_s, read=self.config.idle_timeout_s)
+        async with asyncio.timeout(self.config.request_timeout_s) as opening:
+            async with self.http.stream("GET", self.resource.path(self.namespace), params=params,
+                                        timeout=timeout) as resp:
+                opening.reschedule(None)  # open: from here the read timeout bounds each wait
+                if resp.status_code == 410:
+                    raise Gone()
+                await _check_status(resp)
+                self.watches += 1
+                self.synced = True
+                try:
+                    async for line in _lines(resp, self.config.max_event_bytes):
+                        await self._event(line)
+                except httpx.ReadTimeout:
+                    raise _Idle() from None
+
+    async def _event(self, line: bytes) -> None:
+        event = _parse_json(line)
+        kind, obj = event.get("type"), event.get("object")
+        if kind == "ERROR":
+            code = obj.get("code") if isinstance(obj, dict) else None
+            if code == 410:
+                raise Gone()
+            raise _BadResponse("watch_error", f"watch ERROR event: {str(obj)[:300]}")
+        if kind == "BOOKMARK":
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+            if is_decimal(rv):
+                self.last_rv = rv
+                await self._hand_on(Bookmark(rv))
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            self._on_rejected("event_type")
+            log.warning("dropped a watch event of unknown type %r from %s", str(kind)[:40], self._what,
+                        extra={"resource": self.resource.name, "by": self.name})
+            return
+        kept = self._accepted(obj)
+        if kept is None:
+            return
+        self.last_rv = kept[0]
+        await self._hand_on(Change(kind, kept[1]))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, _BadResponse):
+        return exc.reason
+    return "timeout" if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else "network"
+
+
+# -- HTTP bodies ---------------------------------------------------------------------------------------
+
+
+async def _check_status(resp: httpx.Response) -> None:
+    if resp.status_code == 200:
+        return
+    body = await _read_limited(resp, 65536, truncate=True)
+    reason = "throttled" if resp.status_code == 429 else ("server" if resp.status_code >= 500 else "refused")
+    raise _BadResponse(reason, f"HTTP {resp.status_code}: {body[:300].decode(errors='replace')}")
+
+
+async def _read_limited(resp: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    """The whole body, up to ``limit`` bytes (over: error, or cut if ``truncate``)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            if truncate:
+                chunks.append(chunk[: max(0, limit - (size - len(chunk)))])
+                break
+            raise _BadResponse("oversized", f"response over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _lines(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+    """Newline-delimited lines of a watch stream, each whole and at most ``limit`` bytes."""
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        while True:
+            end = buf.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            if len(line) > limit:
+                raise _BadResponse("oversized", f"watch event over {limit} bytes")
+            if line.strip():
+                yield line
+        if len(buf) > limit:
+            raise _BadResponse("oversized", f"watch event over {limit} bytes")
+    if buf.strip():
+        yield bytes(buf)
+
+
+def _parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        raise _BadResponse("malformed", f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _BadResponse("malformed", "not a JSON object")
+    return value
