@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ApiResource", "CONFIGMAPS", "LEASES", "NODES"]
+__all__ = ["ApiResource", "CONFIGMAPS", "LEASES", "NODES", "PODS"]
 
 
 @dataclass(frozen=True, order=True)
@@ -59,4 +59,5 @@ class ApiResource:
 
 NODES: Final = ApiResource("", "v1", "nodes", "Node")
 CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap")
+PODS: Final = ApiResource("", "v1", "pods", "Pod")
 LEASES: Final = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")

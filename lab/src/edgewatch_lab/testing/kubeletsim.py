@@ -43,6 +43,10 @@ from edgewatch_lab.testing.podrunner import PodRunner, PodRunnerConfig, read_clo
 from edgewatch.timefmt import format_micro_time as micro_time
 from edgewatch.timefmt import format_rfc3339 as rfc3339
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.events import Bookmark, Change, Reset
+from edgewatch.kube.http import http_client_of
+from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.resources import PODS
 
 log = logging.getLogger(__name__)
 
@@ -331,20 +335,42 @@ class KubeletFleet:
                 await asyncio.sleep(self.config.lease_retry_s)
 
     async def _pod_loop(self) -> None:
-        fields = {"spec.nodeName": next(iter(self.kubelets))} if len(self.kubelets) == 1 else None
-        while True:
-            try:
-                # A watch without resourceVersion starts with every existing pod (level-triggered),
-                # so after a cut heals we re-learn the whole state.
-                async for _op, pod in self.client.watch(Pod, namespace="*", fields=fields, server_timeout=60):
-                    kubelet = self.kubelets.get(pod.spec.nodeName if pod.spec else "")
-                    if kubelet is not None and _op != "DELETED":
-                        await kubelet.handle_pod(pod)
-                    elif kubelet is not None and kubelet.runner is not None:
-                        await kubelet.runner.forget(pod)
-            except API_ERRORS as exc:
-                log.info("kubelet sim: pod watch broke: %s", exc)
-            await asyncio.sleep(self.config.lease_retry_s)
+        """Follow the pods bound to our nodes through the cloud door's informer (list, watch,
+        re-list after a 410 or a cut): a re-list hands over the whole state, so pods deleted
+        while the watch was down are forgotten too."""
+        http = http_client_of(self.client)
+        if http is None:
+            raise TypeError("the kubelet simulator needs a lightkube AsyncClient")
+        known: dict[tuple[str, str], Pod] = {}
+
+        async def on_pod(op: str, pod: Pod) -> None:
+            key = (pod.metadata.namespace or "", pod.metadata.name or "") if pod.metadata else ("", "")
+            kubelet = self.kubelets.get(pod.spec.nodeName if pod.spec else "")
+            if op == "DELETED":
+                known.pop(key, None)
+                if kubelet is not None and kubelet.runner is not None:
+                    await kubelet.runner.forget(pod)
+                return
+            known[key] = pod
+            if kubelet is not None:
+                await kubelet.handle_pod(pod)
+
+        async def sink(event: Reset[Pod] | Change[Pod] | Bookmark) -> None:
+            if isinstance(event, Reset):
+                listed = {(p.metadata.namespace or "", p.metadata.name or ""): p for p in event.objects if p.metadata}
+                for key in set(known) - set(listed):
+                    await on_pod("DELETED", known[key])
+                for pod in event.objects:
+                    await on_pod("ADDED", pod)
+            elif isinstance(event, Change):
+                await on_pod(event.type, event.obj)
+
+        single = next(iter(self.kubelets)) if len(self.kubelets) == 1 else None
+        await Informer(resource=PODS, http=http, sink=sink, decode=Pod.from_dict, name="kubelet-sim",
+                       field_selector=f"spec.nodeName={single}" if single else None,
+                       config=InformerConfig(request_timeout_s=self.config.request_timeout_s,
+                                             backoff_initial_s=self.config.lease_retry_s / 2,
+                                             backoff_max_s=self.config.lease_retry_s * 2)).run()
 
     async def _serve_healthz(self) -> None:
         runners = []
