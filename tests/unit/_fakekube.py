@@ -18,6 +18,7 @@ Limits: no field selectors except ``metadata.name`` and ``spec.nodeName``, label
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -60,6 +61,7 @@ class FakeKube:
         self.calls: list[tuple[str, str, str]] = []
         self.evictions: list[str] = []
         self.events: list[dict[str, Any]] = []
+        self.log: list[tuple[int, str, str, dict[str, Any]]] = []  # (resourceVersion, kind, op, object)
 
     # -- helpers for tests ----------------------------------------------------------------------
 
@@ -82,6 +84,7 @@ class FakeKube:
         return self.objects[(kind, namespace, name)]
 
     def _notify(self, kind: str, op: str, obj: dict[str, Any]) -> None:
+        self.log.append((self.rv, kind, op, copy.deepcopy(obj)))
         for wkind, wns, fields, queue in self.watchers:
             if wkind == kind and self._matches(obj, wns, fields):
                 queue.put_nowait((op, copy.deepcopy(obj)))
@@ -213,7 +216,55 @@ class FakeKube:
         obj = self.objects.pop((kind, namespace or "", name), None)
         if obj is None:
             raise api_error(404)
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
         self._notify(kind, "DELETED", obj)
+
+    def lister_watcher(self, resource: Any, *, namespace: str | None = None, label_selector: str | None = None,
+                       field_selector: str | None = None) -> FakeListerWatcher:
+        """What edgewatch.kube.listwatch.lister_watcher asks an in-memory client for."""
+        assert label_selector is None, "the fake lister-watcher has no label selectors"
+        fields = dict(term.split("=", 1) for term in field_selector.split(",")) if field_selector else None
+        return FakeListerWatcher(self, resource, namespace=namespace, fields=fields)
 
     async def close(self) -> None:
         return None
+
+
+class FakeListerWatcher:
+    """edgewatch.kube.listwatch.ListerWatcher over a FakeKube: one page; a watch replays what
+    happened after its resourceVersion, then follows live changes; ``hooks["list"]`` and
+    ``hooks["watch"]`` can make either slow or fail."""
+
+    def __init__(self, kube: FakeKube, resource: Any, *, namespace: str | None,
+                 fields: dict[str, str] | None) -> None:
+        self.kube, self.resource, self.namespace, self.fields = kube, resource, namespace, fields
+
+    async def list_page(self, *, limit: int, continue_token: str | None, timeout_s: float) -> dict[str, Any]:
+        kind = self.resource.kind
+        await self.kube._hook("list", kind)
+        items = [copy.deepcopy(obj) for (k, _ns, _n), obj in list(self.kube.objects.items())
+                 if k == kind and self.kube._matches(obj, self.namespace, self.fields)]
+        return {"items": items, "metadata": {"resourceVersion": str(self.kube.rv)}}
+
+    @contextlib.asynccontextmanager
+    async def watch(self, *, resource_version: str, server_timeout_s: int, open_timeout_s: float,
+                    idle_timeout_s: float) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        kind = self.resource.kind
+        await self.kube._hook("watch", kind)
+        queue: asyncio.Queue[tuple[str, dict]] = asyncio.Queue()
+        for rv, k, op, obj in self.kube.log:  # no await from here to registering: nothing is missed
+            if rv > int(resource_version) and k == kind and self.kube._matches(obj, self.namespace, self.fields):
+                queue.put_nowait((op, copy.deepcopy(obj)))
+        entry = (kind, self.namespace, self.fields, queue)
+        self.kube.watchers.append(entry)
+
+        async def events() -> AsyncIterator[dict[str, Any]]:
+            while True:
+                op, obj = await queue.get()
+                yield {"type": op, "object": obj}
+
+        try:
+            yield events()
+        finally:
+            self.kube.watchers.remove(entry)

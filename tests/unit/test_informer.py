@@ -1,5 +1,5 @@
-"""The cloud door's informer (edgewatch.kube.informer) against a scripted apiserver over real
-HTTP: selectors and namespaces in the requests, typed decoding, dropped objects, a dead watch
+"""The cloud door's informer (edgewatch.kube.informer, over edgewatch.kube.listwatch's HTTP) against a
+scripted apiserver over real HTTP: selectors and namespaces in the requests, typed decoding, dropped objects, a dead watch
 re-opened without a list, pure backoff bounds. The pool cache's reflector tests
 (test_poolcache_core.py) cover paging, bookmarks and 410; the integration suite runs it against
 the real kube-apiserver."""
@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.kube.backoff import backoff_delay
-from edgewatch.kube.events import Change, Reset
+from edgewatch.kube.events import Bookmark, Change, Reset
 from edgewatch.kube.informer import Informer, InformerConfig, InvalidObject, check_metadata
+from edgewatch.kube.listwatch import HttpListerWatcher
 from edgewatch.kube.resources import CONFIGMAPS
+from edgewatch.kube.store import Store
 
 
 def cm(name: str, rv: str, **data: str) -> dict[str, Any]:
@@ -71,9 +73,11 @@ async def run(api: Api, *, until: int, **kwargs: Any) -> tuple[list[Any], Inform
 
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            informer: Informer[Any] = Informer(
-                resource=CONFIGMAPS, http=http, sink=sink, namespace="ns", on_error=errors.append,
-                on_rejected=rejected.append, **kwargs)
+            source = HttpListerWatcher(http=http, resource=CONFIGMAPS, namespace="ns",
+                                       label_selector=kwargs.pop("label_selector", None),
+                                       field_selector=kwargs.pop("field_selector", None))
+            informer: Informer[Any] = Informer(source=source, sink=sink, on_error=errors.append,
+                                               on_rejected=rejected.append, **kwargs)
             task = asyncio.create_task(informer.run())
             try:
                 async with asyncio.timeout(10):
@@ -140,3 +144,42 @@ def test_backoff_stays_within_half_and_whole_of_its_capped_ceiling(attempt: int,
     delay = backoff_delay(attempt, initial=initial, cap=cap, rng=random.Random(seed))
     ceiling = min(cap, initial * 2 ** max(0, attempt - 1)) if attempt < 40 else cap
     assert ceiling / 2 <= delay <= ceiling
+
+
+async def test_store_turns_a_relist_into_exact_per_object_changes() -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def handler(op: str, obj: dict[str, Any]) -> None:
+        seen.append((op, f"{obj['metadata']['name']}@{obj['metadata']['resourceVersion']}"))
+
+    store: Store[dict[str, Any]] = Store(on_event=handler)
+    await store(Reset([cm("a", "1"), cm("b", "2")], "2"))
+    assert store.synced.is_set() and sorted(seen) == [("ADDED", "a@1"), ("ADDED", "b@2")]
+    seen.clear()
+    await store(Change("MODIFIED", cm("a", "3")))
+    await store(Bookmark("4"))
+    # a cut: b deleted and c added meanwhile, a unchanged since its last event
+    await store(Reset([cm("a", "3"), cm("c", "5")], "5"))
+    assert seen == [("MODIFIED", "a@3"), ("DELETED", "b@2"), ("ADDED", "c@5")]
+    assert sorted(store.objects) == ["ns/a", "ns/c"]
+    seen.clear()
+    await store(Change("DELETED", cm("c", "6")))
+    assert seen == [("DELETED", "c@6")] and sorted(store.objects) == ["ns/a"]
+
+
+@given(st.lists(st.dictionaries(st.sampled_from("abcdef"), st.integers(1, 9)), min_size=1, max_size=6))
+async def test_after_any_sequence_of_lists_a_plain_handler_mirrors_the_last_one(lists: list[dict[str, int]]) -> None:
+    mirror: dict[str, str] = {}
+
+    def handler(op: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if op == "DELETED":
+            del mirror[name]
+        else:
+            assert (op == "ADDED") == (name not in mirror)
+            mirror[name] = obj["metadata"]["resourceVersion"]
+
+    store: Store[dict[str, Any]] = Store(on_event=handler)
+    for listing in lists:
+        await store(Reset([cm(n, str(v)) for n, v in listing.items()], "9"))
+        assert mirror == {n: str(v) for n, v in listing.items()}

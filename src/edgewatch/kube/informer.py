@@ -20,8 +20,8 @@ Behaviour (as client-go's reflector, k8s.io/client-go/tools/cache/reflector.go)
       from ``backoff_initial_s`` to ``backoff_max_s`` with full jitter
       (:func:`edgewatch.kube.backoff.backoff_delay`), then re-watch (or re-list if no list
       succeeded yet). Every error is logged and counted via ``on_error(reason)``.
-    * **Bodies** are read whole up to a limit (a list page: ``max_list_bytes``; one watch event:
-      ``max_event_bytes``), never a partial read, and every object is checked (``check``, then
+    * **Bodies** are read whole up to a limit, never a partial read
+      (:mod:`edgewatch.kube.listwatch`), and every object is checked (``check``, then
       ``decode``); an object that fails either is dropped, logged and counted
       (``on_rejected(reason)``), the rest goes on.
 
@@ -33,19 +33,16 @@ Limits
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-
-import httpx2 as httpx
 
 from edgewatch.core.types import is_decimal
 from edgewatch.kube.backoff import backoff_delay
 from edgewatch.kube.events import Bookmark, Change, Reset
-from edgewatch.kube.resources import ApiResource
+from edgewatch.kube.listwatch import ApiUnavailable, Gone, ListerWatcher, WatchIdle
 
 log = logging.getLogger(__name__)
 
@@ -54,23 +51,9 @@ __all__ = ["Gone", "Informer", "InformerConfig", "InvalidObject", "check_metadat
 T = TypeVar("T")
 
 
-class Gone(Exception):
-    """The resourceVersion we watched from is too old (410): list again."""
-
-
 class InvalidObject(ValueError):
     """An object from the API failed a check; ``reason`` is a short label for metrics."""
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
-
-class _Idle(Exception):
-    """An open watch delivered nothing for ``idle_timeout_s``."""
-
-
-class _BadResponse(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
@@ -90,9 +73,6 @@ class InformerConfig:
         backoff_initial_s / backoff_max_s: retry delays after an error, seconds (default 0.8 s to
             30 s, full jitter: client-go's reflector backs off 800 ms .. 30 s).
         page_size: objects per list page (default 500, client-go's pager default).
-        max_list_bytes: largest list page accepted, bytes (default 64 MiB).
-        max_event_bytes: largest watch event accepted, bytes (default 1 MiB + 64 KiB: etcd's
-            default request limit is 1.5 MiB, Kubernetes objects stay under 1 MiB).
     """
 
     request_timeout_s: float = 10.0
@@ -101,16 +81,12 @@ class InformerConfig:
     backoff_initial_s: float = 0.8
     backoff_max_s: float = 30.0
     page_size: int = 500
-    max_list_bytes: int = 64 * 2**20
-    max_event_bytes: int = 2**20 + 2**16
 
     def __post_init__(self) -> None:
         if min(self.request_timeout_s, self.watch_timeout_s, self.idle_timeout_s, self.backoff_initial_s) <= 0:
             raise ValueError("informer timeouts must be > 0 seconds")
         if self.backoff_max_s < self.backoff_initial_s or self.page_size < 1:
             raise ValueError("backoff_max_s must be >= backoff_initial_s and page_size >= 1")
-        if self.max_list_bytes < 1 or self.max_event_bytes < 1:
-            raise ValueError("body limits must be >= 1 byte")
 
 
 def check_metadata(obj: object) -> dict[str, Any]:
@@ -137,17 +113,15 @@ def _ignore(_reason: str) -> None:
 
 
 class Informer(Generic[T]):
-    """Lists and watches ``resource`` and feeds ``sink`` (see the module docstring).
+    """Lists and watches through ``source`` and feeds ``sink`` (see the module docstring).
 
     Args (keyword-only):
-        resource: what to list and watch.
-        http: the cloud API's HTTP client (base URL, TLS and credentials set):
-            :func:`edgewatch.kube.http.http_client_of`.
+        source: the resource, namespace and selectors, and how to reach them:
+            :func:`edgewatch.kube.listwatch.lister_watcher`.
         sink: receives :class:`Reset`, :class:`Change` and :class:`Bookmark` events in order,
-            objects as ``decode`` returns them; an exception from it propagates out of
-            :meth:`run` (the feed ends; its owner decides whether to restart it).
-        namespace: one namespace, or None for all (and for cluster-scoped resources).
-        label_selector / field_selector: as in the API (``"a=b,c"``), or None.
+            objects as ``decode`` returns them (an :class:`edgewatch.kube.store.Store` turns them
+            into per-object handler calls); an exception from it propagates out of :meth:`run`
+            (the feed ends; its owner decides whether to restart it).
         decode: turns a checked JSON object into what the sink gets (e.g. a lightkube model's
             ``from_dict``); may raise ``InvalidObject``, ``TypeError``, ``ValueError`` or
             ``KeyError`` to drop the object. Default: the JSON object itself.
@@ -164,19 +138,15 @@ class Informer(Generic[T]):
     lists and watches opened.
     """
 
-    def __init__(self, *, resource: ApiResource, http: httpx.AsyncClient, sink: Callable[[Any], Awaitable[None]],
-                 namespace: str | None = None, label_selector: str | None = None,
-                 field_selector: str | None = None, decode: Callable[[dict[str, Any]], T] | None = None,
+    def __init__(self, *, source: ListerWatcher, sink: Callable[[Any], Awaitable[None]],
+                 decode: Callable[[dict[str, Any]], T] | None = None,
                  check: Callable[[object], dict[str, Any]] = check_metadata,
                  config: InformerConfig | None = None, on_error: Callable[[str], None] = _ignore,
                  on_rejected: Callable[[str], None] = _ignore, name: str = "") -> None:
-        self.resource = resource
-        self.http = http
+        self.source = source
+        self.resource = source.resource
         self.sink = sink
-        self.namespace = namespace
         self.config = config or InformerConfig()
-        self._selectors = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector))
-                           if v}
         self._decode = decode
         self._check = check
         self._on_error = on_error
@@ -189,8 +159,7 @@ class Informer(Generic[T]):
 
     @property
     def _what(self) -> str:
-        where = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.resource.name}{where}" + (f" ({self.name})" if self.name else "")
+        return self.resource.name + (f" ({self.name})" if self.name else "")
 
     async def run(self) -> None:
         """List and watch until cancelled."""
@@ -207,14 +176,14 @@ class Informer(Generic[T]):
                          extra={"resource": self.resource.name, "by": self.name})
                 self.last_rv = None
                 self.synced = False
-            except _Idle:
+            except WatchIdle:
                 # Silent for idle_timeout_s: the connection is dead (or the apiserver sent no
                 # bookmark); re-open from where we were, no list.
                 self._on_error("idle")
                 log.info("watch of %s silent for %.0f s: re-opening it", self._what, self.config.idle_timeout_s,
                          extra={"resource": self.resource.name, "by": self.name})
-            except (httpx.HTTPError, OSError, TimeoutError, _BadResponse) as exc:
-                reason = _reason(exc)
+            except (ApiUnavailable, TimeoutError) as exc:
+                reason = exc.reason if isinstance(exc, ApiUnavailable) else "timeout"
                 self._on_error(reason)
                 self.synced = False
                 attempt += 1
@@ -225,34 +194,26 @@ class Informer(Generic[T]):
                             extra={"resource": self.resource.name, "by": self.name, "reason": reason})
                 await asyncio.sleep(delay)
 
-    async def _hand_on(self, event: object) -> None:
-        await self.sink(event)
-
     # -- list ----------------------------------------------------------------------------------------
 
     async def _list(self) -> None:
         objects: list[Any] = []
         token: str | None = None
         rv = ""
-        path = self.resource.path(self.namespace)
         while True:
-            params: dict[str, str] = {"limit": str(self.config.page_size), **self._selectors}
-            if token:
-                params["continue"] = token
-            async with asyncio.timeout(self.config.request_timeout_s):
-                async with self.http.stream("GET", path, params=params,
-                                            timeout=self.config.request_timeout_s) as resp:
-                    if resp.status_code == 410:
-                        token = None  # the continue token expired: start over
-                        objects.clear()
-                        continue
-                    await _check_status(resp)
-                    body = await _read_limited(resp, self.config.max_list_bytes)
-            page = _parse_json(body)
+            try:
+                page = await self.source.list_page(limit=self.config.page_size, continue_token=token,
+                                                   timeout_s=self.config.request_timeout_s)
+            except Gone:
+                if token is None:
+                    raise
+                token = None  # the continue token expired: start over
+                objects.clear()
+                continue
             items = page.get("items")
             meta = page.get("metadata")
             if not isinstance(items, list) or not isinstance(meta, dict):
-                raise _BadResponse("malformed", f"list of {self.resource.name} has no items or metadata")
+                raise ApiUnavailable("malformed", f"list of {self.resource.name} has no items or metadata")
             for item in items:
                 if isinstance(item, dict):
                     item = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **item}
@@ -264,9 +225,9 @@ class Informer(Generic[T]):
             if not token:
                 break
         if not is_decimal(rv):
-            raise _BadResponse("malformed", f"list of {self.resource.name} has resourceVersion {rv[:40]!r}")
+            raise ApiUnavailable("malformed", f"list of {self.resource.name} has resourceVersion {rv[:40]!r}")
         self.last_rv = rv
-        await self._hand_on(Reset(objects, rv))
+        await self.sink(Reset(objects, rv))
         self.synced = True
 
     def _accepted(self, obj: object) -> tuple[str, Any] | None:
@@ -287,38 +248,27 @@ class Informer(Generic[T]):
     async def _watch(self) -> None:
         assert self.last_rv is not None
         server_timeout = int(random.uniform(self.config.watch_timeout_s, 2 * self.config.watch_timeout_s))
-        params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": self.last_rv,
-                  "timeoutSeconds": str(server_timeout), **self._selectors}
-        timeout = httpx.Timeout(self.config.request_timeout_s, read=self.config.idle_timeout_s)
-        async with asyncio.timeout(self.config.request_timeout_s) as opening:
-            async with self.http.stream("GET", self.resource.path(self.namespace), params=params,
-                                        timeout=timeout) as resp:
-                opening.reschedule(None)  # open: from here the read timeout bounds each wait
-                if resp.status_code == 410:
-                    raise Gone()
-                await _check_status(resp)
-                self.watches += 1
-                self.synced = True
-                try:
-                    async for line in _lines(resp, self.config.max_event_bytes):
-                        await self._event(line)
-                except httpx.ReadTimeout:
-                    raise _Idle() from None
+        async with self.source.watch(resource_version=self.last_rv, server_timeout_s=server_timeout,
+                                     open_timeout_s=self.config.request_timeout_s,
+                                     idle_timeout_s=self.config.idle_timeout_s) as events:
+            self.watches += 1
+            self.synced = True
+            async for event in events:
+                await self._event(event)
 
-    async def _event(self, line: bytes) -> None:
-        event = _parse_json(line)
+    async def _event(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object")
         if kind == "ERROR":
             code = obj.get("code") if isinstance(obj, dict) else None
             if code == 410:
                 raise Gone()
-            raise _BadResponse("watch_error", f"watch ERROR event: {str(obj)[:300]}")
+            raise ApiUnavailable("watch_error", f"watch ERROR event: {str(obj)[:300]}")
         if kind == "BOOKMARK":
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
             if is_decimal(rv):
                 self.last_rv = rv
-                await self._hand_on(Bookmark(rv))
+                await self.sink(Bookmark(rv))
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             self._on_rejected("event_type")
@@ -329,67 +279,4 @@ class Informer(Generic[T]):
         if kept is None:
             return
         self.last_rv = kept[0]
-        await self._hand_on(Change(kind, kept[1]))
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, _BadResponse):
-        return exc.reason
-    return "timeout" if isinstance(exc, (TimeoutError, httpx.TimeoutException)) else "network"
-
-
-# -- HTTP bodies ---------------------------------------------------------------------------------------
-
-
-async def _check_status(resp: httpx.Response) -> None:
-    if resp.status_code == 200:
-        return
-    body = await _read_limited(resp, 65536, truncate=True)
-    reason = "throttled" if resp.status_code == 429 else ("server" if resp.status_code >= 500 else "refused")
-    raise _BadResponse(reason, f"HTTP {resp.status_code}: {body[:300].decode(errors='replace')}")
-
-
-async def _read_limited(resp: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
-    """The whole body, up to ``limit`` bytes (over: error, or cut if ``truncate``)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            if truncate:
-                chunks.append(chunk[: max(0, limit - (size - len(chunk)))])
-                break
-            raise _BadResponse("oversized", f"response over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _lines(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
-    """Newline-delimited lines of a watch stream, each whole and at most ``limit`` bytes."""
-    buf = bytearray()
-    async for chunk in resp.aiter_bytes():
-        buf += chunk
-        while True:
-            end = buf.find(b"\n")
-            if end < 0:
-                break
-            line = bytes(buf[:end])
-            del buf[: end + 1]
-            if len(line) > limit:
-                raise _BadResponse("oversized", f"watch event over {limit} bytes")
-            if line.strip():
-                yield line
-        if len(buf) > limit:
-            raise _BadResponse("oversized", f"watch event over {limit} bytes")
-    if buf.strip():
-        yield bytes(buf)
-
-
-def _parse_json(body: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(body)
-    except ValueError as exc:
-        raise _BadResponse("malformed", f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise _BadResponse("malformed", "not a JSON object")
-    return value
+        await self.sink(Change(kind, kept[1]))

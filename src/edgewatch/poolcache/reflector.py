@@ -22,6 +22,7 @@ import httpx2 as httpx
 
 from edgewatch.kube.backoff import backoff_delay
 from edgewatch.kube.informer import Gone, Informer, InformerConfig
+from edgewatch.kube.listwatch import HttpListerWatcher
 from edgewatch.poolcache.feed import Sink, check_object, strip_object
 from edgewatch.poolcache.resources import PoolResource
 
@@ -51,6 +52,7 @@ class CloudReflector(Informer[dict[str, Any]]):
     def __init__(self, *, resource: PoolResource, http: httpx.AsyncClient, sink: Sink,
                  config: InformerConfig | None = None, on_error: Callable[[str], None] = _ignore,
                  on_rejected: Callable[[str], None] = _ignore, name: str = "") -> None:
-        super().__init__(resource=resource, http=http, sink=sink, config=config, on_error=on_error,
+        super().__init__(source=HttpListerWatcher(http=http, resource=resource), sink=sink, config=config,
+                         on_error=on_error,
                          on_rejected=on_rejected, name=name,
                          check=lambda obj: strip_object(check_object(obj, resource)))

@@ -44,8 +44,8 @@ from edgewatch.timefmt import format_micro_time as micro_time
 from edgewatch.timefmt import format_rfc3339 as rfc3339
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.kube.events import Bookmark, Change, Reset
-from edgewatch.kube.http import http_client_of
 from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import PODS
 
 log = logging.getLogger(__name__)
@@ -338,9 +338,6 @@ class KubeletFleet:
         """Follow the pods bound to our nodes through the cloud door's informer (list, watch,
         re-list after a 410 or a cut): a re-list hands over the whole state, so pods deleted
         while the watch was down are forgotten too."""
-        http = http_client_of(self.client)
-        if http is None:
-            raise TypeError("the kubelet simulator needs a lightkube AsyncClient")
         known: dict[tuple[str, str], Pod] = {}
 
         async def on_pod(op: str, pod: Pod) -> None:
@@ -366,8 +363,8 @@ class KubeletFleet:
                 await on_pod(event.type, event.obj)
 
         single = next(iter(self.kubelets)) if len(self.kubelets) == 1 else None
-        await Informer(resource=PODS, http=http, sink=sink, decode=Pod.from_dict, name="kubelet-sim",
-                       field_selector=f"spec.nodeName={single}" if single else None,
+        source = lister_watcher(self.client, PODS, field_selector=f"spec.nodeName={single}" if single else None)
+        await Informer(source=source, sink=sink, decode=Pod.from_dict, name="kubelet-sim",
                        config=InformerConfig(request_timeout_s=self.config.request_timeout_s,
                                              backoff_initial_s=self.config.lease_retry_s / 2,
                                              backoff_max_s=self.config.lease_retry_s * 2)).run()
