@@ -26,6 +26,7 @@ from typing import Any
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 
+from edgewatch.kube.listwatch import ApiUnavailable, Gone
 from edgewatch.timefmt import format_micro_time, parse_rfc3339
 
 
@@ -240,9 +241,18 @@ class FakeListerWatcher:
                  fields: dict[str, str] | None) -> None:
         self.kube, self.resource, self.namespace, self.fields = kube, resource, namespace, fields
 
+    async def _hook(self, op: str, kind: str) -> None:
+        """A hook's ApiError as the HTTP lister-watcher reports it (410: Gone; others: unavailable)."""
+        try:
+            await self.kube._hook(op, kind)
+        except ApiError as exc:
+            if exc.status.code == 410:
+                raise Gone() from None
+            raise ApiUnavailable("server" if (exc.status.code or 500) >= 500 else "refused", str(exc)) from None
+
     async def list_page(self, *, limit: int, continue_token: str | None, timeout_s: float) -> dict[str, Any]:
         kind = self.resource.kind
-        await self.kube._hook("list", kind)
+        await self._hook("list", kind)
         items = [copy.deepcopy(obj) for (k, _ns, _n), obj in list(self.kube.objects.items())
                  if k == kind and self.kube._matches(obj, self.namespace, self.fields)]
         return {"items": items, "metadata": {"resourceVersion": str(self.kube.rv)}}
@@ -251,7 +261,7 @@ class FakeListerWatcher:
     async def watch(self, *, resource_version: str, server_timeout_s: int, open_timeout_s: float,
                     idle_timeout_s: float) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         kind = self.resource.kind
-        await self.kube._hook("watch", kind)
+        await self._hook("watch", kind)
         queue: asyncio.Queue[tuple[str, dict]] = asyncio.Queue()
         for rv, k, op, obj in self.kube.log:  # no await from here to registering: nothing is missed
             if rv > int(resource_version) and k == kind and self.kube._matches(obj, self.namespace, self.fields):

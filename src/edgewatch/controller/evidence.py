@@ -55,8 +55,17 @@ from edgewatch.names import (
     KEY_RECORD_KEY,
 )
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.listwatch import lister_watcher
+from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
+from edgewatch.kube.store import Store
 
-__all__ = ["BEACON_SECRET_NAME", "BeaconIssuer", "EvidenceInformer"]
+__all__ = ["BEACON_SECRET_NAME", "CONTROLLER_BACKOFF_MAX_S", "BeaconIssuer", "EvidenceInformer"]
+
+CONTROLLER_BACKOFF_MAX_S = 5.0
+"""Longest wait between two tries of a failed list or watch of the controller's informers,
+seconds (5 s: one process, so a short cap costs the apiserver little and the verdicts come back
+within seconds of an apiserver restart; client-go's default cap is 30 s)."""
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +202,8 @@ class EvidenceInformer:
         on_change: called with each node whose verified verdict changed (the reconciler's queue).
         namespace: where the keys and evidence live (default ``edgewatch-nodes``).
         recount_s: seconds between recounts (default 1 s).
-        watch_timeout_s: re-establish a watch silent this long, seconds.
+        watch_timeout_s: a watch silent this long is re-opened, seconds (the informer's
+            ``idle_timeout_s``; default 150 s).
     """
 
     def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
@@ -206,6 +216,7 @@ class EvidenceInformer:
         self.namespace = namespace
         self.recount_s = recount_s
         self.watch_timeout_s = watch_timeout_s
+        self.informer_config = InformerConfig(idle_timeout_s=watch_timeout_s, backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
         self._texts: dict[str, str] = {}  # writer -> its last evidence text
 
     def on_keys(self, op: str, cm: ConfigMap) -> None:
@@ -228,22 +239,13 @@ class EvidenceInformer:
             self._texts[name] = text
             self.verified.apply_evidence(name, text)
 
-    async def _informer(self, resource: Any, on_event: Callable[[str, Any], None]) -> None:
-        kind = resource.__name__
-        while True:
-            try:
-                listing = self.client.list(resource, namespace=self.namespace)
-                async with asyncio.timeout(self.watch_timeout_s):
-                    async for obj in listing:
-                        on_event("ADDED", obj)
-                version = getattr(listing, "resourceVersion", None)
-                async with asyncio.timeout(self.watch_timeout_s):
-                    async for op, obj in self.client.watch(resource, namespace=self.namespace,
-                                                           resource_version=version, server_timeout=120):
-                        on_event(op, obj)
-            except API_ERRORS as exc:
-                log.info("%s watch in %s interrupted: %s", kind, self.namespace, exc or type(exc).__name__)
-            await asyncio.sleep(1)
+    async def _informer(self, resource: ApiResource, model: Any, on_event: Callable[[str, Any], None]) -> None:
+        """The cloud door's informer over ``resource`` in our namespace; a re-list hands over
+        exact changes (objects deleted while the watch was down included)."""
+        informer: Informer[Any] = Informer(
+            source=lister_watcher(self.client, resource, namespace=self.namespace), sink=Store(on_event=on_event),
+            decode=model.from_dict, name="evidence", config=self.informer_config)
+        await informer.run()
 
     async def _recount(self) -> None:
         while True:
@@ -254,6 +256,6 @@ class EvidenceInformer:
     async def run(self) -> None:
         """Informers and recount until cancelled."""
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._informer(ConfigMap, self.on_keys))
-            tg.create_task(self._informer(Lease, self.on_evidence))
+            tg.create_task(self._informer(CONFIGMAPS, ConfigMap, self.on_keys))
+            tg.create_task(self._informer(LEASES, Lease, self.on_evidence))
             tg.create_task(self._recount())

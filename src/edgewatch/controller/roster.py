@@ -43,7 +43,13 @@ from edgewatch.core.roster import (
     encode_roster,
 )
 from edgewatch.core.types import NodeName
+from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.events import FeedEvent, Reset
+from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.listwatch import lister_watcher
+from edgewatch.kube.resources import NODES
+from edgewatch.kube.store import Store
 
 __all__ = ["RosterPublisher", "internal_ip"]
 
@@ -69,7 +75,7 @@ class RosterPublisher:
         namespace: where the rosters live (the edgewatch namespace, beside ``edgewatch-config``).
         grouping: the grouping in force, read at each publication (the reconciler's ConfigMap copy).
         api_timeout_s: limit of every API call, seconds (default 10 s).
-        watch_timeout_s: the Node watch is re-established after this long, seconds (default 150 s).
+        watch_timeout_s: a Node watch silent this long is re-opened, seconds (default 150 s).
         settle_s: wait after a change before publishing, seconds (default 1 s).
         retry_s: pause after a failed LIST or write before the next attempt, seconds (default 2 s).
         on_write: called with each write's result (``created``, ``updated``, ``deleted``,
@@ -110,27 +116,20 @@ class RosterPublisher:
     # -- the Node informer ---------------------------------------------------------------------------
 
     async def _informer(self) -> None:
-        while True:
-            try:
-                labels: dict[NodeName, dict[str, str]] = {}
-                addresses: dict[NodeName, str | None] = {}
-                async with asyncio.timeout(self.api_timeout_s):
-                    listing = self.client.list(Node)
-                    async for node in listing:
-                        name = NodeName(node.metadata.name)
-                        labels[name] = dict(node.metadata.labels or {})
-                        addresses[name] = internal_ip(node)
-                if (labels, addresses) != (self.labels, self.addresses):
-                    self.labels, self.addresses = labels, addresses
-                    self._dirty.set()
+        """The cloud door's Node informer: a re-list hands over exact changes; the first list
+        sets ``synced``."""
+        store: Store[Node] = Store(on_event=self._on_node)
+
+        async def sink(event: FeedEvent) -> None:
+            await store(event)
+            if isinstance(event, Reset):
                 self.synced.set()
-                version = getattr(listing, "resourceVersion", None)
-                async with asyncio.timeout(self.watch_timeout_s):
-                    async for op, node in self.client.watch(Node, resource_version=version, server_timeout=120):
-                        self._on_node(op, node)
-            except API_ERRORS as exc:
-                log.info("roster node watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(1)
+
+        informer: Informer[Node] = Informer(
+            source=lister_watcher(self.client, NODES), sink=sink, decode=Node.from_dict, name="roster",
+            config=InformerConfig(request_timeout_s=self.api_timeout_s, idle_timeout_s=self.watch_timeout_s,
+                                  backoff_max_s=CONTROLLER_BACKOFF_MAX_S))
+        await informer.run()
 
     def _on_node(self, op: str, node: Node) -> None:
         name = NodeName(node.metadata.name)
