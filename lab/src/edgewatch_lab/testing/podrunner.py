@@ -25,18 +25,20 @@ its containers through libfaketime with the monotonic clock left alone.
 
 Limits: no image pulls (the image is the host's Python and edgewatch), no cgroups or resource
 limits, no exec probes, no token refresh (tokens live 1 h; runs are shorter), no subPath.
+
+This module is the pods' lifecycle (sync, init containers, restarts, probes, termination, status);
+what a container gets (volumes, environment, exec spec) is ``edgewatch_lab.testing.podsetup``, the
+kubelet's pure rules (``$(VAR)``, downward API, file modes, back-off) ``edgewatch_lab.testing.podspec``.
+Every public name of the three is importable from here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime as dt
 import contextlib
 import json
 import logging
-import os
-import re
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -46,59 +48,42 @@ from typing import Any
 import httpx2 as httpx
 from lightkube import ApiError
 
-import edgewatch
+from edgewatch_lab.testing.podsetup import (
+    CLOCK_MOUNT,
+    IMAGE_ENTRYPOINT,
+    IMAGE_GID,
+    IMAGE_UID,
+    LIBFAKETIME,
+    ContainerSetup,
+)
+from edgewatch_lab.testing.podspec import (
+    BACKOFF_MAX_S,
+    BACKOFF_START_S,
+    PodSetupError,
+    expand,
+    field_value,
+    file_mode,
+    read_clock_offset,
+    restart_delay,
+    runs_here,
+    write_clock_offset,
+)
+
+__all__ = [
+    "BACKOFF_MAX_S", "BACKOFF_START_S", "CLOCK_MOUNT", "IMAGE_ENTRYPOINT", "IMAGE_GID", "IMAGE_UID",
+    "LIBFAKETIME", "SETUP_RETRY_S", "PodRunner", "PodRunnerConfig", "PodSetupError", "expand",
+    "field_value", "file_mode", "format_rfc3339", "read_clock_offset", "restart_delay", "runs_here",
+    "write_clock_offset",
+]
 
 log = logging.getLogger(__name__)
 
-IMAGE_UID = 65532           # the Dockerfile's USER 65532:65532
-IMAGE_GID = 65532
-IMAGE_ENTRYPOINT = ("edgewatch",)
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-CLOCK_MOUNT = "/run/edgewatch-lab-clock"
-BACKOFF_START_S = 10.0
-BACKOFF_MAX_S = 300.0
 SETUP_RETRY_S = 2.0
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 def format_rfc3339() -> str:
     """Now, as RFC 3339 to the second (metav1.Time)."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def read_clock_offset(clock_dir: Path | None) -> float:
-    """The node's clock offset in seconds from ``<clock_dir>/faketime`` (libfaketime's relative
-    form, ``+N``/``-N`` seconds); 0 when there is no file or it does not parse."""
-    if clock_dir is None:
-        return 0.0
-    try:
-        return float((clock_dir / "faketime").read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0.0
-
-
-def write_clock_offset(clock_dir: Path, seconds: float) -> None:
-    """Set the node's clock offset (seconds; 0 ends the skew) atomically, world-readable: the
-    kubelet simulator and the node's containers (libfaketime, re-read every second) follow it."""
-    clock_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(clock_dir, 0o755)
-    tmp = clock_dir / ".faketime.tmp"
-    tmp.write_text(f"{seconds:+.0f}\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, clock_dir / "faketime")
-
-
-def restart_delay(restarts: int, *, ran_s: float) -> float:
-    """Seconds before restarting a container that has exited ``restarts`` times (1 = the first
-    exit) after running ``ran_s`` seconds: at once the first time, then 10 s doubling to 300 s
-    (the kubelet's CrashLoopBackOff); a container that ran 10 minutes starts over."""
-    if restarts <= 1 or ran_s > 600:
-        return 0.0
-    return min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (restarts - 2))
-
-
-class PodSetupError(RuntimeError):
-    """A volume, env var or container of a pod could not be prepared (reported in its status)."""
 
 
 @dataclass(frozen=True)
@@ -123,55 +108,6 @@ class PodRunnerConfig:
     apiserver_port: int
     clock_dir: Path | None = None
     probe_timeout_cap_s: float = 5.0
-
-
-def runs_here(pod: dict[str, Any], *, image_prefix: str) -> bool:
-    """True if ``pod`` (a Pod as a dict) has a container of edgewatch's image."""
-    spec = pod.get("spec") or {}
-    return any((c.get("image") or "").startswith(image_prefix)
-               for c in (spec.get("containers") or []) + (spec.get("initContainers") or []))
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes ``$(VAR)`` expansion: known names are replaced, unknown ones left as they are,
-    ``$$`` escapes a dollar."""
-    def one(m: re.Match[str]) -> str:
-        return "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0))
-
-    return _VAR_REF.sub(one, text)
-
-
-def field_value(pod: dict[str, Any], path: str, *, host_ip: str) -> str:
-    """The downward API value of ``path`` (``metadata.name``, ``spec.nodeName``, ``status.hostIP``,
-    ``metadata.labels['k']`` ...).
-
-    Raises:
-        PodSetupError: an unsupported field path.
-    """
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    simple = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace"),
-              "metadata.uid": meta.get("uid"), "spec.nodeName": spec.get("nodeName"),
-              "spec.serviceAccountName": spec.get("serviceAccountName"), "status.hostIP": host_ip,
-              "status.podIP": host_ip}
-    if path in simple:
-        return str(simple[path] or "")
-    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
-    if m:
-        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
-    raise PodSetupError(f"unsupported fieldRef {path!r}")
-
-
-def file_mode(mode: int, *, fs_group: int | None) -> int:
-    """A read-only volume file's mode after kubelet's SetVolumeOwnership: with an fsGroup the group
-    gets read (``mode | 0o440``); without, the mode as given."""
-    return mode | 0o440 if fs_group is not None else mode
-
-
-def _write(path: Path, data: bytes, *, mode: int, fs_group: int | None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    os.chown(path, 0, fs_group if fs_group is not None else 0)
-    os.chmod(path, file_mode(mode, fs_group=fs_group))
 
 
 @dataclass
@@ -217,6 +153,7 @@ class PodRunner:
         self.client = client
         self.config = config
         self.pods: dict[str, _Pod] = {}
+        self._setup = ContainerSetup(client=client, config=config, pods=self.pods)
         self._tg: asyncio.TaskGroup | None = None
 
     async def run(self) -> None:
@@ -268,7 +205,7 @@ class PodRunner:
                 raise PodSetupError("the lab has no pod network: only hostNetwork pods of the edgewatch image run")
             while True:  # like a kubelet's FailedMount: retry until the volumes can be set up
                 try:
-                    await self._prepare_volumes(p)
+                    await self._setup.prepare_volumes(p)
                     p.error = None
                     break
                 except (PodSetupError, ApiError, httpx.HTTPError, OSError) as exc:
@@ -325,8 +262,8 @@ class PodRunner:
             await asyncio.sleep(delay)
 
     async def _start_and_wait(self, p: _Pod, c: _Container) -> int:
-        spec_file = self._pod_dir(p) / f"{c.spec['name']}.exec.json"
-        spec_file.write_text(json.dumps(await self._exec_spec(p, c)))
+        spec_file = self._setup.pod_dir(p) / f"{c.spec['name']}.exec.json"
+        spec_file.write_text(json.dumps(await self._setup.exec_spec(p, c)))
         log_dir = self.config.node_root / "var/log/pods" / f"{p.pod['metadata']['namespace']}_{p.pod['metadata']['name']}_{p.uid}" / c.spec["name"]
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{c.restarts}.log", "ab") as out:
@@ -455,149 +392,6 @@ class PodRunner:
         meta = pod["metadata"]
         with contextlib.suppress(ApiError):
             await self.client.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
-
-    # -- what the container gets --------------------------------------------------------------------
-
-    def _pod_dir(self, p: _Pod) -> Path:
-        d = self.config.node_root / "var/lib/kubelet/pods" / p.uid
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    async def _get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
-        from lightkube import ApiError
-        from lightkube.resources.core_v1 import ConfigMap, Secret
-
-        resource = Secret if kind == "Secret" else ConfigMap
-        try:
-            return (await self.client.get(resource, name, namespace=namespace)).to_dict()
-        except ApiError as exc:
-            raise PodSetupError(f"{kind} {namespace}/{name}: {exc.status.message}") from exc
-
-    async def _token(self, p: _Pod, source: dict[str, Any]) -> bytes:
-        from lightkube.resources.core_v1 import ServiceAccount
-
-        meta, spec = p.pod["metadata"], p.pod["spec"]
-        body = ServiceAccount.Token.from_dict({
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {},
-            "spec": {"audiences": [source["audience"]] if source.get("audience") else None,
-                     "expirationSeconds": int(source.get("expirationSeconds", 3607)),
-                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}})
-        out = await self.client.create(body, spec.get("serviceAccountName", "default"), namespace=meta["namespace"])
-        return out.status.token.encode()
-
-    async def _items(self, kind: str, src: dict[str, Any], namespace: str) -> list[tuple[str, bytes, int | None]]:
-        obj = await self._get(kind, src["name"], namespace)
-        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()} if kind == "Secret" \
-            else {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-        if src.get("items"):
-            return [(i["path"], data[i["key"]], i.get("mode")) for i in src["items"] if i["key"] in data]
-        return [(k, v, None) for k, v in data.items()]
-
-    async def _prepare_volumes(self, p: _Pod) -> None:
-        spec, meta = p.pod["spec"], p.pod["metadata"]
-        fs_group = (spec.get("securityContext") or {}).get("fsGroup")
-        base = self._pod_dir(p) / "volumes"
-        for vol in spec.get("volumes") or []:
-            name = vol["name"]
-            target = base / name
-            if "hostPath" in vol:
-                path = self.config.node_root / vol["hostPath"]["path"].lstrip("/")
-                kind = vol["hostPath"].get("type", "")
-                if kind == "DirectoryOrCreate":
-                    path.mkdir(parents=True, exist_ok=True, mode=0o755)
-                elif kind == "Directory" and not path.is_dir():
-                    raise PodSetupError(f"hostPath {vol['hostPath']['path']} is not a directory")
-                p.mounts_by_volume[name] = path
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            if "emptyDir" in vol:
-                os.chmod(target, 0o777)
-            elif "secret" in vol or "configMap" in vol:
-                kind = "Secret" if "secret" in vol else "ConfigMap"
-                src = dict(vol.get("secret") or vol.get("configMap"))
-                src["name"] = src.get("secretName", src.get("name"))
-                default = int(src.get("defaultMode", 0o644))
-                for path, data, mode in await self._items(kind, src, meta["namespace"]):
-                    _write(target / path, data, mode=mode or default, fs_group=fs_group)
-            elif "projected" in vol:
-                default = int(vol["projected"].get("defaultMode", 0o644))
-                for s in vol["projected"].get("sources") or []:
-                    if "serviceAccountToken" in s:
-                        t = s["serviceAccountToken"]
-                        _write(target / t["path"], await self._token(p, t), mode=default, fs_group=fs_group)
-                    for kind in ("configMap", "secret"):
-                        if kind in s:
-                            items = await self._items("Secret" if kind == "secret" else "ConfigMap", s[kind],
-                                                      meta["namespace"])
-                            for path, data, mode in items:
-                                _write(target / path, data, mode=mode or default, fs_group=fs_group)
-                    if "downwardAPI" in s:
-                        for item in s["downwardAPI"].get("items") or []:
-                            value = field_value(p.pod, item["fieldRef"]["fieldPath"], host_ip=self.config.node_address)
-                            _write(target / item["path"], value.encode(), mode=item.get("mode") or default,
-                                   fs_group=fs_group)
-            elif "downwardAPI" in vol:
-                default = int(vol["downwardAPI"].get("defaultMode", 0o644))
-                for item in vol["downwardAPI"].get("items") or []:
-                    value = field_value(p.pod, item["fieldRef"]["fieldPath"], host_ip=self.config.node_address)
-                    _write(target / item["path"], value.encode(), mode=item.get("mode") or default, fs_group=fs_group)
-            else:
-                raise PodSetupError(f"volume {name}: unsupported type")
-            if fs_group is not None:
-                os.chown(target, 0, fs_group)
-                os.chmod(target, 0o2755)
-            p.mounts_by_volume[name] = target
-
-    async def _env(self, p: _Pod, c: dict[str, Any]) -> dict[str, str]:
-        meta = p.pod["metadata"]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOSTNAME": self.config.node_name,
-               "HOME": "/tmp",
-               "KUBERNETES_SERVICE_HOST": self.config.apiserver_host,
-               "KUBERNETES_SERVICE_PORT": str(self.config.apiserver_port),
-               "KUBERNETES_SERVICE_PORT_HTTPS": str(self.config.apiserver_port)}
-        for e in c.get("env") or []:
-            if "value" in e:
-                env[e["name"]] = expand(e["value"] or "", env)
-            elif "valueFrom" in e:
-                vf = e["valueFrom"]
-                if "fieldRef" in vf:
-                    env[e["name"]] = field_value(p.pod, vf["fieldRef"]["fieldPath"], host_ip=self.config.node_address)
-                else:
-                    kind, ref = ("Secret", vf["secretKeyRef"]) if "secretKeyRef" in vf else ("ConfigMap", vf["configMapKeyRef"])
-                    items = dict((k, v) for k, v, _m in await self._items(kind, {"name": ref["name"]}, meta["namespace"]))
-                    if ref["key"] not in items and not ref.get("optional"):
-                        raise PodSetupError(f"{kind} {ref['name']} has no key {ref['key']}")
-                    env[e["name"]] = items.get(ref["key"], b"").decode()
-        if self.config.clock_dir is not None:
-            env.update({"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": f"{CLOCK_MOUNT}/faketime",
-                        "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                        "DONT_FAKE_MONOTONIC": "1"})
-        return env
-
-    async def _exec_spec(self, p: _Pod, c: _Container) -> dict[str, Any]:
-        spec = c.spec
-        pod_sc = p.pod["spec"].get("securityContext") or {}
-        sc = {**pod_sc, **(spec.get("securityContext") or {})}
-        env = await self._env(p, spec)
-        command = [expand(a, env) for a in (spec.get("command") or IMAGE_ENTRYPOINT)]
-        args = [expand(a, env) for a in (spec.get("args") or [])]
-        if command[0] == "edgewatch":
-            command = [sys.executable, "-m", "edgewatch", *command[1:]]
-        mounts = [{"source": str(self.pods[p.uid].mounts_by_volume[m["name"]]), "target": m["mountPath"],
-                   "read_only": bool(m.get("readOnly"))}
-                  for m in spec.get("volumeMounts") or [] if m["name"] in p.mounts_by_volume]
-        if self.config.clock_dir is not None:
-            mounts.append({"source": str(self.config.clock_dir), "target": CLOCK_MOUNT, "read_only": True})
-        uid = sc.get("runAsUser", IMAGE_UID)
-        gid = sc.get("runAsGroup", IMAGE_GID if uid == IMAGE_UID else 0)
-        groups = [g for g in [pod_sc.get("fsGroup"), *(pod_sc.get("supplementalGroups") or [])] if g is not None]
-        if sc.get("runAsNonRoot") and uid == 0:
-            raise PodSetupError(f"container {spec['name']}: runAsNonRoot and image will run as root")
-        src = str(Path(edgewatch.__file__).resolve().parent.parent)
-        overlay = self._pod_dir(p) / "overlay" / spec["name"]
-        return {"argv": command + args, "env": env, "mounts": mounts, "uid": uid, "gid": gid, "groups": groups,
-                "image_paths": [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), src],
-                "overlay_dir": str(overlay), "workdir": spec.get("workingDir") or "/"}
 
     # -- status ---------------------------------------------------------------------------------------
 
