@@ -125,8 +125,8 @@ async def test_a_hanging_status_write_never_delays_carrying(tmp_path: Path) -> N
     agent = _agent(tmp_path, kube)
     _alive(agent, C)
     agent.peers.decisions = _decisions(ME, B, C)
-    agent.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
-    await _run_for(agent._cloud_loops(), 2.0, _heartbeats(agent, C))
+    agent.exchange.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
+    await _run_for(agent.carrier.run(), 2.0, agent.role.run(), agent.own_mark.run(), _heartbeats(agent, C))
     assert _renewed(kube, C) >= 4, kube.replaced  # every 0.3 s, whatever the status writes do
 
 
@@ -136,10 +136,9 @@ async def test_one_slow_lease_never_delays_another_nodes_carry(tmp_path: Path) -
     agent = _agent(tmp_path, kube)
     _alive(agent, B, C, D)
     agent.peers.decisions = _decisions(ME, B, C, D)
-    agent.duties = Duties(carry=frozenset({B, C, D}), statements=frozenset({B, C, D}), able=True)
+    agent.exchange.duties = Duties(carry=frozenset({B, C, D}), statements=frozenset({B, C, D}), able=True)
     started = time.monotonic()
-    await _run_for(agent.carrier.run(lambda: agent.duties.carry), 1.6,  # type: ignore[union-attr]
-                   _heartbeats(agent, B, C, D))
+    await _run_for(agent.carrier.run(), 1.6, _heartbeats(agent, B, C, D))
     for node in (C, D):
         first = min(t for t, n in kube.replaced if n == node)
         assert first - started < 0.3, f"{node} waited for {B}"
@@ -162,10 +161,20 @@ async def test_carrying_stops_and_awaits_when_duties_change(tmp_path: Path) -> N
         await asyncio.sleep(HANG_S if node == B else 0)
         return type("R", (), {"outcome": "renewed", "detail": ""})()
 
-    carrier = HeartbeatCarrier(renew=renew, life_sign=lambda n: time.monotonic(), metrics=metrics,
-                               interval_s=0.1, timeout_s=5.0, poll_s=0.02)
     wanted = {B, C}
-    task = asyncio.create_task(carrier.run(lambda: frozenset(wanted)))
+
+    class Peers:
+        """Every node gave a sign of life just now; ``wanted`` are to be carried."""
+
+        def life_sign(self, node: NodeName) -> float:
+            return time.monotonic()
+
+        def carry_wanted(self) -> frozenset[NodeName]:
+            return frozenset(wanted)
+
+    carrier = HeartbeatCarrier(renew=renew, life_signs=Peers(), wanted=Peers(), metrics=metrics,
+                               interval_s=0.1, timeout_s=5.0, poll_s=0.02)
+    task = asyncio.create_task(carrier.run())
     await asyncio.sleep(0.3)
     assert set(carrier.tasks) == {B, C}
     b_task = carrier.tasks[B]
@@ -185,15 +194,15 @@ async def test_no_carrying_and_no_writes_while_our_own_link_is_down(tmp_path: Pa
     agent = _agent(tmp_path, kube)
     _alive(agent, C)
     agent.peers.decisions = _decisions(ME, C)
-    agent.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
+    agent.exchange.duties = Duties(carry=frozenset({C}), statements=frozenset({C}), able=True)
     agent.link.state = type(agent.link.state)(up=False)
-    await _run_for(agent._cloud_loops(), 1.2)
+    await _run_for(agent.carrier.run(), 1.2, agent.role.run(), agent.own_mark.run())
     assert kube.replaced == [] and kube.patched == []
 
 
 def test_carrier_refuses_nonsense() -> None:
     with pytest.raises(ValueError):
-        HeartbeatCarrier(renew=lambda **_: None, life_sign=lambda n: None,  # type: ignore[arg-type,return-value]
+        HeartbeatCarrier(renew=lambda **_: None, life_signs=None, wanted=None,  # type: ignore[arg-type,return-value]
                          metrics=AgentMetrics(CollectorRegistry()), interval_s=0, timeout_s=1)
 
 
@@ -201,7 +210,7 @@ async def test_own_stale_mark_is_looked_for_until_our_kubelet_has_renewed(tmp_pa
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Right after our link is back the mark is still current (our kubelet has not renewed yet):
     keep looking, and stop once it is removed."""
-    import edgewatch.agent.agent as agent_module
+    import edgewatch.agent.ownmark as ownmark_module
 
     answers = iter([False, False, True])
     calls: list[str] = []
@@ -210,7 +219,8 @@ async def test_own_stale_mark_is_looked_for_until_our_kubelet_has_renewed(tmp_pa
         calls.append(node)
         return next(answers, False)
 
-    monkeypatch.setattr(agent_module, "clear_stale_mark", clear)
+    monkeypatch.setattr(ownmark_module, "clear_stale_mark", clear)
     agent = _agent(tmp_path, SlowKube())
-    await _run_for(agent._own_mark_loop(every_s=0.05, window_s=5.0), 0.6)
+    agent.own_mark.every_s, agent.own_mark.window_s = 0.05, 5.0
+    await _run_for(agent.own_mark.run(), 0.6)
     assert calls == [ME, ME, ME]  # looked until it was removed, then stopped

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from lightkube import KubeConfig
 
 from edgewatch.agent import main as agent_main
-from edgewatch.agent.agent import Agent, _peer_session
+from edgewatch.agent.agent import Agent
 from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.exchangeloop import peer_session
 from edgewatch.agent.membership import NodeInfo
 from edgewatch.cli import main
 from edgewatch.core.types import NodeName
@@ -118,20 +119,20 @@ def _agent(tmp_path: Path, **config: Any) -> Agent:
 
 def test_peer_traffic_leaves_from_the_internal_ip_when_listening_on_all_addresses(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
-    assert agent.source_address() is None  # node list not known yet: the kernel picks
+    assert agent.exchange.source_address() is None  # node list not known yet: the kernel picks
     agent.membership.own = NodeInfo(name=ME, address="127.0.0.1", labels={})
-    assert agent.source_address() == "127.0.0.1"
-    assert _agent(tmp_path, listen_address="127.0.0.9").source_address() == "127.0.0.9"
+    assert agent.exchange.source_address() == "127.0.0.1"
+    assert _agent(tmp_path, listen_address="127.0.0.9").exchange.source_address() == "127.0.0.9"
 
 
 async def test_an_internal_ip_that_is_not_local_falls_back_to_the_kernel(caplog: pytest.LogCaptureFixture) -> None:
-    session = _peer_session("192.0.2.123")  # TEST-NET-1: not an address of this host
+    session = peer_session("192.0.2.123")  # TEST-NET-1: not an address of this host
     try:
         assert session.connector is not None and getattr(session.connector, "_local_addr_infos", None) is None
     finally:
         await session.close()
     assert any("cannot send peer traffic from 192.0.2.123" in r.getMessage() for r in caplog.records)
-    bound = _peer_session("127.0.0.1")
+    bound = peer_session("127.0.0.1")
     try:
         infos = getattr(bound.connector, "_local_addr_infos", None)
         assert infos and infos[0][4] == ("127.0.0.1", 0)
@@ -151,31 +152,31 @@ def _with_config(agent: Agent, text: str | None, *, pool: str | None = "a", cach
 
 def test_coordinator_wanted(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
-    assert agent.coordinator_wanted() is None  # nothing known yet
+    assert agent.coordinators.wanted() is None  # nothing known yet
     _with_config(agent, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
-    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a", DEFAULT_RESOURCES)
+    assert agent.coordinators.wanted() == ("http://198.18.0.10:2379", "a", DEFAULT_RESOURCES)
     # The cached resources are part of the target: a change restarts the coordinator with them.
     agent.membership.apply_config({"poolCoordinators": "a: http://198.18.0.10:2379", "poolScopeResources": "off"})
-    assert agent.coordinator_wanted() == ("http://198.18.0.10:2379", "a", ())
+    assert agent.coordinators.wanted() == ("http://198.18.0.10:2379", "a", ())
     _with_config(agent, "b: http://198.18.0.11:2379")
-    assert agent.coordinator_wanted() is None  # our pool has no entry
+    assert agent.coordinators.wanted() is None  # our pool has no entry
     _with_config(agent, "a: http://198.18.0.10:2379", pool=None)
-    assert agent.coordinator_wanted() is None  # we have no pool
+    assert agent.coordinators.wanted() is None  # we have no pool
     # --pool overrides the label; --coordinator overrides the ConfigMap.
     pinned = _agent(tmp_path, pool="b")
     _with_config(pinned, "a: http://198.18.0.10:2379\nb: http://198.18.0.11:2379")
-    assert pinned.coordinator_wanted() == ("http://198.18.0.11:2379", "b", DEFAULT_RESOURCES)
+    assert pinned.coordinators.wanted() == ("http://198.18.0.11:2379", "b", DEFAULT_RESOURCES)
     flag = _agent(tmp_path, coordinator_url="http://10.1.1.1:2379")
-    assert flag.coordinator_wanted() is None  # waits for the ConfigMap and the node (its pool label)
+    assert flag.coordinators.wanted() is None  # waits for the ConfigMap and the node (its pool label)
     _with_config(flag, "a: http://198.18.0.10:2379")
-    assert flag.coordinator_wanted() == ("http://10.1.1.1:2379", "a", DEFAULT_RESOURCES)
+    assert flag.coordinators.wanted() == ("http://10.1.1.1:2379", "a", DEFAULT_RESOURCES)
 
 
 async def test_the_coordinator_follows_the_config_map_live(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     agent = _agent(tmp_path)
     # Ports nobody listens on: the sessions fail and retry quietly, which is all this test needs.
     _with_config(agent, "a: http://127.0.0.1:9", cached="off")  # (a fake API client: no cache)
-    task = asyncio.create_task(agent._coordinator_loop(poll_s=0.02))
+    task = asyncio.create_task(agent.coordinators.run(poll_s=0.02))
     try:
         await asyncio.sleep(0.2)
         assert agent.coordinator_target == ("http://127.0.0.1:9", "a", ()) and agent.coordinator is not None
@@ -209,7 +210,7 @@ async def test_tls_with_an_http_url_is_refused_once_not_crashing(tmp_path: Path,
     agent = _agent(tmp_path, coordinator_tls=tls)
     _with_config(agent, "a: http://127.0.0.1:9")
     with caplog.at_level(logging.ERROR):
-        task = asyncio.create_task(agent._coordinator_loop(poll_s=0.02))
+        task = asyncio.create_task(agent.coordinators.run(poll_s=0.02))
         await asyncio.sleep(0.2)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -226,10 +227,10 @@ def test_per_node_metric_series_are_dropped_when_a_node_leaves(tmp_path: Path) -
     agent = _agent(tmp_path)
     reg = agent.metrics.registry
     agent.peers.detectors[NodeName("a-9")] = PeerDetector(now=0.0)  # a watched neighbour
-    agent._export(decide_all(group=frozenset({NodeName("a-9"), NodeName("a-10")}), votes={}, now=0.0, vote_ttl_s=5.0))
+    agent.exchange.export(decide_all(group=frozenset({NodeName("a-9"), NodeName("a-10")}), votes={}, now=0.0, vote_ttl_s=5.0))
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) == 1
     # a-10 is in the group but not watched: no series (1,000 members must not cost 3,000 series)
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-10", "verdict": "unknown"}) is None
     del agent.peers.detectors[NodeName("a-9")]
-    agent._export({})  # a-9 left the group
+    agent.exchange.export({})  # a-9 left the group
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) is None

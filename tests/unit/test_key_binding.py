@@ -20,6 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _events import Recorded
+
 from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.evidence import encode_evidence
@@ -260,8 +262,9 @@ def test_a_fresh_controller_counts_the_owners_statements(squat_first: bool) -> N
 def test_a_fresh_agent_accepts_the_owners_messages(squat_first: bool, tmp_path: Path) -> None:
     owner, squatter, squat = _owner_and_squat()
     me = NodeKeyring(node=OTHER, keys=(NodeKey.generate(),), public=PublicKeys())
-    rejected: list[str] = []
-    keeper = IdentityKeeper(client=None, keyring=me, state_dir=tmp_path, on_reject=rejected.append)  # type: ignore[arg-type]
+    recorded = Recorded()
+    rejected = recorded.key_refusals
+    keeper = IdentityKeeper(client=None, keyring=me, state_dir=tmp_path, events=recorded)  # type: ignore[arg-type]
     reads = [(SQUATTER, squat), (OWNER, owner.record())]
     for node, record in reads if squat_first else reads[::-1]:
         keeper.apply(node, record)
@@ -279,6 +282,7 @@ def test_a_squat_in_saved_state_is_refused_at_start(tmp_path: Path) -> None:
     owner, _, squat = _owner_and_squat()
     (tmp_path / "public-keys.json").write_text(json.dumps({SQUATTER: squat, OWNER: owner.record()}))
     me = NodeKeyring(node=OTHER, keys=(NodeKey.generate(),), public=PublicKeys())
-    rejected: list[str] = []
-    IdentityKeeper(client=None, keyring=me, state_dir=tmp_path, on_reject=rejected.append)  # type: ignore[arg-type]
+    recorded = Recorded()
+    rejected = recorded.key_refusals
+    IdentityKeeper(client=None, keyring=me, state_dir=tmp_path, events=recorded)  # type: ignore[arg-type]
     assert rejected == [BAD_KEY_PROOF] and me.owner(owner.primary_key_id) == OWNER

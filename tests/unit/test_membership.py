@@ -23,6 +23,7 @@ from edgewatch.core.grouping import GroupingConfig
 from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster, roster_name
 from edgewatch.core.types import NodeName
 
+from _events import Recorded
 from _fakekube import FakeKube
 
 ME = NodeName("a-1")
@@ -76,9 +77,10 @@ def pool_of_five(kube: FakeKube) -> None:
 async def test_group_is_the_roster_and_other_nodes_updates_never_reach_the_agent() -> None:
     kube = FakeKube()
     pool_of_five(kube)
-    events: list[str] = []
+    recorded = Recorded()
+    events = recorded.watch_events
     async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
-                                  on_event=events.append)) as m:
+                                  events=recorded)) as m:
         await wait(m.synced.is_set)
         assert m.group_of(ME) == {f"a-{i}" for i in range(1, 6)}
         assert m.address_of(NodeName("a-3")) == "10.0.0.3" and m.node_by_address("10.0.0.4") == "a-4"
@@ -138,9 +140,10 @@ async def test_not_ready_until_the_roster_is_published() -> None:
 async def test_a_malformed_roster_is_refused_and_the_previous_copy_stays(caplog: pytest.LogCaptureFixture) -> None:
     kube = FakeKube()
     pool_of_five(kube)
-    rejects: list[str] = []
+    recorded = Recorded()
+    rejects = recorded.config_refusals
     async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
-                                  on_reject=rejects.append)) as m:
+                                  events=recorded)) as m:
         await wait(m.synced.is_set)
         for bad in ('{"a-1": 7}', "[]", '{"Not A Name": ""}', "{" * 10):
             kube.put("ConfigMap", {"metadata": {"name": ROSTER_PREFIX, "namespace": "edgewatch"},
@@ -171,11 +174,12 @@ async def test_unwritable_state_dir_keeps_watching_logs_once_and_counts(tmp_path
     blocker.write_text("x")
     kube = FakeKube()
     pool_of_five(kube)
-    failures: list[str] = []
+    recorded = Recorded()
+    failures = recorded.save_failures
     with caplog.at_level(logging.INFO, logger="edgewatch.agent.membership"):
         async with Running(Membership(client=kube, node=ME, namespace="edgewatch",  # type: ignore[arg-type]
                                       state_dir=blocker / "edgewatch", retry_s=0.01,
-                                      on_save_error=failures.append)) as m:
+                                      events=recorded)) as m:
             await wait(m.synced.is_set)
             for i in range(6, 9):
                 put_roster(kube, ROSTER_PREFIX, {f"a-{j}": f"10.0.0.{j}" for j in range(1, i)})
@@ -249,8 +253,9 @@ async def test_a_missing_config_map_is_known_to_be_missing() -> None:
 
 
 def test_pool_coordinators_are_judged_apart_from_grouping(caplog: pytest.LogCaptureFixture) -> None:
-    rejects: list[str] = []
-    m = Membership(client=FakeKube(), node=ME, namespace="edgewatch", on_reject=rejects.append)  # type: ignore[arg-type]
+    recorded = Recorded()
+    rejects = recorded.config_refusals
+    m = Membership(client=FakeKube(), node=ME, namespace="edgewatch", events=recorded)  # type: ignore[arg-type]
     assert m.apply_config({"grouping": "on", "poolCoordinators": "a: http://10.0.0.1:2379\nb: ftp://x\n"})
     assert m.grouping.enabled and dict(m.pool_coordinators.urls) == {"a": "http://10.0.0.1:2379"}
     assert rejects == ["invalid_pool_coordinator"]

@@ -61,8 +61,8 @@ class Node:
         self.name = name
         self.config = AgentConfig(node=name, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[name], port=port)
         self.metrics = AgentMetrics(CollectorRegistry())
-        self.peers = PeerExchange(me=name, config=self.config, keyring=lambda: ring(name), membership=FakeMembership(),  # type: ignore[arg-type]
-                                  metrics=self.metrics, cloud_ok=lambda: True)
+        self.peers = PeerExchange(me=name, config=self.config, keyring=ring(name), membership=FakeMembership(),  # type: ignore[arg-type]
+                                  metrics=self.metrics, link=types.SimpleNamespace(up=True))
         self.peers.kubelet_ok = True
         self.peers.refresh_group(now=time.monotonic())  # know the group before the first request
         self.runner: web.AppRunner | None = None
@@ -323,8 +323,8 @@ def test_the_topology_follows_the_group_size() -> None:
 
     members = Growing()
     config = AgentConfig(node=A, identity_file=Path("/nonexistent"))
-    peers = PeerExchange(me=A, config=config, keyring=lambda: ring(A), membership=members,  # type: ignore[arg-type]
-                         metrics=AgentMetrics(CollectorRegistry()), cloud_ok=lambda: True)
+    peers = PeerExchange(me=A, config=config, keyring=ring(A), membership=members,  # type: ignore[arg-type]
+                         metrics=AgentMetrics(CollectorRegistry()), link=types.SimpleNamespace(up=True))
     now = time.monotonic()
     peers.refresh_group(now=now)
     assert peers.targets(now=now) == sorted(names[1:3])

@@ -56,8 +56,8 @@ class Lab:
         self.port = _free_port()
         agent_config = AgentConfig(node=ME, identity_file=Path("/nonexistent"), listen_address=HOST, port=self.port)
         self.metrics = AgentMetrics(CollectorRegistry())
-        peers = PeerExchange(me=ME, config=agent_config, keyring=lambda: ring(ME), membership=FakeMembership(),  # type: ignore[arg-type]
-                             metrics=self.metrics, cloud_ok=lambda: True)
+        peers = PeerExchange(me=ME, config=agent_config, keyring=ring(ME), membership=FakeMembership(),  # type: ignore[arg-type]
+                             metrics=self.metrics, link=SimpleNamespace(up=True))
         app = web.Application()
         app.router.add_post(EXCHANGE_PATH, peers.handle)
         app.router.add_get("/healthz", _ok)

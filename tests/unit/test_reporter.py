@@ -4,6 +4,8 @@ what it costs the apiserver (on the in-memory API)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from types import SimpleNamespace
 
 from _fakekube import FakeKube
 from _keys import ring
@@ -18,6 +20,22 @@ from edgewatch.names import EVIDENCE_ANNOTATION, IDENTITY_NAMESPACE
 ME, PEER = NodeName("r-1"), NodeName("r-2")
 
 
+UP = SimpleNamespace(up=True)  # the cloud link
+
+
+class Said:
+    """What this node states (``own``, ``carried``): the reporter's ``Statements``."""
+
+    def __init__(self, own: Heartbeat | None = None, carried: Sequence[Heartbeat] = ()) -> None:
+        self.own, self.carried = own, carried
+
+    def own_statement(self) -> Heartbeat | None:
+        return self.own
+
+    def carried_statements(self) -> Sequence[Heartbeat]:
+        return self.carried
+
+
 def hb(origin: NodeName, beacon: str, *, dead: tuple[str, ...] = (), seq: int = 1) -> Heartbeat:
     return sign_heartbeat(origin=origin, incarnation=1, seq=seq, kubelet_ok=True, cloud_ok=origin == ME,
                           alive=[ME, PEER], dead=[NodeName(d) for d in dead], keyring=ring(origin), beacon=beacon)
@@ -27,20 +45,20 @@ async def test_writes_on_change_and_refresh_with_one_request_each() -> None:
     kube = FakeKube()
     key = NodeKey.generate()
     holder = BeaconHolder()
-    state: dict[str, object] = {"own": None, "carried": []}
-    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, own=lambda: state["own"],  # type: ignore[arg-type]
-                           carried=lambda: state["carried"], cloud_ok=lambda: True, refresh_s=10.0)  # type: ignore[arg-type]
+    state = Said()
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=state, link=UP,  # type: ignore[arg-type]
+                           refresh_s=10.0)
     assert rep.due(now=0.0) is None  # nothing signed yet
-    state["own"] = hb(ME, "")
+    state.own = hb(ME, "")
     assert rep.due(now=0.0) is None  # no beacon yet: a statement nobody can date is not written
     holder.trust(key.public_raw)
     holder.offer(sign_beacon(Beacon(1, "a" * 32), key))
-    state["own"] = hb(ME, holder.value)
+    state.own = hb(ME, holder.value)
     wanted = rep.due(now=0.0)
     assert wanted is not None and await rep.write(*wanted, now=0.0) == "ok"
-    state["own"] = hb(ME, holder.value, seq=2)
+    state.own = hb(ME, holder.value, seq=2)
     assert rep.due(now=1.0) is None  # only the seq changed
-    state["carried"] = [hb(PEER, holder.value)]  # a cut-off peer to carry: a change, written at once
+    state.carried = [hb(PEER, holder.value)]  # a cut-off peer to carry: a change, written at once
     wanted = rep.due(now=1.0)
     assert wanted is not None and await rep.write(*wanted, now=1.0) == "ok"
     lease = kube.obj("Lease", ME, IDENTITY_NAMESPACE)
@@ -48,8 +66,8 @@ async def test_writes_on_change_and_refresh_with_one_request_each() -> None:
     assert [i["origin"] for i in items] == [ME, PEER] and lease["spec"]["holderIdentity"] == ME
     assert rep.due(now=20.0) is None  # refresh due, but the beacon did not move: nothing newer to say
     holder.offer(sign_beacon(Beacon(2, "b" * 32), key))
-    state["own"] = hb(ME, holder.value, seq=3)
-    state["carried"] = [hb(PEER, holder.value, seq=2)]
+    state.own = hb(ME, holder.value, seq=3)
+    state.carried = [hb(PEER, holder.value, seq=2)]
     wanted = rep.due(now=20.0)
     assert wanted is not None and await rep.write(*wanted, now=20.0) == "ok"
     calls = [c[0] for c in kube.calls if c[1] == "Lease"]
@@ -63,8 +81,7 @@ async def test_a_conflict_reads_the_lease_again() -> None:
     holder.trust(key.public_raw)
     holder.offer(sign_beacon(Beacon(1, "a" * 32), key))
     own = hb(ME, holder.value)
-    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, own=lambda: own, carried=lambda: [],  # type: ignore[arg-type]
-                           cloud_ok=lambda: True)
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=Said(own), link=UP)  # type: ignore[arg-type]
     assert await rep.write(own, []) == "ok"
     lease = kube.obj("Lease", ME, IDENTITY_NAMESPACE)
     kube.put("Lease", lease)  # someone else wrote it: our resourceVersion is stale

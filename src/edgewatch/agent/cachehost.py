@@ -17,6 +17,12 @@ What it is for
     SubjectAccessReview) with the agent's own client and credentials, and keeps its decisions for
     the agent's life (a restart of the endpoint keeps them, so a cut-off node's clients stay served).
 
+What it is handed
+    The pool-scope resources the ConfigMap names (:class:`PoolScope`: the membership), the running
+    pool coordinator (:class:`CoordinatorSource`: the agent's ``CoordinatorRunner``), this node's
+    cloud link (:class:`edgewatch.agent.ports.CloudLinkView`), the cloud API's HTTP client and
+    where to serve.
+
 Errors
     A port that cannot be bound or a state folder that cannot be written is logged (and the
     endpoint retried every ``retry_s``); nothing here ends the agent.
@@ -31,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import httpx2 as httpx
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from edgewatch.agent.ports import CloudLinkView
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
 from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
 from edgewatch.poolcache.authn import AccessControl, CloudReviewClient, ReviewPolicy
@@ -47,22 +54,39 @@ from edgewatch.poolcache.store import ResourceCache
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PoolCacheHost", "KUBECONFIG_FILE"]
+__all__ = ["CoordinatorSource", "KUBECONFIG_FILE", "PoolCacheHost", "PoolScope"]
 
 KUBECONFIG_FILE = "kubeconfig"
 """File name of the clients' kubeconfig in ``<state-dir>/pool-cache/`` (no credentials in it)."""
+
+
+class PoolScope(Protocol):
+    """Which pool-scope resources to cache (``edgewatch.agent.membership``)."""
+
+    def known_pool_resources(self) -> tuple[PoolResource, ...] | None:
+        """The ConfigMap's ``poolScopeResources`` (empty: the node side is off), or None until the
+        ConfigMap has been read."""
+        ...
+
+
+class CoordinatorSource(Protocol):
+    """The pool coordinator in use now (``edgewatch.agent.coordinating.CoordinatorRunner``)."""
+
+    def current_coordinator(self) -> CoordinatorView | None:
+        """The running coordinator, or None."""
+        ...
 
 
 class PoolCacheHost:
     """Runs the node's pool cache (see the module docstring).
 
     Args (keyword-only):
-        resources: the pool-scope resources wanted now (the ConfigMap's), or None while unknown.
+        resources: the pool-scope resources wanted now (:class:`PoolScope`).
         http: the cloud API's HTTP client (agent credentials; used by the cloud feed only).
         upstream: where the endpoint forwards everything it does not cache (the client's own
             credentials, never ours), or None.
-        coordinator: the pool coordinator now in use, or None.
-        cloud_ok: this node's cloud link state.
+        coordinators: the pool coordinator now in use (:class:`CoordinatorSource`).
+        link: this node's cloud link.
         address, port: where to serve (HTTPS).
         state_dir: the agent's state folder (TLS files and kubeconfig under ``pool-cache/``), or
             None (a temporary folder).
@@ -71,22 +95,22 @@ class PoolCacheHost:
         review_policy: TTLs and bounds of the cloud's access decisions (default: the kubelet's).
     """
 
-    def __init__(self, *, resources: Callable[[], tuple[PoolResource, ...] | None], http: httpx.AsyncClient,
-                 upstream: Upstream | None, coordinator: Callable[[], CoordinatorView | None],
-                 cloud_ok: Callable[[], bool], address: str = "127.0.0.1", port: int = DEFAULT_POOL_CACHE_PORT,
-                 state_dir: Path | None = None, config: NodeCacheConfig | None = None, retry_s: float = 5.0,
+    def __init__(self, *, resources: PoolScope, http: httpx.AsyncClient, upstream: Upstream | None,
+                 coordinators: CoordinatorSource, link: CloudLinkView, address: str = "127.0.0.1",
+                 port: int = DEFAULT_POOL_CACHE_PORT, state_dir: Path | None = None,
+                 config: NodeCacheConfig | None = None, retry_s: float = 5.0,
                  review_policy: ReviewPolicy | None = None) -> None:
         self._resources = resources
         self.http = http
         self.upstream = upstream
-        self._coordinator = coordinator
-        self._cloud_ok = cloud_ok
+        self._coordinators = coordinators
+        self._link = link
         self.address = address
         self.port = port
         self.state_dir = state_dir
         self.config = config or NodeCacheConfig()
         self.retry_s = retry_s
-        self.access = AccessControl(client=CloudReviewClient(http=http), cloud_ok=cloud_ok, policy=review_policy)
+        self.access = AccessControl(client=CloudReviewClient(http=http), cloud_ok=self._cloud_ok, policy=review_policy)
         self.registry = CollectorRegistry()
         self.node: NodePoolCache | None = None
         self.caches: dict[PoolResource, ResourceCache] = {}
@@ -97,6 +121,10 @@ class PoolCacheHost:
         """The source the caches read from now (None: not running)."""
         return self.node.source if self.node is not None else None
 
+    def _cloud_ok(self) -> bool:
+        """This node's cloud link, as the pool cache's feeds and access control read it."""
+        return self._link.up
+
     def _dir(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir / "pool-cache"
@@ -105,7 +133,7 @@ class PoolCacheHost:
     async def run(self, *, poll_s: float = 1.0) -> None:
         """Serve the wanted resources until cancelled; restart when they change."""
         while True:
-            wanted = self._resources()
+            wanted = self._resources.known_pool_resources()
             if wanted is None or not wanted:
                 await asyncio.sleep(poll_s)
                 continue
@@ -124,7 +152,7 @@ class PoolCacheHost:
         (folder / KUBECONFIG_FILE).write_text(client_kubeconfig(server=server, ca_pem=cert))
         self.registry = registry = CollectorRegistry()
         self.caches = caches = {r: ResourceCache(r) for r in resources}
-        self.node = node = NodePoolCache(caches=caches, http=self.http, coordinator=self._coordinator,
+        self.node = node = NodePoolCache(caches=caches, http=self.http, coordinator=self._coordinators.current_coordinator,
                                          cloud_ok=self._cloud_ok, registry=registry, config=self.config)
         app = make_app(caches=caches, upstream=self.upstream, registry=registry, access=self.access)
         runner = web.AppRunner(app, access_log=None)
@@ -136,7 +164,7 @@ class PoolCacheHost:
                      extra={"kind": "pool_cache", "kubeconfig": str(folder / KUBECONFIG_FILE)})
             async with asyncio.TaskGroup() as tg:
                 feed = tg.create_task(node.run(), name="pool-cache-node")
-                while self._resources() == resources:
+                while self._resources.known_pool_resources() == resources:
                     await asyncio.sleep(poll_s)
                 log.info("pool-scope resources changed: restarting the pool cache", extra={"kind": "pool_cache"})
                 feed.cancel()

@@ -13,6 +13,11 @@ turned into the wall-clock ``renewTime`` only at the moment of writing (this age
 clock minus the locally measured age). No timestamp written by another machine is compared with
 our clock here.
 
+What it is handed: the nodes to carry now (:class:`CarryWanted`: the agent's exchange loop, from
+its duties), each node's last sign of life (:class:`LifeSigns`: the peer exchange's heartbeat book),
+the renewal (:class:`Renew`; the agent's is :class:`PeerPathRenewal`), the metrics and a wall clock
+(the controller's, as the agent estimates it: ``edgewatch.agent.cloudclock``).
+
 Limits: a renewal that fails is retried after ``retry_s`` (default 1 s), not backed off further:
 the Lease lasts 40 s and the kubelet's own renewal is every 10 s, so trying again soon is what keeps
 the node Ready. The set of carried nodes is polled every ``poll_s``, not pushed.
@@ -27,12 +32,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from lightkube import AsyncClient
+
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.types import NodeName
+from edgewatch.leases import DelegatedRenewal, renew_on_behalf
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HeartbeatCarrier", "Renew"]
+__all__ = ["CarryWanted", "HeartbeatCarrier", "LifeSigns", "PeerPathRenewal", "Renew"]
 
 
 class Renew(Protocol):
@@ -42,13 +50,51 @@ class Renew(Protocol):
     def __call__(self, *, node: NodeName, alive_at: dt.datetime) -> Awaitable[Any]: ...
 
 
+class CarryWanted(Protocol):
+    """Which cut-off peers this agent carries now (its duties; empty while its own link is down)."""
+
+    def carry_wanted(self) -> frozenset[NodeName]:
+        """The nodes whose Lease this agent should renew now (cheap; read every ``poll_s``)."""
+        ...
+
+
+class LifeSigns(Protocol):
+    """When each peer last gave a sign of life, on this agent's monotonic clock."""
+
+    def life_sign(self, node: NodeName) -> float | None:
+        """Monotonic seconds of ``node``'s last sign of life, or None if none is known."""
+        ...
+
+
+class PeerPathRenewal:
+    """The peer path's Lease renewal (a :class:`Renew`): ``renew_on_behalf`` with ``via="peer"``,
+    this node as the delegate.
+
+    Args (keyword-only):
+        client: the agent's API client.
+        delegate: this node (named in the delegate mark on the carried Lease).
+    """
+
+    def __init__(self, *, client: AsyncClient, delegate: NodeName) -> None:
+        self._client = client
+        self._delegate = delegate
+
+    async def __call__(self, *, node: NodeName, alive_at: dt.datetime) -> DelegatedRenewal:
+        """Renew ``node``'s Lease with ``alive_at`` (aware UTC) as its renewTime; never bounded
+        here (the carrier bounds it). Errors are the Lease module's (see
+        ``edgewatch.leases.renew_on_behalf``)."""
+        return await renew_on_behalf(client=self._client, node=node, delegate=self._delegate, via="peer",
+                                     alive_at=alive_at)
+
+
 class HeartbeatCarrier:
     """Keeps one renewal task per carried node.
 
     Args (keyword-only):
         renew: the Lease renewal (see :class:`Renew`); its exceptions are logged, never fatal.
-        life_sign: monotonic time (seconds) of a node's last sign of life, or None if unknown (then
-            nothing is written for it until one is known).
+        life_signs: each node's last sign of life (:class:`LifeSigns`; a node without one gets
+            nothing written until one is known).
+        wanted: the nodes to carry now (:class:`CarryWanted`), read every ``poll_s``.
         metrics: ``delegations{outcome}`` and ``carrying`` are kept here.
         interval_s: renew a carried Lease this often (seconds).
         timeout_s: bound of one renewal (seconds); a renewal that takes longer counts as
@@ -58,14 +104,15 @@ class HeartbeatCarrier:
         monotonic, wall: clocks (injectable for tests): seconds, and aware UTC datetime.
     """
 
-    def __init__(self, *, renew: Renew, life_sign: Callable[[NodeName], float | None], metrics: AgentMetrics,
+    def __init__(self, *, renew: Renew, life_signs: LifeSigns, wanted: CarryWanted, metrics: AgentMetrics,
                  interval_s: float, timeout_s: float, retry_s: float = 1.0, poll_s: float = 0.5,
                  monotonic: Callable[[], float] = time.monotonic,
                  wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
         if min(interval_s, timeout_s, retry_s, poll_s) <= 0:
             raise ValueError("carrier intervals and timeouts must be > 0 seconds")
         self._renew = renew
-        self._life_sign = life_sign
+        self._life_signs = life_signs
+        self._wanted = wanted
         self._metrics = metrics
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -76,14 +123,14 @@ class HeartbeatCarrier:
         self.tasks: dict[NodeName, asyncio.Task[None]] = {}
         self.renewed_at: dict[NodeName, float] = {}  # monotonic time of each node's last successful renewal
 
-    async def run(self, wanted: Callable[[], frozenset[NodeName]]) -> None:
-        """Follow ``wanted()`` (the nodes to carry now) until cancelled: start a task for each new
-        node, cancel and await the task of each node no longer wanted. On cancellation every task is
-        cancelled and awaited (TaskGroup)."""
+    async def run(self) -> None:
+        """Follow ``wanted.carry_wanted()`` (the nodes to carry now) until cancelled: start a task
+        for each new node, cancel and await the task of each node no longer wanted. On cancellation
+        every task is cancelled and awaited (TaskGroup)."""
         try:
             async with asyncio.TaskGroup() as tg:
                 while True:
-                    want = wanted()
+                    want = self._wanted.carry_wanted()
                     for node in sorted(want - self.tasks.keys()):
                         self.tasks[node] = tg.create_task(self._carry(node), name=f"carry-{node}")
                     for node in sorted(self.tasks.keys() - want):
@@ -108,7 +155,7 @@ class HeartbeatCarrier:
 
     async def renew_once(self, node: NodeName) -> bool:
         """One bounded renewal of ``node``'s Lease; True if renewed (or nothing was due)."""
-        seen = self._life_sign(node)
+        seen = self._life_signs.life_sign(node)
         if seen is None:
             return False
         age_s = max(0.0, self._monotonic() - seen)

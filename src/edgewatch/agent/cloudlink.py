@@ -8,6 +8,11 @@ flapping link does not flap the state (hysteresis, the same idea as the peer fai
 The agent reports the state in its signed heartbeats (``cloud_ok``), which is how peers learn that
 it needs its heartbeat carried (seeds 000/001).
 
+The probe the agent uses is :class:`ApiserverProbe` (``GET /readyz`` with the agent's own client).
+Who needs the state reads it (:class:`edgewatch.agent.ports.CloudLinkView`: ``monitor.up``); who
+must act the moment it flips subscribes (:meth:`CloudLinkMonitor.subscribe`, a
+:class:`edgewatch.agent.ports.CloudLinkListener`).
+
 Limits: it measures the agent's path to the apiserver, which is the kubelet's path in every
 deployment we know; a kubelet behind a different proxy than the agent could see another link.
 """
@@ -20,7 +25,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from lightkube import AsyncClient
+
+from edgewatch.agent.ports import CloudLinkListener
+from edgewatch.kube.http import http_client_of
+
 log = logging.getLogger(__name__)
+
+__all__ = ["ApiserverProbe", "CloudLinkConfig", "CloudLinkMonitor", "LinkState", "apiserver_ready", "observe"]
 
 
 @dataclass(frozen=True)
@@ -70,23 +82,61 @@ def observe(state: LinkState, *, ok: bool, config: CloudLinkConfig) -> LinkState
     return replace(state, up=up, failures=failures, successes=0)
 
 
-class CloudLinkMonitor:
-    """Runs the probe loop and keeps the current ``LinkState``.
+async def apiserver_ready(client: AsyncClient) -> bool:
+    """GET /readyz on the apiserver with the client's own TLS and credentials; True on 200.
 
-    Args:
+    /readyz is readable by everyone (system:public-info-viewer) and costs the apiserver no etcd
+    read, so probing it every 2 s from every node is cheap. Uses lightkube's underlying httpx client.
+
+    Raises:
+        TypeError: ``client`` is not a lightkube ``AsyncClient`` (no HTTP client inside).
+        httpx.HTTPError, OSError: the request failed (the monitor counts it as a failed probe).
+    """
+    http = http_client_of(client)
+    if http is None:
+        raise TypeError("the cloud link probe needs a lightkube AsyncClient")
+    resp = await http.get("/readyz")
+    return resp.status_code == 200
+
+
+class ApiserverProbe:
+    """The agent's probe of its cloud link: :func:`apiserver_ready` with its own API client.
+
+    Args (keyword-only):
+        client: the agent's API client (a lightkube ``AsyncClient``; anything else makes every
+            probe fail with ``TypeError``, i.e. the link goes down).
+    """
+
+    def __init__(self, *, client: AsyncClient) -> None:
+        self._client = client
+
+    async def __call__(self) -> bool:
+        """One probe, without a timeout of its own (the monitor bounds it)."""
+        return await apiserver_ready(self._client)
+
+
+class CloudLinkMonitor:
+    """Runs the probe loop and keeps the current ``LinkState`` (a
+    :class:`edgewatch.agent.ports.CloudLinkView`).
+
+    Args (keyword-only):
         probe: async callable that raises (or returns False) when the apiserver does not answer
             healthily; it must enforce no timeout itself — the monitor wraps it in ``timeout_s``.
         config: see ``CloudLinkConfig``.
-        on_change: called with the new ``up`` value whenever it flips.
     """
 
-    def __init__(self, *, probe: Callable[[], Awaitable[bool]], config: CloudLinkConfig,
-                 on_change: Callable[[bool], None] | None = None) -> None:
+    def __init__(self, *, probe: Callable[[], Awaitable[bool]], config: CloudLinkConfig) -> None:
         self._probe = probe
         self.config = config
         self.state = LinkState()
         self.changed_at = time.monotonic()  # local monotonic seconds of the last flip (or start)
-        self._on_change = on_change
+        self._listeners: list[CloudLinkListener] = []
+
+    def subscribe(self, listener: CloudLinkListener) -> None:
+        """Tell ``listener`` of every flip from now on (``cloud_link_changed(up)``, in subscription
+        order, synchronously inside the probe loop: it must not block; what it raises ends
+        :meth:`run`)."""
+        self._listeners.append(listener)
 
     @property
     def up(self) -> bool:
@@ -108,8 +158,8 @@ class CloudLinkMonitor:
             self.changed_at = time.monotonic()
             log.warning("cloud link %s", "up" if self.state.up else "DOWN",
                         extra={"kind": "cloud_link", "up": self.state.up})
-            if self._on_change is not None:
-                self._on_change(self.state.up)
+            for listener in self._listeners:
+                listener.cloud_link_changed(self.state.up)
         return ok
 
     async def run(self) -> None:

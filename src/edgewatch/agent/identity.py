@@ -12,7 +12,7 @@ Publishing is level-triggered: the record is (re)written whenever the object is 
 anything else, with the resourceVersion read (a concurrent writer wins with 409 and we look again).
 The other nodes' records come from one list+watch of the namespace; a malformed record, one with
 a key whose proof does not verify for that node, or one claiming a key another node already
-published, is refused (log line, ``on_reject(reason)``) and the node's previous keys stay. With
+published, is refused (log line, ``events.key_record_refused(reason)``) and the node's previous keys stay. With
 ``state_dir`` the known records are kept on disk, so an agent restarted while its node is cut off
 from the cloud still verifies its peers (best effort: a failed save is logged and counted, never
 fatal); saved records are checked again when loaded.
@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
+from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.identity import KeyRecordError, NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
@@ -42,9 +43,19 @@ from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IdentityKeeper"]
+__all__ = ["IdentityEvents", "IdentityKeeper"]
 
 _STATE_FILE = "public-keys.json"
+
+
+class IdentityEvents(WatchEvents, Protocol):
+    """What :class:`IdentityKeeper` tells the agent (its metrics count it): each watch event
+    received (``watch_event_received("keys")``) and each refused record."""
+
+    def key_record_refused(self, reason: str) -> None:
+        """Another node's record was refused: ``bad_key_record``, ``bad_key_proof`` (a key without
+        a valid proof of possession for that node) or ``key_conflict``."""
+        ...
 
 
 class IdentityKeeper:
@@ -55,25 +66,22 @@ class IdentityKeeper:
         keyring: this node's keyring; its ``public`` registry is updated here.
         namespace: where the records live (default ``edgewatch-nodes``).
         state_dir: where to keep known records across restarts (None: memory only).
-        on_reject: called with the reason of a refused record: ``bad_key_record``, ``bad_key_proof``
-            (a key without a valid proof of possession for that node) or ``key_conflict``.
         retry_s: pause after a failed publish or a broken watch, seconds.
         idle_timeout_s: re-establish a watch silent this long, seconds.
-        on_event: called for each watch event received (the per-agent API load metric).
+        events: told of each refused record and each watch event received (the per-agent API
+            load metric; :class:`IdentityEvents`; default: nobody).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
 
     def __init__(self, *, client: AsyncClient, keyring: NodeKeyring, namespace: str = IDENTITY_NAMESPACE,
-                 state_dir: Path | None = None, on_reject: Callable[[str], None] = lambda _r: None,
-                 retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 on_event: Callable[[], None] = lambda: None) -> None:
+                 state_dir: Path | None = None, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 events: IdentityEvents | None = None) -> None:
         self.client = client
         self.keyring = keyring
         self.namespace = namespace
         self.state_dir = state_dir
-        self.on_reject = on_reject
-        self.on_event = on_event
+        self._observer: IdentityEvents = events if events is not None else Unobserved()
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
         self.published = asyncio.Event()
@@ -103,7 +111,7 @@ class IdentityKeeper:
         except KeyRecordError as exc:
             log.warning("refusing the key record of %s (%s): %s", name, exc.reason, exc,
                         extra={"kind": "key_rejected", "node": name, "reason": exc.reason})
-            self.on_reject(exc.reason)
+            self._observer.key_record_refused(exc.reason)
             return False
         if changed:
             log.info("keys of %s: %s", name, ", ".join(self.keyring.public.keys_of(name)),
@@ -196,7 +204,7 @@ class IdentityKeeper:
                         self.client.watch(ConfigMap, namespace=self.namespace, resource_version=list_version(listing),
                                           server_timeout=self.WATCH_SERVER_TIMEOUT_S),
                         idle_timeout_s=self.idle_timeout_s):
-                    self.on_event()
+                    self._observer.watch_event_received("keys")
                     record = None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, "")
                     self.apply(cm.metadata.name, record)
             except API_ERRORS as exc:

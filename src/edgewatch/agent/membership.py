@@ -40,10 +40,10 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Node
@@ -53,6 +53,7 @@ from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_PO
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
 from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
 from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_name
+from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.types import NodeName
 from edgewatch.statefile import replace_file
@@ -63,6 +64,23 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONFIGMAP_NAME = "edgewatch-config"
+
+
+class MembershipEvents(WatchEvents, Protocol):
+    """What :class:`Membership` tells the agent (its metrics count it): each watch event received
+    (``watch_event_received`` with ``node``, ``config`` or ``roster``), each refused ConfigMap or
+    roster, each failed save of the state folder."""
+
+    def config_refused(self, reason: str) -> None:
+        """The ConfigMap or the roster was refused (``invalid_config``, ``invalid_roster``,
+        ``invalid_pool_coordinators``, ``invalid_pool_coordinator``,
+        ``invalid_pool_scope_resources``); the last valid copy stays."""
+        ...
+
+    def state_not_saved(self, reason: str) -> None:
+        """Saving the state folder failed; ``reason``: the exception class (e.g.
+        ``PermissionError``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -99,19 +117,16 @@ class Membership:
             ``server_timeout``) for this long is treated as dead and re-established, seconds: a
             silently dropped connection (a cut uplink drops packets, it sends no reset) would
             otherwise hang for ever.
-        on_reject: called with a reason when the ConfigMap or the roster is refused (the metric).
-        on_save_error: called with a short reason each time saving the state fails.
-        on_event: called with ``node``, ``config`` or ``roster`` for each watch event received (the
-            metric that shows the API load per agent).
+        events: told of each watch event received (``node``, ``config``, ``roster``: the API
+            load per agent), each refused ConfigMap or roster and each failed save
+            (:class:`MembershipEvents`; default: nobody).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
 
     def __init__(self, *, client: AsyncClient, node: NodeName, namespace: str, state_dir: Path | None = None,
                  retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 on_reject: Callable[[str], None] | None = None,
-                 on_save_error: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 events: MembershipEvents | None = None) -> None:
         self.client = client
         self.node = node
         self.namespace = namespace
@@ -127,9 +142,7 @@ class Membership:
         self.synced = asyncio.Event()
         self.config_synced = asyncio.Event()
         self.node_lists = 0  # own-Node LISTs done (a healthy agent does one per broken watch)
-        self._on_reject = on_reject or (lambda reason: None)
-        self._on_save_error = on_save_error or (lambda reason: None)
-        self._on_event = on_event or (lambda resource: None)
+        self._observer: MembershipEvents = events if events is not None else Unobserved()
         self._save_error: str | None = None
         self._retarget = asyncio.Event()
         self._load()
@@ -164,6 +177,16 @@ class Membership:
         if node == self.node and self.own is not None and self.own.address:
             return self.own.address
         return self.roster.members.get(node) if self.roster is not None else None
+
+    def roster_known(self) -> bool:
+        """True once the group's roster is known: synced, or a copy kept from before (the state
+        folder). Until then the group is just this node, and nothing is decided on that basis."""
+        return self.synced.is_set() or self.roster is not None
+
+    def known_pool_resources(self) -> tuple[PoolResource, ...] | None:
+        """The pool-scope resources the ConfigMap names (``poolScopeResources``), or None until the
+        ConfigMap has been read."""
+        return self.pool_resources if self.config_synced.is_set() else None
 
     def node_by_address(self, address: str) -> NodeName | None:
         """The member whose InternalIP is ``address`` (to bind a peer message to its source)."""
@@ -209,7 +232,7 @@ class Membership:
                 async for op, node in self._events(self.client.watch(
                         Node, fields=fields, resource_version=_list_version(listing),
                         server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
-                    self._on_event("node")
+                    self._observer.watch_event_received("node")
                     if op != "DELETED":  # a deleted Node keeps its last copy: it is being re-registered
                         self._set_own(node_info(node))
             except API_ERRORS as exc:
@@ -228,7 +251,7 @@ class Membership:
                     ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
                     resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S,
                 )):
-                    self._on_event("config")
+                    self._observer.watch_event_received("config")
                     self._config_changed(self.apply_config(None if op == "DELETED" else (cm.data or {})))
             except API_ERRORS as exc:
                 log.info("config watch interrupted: %s", exc or type(exc).__name__)
@@ -281,7 +304,7 @@ class Membership:
                 async for op, cm in self._events(self.client.watch(
                         ConfigMap, namespace=self.namespace, fields=fields,
                         resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
-                    self._on_event("roster")
+                    self._observer.watch_event_received("roster")
                     if op != "DELETED":  # deleted: the group is going away; keep the copy until retargeted
                         self._apply_roster(name, cm.data)
             except API_ERRORS as exc:
@@ -294,7 +317,7 @@ class Membership:
         except RosterError as exc:
             log.error("refusing roster %s: %s; keeping the previous copy", name, exc,
                       extra={"kind": "config_rejected"})
-            self._on_reject("invalid_roster")
+            self._observer.config_refused("invalid_roster")
             return
         if roster != self.roster or name != self.roster_name:
             if self.roster is None or set(roster.members) != set(self.roster.members):
@@ -322,7 +345,7 @@ class Membership:
         except ValueError as exc:
             log.error("refusing %s: %s; keeping the previous configuration", CONFIGMAP_NAME, exc,
                       extra={"kind": "config_rejected"})
-            self._on_reject("invalid_config")
+            self._observer.config_refused("invalid_config")
             return False
         if config != self.grouping:
             log.info("grouping %s (label %s)", "on" if config.enabled else "off", config.label_key,
@@ -338,7 +361,7 @@ class Membership:
         except PoolResourcesError as exc:
             log.error("refusing %s of %s: %s; keeping %s", CONFIG_KEY_POOL_SCOPE_RESOURCES, CONFIGMAP_NAME, exc,
                       [r.name for r in self.pool_resources], extra={"kind": "config_rejected"})
-            self._on_reject("invalid_pool_scope_resources")
+            self._observer.config_refused("invalid_pool_scope_resources")
             return
         if parsed != self.pool_resources:
             log.info("pool-scope resources: %s", [r.name for r in parsed] or "none (pool cache off)",
@@ -351,7 +374,7 @@ class Membership:
         except ValueError as exc:
             log.error("refusing %s of %s: %s; keeping the previous mapping", CONFIG_KEY_POOL_COORDINATORS,
                       CONFIGMAP_NAME, exc, extra={"kind": "config_rejected"})
-            self._on_reject("invalid_pool_coordinators")
+            self._observer.config_refused("invalid_pool_coordinators")
             return
         previous = self.pool_coordinators
         kept = {pool: previous.urls[pool] for pool in parsed.invalid if pool in previous.urls}
@@ -360,7 +383,7 @@ class Membership:
             for problem in parsed.problems:
                 log.error("ignoring an entry of %s in %s: %s", CONFIG_KEY_POOL_COORDINATORS, CONFIGMAP_NAME,
                           problem, extra={"kind": "config_rejected"})
-                self._on_reject("invalid_pool_coordinator")
+                self._observer.config_refused("invalid_pool_coordinator")
             for pool, url in sorted(kept.items()):
                 log.warning("pool %s keeps its previous coordinator %s", pool, url, extra={"kind": "config_rejected"})
         if merged.urls != previous.urls:
@@ -386,7 +409,7 @@ class Membership:
             replace_file(path, json.dumps({"node": self.node, "own": own, "roster": roster}))
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc.strerror or exc}"
-            self._on_save_error(type(exc).__name__)
+            self._observer.state_not_saved(type(exc).__name__)
             if error != self._save_error:
                 log.error("cannot save the group roster to %s (%s); going on from memory only: an agent restarted "
                           "during a cloud cut will not know its group. Make the folder writable for this user "

@@ -3,6 +3,10 @@ many agents can share one process in scale runs.
 
 Names follow Prometheus conventions (``_total`` counters, base units). Labels are bounded: peer
 names (group size), reject reasons (an enum), outcomes (an enum).
+
+``AgentMetrics`` also implements the event protocols the agent's parts are handed
+(``edgewatch.agent.ports``: watch events, refused configuration and key records, failed state
+saves, evidence writes, cloud-link flips): what the agent counts is what its parts tell it.
 """
 
 from __future__ import annotations
@@ -85,6 +89,34 @@ class AgentMetrics:
                                           ["phase"], registry=registry)
         self.peer_connections = Gauge("edgewatch_agent_peer_connections", "Peer-port connections open, by source.",
                                       ["source"], registry=registry)
+
+    # -- the parts' events (edgewatch.agent.ports and the protocols of the parts' own modules) ---------
+
+    def watch_event_received(self, resource: str) -> None:
+        """One API watch event on ``resource`` (``watch_events``)."""
+        self.watch_events.labels(resource=resource).inc()
+
+    def config_refused(self, reason: str) -> None:
+        """The ConfigMap or a roster was refused (``config_rejected``)."""
+        self.config_rejected.labels(reason=reason).inc()
+
+    def state_not_saved(self, reason: str) -> None:
+        """Saving the state folder failed, ``reason`` the exception class (``state_save_failures``)."""
+        self.state_save_failures.labels(reason=reason).inc()
+
+    def key_record_refused(self, reason: str) -> None:
+        """Another node's key record was refused (``key_records_rejected``)."""
+        self.key_records_rejected.labels(reason=reason).inc()
+
+    def evidence_written(self, result: str) -> None:
+        """One write of the evidence Lease ended with ``result`` (``evidence_writes``)."""
+        self.evidence_writes.labels(result=result).inc()
+
+    def cloud_link_changed(self, up: bool) -> None:
+        """The own cloud link is now ``up`` (``cloud_link_up``: 1 or 0)."""
+        self.cloud_link_up.set(1 if up else 0)
+
+    # -- per-node series -------------------------------------------------------------------------------
 
     def forget(self, node: str, *, verdicts: tuple[str, ...], healths: tuple[str, ...]) -> None:
         """Drop ``node``'s label sets (it left the group): per-node series stay bounded by the group."""

@@ -17,6 +17,14 @@ names only those neighbours; the verdict is counted over who reaches whom
 node whose neighbours all sit across a partition is still found by its own side; such a contact
 counts only if both ends name each other alive.
 
+What it is handed: this node's signer (its keyring), the group and its addresses
+(:class:`GroupView`: the membership), this node's cloud link
+(:class:`edgewatch.agent.ports.CloudLinkView`), the beacon holder, the metrics. What it offers the
+agent's other parts: the newest heartbeats (the book), each peer's last sign of life
+(:meth:`PeerExchange.life_sign`, for the carrier), the local verdicts
+(:meth:`PeerExchange.verdict_of`, for the pool coordinator). The pool leader a cut-off node names as
+its carrier is handed to each period (:meth:`PeerExchange.run_period`), not read back.
+
 The HTTP server around :meth:`PeerExchange.handle` — connection bounds per source and of
 strangers, the read deadline of a whole request — is ``edgewatch.agent.peerserver``.
 
@@ -45,13 +53,14 @@ import random
 import secrets
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 
 from edgewatch.agent.config import AgentConfig
-from edgewatch.agent.membership import Membership
 from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
@@ -60,7 +69,7 @@ from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
-from edgewatch.core.types import Health, NodeName
+from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.core.book import HeartbeatBook, select_relays
 from edgewatch.core.wire import (
     DecodedEnvelope,
@@ -84,33 +93,42 @@ _FORBIDDEN = frozenset({RejectReason.BAD_SIGNATURE, RejectReason.UNKNOWN_KEY, Re
 _GUARD_REASONS = frozenset({RejectReason.REPLAYED, RejectReason.UNCONFIRMED})
 
 
+class GroupView(Protocol):
+    """The group as the peer exchange needs it (``edgewatch.agent.membership.Membership``; its
+    optional ``grouping`` attribute gives the ConfigMap's ``monitoringRings``)."""
+
+    def group_of(self, node: NodeName) -> frozenset[NodeName]:
+        """The members of this agent's group, ``node`` (this agent's node) always included."""
+        ...
+
+    def address_of(self, node: NodeName) -> str | None:
+        """The InternalIP of ``node`` (None: unknown, it cannot be probed)."""
+        ...
+
+
 class PeerExchange:
     """Failure detectors, the heartbeat book and the exchange protocol of one agent.
 
-    Args:
+    Args (keyword-only):
         me: this node.
         config: agent settings.
-        keyring: returns this node's signer (its own key; every published key to verify).
-        membership: the group and the peers' addresses.
+        keyring: this node's signer (its own key; every published key to verify).
+        membership: the group and the peers' addresses (:class:`GroupView`).
         metrics: where to count.
-        cloud_ok: this node's own cloud link state.
+        link: this node's own cloud link (stated in every heartbeat).
         rng: randomness for target and relay choice (seedable in tests).
         beacon: the controller beacon this agent signs with and passes on (its own by default).
-        pool_leader: the pool leader's name while the pool coordinator carries heartbeats (then
-            it is the carrier this node names when cut off), else None.
     """
 
-    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Callable[[], Signer],
-                 membership: Membership, metrics: AgentMetrics, cloud_ok: Callable[[], bool],
-                 rng: random.Random | None = None, beacon: BeaconHolder | None = None,
-                 pool_leader: Callable[[], NodeName | None] = lambda: None) -> None:
+    def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Signer, membership: GroupView,
+                 metrics: AgentMetrics, link: CloudLinkView, rng: random.Random | None = None,
+                 beacon: BeaconHolder | None = None) -> None:
         self.me = me
-        self._pool_leader = pool_leader
         self.config = config
         self._keyring = keyring
         self.membership = membership
         self.metrics = metrics
-        self._cloud_ok = cloud_ok
+        self._link = link
         self.rng = rng or random.Random()
         self.beacon = beacon if beacon is not None else BeaconHolder()
         wire = config.wire
@@ -228,12 +246,13 @@ class PeerExchange:
                 out[hb.origin] = PeerReport(cloud_ok=hb.cloud_ok, kubelet_ok=hb.kubelet_ok, carrier=hb.carrier)
         return out
 
-    def sign_own(self, *, now_mono: float) -> Heartbeat:
+    def sign_own(self, *, now_mono: float, leader: NodeName | None = None) -> Heartbeat:
         """Sign this period's heartbeat and put it in the book (``now_mono``: monotonic s).
 
         Its vote names this node and the peers it watches: neighbours alive or dead as their
         detectors say (suspect: neither), fallback contacts only when alive. With the cloud link
-        down it names a carrier (:func:`edgewatch.core.duties.choose_carrier`)."""
+        down it names a carrier (:func:`edgewatch.core.duties.choose_carrier`): ``leader``, the pool
+        leader while the pool coordinator carries heartbeats, if given."""
         alive, dead = [self.me] if self.kubelet_ok else [], [] if self.kubelet_ok else [self.me]
         for peer in self.watched():
             health = self._detector(peer, now_mono).state(now=now_mono)
@@ -241,13 +260,13 @@ class PeerExchange:
                 alive.append(peer)
             elif health is Health.DEAD and peer in self.near:
                 dead.append(peer)
-        cloud_ok = self._cloud_ok()
+        cloud_ok = self._link.up
         self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
-                                      reports=self.reports(now=now_mono), leader=self._pool_leader())
+                                      reports=self.reports(now=now_mono), leader=leader)
         self.seq += 1
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,
-                                  keyring=self._keyring(), beacon=self.beacon.value, carrier=self.carrier or "")
+                                  keyring=self._keyring, beacon=self.beacon.value, carrier=self.carrier or "")
         self._signed_at = now_mono
         self.book.offer(self.own, now=now_mono)
         return self.own
@@ -280,7 +299,7 @@ class PeerExchange:
         self._sent[peer] = seq
         raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
                               reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
-                              relayed=aged, keyring=self._keyring(), max_bytes=wire.max_bytes,
+                              relayed=aged, keyring=self._keyring, max_bytes=wire.max_bytes,
                               beacon=self.beacon.token)
         self.book.mark_relayed(relays)
         return raw
@@ -290,7 +309,7 @@ class PeerExchange:
         """Decode an inbound envelope addressed to us: a request (``reply_to`` None) or the answer to
         our request with nonce ``reply_to``. Raises ``Rejected``."""
         wire = self.config.wire
-        env = decode_envelope(raw, keyring=self._keyring(), receiver=self.me, max_bytes=wire.max_bytes,
+        env = decode_envelope(raw, keyring=self._keyring, receiver=self.me, max_bytes=wire.max_bytes,
                               guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
                               sender_allowed=sender_allowed)
         self.beacon.offer(env.beacon)  # adopted only if the controller's key signed it and it is newer
@@ -346,11 +365,13 @@ class PeerExchange:
         self._absorb(env, now_mono=time.monotonic(), direct=True)
         return True
 
-    async def run_period(self, session: aiohttp.ClientSession) -> dict[NodeName, Decision]:
-        """One exchange period: sign, exchange with the targets, decide. Returns the decisions."""
+    async def run_period(self, session: aiohttp.ClientSession, *,
+                         leader: NodeName | None = None) -> dict[NodeName, Decision]:
+        """One exchange period: sign (naming ``leader`` as the carrier if this node is cut off, see
+        :meth:`sign_own`), exchange with the targets, decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
-        self.sign_own(now_mono=now_mono)
+        self.sign_own(now_mono=now_mono, leader=leader)
         targets = self.targets(now=now_mono)
         if targets:
             await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
@@ -366,6 +387,20 @@ class PeerExchange:
                                       subjects=self.watched() | {self.me})
         self.periods += 1
         return self.decisions
+
+    # -- what the other parts read -----------------------------------------------------------------
+
+    def verdict_of(self, node: str) -> str:
+        """This node's local verdict on ``node``: ``healthy``, ``unhealthy`` or ``unknown`` (not
+        decided here; the pool coordinator never vouches for an ``unhealthy`` node)."""
+        decision = self.decisions.get(NodeName(node))
+        return decision.verdict.value if decision else Verdict.UNKNOWN.value
+
+    def life_sign(self, node: NodeName) -> float | None:
+        """Monotonic time (seconds) of ``node``'s last sign of life: its newest heartbeat's local
+        receipt minus the age it arrived with; None if no heartbeat of it is held."""
+        entry = self.book.get(node)
+        return entry.signed_at if entry is not None else None
 
     # -- the server side -------------------------------------------------------------------------------
 

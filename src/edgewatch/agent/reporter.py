@@ -18,6 +18,11 @@ Two loops:
 Every write is bounded by ``timeout_s`` and carries the resourceVersion of the Lease as the last
 write returned it (one request per write; a conflict makes the next tick read it again). Errors are
 logged and counted, never fatal.
+
+What it is handed: the statements to write (:class:`Statements`: the agent's exchange loop), this
+node's cloud link (:class:`edgewatch.agent.ports.CloudLinkView`: no write is tried while it is
+down), the beacon holder it shares with the peer exchange, the controller's clock it feeds, and
+who is told of each write and watch event (:class:`ReporterEvents`).
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import binascii
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
@@ -37,8 +43,9 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.agent.cloudclock import CloudClock
+from edgewatch.agent.ports import CloudLinkView, Unobserved, WatchEvents
+from edgewatch.agent.watching import bounded_events, list_version
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
@@ -55,9 +62,31 @@ from edgewatch.kube.errors import API_ERRORS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvidenceReporter"]
+__all__ = ["EvidenceReporter", "ReporterEvents", "Statements", "write_due"]
 
 _KEY_FILE = "controller-beacon.key"
+
+
+class Statements(Protocol):
+    """What this node states now: its own newest signed heartbeat, and the newest heartbeats of the
+    cut-off peers whose statements it carries (the agent's exchange loop)."""
+
+    def own_statement(self) -> Heartbeat | None:
+        """This node's newest signed heartbeat (None before the first exchange period)."""
+        ...
+
+    def carried_statements(self) -> Sequence[Heartbeat]:
+        """The newest heartbeats of the cut-off peers this node carries (empty: none)."""
+        ...
+
+
+class ReporterEvents(WatchEvents, Protocol):
+    """What :class:`EvidenceReporter` tells the agent (its metrics count it): each beacon watch
+    event (``watch_event_received("beacon")``) and each write's result."""
+
+    def evidence_written(self, result: str) -> None:
+        """One write of the evidence Lease ended: ``ok``, ``failed``, ``conflict`` or ``timeout``."""
+        ...
 
 
 def _content(hb: Heartbeat) -> tuple[object, ...]:
@@ -88,10 +117,9 @@ class EvidenceReporter:
         client: API client (the agent's own identity).
         node: this node.
         beacon: the holder the agent signs with (shared with the peer exchange).
-        own: returns this node's newest signed heartbeat (None before the first period).
-        carried: returns the newest heartbeats of the cut-off peers this agent carries.
-        cloud_ok: whether this node reaches the cloud now (no write is tried otherwise).
-        on_write: called with ``ok``, ``failed``, ``conflict`` or ``timeout`` per write.
+        statements: this node's newest signed heartbeat and those of the cut-off peers it carries
+            (:class:`Statements`).
+        link: this node's cloud link (no write is tried while it is down).
         config_namespace: where the beacon Lease lives (the agent's ``--namespace``).
         namespace: where the evidence Lease lives (default ``edgewatch-nodes``).
         state_dir: keep the trusted controller key here (None: memory only).
@@ -100,29 +128,26 @@ class EvidenceReporter:
         tick_s: how often the wanted content is compared with the written one, seconds.
         timeout_s: bound of one write, seconds.
         idle_timeout_s: re-establish a silent beacon watch after this many seconds.
-        on_event: called for each watch event received (the per-agent API load metric).
+        events: told of each write's result and each beacon watch event (the per-agent API load
+            metric; :class:`ReporterEvents`; default: nobody).
         cloud_clock: where the beacon Lease's renewTime is noted (the controller's clock, which
             carried renewals are written in).
     """
 
     WATCH_SERVER_TIMEOUT_S = 120
 
-    def __init__(self, *, client: AsyncClient, node: NodeName, beacon: BeaconHolder,
-                 own: Callable[[], Heartbeat | None], carried: Callable[[], Sequence[Heartbeat]],
-                 cloud_ok: Callable[[], bool], on_write: Callable[[str], None] = lambda _r: None,
-                 config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
+    def __init__(self, *, client: AsyncClient, node: NodeName, beacon: BeaconHolder, statements: Statements,
+                 link: CloudLinkView, config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, refresh_s: float = 10.0, tick_s: float = 0.5,
                  timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 on_event: Callable[[], None] = lambda: None, cloud_clock: CloudClock | None = None) -> None:
+                 events: ReporterEvents | None = None, cloud_clock: CloudClock | None = None) -> None:
         self.client = client
         self.cloud_clock = cloud_clock if cloud_clock is not None else CloudClock()
         self.node = node
         self.beacon = beacon
-        self._own = own
-        self._carried = carried
-        self._cloud_ok = cloud_ok
-        self._on_write = on_write
-        self._on_event = on_event
+        self._statements = statements
+        self._link = link
+        self._observer: ReporterEvents = events if events is not None else Unobserved()
         self.config_namespace = config_namespace
         self.namespace = namespace
         self.state_dir = state_dir
@@ -191,7 +216,7 @@ class EvidenceReporter:
                                           resource_version=list_version(listing),
                                           server_timeout=self.WATCH_SERVER_TIMEOUT_S),
                         idle_timeout_s=self.idle_timeout_s):
-                    self._on_event()
+                    self._observer.watch_event_received("beacon")
                     self.apply_beacon_lease(None if op == "DELETED" else lease)
             except API_ERRORS as exc:
                 log.info("beacon watch interrupted: %s", exc or type(exc).__name__)
@@ -201,10 +226,10 @@ class EvidenceReporter:
 
     def due(self, *, now: float) -> tuple[Heartbeat, list[Heartbeat]] | None:
         """What to write now, or None (nothing signed yet, no beacon yet, or nothing new)."""
-        own = self._own()
+        own = self._statements.own_statement()
         if own is None or not own.beacon:
             return None
-        carried = [hb for hb in self._carried() if hb.origin != self.node]
+        carried = [hb for hb in self._statements.carried_statements() if hb.origin != self.node]
         if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s) is None:
             return None
         return own, carried
@@ -261,14 +286,14 @@ class EvidenceReporter:
     async def _report_loop(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
-            if not self._cloud_ok():
+            if not self._link.up:
                 continue
             now = time.monotonic()
             wanted = self.due(now=now)
             if wanted is None:
                 continue
             result = await self.write(*wanted, now=now)
-            self._on_write(result)
+            self._observer.evidence_written(result)
 
     async def run(self) -> None:
         """Both loops until cancelled."""

@@ -115,6 +115,18 @@ class _Members:
         return "sim"
 
 
+class _CloudLink:
+    """A simulated node's own cloud link as its agent reads it (``edgewatch.agent.ports.CloudLinkView``)."""
+
+    def __init__(self, sim: Simulation, node: NodeName) -> None:
+        self._sim = sim
+        self._node = node
+
+    @property
+    def up(self) -> bool:
+        return self._sim.net.reaches_cloud(self._node)
+
+
 class _Unsigned:
     """The model fidelity's signer: the payload with a constant key id and signature (nothing
     verifies them: objects are handed over, never decoded)."""
@@ -168,8 +180,8 @@ class Simulation:
                 else _Unsigned()
             agent = PeerExchange(me=name, config=AgentConfig(node=name, identity_file=Path("/nonexistent"),
                                                              rings=config.rings, wire=wire),
-                                 keyring=lambda k=keyring: k, membership=members, metrics=metrics,  # type: ignore[arg-type]
-                                 cloud_ok=lambda n=name: self.net.reaches_cloud(n),
+                                 keyring=keyring, membership=members, metrics=metrics,  # type: ignore[arg-type]
+                                 link=_CloudLink(self, name),
                                  rng=random.Random(self.rng.getrandbits(64)))
             agent.kubelet_ok = True
             agent.incarnation = 1 + self.rng.getrandbits(40)

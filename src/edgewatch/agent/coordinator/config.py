@@ -51,8 +51,8 @@ class CoordinatorConfig:
         cloud_poll_interval_s: how often a leader re-checks that it may go on leading (its lease
             still confirmed; its own cloud link): 0.5 s.
         cloud_recheck_s: the own cloud link is re-read this often even without a change notice
-            (:meth:`PoolCoordinator.cloud_link_changed`, which the agent's link monitor calls the
-            moment the link flips): 5 s, a safety net for a ``cloud_ok`` source that gives none.
+            (:meth:`PoolCoordinator.cloud_link_changed`, which the agent's coordinator runner calls
+            the moment the link monitor tells it of a flip): 5 s, a safety net for a ``cloud_ok`` source that gives none.
         connect_backoff_initial_s, connect_backoff_max_s: reconnect backoff (jittered, capped at
             10 s so a restarted coordinator is back in use within seconds).
         sync_stale_s: ``leader-informer-sync`` unchanged this long (by this agent's own clock) is

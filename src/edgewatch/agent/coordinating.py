@@ -1,0 +1,265 @@
+"""Which pool coordinator this agent runs, and running it: ``CoordinatorRunner``.
+
+What it is for
+    Keeps one :class:`edgewatch.agent.coordinator.PoolCoordinator` running for the target
+    :meth:`CoordinatorRunner.wanted` names — ``--coordinator URL``, or without it this node's pool's
+    entry in the ConfigMap's ``poolCoordinators`` (pool: ``--pool`` or the node label
+    ``edgewatch.io/pool``) — and restarts it, live, when the target changes (the entry, the label,
+    the pool-scope resources its leader caches): the old session is closed first (leadership
+    released), then the new one started.
+
+    It is the agent's one door to the current coordinator: the exchange loop asks it for the pool
+    leader and whether the coordinator carries delegated heartbeats (:meth:`pool_leader`,
+    :meth:`covers_delegation`), the role publisher and the pool cache for the coordinator itself
+    (:meth:`current_coordinator`), and the cloud-link monitor tells it when the link flips
+    (:meth:`cloud_link_changed`, passed on at once: the coordinator no longer polls the link).
+
+What it is handed
+    The settings (this node, ``--coordinator``, ``--pool``, TLS), the API client, the agent's
+    registry, this node's cloud link (:class:`edgewatch.agent.ports.CloudLinkView`), the local
+    verdicts (:class:`Verdicts`: the peer exchange), what the ConfigMap and the own Node say
+    (:class:`PoolSettings`: the membership) and the controller's clock carried renewTimes are
+    written in (:class:`ControllerClock`).
+
+Errors
+    A coordinator that cannot be built (bad URL or pool name, TLS with http) is logged once per
+    target and not run; it is tried again only when the target changes. Nothing here ends the agent.
+
+Limits
+    The target is polled every ``poll_s`` (1 s), not pushed. A restarted session registers the same
+    metric names: the previous session's collectors are unregistered first (``_TrackingRegistry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from typing import Protocol
+
+from lightkube import AsyncClient
+from prometheus_client import CollectorRegistry
+
+from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, PoolCoordinator
+from edgewatch.agent.membership import NodeInfo
+from edgewatch.agent.ports import CloudLinkView
+from edgewatch.core.poolconfig import PoolCoordinators
+from edgewatch.core.types import NodeName
+from edgewatch.names import POOL_LABEL
+from edgewatch.poolcache.resources import PoolResource
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ControllerClock", "CoordinatorRunner", "PoolSettings", "Target", "Verdicts"]
+
+Target = tuple[str, str, tuple[PoolResource, ...]]
+"""A coordinator target: (etcd URL, pool, the pool-scope resources its leader caches)."""
+
+
+class PoolSettings(Protocol):
+    """What the ConfigMap and the own Node say about the pool (``edgewatch.agent.membership``)."""
+
+    config_synced: asyncio.Event
+    """Set once the ConfigMap has been read."""
+
+    @property
+    def own(self) -> NodeInfo | None:
+        """This node's Node (its labels), None while not known."""
+        ...
+
+    @property
+    def pool_coordinators(self) -> PoolCoordinators:
+        """The ConfigMap's ``poolCoordinators``: pool -> etcd URL."""
+        ...
+
+    @property
+    def pool_resources(self) -> tuple[PoolResource, ...]:
+        """The ConfigMap's ``poolScopeResources``."""
+        ...
+
+
+class Verdicts(Protocol):
+    """This node's local verdicts on its peers (``edgewatch.agent.peers.PeerExchange``)."""
+
+    def verdict_of(self, node: str) -> str:
+        """``healthy``, ``unhealthy`` or ``unknown``."""
+        ...
+
+
+class ControllerClock(Protocol):
+    """The controller's clock as this agent estimates it (``edgewatch.agent.cloudclock``)."""
+
+    def now(self) -> dt.datetime:
+        """The controller's current time, an aware UTC datetime."""
+        ...
+
+
+class CoordinatorRunner:
+    """Keeps the pool coordinator running for the current target (see the module docstring).
+
+    Args (keyword-only):
+        node: this node.
+        url: ``--coordinator`` (wins over the ConfigMap), or None.
+        pool: ``--pool`` (wins over the node label), or None.
+        tls: client certificates for an https coordinator, or None.
+        kube: the agent's API client (the leader forwards and caches with it).
+        registry: the agent's registry (each session's metrics go there).
+        link: this node's cloud link.
+        verdicts: the local verdicts (the leader never vouches for an ``unhealthy`` node).
+        settings: the ConfigMap's pool settings and the own Node (:class:`PoolSettings`).
+        clock: the controller's clock, in which carried renewTimes are written.
+    """
+
+    def __init__(self, *, node: NodeName, url: str | None, pool: str | None, tls: CoordinatorTLS | None,
+                 kube: AsyncClient, registry: CollectorRegistry, link: CloudLinkView, verdicts: Verdicts,
+                 settings: PoolSettings, clock: ControllerClock) -> None:
+        self.node = node
+        self.url = url
+        self.pool = pool
+        self.tls = tls
+        self._kube = kube
+        self._registry = registry
+        self._link = link
+        self._verdicts = verdicts
+        self._settings = settings
+        self._clock = clock
+        self.current: PoolCoordinator | None = None
+        self.target: Target | None = None
+        self._collectors: list[object] = []
+
+    # -- what the other parts read ---------------------------------------------------------------------
+
+    def current_coordinator(self) -> PoolCoordinator | None:
+        """The coordinator running now (None: none; the peer path alone carries heartbeats)."""
+        return self.current
+
+    def pool_leader(self) -> NodeName | None:
+        """The pool leader while the pool coordinator carries heartbeats (the carrier a cut-off node
+        names), else None."""
+        leader = self.current.leader if self.current is not None else None
+        return NodeName(leader) if leader else None
+
+    def covers_delegation(self) -> bool:
+        """True while the running coordinator forwards delegated heartbeats (a leader is elected):
+        the peer path then stands back."""
+        return self.current is not None and self.current.covers_delegation()
+
+    def cloud_link_changed(self, up: bool) -> None:
+        """The link monitor's change notice (a ``CloudLinkListener``): the running coordinator
+        re-reads the link at once."""
+        if self.current is not None:
+            self.current.cloud_link_changed()
+
+    # -- the target ------------------------------------------------------------------------------------
+
+    def pool_of_node(self) -> str | None:
+        """This node's pool: ``--pool``, else its ``edgewatch.io/pool`` label (None while the node is
+        not known, or has no label)."""
+        if self.pool:
+            return self.pool
+        info = self._settings.own
+        return (info.labels.get(POOL_LABEL) or None) if info is not None else None
+
+    def wanted(self) -> Target | None:
+        """The (URL, pool, pool-scope resources its leader caches) the coordinator should run for
+        now, or None.
+
+        ``--coordinator URL`` wins (pool: ``--pool``, the node's label, or ``default``, once the node
+        is known). Otherwise the ConfigMap's ``poolCoordinators`` entry for this node's pool, once
+        the ConfigMap has been read.
+        """
+        settings = self._settings
+        if not settings.config_synced.is_set():
+            return None  # the ConfigMap names the cached resources
+        cached = settings.pool_resources
+        if self.url:
+            if self.pool:
+                return (self.url, self.pool, cached)
+            if settings.own is None:
+                return None
+            return (self.url, self.pool_of_node() or "default", cached)
+        pool = self.pool_of_node()
+        url = settings.pool_coordinators.url_for(pool)
+        return (url, pool, cached) if url and pool else None
+
+    # -- running ---------------------------------------------------------------------------------------
+
+    async def run(self, *, poll_s: float = 1.0) -> None:
+        """Keep the coordinator running for :meth:`wanted` until cancelled; restart it when that
+        changes (every ``poll_s`` seconds). On cancellation the coordinator is closed (leadership
+        released) and its task awaited."""
+        refused: Target | None = None
+        waiting_logged = False
+        async with asyncio.TaskGroup() as tg:
+            try:
+                while True:
+                    want = self.wanted()
+                    if want != self.target and (want is None or want != refused):
+                        await self._stop()
+                        refused = None
+                        if want is not None and not self._start(tg, want):
+                            refused = want  # logged once; tried again only if the target changes
+                    settings = self._settings
+                    if want is None and not self.url and settings.config_synced.is_set() \
+                            and settings.own is not None and not waiting_logged:
+                        log.info("no pool coordinator for pool %s (ConfigMap key poolCoordinators); peer path only",
+                                 self.pool_of_node() or "(node has no edgewatch.io/pool label)")
+                        waiting_logged = True
+                    if want is not None:
+                        waiting_logged = False
+                    await asyncio.sleep(poll_s)
+            finally:
+                await self._stop()
+
+    def _start(self, tg: asyncio.TaskGroup, target: Target) -> bool:
+        url, pool, cached = target
+        try:
+            coordinator = PoolCoordinator(url=url, pool=pool, node=self.node, kube=self._kube,
+                                          cloud_ok=self._cloud_ok, verdict_of=self._verdicts.verdict_of,
+                                          tls=self.tls, registry=self._session_registry(),
+                                          pool_resources=cached, wall=self._clock.now)
+        except CoordinatorError as exc:
+            log.error("not joining pool %s through %s: %s", pool, url, exc,
+                      extra={"kind": "coordinator_config", "pool": pool})
+            return False
+        self.current = coordinator
+        self.target = target
+        log.info("joining pool %s through coordinator %s", pool, url, extra={"pool": pool})
+        tg.create_task(coordinator.run(), name="pool-coordinator")
+        return True
+
+    async def _stop(self) -> None:
+        coordinator, self.current, self.target = self.current, None, None
+        if coordinator is not None:
+            log.info("leaving pool %s", coordinator.pool, extra={"pool": coordinator.pool})
+            await coordinator.close(graceful=True)
+
+    def _cloud_ok(self) -> bool:
+        """This node's cloud link, as the coordinator reads it (``PoolCoordinator(cloud_ok=...)``)."""
+        return self._link.up
+
+    def _session_registry(self) -> CollectorRegistry:
+        """Our registry, as seen by a (new) coordinator session: the previous session's collectors
+        are unregistered first, since a restarted session registers the same metric names."""
+        for collector in self._collectors:
+            with contextlib.suppress(KeyError):
+                self._registry.unregister(collector)  # type: ignore[arg-type]
+        self._collectors = []
+        return _TrackingRegistry(self._registry, self._collectors)  # type: ignore[return-value]
+
+
+class _TrackingRegistry:
+    """Forwards ``register``/``unregister`` to a registry and remembers what was registered (the
+    only calls prometheus_client's metric constructors make on a registry)."""
+
+    def __init__(self, registry: CollectorRegistry, collectors: list[object]) -> None:
+        self._registry = registry
+        self._collectors = collectors
+
+    def register(self, collector: object) -> None:
+        self._registry.register(collector)  # type: ignore[arg-type]
+        self._collectors.append(collector)
+
+    def unregister(self, collector: object) -> None:
+        self._registry.unregister(collector)  # type: ignore[arg-type]
