@@ -26,7 +26,7 @@ from typing import Any
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 
-from edgewatch.kube.listwatch import ApiUnavailable, Gone
+from edgewatch.kube.listwatch import ApiUnavailable, Gone, WatchIdle
 from edgewatch.timefmt import format_micro_time, parse_rfc3339
 
 
@@ -234,8 +234,9 @@ class FakeKube:
 
 class FakeListerWatcher:
     """edgewatch.kube.listwatch.ListerWatcher over a FakeKube: one page; a watch replays what
-    happened after its resourceVersion, then follows live changes; ``hooks["list"]`` and
-    ``hooks["watch"]`` can make either slow or fail."""
+    happened after its resourceVersion, then follows live changes, and raises WatchIdle when nothing
+    comes for its ``idle_timeout_s`` (as the HTTP one does on a silent connection);
+    ``hooks["list"]`` and ``hooks["watch"]`` can make either slow or fail."""
 
     def __init__(self, kube: FakeKube, resource: Any, *, namespace: str | None,
                  fields: dict[str, str] | None) -> None:
@@ -271,7 +272,10 @@ class FakeListerWatcher:
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             while True:
-                op, obj = await queue.get()
+                try:
+                    op, obj = await asyncio.wait_for(queue.get(), idle_timeout_s)
+                except TimeoutError:
+                    raise WatchIdle() from None
                 yield {"type": op, "object": obj}
 
         try:

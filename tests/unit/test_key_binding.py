@@ -5,12 +5,14 @@ first-seen owner, so a fresh reader (a new controller leader, an agent without s
 read the squatter's record first gave it the key and refused every message of the real owner. Each
 key line now carries the key's own signature over the node's name: the squatter's line is refused
 in every read order, the owner keeps its key, and the refusal is counted as ``bad_key_proof`` by
-the core, the controller and the agent.
+the core, the controller and the agent. Last, how the agent follows the records on the API.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import itertools
 import json
 from collections.abc import Callable
@@ -19,8 +21,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lightkube.resources.core_v1 import ConfigMap
 
 from _events import Recorded
+from _fakekube import FakeKube
 
 from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.controller.verified import VerifiedEdge
@@ -41,6 +45,7 @@ from edgewatch.core.identity import (
 )
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import ReplayGuard, decode_envelope, encode_envelope, sign_heartbeat
+from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
 
 OWNER, SQUATTER, OTHER = NodeName("a-2"), NodeName("a-1"), NodeName("a-3")
 
@@ -286,3 +291,48 @@ def test_a_squat_in_saved_state_is_refused_at_start(tmp_path: Path) -> None:
     rejected = recorded.key_refusals
     IdentityKeeper(client=None, keyring=me, state_dir=tmp_path, events=recorded)  # type: ignore[arg-type]
     assert rejected == [BAD_KEY_PROOF] and me.owner(owner.primary_key_id) == OWNER
+
+
+async def _wait(predicate: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_an_agent_follows_the_records_and_forgets_those_deleted_while_it_was_away(tmp_path: Path) -> None:
+    owner, _, squat = _owner_and_squat()
+    other = NodeKeyring(node=OTHER, keys=(NodeKey.generate(),), public=PublicKeys())
+    me = NodeKeyring(node=NodeName("a-4"), keys=(NodeKey.generate(),), public=PublicKeys())
+    (tmp_path / "public-keys.json").write_text(json.dumps({OTHER: other.record()}))  # known before a restart
+    kube = FakeKube()
+
+    def publish(node: NodeName, record: str) -> None:
+        kube.put("ConfigMap", {"metadata": {"name": node, "namespace": IDENTITY_NAMESPACE},
+                               "data": {KEY_RECORD_KEY: record}})
+
+    publish(OWNER, owner.record())
+    recorded = Recorded()
+    keeper = IdentityKeeper(client=kube, keyring=me, state_dir=tmp_path, retry_s=0.01,  # type: ignore[arg-type]
+                            events=recorded)
+    assert me.owner(other.primary_key_id) == OTHER  # from the state folder
+    task = asyncio.create_task(keeper.run())
+    try:
+        # the first list: the owner's record adopted, OTHER's (deleted meanwhile) forgotten, ours published
+        await _wait(lambda: keeper.published.is_set() and me.owner(owner.primary_key_id) == OWNER
+                    and me.owner(other.primary_key_id) is None)
+        assert kube.obj("ConfigMap", me.node, IDENTITY_NAMESPACE)["data"] == {KEY_RECORD_KEY: me.record()}
+        await asyncio.sleep(0.05)  # our own record's creation may still come back as a watch event
+        before = len(recorded.watch_events)
+        publish(SQUATTER, squat)  # refused, counted
+        await _wait(lambda: recorded.key_refusals == [BAD_KEY_PROOF])
+        await kube.delete(ConfigMap, OWNER, namespace=IDENTITY_NAMESPACE)
+        await _wait(lambda: me.owner(owner.primary_key_id) is None)
+        assert recorded.watch_events[before:] == ["keys", "keys"]
+        assert json.loads((tmp_path / "public-keys.json").read_text()) == {}
+        await kube.delete(ConfigMap, me.node, namespace=IDENTITY_NAMESPACE)  # ours deleted: published again
+        await _wait(lambda: kube.objects.get(("ConfigMap", IDENTITY_NAMESPACE, me.node)) is not None)
+        assert kube.obj("ConfigMap", me.node, IDENTITY_NAMESPACE)["data"] == {KEY_RECORD_KEY: me.record()}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -5,7 +5,8 @@ What is checked: the agent watches only its own Node (other Nodes' updates never
 O(n²) fan-out), its group is the roster's members, a relabel or a ConfigMap edit switches rosters
 live, a malformed roster is refused and the previous copy kept, the state survives a restart during
 a cloud cut, an unwritable state folder never turns into a LIST every few seconds (issue #9), a
-silent watch is re-established, and ``poolCoordinators`` is parsed on its own.
+silent watch is re-established, deletions (seen live or at a re-list) are handled, a failing API is
+retried, and ``poolCoordinators`` is parsed on its own.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube.resources.core_v1 import ConfigMap, Node
 
-from edgewatch.agent.membership import Membership
+from edgewatch.agent.membership import CONFIGMAP_NAME, Membership
+from edgewatch.agent.watching import AGENT_BACKOFF_MAX_S, informer_config
 from edgewatch.core.grouping import GroupingConfig
 from edgewatch.core.roster import ROSTER_PREFIX, Roster, encode_roster, roster_name
 from edgewatch.core.types import NodeName
 
 from _events import Recorded
-from _fakekube import FakeKube
+from _fakekube import FakeKube, api_error
 
 ME = NodeName("a-1")
 ZONE = "edgewatch.io/topology-zone"
@@ -227,15 +230,91 @@ async def test_status_updates_do_not_rewrite_the_state_file(tmp_path: Path) -> N
         await wait(lambda: len(saves) == settled + 1)
 
 
+def calls(kube: FakeKube, op: str, kind: str) -> int:
+    return sum(1 for c in kube.calls if c[:2] == (op, kind))
+
+
 async def test_a_silent_watch_is_re_established() -> None:
     kube = FakeKube()
     pool_of_five(kube)
     async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
-                                  idle_timeout_s=0.1)):
+                                  idle_timeout_s=0.1)) as m:
         await asyncio.sleep(0.55)
-    # a dropped connection (no reset) would hang for ever: instead, list and watch again
-    assert sum(1 for c in kube.calls if c[:2] == ("list", "Node")) >= 3
-    assert sum(1 for c in kube.calls if c[:2] == ("list", "ConfigMap")) >= 6  # the config and the roster
+        # a dropped connection (no reset) would hang for ever: instead, watch again from where it was
+        assert calls(kube, "watch", "Node") >= 3
+        assert calls(kube, "watch", "ConfigMap") >= 6  # the config and the roster
+        assert calls(kube, "list", "Node") == 1 and m.node_lists == 1  # no list needed for that
+        put_node(kube, ME, "10.0.0.1", pool="p")  # and what happens next still arrives
+        await wait(lambda: m.own is not None and m.own.labels == {"pool": "p"})
+
+
+async def test_a_deleted_own_node_keeps_its_copy_and_a_deleted_config_map_means_the_defaults() -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    put_config(kube, {"poolCoordinators": "a: http://198.18.0.10:2379\n"})
+    recorded = Recorded()
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  events=recorded)) as m:
+        await wait(lambda: m.synced.is_set() and m.pool_coordinators.url_for("a") is not None)
+        before = len(recorded.watch_events)
+        await kube.delete(Node, ME)  # being re-registered: the agent keeps what it knew
+        await kube.delete(ConfigMap, CONFIGMAP_NAME, namespace="edgewatch")
+        await wait(lambda: m.pool_coordinators.urls == {})
+        assert m.own is not None and m.own.address == "10.0.0.1" and m.group_of(ME) == {f"a-{i}" for i in range(1, 6)}
+        assert recorded.watch_events[before:] == ["node", "config"]
+
+
+async def test_a_config_map_deleted_while_the_watch_was_down_is_seen_at_the_re_list() -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    put_config(kube, {"poolCoordinators": "a: http://198.18.0.10:2379\n"})
+    back = asyncio.Event()
+
+    async def expired(_kind: str) -> None:  # the link is down, and when it is back the watch is too old
+        await back.wait()
+        raise api_error(410, "too old resource version")
+
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  idle_timeout_s=0.1)) as m:
+        await wait(lambda: m.synced.is_set() and m.pool_coordinators.url_for("a") is not None)
+        lists = calls(kube, "list", "ConfigMap")
+        kube.hooks["watch"] = expired
+        opened = calls(kube, "watch", "ConfigMap")
+        await wait(lambda: calls(kube, "watch", "ConfigMap") >= opened + 2)  # both ConfigMap watches are down
+        await kube.delete(ConfigMap, CONFIGMAP_NAME, namespace="edgewatch")
+        del kube.hooks["watch"]
+        back.set()
+        await wait(lambda: m.pool_coordinators.urls == {})
+        assert calls(kube, "list", "ConfigMap") >= lists + 2  # learnt from the re-lists, not from a watch
+        assert m.group_of(ME) == {f"a-{i}" for i in range(1, 6)}
+
+
+async def test_a_failing_api_is_retried() -> None:
+    kube = FakeKube()
+    pool_of_five(kube)
+    failures = {"list": 3, "watch": 2}
+
+    def failing(op: str) -> Any:
+        async def hook(kind: str) -> None:
+            if kind == "Node" and failures[op] > 0:
+                failures[op] -= 1
+                raise api_error(503, "the apiserver is restarting")
+        return hook
+
+    kube.hooks["list"], kube.hooks["watch"] = failing("list"), failing("watch")
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01)) as m:  # type: ignore[arg-type]
+        await wait(m.synced.is_set)
+        await wait(lambda: failures["watch"] == 0)
+        put_node(kube, ME, "10.0.0.1", pool="p")
+        await wait(lambda: m.own is not None and m.own.labels == {"pool": "p"})
+    assert calls(kube, "list", "Node") == 4 and m.node_lists == 1
+
+
+def test_the_agents_watches_come_back_within_seconds() -> None:
+    config = informer_config(request_timeout_s=10.0, idle_timeout_s=150.0, retry_s=2.0)
+    assert config.backoff_initial_s == 2.0 and config.backoff_max_s == AGENT_BACKOFF_MAX_S <= 5.0
+    assert config.idle_timeout_s == 150.0 and config.request_timeout_s == 10.0
+    assert informer_config(request_timeout_s=1.0, idle_timeout_s=1.0, retry_s=9.0).backoff_max_s == 9.0
 
 
 async def test_config_is_read_and_pool_coordinators_are_parsed() -> None:

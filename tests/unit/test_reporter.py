@@ -1,12 +1,19 @@
-"""Tests of edgewatch.agent.reporter: when an agent writes its evidence Lease, what it holds, and
-what it costs the apiserver (on the in-memory API)."""
+"""Tests of edgewatch.agent.reporter: when an agent writes its evidence Lease, what it holds, what
+it costs the apiserver, and how it follows the controller's beacon Lease (on the in-memory API)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
+import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
+from lightkube.resources.coordination_v1 import Lease
+
+from _events import Recorded
 from _fakekube import FakeKube
 from _keys import ring
 
@@ -15,7 +22,8 @@ from edgewatch.core.beacon import Beacon, BeaconHolder, sign_beacon
 from edgewatch.core.identity import NodeKey
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, sign_heartbeat
-from edgewatch.names import EVIDENCE_ANNOTATION, IDENTITY_NAMESPACE
+from edgewatch.names import (BEACON_ANNOTATION, BEACON_KEY_ANNOTATION, BEACON_LEASE_NAME, EVIDENCE_ANNOTATION,
+                             IDENTITY_NAMESPACE)
 
 ME, PEER = NodeName("r-1"), NodeName("r-2")
 
@@ -88,3 +96,42 @@ async def test_a_conflict_reads_the_lease_again() -> None:
     assert await rep.write(own, []) == "conflict"
     assert await rep.write(own, []) == "ok"
     assert [c[0] for c in kube.calls if c[1] == "Lease"][-3:] == ["replace", "get", "replace"]
+
+
+async def _wait(predicate: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_the_beacon_lease_is_followed_counted_and_kept_when_deleted() -> None:
+    kube = FakeKube()
+    key = NodeKey.generate()
+    tokens = [sign_beacon(Beacon(g, f"{g:032x}"), key) for g in (1, 2)]
+    renewed = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+
+    def issue(token: str) -> None:  # what the controller writes
+        kube.put("Lease", {"metadata": {"name": BEACON_LEASE_NAME, "namespace": "edgewatch", "annotations": {
+            BEACON_KEY_ANNOTATION: base64.b64encode(key.public_raw).decode(), BEACON_ANNOTATION: token}},
+            "spec": {"renewTime": renewed.isoformat().replace("+00:00", "Z")}})
+
+    issue(tokens[0])
+    holder, recorded = BeaconHolder(), Recorded()
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=Said(), link=UP,  # type: ignore[arg-type]
+                           retry_s=0.01, events=recorded)
+    task = asyncio.create_task(rep._watch_beacon())
+    try:
+        await _wait(lambda: holder.token == tokens[0])
+        assert holder.trusted_key == key.public_raw and rep.cloud_clock.known
+        assert recorded.watch_events == []  # read by the list: no watch event yet
+        issue(tokens[1])
+        await _wait(lambda: holder.token == tokens[1])
+        await kube.delete(Lease, BEACON_LEASE_NAME, namespace="edgewatch")
+        await _wait(lambda: len(recorded.watch_events) == 2)
+        assert recorded.watch_events == ["beacon", "beacon"]
+        assert holder.token == tokens[1] and holder.trusted_key == key.public_raw  # deleted: nothing changes
+        assert [c[0] for c in kube.calls if c[1] == "Lease" and c[0] in ("list", "watch")] == ["list", "watch"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -10,15 +10,19 @@ other node can claim it as its own ("key squatting").
 
 Publishing is level-triggered: the record is (re)written whenever the object is missing or holds
 anything else, with the resourceVersion read (a concurrent writer wins with 409 and we look again).
-The other nodes' records come from one list+watch of the namespace; a malformed record, one with
-a key whose proof does not verify for that node, or one claiming a key another node already
-published, is refused (log line, ``events.key_record_refused(reason)``) and the node's previous keys stay. With
-``state_dir`` the known records are kept on disk, so an agent restarted while its node is cut off
-from the cloud still verifies its peers (best effort: a failed save is logged and counted, never
-fatal); saved records are checked again when loaded.
+The other nodes' records come from one list+watch of the namespace (the cloud door's informer,
+``edgewatch.agent.watching.follow``: a re-list hands over exact changes, records deleted while the
+watch was down included); a malformed record, one with a key whose proof does not verify for that
+node, or one claiming a key another node already published, is refused (log line,
+``events.key_record_refused(reason)``) and the node's previous keys stay. With ``state_dir`` the
+known records are kept on disk, so an agent restarted while its node is cut off from the cloud still
+verifies its peers (best effort: a failed save is logged and counted, never fatal); saved records
+are checked again when loaded.
 
 Limits: every agent watches every node's record (a small object that changes only on rotation:
-O(nodes) bytes once, then nothing); records of deleted nodes are dropped on the DELETED event.
+O(nodes) bytes once, then nothing); records of deleted nodes are dropped on the DELETED event. A
+refused record is judged again only when it changes (or the agent restarts), not when the record it
+conflicted with goes away.
 """
 
 from __future__ import annotations
@@ -34,12 +38,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
 from edgewatch.agent.ports import Unobserved, WatchEvents
-from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.identity import KeyRecordError, NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
 from edgewatch.statefile import replace_file
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.resources import CONFIGMAPS
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +71,19 @@ class IdentityKeeper:
         keyring: this node's keyring; its ``public`` registry is updated here.
         namespace: where the records live (default ``edgewatch-nodes``).
         state_dir: where to keep known records across restarts (None: memory only).
-        retry_s: pause after a failed publish or a broken watch, seconds.
-        idle_timeout_s: re-establish a watch silent this long, seconds.
+        retry_s: pause after a failed publish, seconds; also the first pause after a failed list
+            or watch (later ones double up to ``edgewatch.agent.watching.AGENT_BACKOFF_MAX_S``).
+        idle_timeout_s: re-open a watch that delivers nothing, not even the apiserver's bookmark
+            (about one a minute), for this long, seconds.
+        api_timeout_s: bound of one list page or of opening the watch, seconds (default 10 s, the
+            informer's: a page of records over a thin uplink).
         events: told of each refused record and each watch event received (the per-agent API
             load metric; :class:`IdentityEvents`; default: nobody).
     """
 
-    WATCH_SERVER_TIMEOUT_S = 120
-
     def __init__(self, *, client: AsyncClient, keyring: NodeKeyring, namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 events: IdentityEvents | None = None) -> None:
+                 api_timeout_s: float = 10.0, events: IdentityEvents | None = None) -> None:
         self.client = client
         self.keyring = keyring
         self.namespace = namespace
@@ -84,6 +91,7 @@ class IdentityKeeper:
         self._observer: IdentityEvents = events if events is not None else Unobserved()
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
+        self.api_timeout_s = api_timeout_s
         self.published = asyncio.Event()
         self._records: dict[NodeName, str] = {}
         self._republish = asyncio.Event()
@@ -189,24 +197,21 @@ class IdentityKeeper:
             await self._republish.wait()
 
     async def _watch_loop(self) -> None:
-        while True:
-            try:
-                listing = self.client.list(ConfigMap, namespace=self.namespace)
-                seen: set[str] = set()
-                async for cm in listing:
-                    seen.add(cm.metadata.name)
-                    self.apply(cm.metadata.name, (cm.data or {}).get(KEY_RECORD_KEY, ""))
-                for gone in [n for n in self._records if n not in seen]:
-                    self.apply(gone, None)
-                if self.keyring.node not in seen:
-                    self._republish.set()
-                async for op, cm in bounded_events(
-                        self.client.watch(ConfigMap, namespace=self.namespace, resource_version=list_version(listing),
-                                          server_timeout=self.WATCH_SERVER_TIMEOUT_S),
-                        idle_timeout_s=self.idle_timeout_s):
-                    self._observer.watch_event_received("keys")
-                    record = None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, "")
-                    self.apply(cm.metadata.name, record)
-            except API_ERRORS as exc:
-                log.info("key record watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.retry_s)
+        """Every record of the namespace, until cancelled: each change adopted (:meth:`apply`; a
+        deleted record: the node's keys are forgotten). After each list, a record known before
+        (the state folder) that is no longer there is forgotten too, and this node's own record is
+        published if it is missing."""
+        def on_record(op: str, cm: ConfigMap) -> None:
+            self.apply(cm.metadata.name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, ""))
+
+        def listed(found: list[ConfigMap]) -> None:
+            seen = {cm.metadata.name for cm in found}
+            for gone in [n for n in self._records if n not in seen]:
+                self.apply(gone, None)
+            if self.keyring.node not in seen:
+                self._republish.set()
+
+        await follow(self.client, CONFIGMAPS, model=ConfigMap, name="keys", on_event=on_record, on_list=listed,
+                     events=self._observer, namespace=self.namespace,
+                     config=informer_config(request_timeout_s=self.api_timeout_s, idle_timeout_s=self.idle_timeout_s,
+                                            retry_s=self.retry_s))

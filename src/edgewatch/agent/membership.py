@@ -15,9 +15,11 @@ group's size in watch events (docs/scaling.md, "Cloud API load"):
   restart (seed 003: "regrouping needs no redeploy").
 
 Watching every Node instead, as before, made every kubelet status report an event for every agent:
-an O(n²) fan-out on the cloud apiserver (issue 11). A watch that stays silent longer than the
-server's own timeout is re-established (a cut link drops packets without a reset, so the connection
-would hang for ever).
+an O(n²) fan-out on the cloud apiserver (issue 11). Each of the three is the cloud door's informer
+(``edgewatch.agent.watching.follow``): a watch silent for ``idle_timeout_s`` is re-opened (a cut
+link drops packets without a reset, so the connection would hang for ever), errors back off up to
+``edgewatch.agent.watching.AGENT_BACKOFF_MAX_S``, and a re-list hands over exact changes (an object
+deleted while the watch was down arrives as a deletion).
 
 While the cloud is unreachable the last copy stays in use (the group's size must not shrink just
 because the cloud is away), and with ``state_dir`` set it is also kept on disk so an agent restarted
@@ -40,10 +42,10 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Node
@@ -54,14 +56,12 @@ from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolR
 from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
 from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_name
 from edgewatch.agent.ports import Unobserved, WatchEvents
-from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.types import NodeName
 from edgewatch.statefile import replace_file
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.resources import CONFIGMAPS, NODES, ApiResource
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 CONFIGMAP_NAME = "edgewatch-config"
 
@@ -112,20 +112,21 @@ class Membership:
         state_dir: folder to persist the own Node and the roster in (None = memory only). It need
             not exist or be writable: a failed save is logged once per distinct error and counted
             (``on_save_error``), and the agent keeps working from memory.
-        retry_s: pause before re-establishing a broken watch, in seconds.
-        idle_timeout_s: a watch that delivers nothing (not even the server's close after its
-            ``server_timeout``) for this long is treated as dead and re-established, seconds: a
-            silently dropped connection (a cut uplink drops packets, it sends no reset) would
-            otherwise hang for ever.
+        retry_s: first pause after a failed list or watch, seconds; later ones double up to
+            ``edgewatch.agent.watching.AGENT_BACKOFF_MAX_S`` (with jitter).
+        idle_timeout_s: a watch that delivers nothing (not even the apiserver's bookmark, about
+            one a minute) for this long is treated as dead and re-opened, seconds: a silently
+            dropped connection (a cut uplink drops packets, it sends no reset) would otherwise hang
+            for ever.
+        api_timeout_s: bound of one list page or of opening a watch, seconds (default 10 s, the
+            informer's: a page over a thin uplink).
         events: told of each watch event received (``node``, ``config``, ``roster``: the API
             load per agent), each refused ConfigMap or roster and each failed save
             (:class:`MembershipEvents`; default: nobody).
     """
 
-    WATCH_SERVER_TIMEOUT_S = 120
-
     def __init__(self, *, client: AsyncClient, node: NodeName, namespace: str, state_dir: Path | None = None,
-                 retry_s: float = 2.0, idle_timeout_s: float = 150.0,
+                 retry_s: float = 2.0, idle_timeout_s: float = 150.0, api_timeout_s: float = 10.0,
                  events: MembershipEvents | None = None) -> None:
         self.client = client
         self.node = node
@@ -133,6 +134,7 @@ class Membership:
         self.state_dir = state_dir
         self.retry_s = retry_s
         self.idle_timeout_s = idle_timeout_s
+        self.api_timeout_s = api_timeout_s
         self.own: NodeInfo | None = None
         self.roster: Roster | None = None
         self.roster_name: str | None = None  # the roster ``roster`` was read from
@@ -141,7 +143,7 @@ class Membership:
         self.pool_resources: tuple[PoolResource, ...] = DEFAULT_RESOURCES
         self.synced = asyncio.Event()
         self.config_synced = asyncio.Event()
-        self.node_lists = 0  # own-Node LISTs done (a healthy agent does one per broken watch)
+        self.node_lists = 0  # own-Node LISTs done (one; again only after a 410: the watch's version expired)
         self._observer: MembershipEvents = events if events is not None else Unobserved()
         self._save_error: str | None = None
         self._retarget = asyncio.Event()
@@ -205,9 +207,14 @@ class Membership:
             tg.create_task(self._watch_config())
             tg.create_task(self._follow_roster())
 
-    def _events(self, watch: AsyncIterator[T]) -> AsyncIterator[T]:
-        """Yield a watch's events; end it when nothing arrives for ``idle_timeout_s``."""
-        return bounded_events(watch, idle_timeout_s=self.idle_timeout_s)
+    async def _follow(self, resource: ApiResource, model: Any, name: str, on_event: Callable[[str, Any], None], *,
+                      field_selector: str, namespace: str | None = None,
+                      on_list: Callable[[list[Any]], None] | None = None) -> None:
+        """One informer of this membership (``edgewatch.agent.watching.follow``), until cancelled."""
+        await follow(self.client, resource, model=model, name=name, on_event=on_event, events=self._observer,
+                     namespace=namespace, field_selector=field_selector, on_list=on_list,
+                     config=informer_config(request_timeout_s=self.api_timeout_s, idle_timeout_s=self.idle_timeout_s,
+                                            retry_s=self.retry_s))
 
     def _set_own(self, info: NodeInfo | None) -> None:
         before, self.own = self.own, info
@@ -221,41 +228,30 @@ class Membership:
             self.synced.set()
 
     async def _watch_own_node(self) -> None:
-        fields = {"metadata.name": self.node}
-        while True:
-            try:
-                listing = self.client.list(Node, fields=fields)
-                items = [node async for node in listing]
-                self.node_lists += 1
-                if items:
-                    self._set_own(node_info(items[0]))
-                async for op, node in self._events(self.client.watch(
-                        Node, fields=fields, resource_version=_list_version(listing),
-                        server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
-                    self._observer.watch_event_received("node")
-                    if op != "DELETED":  # a deleted Node keeps its last copy: it is being re-registered
-                        self._set_own(node_info(node))
-            except API_ERRORS as exc:
-                log.info("node watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.retry_s)
+        """The own Node (field selector ``metadata.name``): its labels and InternalIP. A deleted
+        Node keeps its last copy (it is being re-registered); ``node_lists`` counts the lists."""
+        def on_node(op: str, node: Node) -> None:
+            if op != "DELETED":
+                self._set_own(node_info(node))
+
+        def listed(_nodes: list[Node]) -> None:
+            self.node_lists += 1
+
+        await self._follow(NODES, Node, "node", on_node, field_selector=f"metadata.name={self.node}", on_list=listed)
 
     async def _watch_config(self) -> None:
-        while True:
-            try:
-                listing = self.client.list(ConfigMap, namespace=self.namespace,
-                                           fields={"metadata.name": CONFIGMAP_NAME})
-                items = [cm async for cm in listing]
-                self._config_changed(self.apply_config((items[0].data or {}) if items else None))
-                self.config_synced.set()
-                async for op, cm in self._events(self.client.watch(
-                    ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
-                    resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S,
-                )):
-                    self._observer.watch_event_received("config")
-                    self._config_changed(self.apply_config(None if op == "DELETED" else (cm.data or {})))
-            except API_ERRORS as exc:
-                log.info("config watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.retry_s)
+        """The ``edgewatch-config`` ConfigMap: adopted on every change; deleted or absent at a list:
+        the defaults. ``config_synced`` is set after the first list."""
+        def on_config(op: str, cm: ConfigMap) -> None:
+            self._config_changed(self.apply_config(None if op == "DELETED" else (cm.data or {})))
+
+        def listed(found: list[ConfigMap]) -> None:
+            if not found:
+                self._config_changed(self.apply_config(None))
+            self.config_synced.set()
+
+        await self._follow(CONFIGMAPS, ConfigMap, "config", on_config, namespace=self.namespace,
+                           field_selector=f"metadata.name={CONFIGMAP_NAME}", on_list=listed)
 
     def _config_changed(self, _applied: bool) -> None:
         self._retarget.set()
@@ -292,24 +288,18 @@ class Membership:
                 return
 
     async def _watch_roster(self, name: str) -> None:
-        fields = {"metadata.name": name}
-        while True:
-            try:
-                listing = self.client.list(ConfigMap, namespace=self.namespace, fields=fields)
-                items = [cm async for cm in listing]
-                if items:
-                    self._apply_roster(name, items[0].data)
-                else:
-                    log.info("group roster %s not published yet (is the controller running?)", name)
-                async for op, cm in self._events(self.client.watch(
-                        ConfigMap, namespace=self.namespace, fields=fields,
-                        resource_version=_list_version(listing), server_timeout=self.WATCH_SERVER_TIMEOUT_S)):
-                    self._observer.watch_event_received("roster")
-                    if op != "DELETED":  # deleted: the group is going away; keep the copy until retargeted
-                        self._apply_roster(name, cm.data)
-            except API_ERRORS as exc:
-                log.info("roster watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.retry_s)
+        """The roster ``name``: adopted on every change. Deleted: the group is going away; the copy
+        stays until :meth:`_follow_roster` retargets."""
+        def on_roster(op: str, cm: ConfigMap) -> None:
+            if op != "DELETED":
+                self._apply_roster(name, cm.data)
+
+        def listed(found: list[ConfigMap]) -> None:
+            if not found:
+                log.info("group roster %s not published yet (is the controller running?)", name)
+
+        await self._follow(CONFIGMAPS, ConfigMap, "roster", on_roster, namespace=self.namespace,
+                           field_selector=f"metadata.name={name}", on_list=listed)
 
     def _apply_roster(self, name: str, data: Mapping[str, str] | None) -> None:
         try:
@@ -444,8 +434,3 @@ class Membership:
 
 def _persisted(info: NodeInfo) -> tuple[object, ...]:
     return (info.address, tuple(sorted(info.labels.items())))
-
-
-def _list_version(listing: object) -> str | None:
-    """The resourceVersion of a finished lightkube list (None if it has none)."""
-    return list_version(listing)

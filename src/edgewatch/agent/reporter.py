@@ -7,7 +7,9 @@ Two loops:
   because it came over this agent's authenticated API connection; ``edgewatch.io/beacon`` the newest
   beacon token (:mod:`edgewatch.core.beacon`). Peers pass tokens on in every envelope, so an agent
   cut off from the cloud still signs with a current beacon; a token is adopted only if the trusted
-  key signed it. With ``state_dir`` the trusted key is kept on disk for restarts during a cut.
+  key signed it. With ``state_dir`` the trusted key is kept on disk for restarts during a cut. The
+  watch is the cloud door's informer (``edgewatch.agent.watching.follow``); a deleted Lease changes
+  nothing (the key and beacon held stay).
 * **Report.** The agent writes its own Lease ``edgewatch-nodes/<node>`` (the only one the apiserver
   lets it write there) with the annotation ``edgewatch.io/evidence``: its newest signed heartbeat,
   followed by the newest heartbeats of the cut-off peers it carries, unchanged
@@ -45,7 +47,7 @@ from lightkube.resources.coordination_v1 import Lease
 
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.ports import CloudLinkView, Unobserved, WatchEvents
-from edgewatch.agent.watching import bounded_events, list_version
+from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
@@ -58,7 +60,7 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
 )
 from edgewatch.statefile import replace_file
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +128,16 @@ class EvidenceReporter:
         refresh_s: rewrite unchanged evidence this often, seconds (default 10 s, the kubelet's
             Lease renewal; well inside the controller's 30 s evidence TTL).
         tick_s: how often the wanted content is compared with the written one, seconds.
-        timeout_s: bound of one write, seconds.
-        idle_timeout_s: re-establish a silent beacon watch after this many seconds.
+        timeout_s: bound of one write, seconds; also of one list or of opening the beacon watch.
+        retry_s: first pause after a failed list or watch of the beacon Lease, seconds (later ones
+            double up to ``edgewatch.agent.watching.AGENT_BACKOFF_MAX_S``).
+        idle_timeout_s: re-open a beacon watch that delivers nothing, not even the apiserver's
+            bookmark (about one a minute), for this long, seconds.
         events: told of each write's result and each beacon watch event (the per-agent API load
             metric; :class:`ReporterEvents`; default: nobody).
         cloud_clock: where the beacon Lease's renewTime is noted (the controller's clock, which
             carried renewals are written in).
     """
-
-    WATCH_SERVER_TIMEOUT_S = 120
 
     def __init__(self, *, client: AsyncClient, node: NodeName, beacon: BeaconHolder, statements: Statements,
                  link: CloudLinkView, config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
@@ -205,22 +208,15 @@ class EvidenceReporter:
         self.beacon.offer(annotations.get(BEACON_ANNOTATION, ""))
 
     async def _watch_beacon(self) -> None:
-        fields = {"metadata.name": BEACON_LEASE_NAME}
-        while True:
-            try:
-                listing = self.client.list(Lease, namespace=self.config_namespace, fields=fields)
-                async for lease in listing:
-                    self.apply_beacon_lease(lease)
-                async for op, lease in bounded_events(
-                        self.client.watch(Lease, namespace=self.config_namespace, fields=fields,
-                                          resource_version=list_version(listing),
-                                          server_timeout=self.WATCH_SERVER_TIMEOUT_S),
-                        idle_timeout_s=self.idle_timeout_s):
-                    self._observer.watch_event_received("beacon")
-                    self.apply_beacon_lease(None if op == "DELETED" else lease)
-            except API_ERRORS as exc:
-                log.info("beacon watch interrupted: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.retry_s)
+        """The beacon Lease (field selector ``metadata.name``), each change adopted
+        (:meth:`apply_beacon_lease`), until cancelled."""
+        def on_lease(op: str, lease: Lease) -> None:
+            self.apply_beacon_lease(None if op == "DELETED" else lease)
+
+        await follow(self.client, LEASES, model=Lease, name="beacon", on_event=on_lease, events=self._observer,
+                     namespace=self.config_namespace, field_selector=f"metadata.name={BEACON_LEASE_NAME}",
+                     config=informer_config(request_timeout_s=self.timeout_s, idle_timeout_s=self.idle_timeout_s,
+                                            retry_s=self.retry_s))
 
     # -- report -----------------------------------------------------------------------------------
 

@@ -188,7 +188,9 @@ class Informer(Generic[T]):
                 self.synced = False
                 attempt += 1
                 delay = backoff_delay(attempt, initial=self.config.backoff_initial_s, cap=self.config.backoff_max_s)
-                log.warning("%s %s failed (%s): %s; retrying in %.1f s",
+                # The first failure of a run of them is a warning; the retries while it lasts
+                # (a cut link: every few seconds) are info, so a long cut does not flood the log.
+                log.log(logging.WARNING if attempt == 1 else logging.INFO, "%s %s failed (%s): %s; retrying in %.1f s",
                             "watch" if self.last_rv else "list", self._what, reason,
                             str(exc)[:300] or type(exc).__name__, delay,
                             extra={"resource": self.resource.name, "by": self.name, "reason": reason})
