@@ -46,8 +46,11 @@ HOLD_S = 25.0
 RSS_GROWTH_MAX_MIB = 10.0
 """Largest growth of the agent's RSS the test accepts, MiB (today's agent grew 20 MiB under this attack,
 and an attacker with more connections grows it without bound; its pod's limit is 256 MiB)."""
-SOCKETS_GROWTH_MAX = 64
-"""Largest growth of the agent's open sockets the test accepts."""
+SOCKETS_GROWTH_MAX = 128
+"""Largest growth of the agent's open sockets the test accepts: what the admission rules let be
+held (64 strangers' connections plus 8 per group member: 104 in this group of 5) plus sockets
+accepted and being refused, whose close lags on a loaded machine (29 on a quiet one, 110 seen
+with a 1,000-node benchmark beside it). The attack opens about 2,600: unbounded growth fails."""
 
 REFUSED = "edgewatch_agent_peer_connections_refused_total"
 TIMED_OUT = "edgewatch_agent_peer_read_timeouts_total"
