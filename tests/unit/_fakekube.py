@@ -272,8 +272,9 @@ class FakeListerWatcher:
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             while True:
-                try:
-                    op, obj = await asyncio.wait_for(queue.get(), idle_timeout_s)
+                try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (gh-86296)
+                    async with asyncio.timeout(idle_timeout_s):
+                        op, obj = await queue.get()
                 except TimeoutError:
                     raise WatchIdle() from None
                 yield {"type": op, "object": obj}

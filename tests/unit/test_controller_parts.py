@@ -1,8 +1,9 @@
-"""The controller's small parts: observations and the snapshots built from them, coverage, the ops
-endpoints, and what ``edgewatch status`` shows without judging any clock."""
+"""The controller's small parts: observations and the snapshots built from them, the EdgeHealthy
+output, coverage, the ops endpoints, and what ``edgewatch status`` shows without judging any clock."""
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.error
 import urllib.request
 
@@ -12,9 +13,13 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, Counter
 
 from edgewatch.controller.coverage import Coverage, is_covered
+from edgewatch.controller.edgecondition import ShownConditions
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.ops import serve_ops
 from edgewatch.controller.snapshots import lease_snapshot, node_snapshot
+from edgewatch.controller.verified import CountedVerdict
+from edgewatch.core.quorum import decision_from_counts
+from edgewatch.core.types import NodeName
 from edgewatch.names import (
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_RENEW_TIME_ANNOTATION,
@@ -72,19 +77,40 @@ def test_lease_snapshot_carries_the_observation_not_the_remote_time() -> None:
     assert snap is not None and snap.renew_time is None and snap.observed_at is None
 
 
-def test_node_snapshot_times_verdict_refreshes_and_status_changes() -> None:
-    obs = Observations()
-    cond = node_snapshot(node("True"), observations=obs, now=100.0).edge_condition
-    assert cond is not None and (cond.status, cond.observed_at, cond.status_since) == ("True", 100.0, 100.0)
-    cond = node_snapshot(node("True"), observations=obs, now=130.0).edge_condition
-    assert (cond.observed_at, cond.status_since) == (100.0, 100.0)  # not refreshed since
-    cond = node_snapshot(node("True", "2023-11-14T22:13:25Z"), observations=obs, now=131.0).edge_condition
-    assert (cond.observed_at, cond.status_since) == (131.0, 100.0)  # refreshed, same status
-    cond = node_snapshot(node("Unknown", "2023-11-14T22:13:25Z"), observations=obs, now=140.0).edge_condition
-    assert (cond.observed_at, cond.status_since) == (140.0, 140.0)
-    cond = node_snapshot(node("True", None), observations=obs, now=150.0).edge_condition
-    assert cond.observed_at is None  # no time at all: a refresh could never be seen
-    assert node_snapshot(node(None), observations=obs, now=160.0).edge_condition is None
+def test_node_snapshot_takes_nothing_of_the_edgehealthy_condition() -> None:
+    """EdgeHealthy is the controller's output (issue 22): whatever the Node shows there — a verdict
+    anyone wrote, refreshed or not, or nothing — the decision core's snapshot is the same."""
+    bare = node_snapshot(node(None))
+    for status, heartbeat in (("True", "2023-11-14T22:13:25Z"), ("False", None), ("Unknown", "2023-11-14T22:13:20Z"),
+                              ("bogus", None)):
+        assert node_snapshot(node(status, heartbeat)) == bare
+    assert {f.name for f in dataclasses.fields(bare)} == {"name", "labels", "annotations", "taints"}
+
+
+def test_edgehealthy_is_written_from_what_was_last_written_never_from_the_node() -> None:
+    """The EdgeHealthy condition is output only: when to write it follows what this controller last
+    wrote (in memory), per Node object (uid): a new verdict at once, new counts alone rarely."""
+    def counted(alive: int, dead: int, since: float) -> CountedVerdict:
+        decision = decision_from_counts(NodeName("n1"), alive=alive, dead=dead, group_size=5, votes_counted=5)
+        return CountedVerdict(decision=decision, since=since)
+
+    shown = ShownConditions(refresh_s=600.0)
+    healthy = counted(5, 0, since=1_700_000_000.0)
+    first = shown.due(name="n1", uid="u1", counted=healthy, now=1_700_000_010.0)
+    assert first is not None and (first["type"], first["status"], first["reason"]) == (
+        EDGE_CONDITION_TYPE, "True", "PeersSeeAlive")
+    assert first["lastTransitionTime"] == "2023-11-14T22:13:20Z"  # since the verdict holds (our clock)
+    assert first["lastHeartbeatTime"] == "2023-11-14T22:13:30Z"  # the write
+    shown.wrote(name="n1", uid="u1", condition=first, now=1_700_000_010.0)
+    assert shown.due(name="n1", uid="u1", counted=healthy, now=1_700_000_020.0) is None
+    fewer = counted(4, 1, since=1_700_000_000.0)  # one peer less sees it: only the counts moved
+    assert shown.due(name="n1", uid="u1", counted=fewer, now=1_700_000_609.0) is None
+    assert shown.due(name="n1", uid="u1", counted=fewer, now=1_700_000_610.0) is not None
+    dead = counted(1, 4, since=1_700_000_100.0)  # a new verdict: at once
+    assert shown.due(name="n1", uid="u1", counted=dead, now=1_700_000_100.0)["status"] == "False"  # type: ignore[index]
+    assert shown.due(name="n1", uid="u2", counted=healthy, now=1_700_000_020.0) is not None  # a new Node object
+    shown.forget("n1")
+    assert shown.due(name="n1", uid="u1", counted=healthy, now=1_700_000_020.0) is not None
 
 
 @pytest.mark.parametrize(("labels", "cover", "covered"), [

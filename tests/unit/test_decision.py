@@ -3,9 +3,10 @@
 
 All times are seconds; instants are built from T0 (a realistic epoch) plus multiples of 0.25 s so that
 float sums are exact and boundary tests mean what they say. Instants are on the *controller's* clock:
-a Lease renewal or a verdict refresh enters as the time the controller observed it (``observed_at``);
-the remote texts (renewTime) are identities only, so a test of clock skew changes the texts and not the
-observation times (docs/clock-skew.md).
+a Lease renewal enters as the time the controller observed it (``observed_at``), a verified verdict
+with when the controller counted it (``since``, ``counted_at``); the remote texts (renewTime) are
+identities only, so a test of clock skew changes the texts and not the observation times
+(docs/clock-skew.md).
 
 The cloud view's grace is the *overdue* threshold (``lease_grace_s``): a 40 s Lease renewed every
 10 s counts as overdue 10 + 2 = 12 s after its last renewal, not at its 40 s expiry.
@@ -31,7 +32,6 @@ from edgewatch.controller.model import (
     STATE_ANNOTATION,
     UNREACHABLE_SINCE_ANNOTATION,
     CloudView,
-    ConditionSnapshot,
     ControllerConfig,
     EdgeView,
     LeaseSnapshot,
@@ -42,6 +42,7 @@ from edgewatch.controller.model import (
     TaintEffect,
     Toleration,
     UnknownPolicy,
+    VerifiedVerdict,
 )
 from edgewatch.controller.taints import annotation_patch, apply_plan, merge_taints, pod_eviction_due, tolerates
 from edgewatch.controller.views import (
@@ -53,6 +54,7 @@ from edgewatch.controller.views import (
     is_held_by_controller,
     lease_grace_s,
 )
+from edgewatch.core.types import Verdict
 from edgewatch.names import (
     AUTONOMY_DURATION_ANNOTATION,
     CLOUD_UNREACHABLE_TAINT_KEY,
@@ -134,14 +136,17 @@ def marked(renew: float | None, mark: str | None = "true", *, written: str | Non
     return LeaseSnapshot(renew_time=renew_time, observed_at=renew, duration_s=40.0, annotations=annotations)
 
 
-def mk_cond(status: str, hb: float | None, lt: float | None = None) -> ConditionSnapshot:
-    """A verdict the controller saw refreshed at ``hb`` (``lt`` if None) whose status it saw since ``lt``."""
-    return ConditionSnapshot(status=status, observed_at=hb if hb is not None else lt, status_since=lt)
+HEALTHY, UNHEALTHY, UNKNOWN = Verdict.HEALTHY, Verdict.UNHEALTHY, Verdict.UNKNOWN
 
 
-def mk_node(*, annotations=None, taints=(), cond=None, name="n1") -> NodeSnapshot:
-    return NodeSnapshot(name=name, labels={"pool": "a"}, annotations=dict(annotations or {}), taints=tuple(taints),
-                        edge_condition=cond)
+def mk_verdict(verdict: Verdict, counted: float | None, since: float | None = None) -> VerifiedVerdict:
+    """A verified verdict the controller last counted at ``counted`` (``since`` if None: a verdict is
+    counted when it begins) and has held since ``since``."""
+    return VerifiedVerdict(verdict=verdict, counted_at=counted if counted is not None else since, since=since)
+
+
+def mk_node(*, annotations=None, taints=(), name="n1") -> NodeSnapshot:
+    return NodeSnapshot(name=name, labels={"pool": "a"}, annotations=dict(annotations or {}), taints=tuple(taints))
 
 
 def decision(p: NodePlan) -> tuple:
@@ -210,15 +215,15 @@ def lease_for(cloud: CloudView) -> LeaseSnapshot | None:
     return mk_lease(NOW - GRACE - CONFIRM - 30)  # stale for 30 s past confirmation
 
 
-EDGE_CONDS = {
-    EdgeView.HEALTHY: [mk_cond("True", NOW - 1)],
-    EdgeView.UNHEALTHY: [mk_cond("False", NOW - 1)],
+EDGE_VERDICTS = {
+    EdgeView.HEALTHY: [mk_verdict(HEALTHY, NOW - 1)],
+    EdgeView.UNHEALTHY: [mk_verdict(UNHEALTHY, NOW - 1)],
     EdgeView.UNKNOWN: [
         None,
-        mk_cond("Unknown", NOW - 1, NOW - 100),
-        mk_cond("True", NOW - TTL - 1),
-        mk_cond("False", NOW - TTL - 1),
-        mk_cond("Maybe", NOW - 1),
+        mk_verdict(UNKNOWN, NOW - 1, NOW - 100),
+        mk_verdict(HEALTHY, NOW - TTL - 1),
+        mk_verdict(UNHEALTHY, NOW - TTL - 1),
+        mk_verdict(HEALTHY, None, None),  # never counted
     ],
 }
 EXPECTED_TAINTS = {
@@ -230,16 +235,14 @@ EXPECTED_TAINTS = {
 
 
 @pytest.mark.parametrize(
-    ("cloud", "edge", "expected", "cond"),
-    [(c, e, s, cond) for c, e, s in TABLE for cond in EDGE_CONDS[e]],
+    ("cloud", "edge", "expected", "verdict"),
+    [(c, e, s, verdict) for c, e, s in TABLE for verdict in EDGE_VERDICTS[e]],
 )
-def test_plan_realises_the_table(cloud, edge, expected, cond):
+def test_plan_realises_the_table(cloud, edge, expected, verdict):
     # An outage that began 50 s ago (confirmed, autonomy not expired) as recorded by the reconciler.
-    node = mk_node(
-        cond=cond, annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 50)}
-    )
+    node = mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 50)})
     lease = lease_for(cloud)
-    p = plan(node=node, lease=lease, now=NOW, config=CFG)
+    p = plan(node=node, lease=lease, verdict=verdict, now=NOW, config=CFG)
     assert (p.cloud, p.edge, p.table_state) == (cloud, edge, expected)
     assert p.state is expected and p.effective_state is expected and p.confirmed
     assert set(p.taints) == EXPECTED_TAINTS[expected]
@@ -259,22 +262,21 @@ def test_plan_realises_the_table(cloud, edge, expected, cond):
     ("edge", "expected"), [(e, s) for c, e, s in TABLE if c is CloudView.LOST]
 )
 def test_lease_absent_is_lost(edge, expected):
-    node = mk_node(cond=EDGE_CONDS[edge][0])
-    p = plan(node=node, lease=None, now=NOW, config=CFG)
+    verdict = EDGE_VERDICTS[edge][0]
+    node = mk_node()
+    p = plan(node=node, lease=None, verdict=verdict, now=NOW, config=CFG)
     assert (p.cloud, p.edge, p.table_state) == (CloudView.LOST, edge, expected)
 
 
 @pytest.mark.parametrize(
-    ("edge", "expected", "cond"),
-    [(e, s, cond) for c, e, s in TABLE if c is CloudView.LOST for cond in EDGE_CONDS[e]],
+    ("edge", "expected", "verdict"),
+    [(e, s, verdict) for c, e, s in TABLE if c is CloudView.LOST for verdict in EDGE_VERDICTS[e]],
 )
-def test_autonomy_held_lease_is_lost_in_the_table(edge, expected, cond):
+def test_autonomy_held_lease_is_lost_in_the_table(edge, expected, verdict):
     """A fresh Lease renewed by the controller's own autonomy hold is realised exactly like the LOST
     row of the table: it is no evidence of life."""
-    node = mk_node(
-        cond=cond, annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 50)}
-    )
-    p = plan(node=node, lease=held_lease(NOW - 1), now=NOW, config=CFG)
+    node = mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 50)})
+    p = plan(node=node, lease=held_lease(NOW - 1), verdict=verdict, now=NOW, config=CFG)
     assert (p.cloud, p.edge, p.table_state) == (CloudView.LOST, edge, expected)
     assert p.state is expected and p.effective_state is expected and p.confirmed
     assert set(p.taints) == EXPECTED_TAINTS[expected]
@@ -343,7 +345,7 @@ def test_is_fresh(timestamp, now, grace, fresh):
 def test_cloud_view(lease, now, expected):
     assert cloud_view(lease=lease, now=now, grace_s=GRACE) is expected
     # and plan() gets the same view from the default grace
-    assert plan(node=mk_node(), lease=lease, now=now, config=CFG).cloud is expected
+    assert plan(node=mk_node(), lease=lease, verdict=None, now=now, config=CFG).cloud is expected
 
 
 @pytest.mark.parametrize(
@@ -388,10 +390,10 @@ def test_is_delegated_honours_the_renew_time_of_the_mark(lease, delegated):
 def test_stale_mark_after_kubelet_renewal_is_the_nodes_own_renewal():
     # the delegate renewed at T0 (mark names T0); the kubelet renewed itself at T0+10 keeping annotations
     lease = marked(T0 + 10, written=format_micro_time(T0 + 0.5))
-    p = plan(node=mk_node(cond=mk_cond("True", T0 + 10)), lease=lease, now=T0 + 10, config=CFG)
+    p = plan(node=mk_node(), lease=lease, verdict=mk_verdict(HEALTHY, T0 + 10), now=T0 + 10, config=CFG)
     assert p.cloud is CloudView.OK and p.state is NodeState.NORMAL
     # and when it goes stale, the outage starts from that own renewal
-    p = plan(node=mk_node(), lease=lease, now=T0 + 100, config=CFG)
+    p = plan(node=mk_node(), lease=lease, verdict=None, now=T0 + 100, config=CFG)
     assert p.cloud is CloudView.LOST and p.unreachable_since == T0 + 10 + GRACE
 
 
@@ -406,9 +408,9 @@ def test_lease_grace_comes_from_the_lease_or_the_default():
     assert lease_grace_s(lease=mk_lease(T0, duration=None), config=cfg) == 25 / 4 + 2  # 8.25
     # and plan() uses it: a 15 s Lease is overdue right after 5.75 s
     node = mk_node()
-    ok = plan(node=node, lease=mk_lease(T0, duration=15), now=T0 + 5.75, config=CFG)
+    ok = plan(node=node, lease=mk_lease(T0, duration=15), verdict=None, now=T0 + 5.75, config=CFG)
     assert ok.cloud is CloudView.OK
-    stale = plan(node=node, lease=mk_lease(T0, duration=15), now=T0 + 6.0, config=CFG)
+    stale = plan(node=node, lease=mk_lease(T0, duration=15), verdict=None, now=T0 + 6.0, config=CFG)
     assert stale.cloud is CloudView.LOST
 
 
@@ -417,13 +419,13 @@ def test_lease_grace_is_the_overdue_threshold_of_a_40s_lease():
     assert CFG.overdue_slack_s == 2.0
     assert lease_grace_s(lease=mk_lease(T0, duration=LEASE_DURATION), config=CFG) == 12.0
     node = mk_node()
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 12.0, config=CFG).cloud is CloudView.OK
-    p = plan(node=node, lease=mk_lease(T0), now=T0 + 12.25, config=CFG)
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 12.0, config=CFG).cloud is CloudView.OK
+    p = plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 12.25, config=CFG)
     assert p.cloud is CloudView.LOST and p.unreachable_since == T0 + 12
     assert "grace 12 s" in p.explanation
     # a punctual kubelet (every 10 s, up to the slack late) never leaves OK
     for late in (0.0, 1.0, 2.0):
-        assert plan(node=node, lease=mk_lease(T0), now=T0 + 10 + late, config=CFG).cloud is CloudView.OK
+        assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 10 + late, config=CFG).cloud is CloudView.OK
 
 
 @pytest.mark.parametrize(
@@ -464,41 +466,55 @@ def test_lease_grace_bounds(duration, slack):
     assert duration / 4 <= grace <= duration  # never before the next renewal is due, never past expiry
     assert grace == min(duration, duration / 4 + slack)
     node = mk_node()
-    assert plan(node=node, lease=mk_lease(T0, duration=duration), now=T0 + grace, config=cfg).cloud is (
+    assert plan(node=node, lease=mk_lease(T0, duration=duration), verdict=None, now=T0 + grace, config=cfg).cloud is (
         CloudView.OK
     )
-    late = plan(node=node, lease=mk_lease(T0, duration=duration), now=T0 + grace + 0.125, config=cfg)
+    late = plan(node=node, lease=mk_lease(T0, duration=duration), verdict=None, now=T0 + grace + 0.125, config=cfg)
     assert late.cloud is CloudView.LOST
 
 
 @pytest.mark.parametrize(
-    ("cond", "now", "expected"),
+    ("verdict", "now", "expected"),
     [
         (None, T0, EdgeView.UNKNOWN),
-        (mk_cond("True", T0), T0, EdgeView.HEALTHY),
-        (mk_cond("False", T0), T0, EdgeView.UNHEALTHY),
-        (mk_cond("Unknown", T0), T0, EdgeView.UNKNOWN),
-        (mk_cond("true", T0), T0, EdgeView.UNKNOWN),  # statuses are case-sensitive in the API
-        (mk_cond("", T0), T0, EdgeView.UNKNOWN),
-        (mk_cond("True", T0), T0 + TTL, EdgeView.HEALTHY),  # at the TTL: still counts
-        (mk_cond("True", T0), T0 + TTL + 0.25, EdgeView.UNKNOWN),  # stale
-        (mk_cond("False", T0), T0 + TTL, EdgeView.UNHEALTHY),
-        (mk_cond("False", T0), T0 + TTL + 0.25, EdgeView.UNKNOWN),
-        (mk_cond("True", None, T0), T0 + 10, EdgeView.HEALTHY),  # falls back to lastTransitionTime
-        (mk_cond("True", None, T0), T0 + TTL + 1, EdgeView.UNKNOWN),
-        (mk_cond("True", None, None), T0, EdgeView.UNKNOWN),  # no time at all: cannot be trusted
-        (mk_cond("True", T0 + 5, T0 - 1000), T0 + TTL, EdgeView.HEALTHY),  # heartbeat wins
+        (mk_verdict(HEALTHY, T0), T0, EdgeView.HEALTHY),
+        (mk_verdict(UNHEALTHY, T0), T0, EdgeView.UNHEALTHY),
+        (mk_verdict(UNKNOWN, T0), T0, EdgeView.UNKNOWN),
+        (mk_verdict(HEALTHY, T0), T0 + TTL, EdgeView.HEALTHY),  # at the TTL: still counts
+        (mk_verdict(HEALTHY, T0), T0 + TTL + 0.25, EdgeView.UNKNOWN),  # stale
+        (mk_verdict(UNHEALTHY, T0), T0 + TTL, EdgeView.UNHEALTHY),
+        (mk_verdict(UNHEALTHY, T0), T0 + TTL + 0.25, EdgeView.UNKNOWN),
+        (mk_verdict(HEALTHY, None, T0), T0 + 10, EdgeView.HEALTHY),  # counted when it began
+        (mk_verdict(HEALTHY, None, T0), T0 + TTL + 1, EdgeView.UNKNOWN),
+        (mk_verdict(HEALTHY, None, None), T0, EdgeView.UNKNOWN),  # never counted: never counts
+        (mk_verdict(HEALTHY, T0 + 5, T0 - 1000), T0 + TTL, EdgeView.HEALTHY),  # the last count counts
     ],
 )
-def test_edge_view(cond, now, expected):
-    assert edge_view(condition=cond, now=now, ttl_s=TTL) is expected
+def test_edge_view(verdict, now, expected):
+    assert edge_view(verdict=verdict, now=now, ttl_s=TTL) is expected
+
+
+@pytest.mark.parametrize("value", ["True", "False", "Unknown", "true", "", "Maybe", None, 1])
+def test_the_edge_input_is_a_verified_verdict_and_nothing_else(value):
+    """The decision core's edge input is the verdict the controller counted, one of three; a status
+    of the EdgeHealthy condition (or anything else) is refused, so no unknown status can count."""
+    with pytest.raises(ValueError):
+        VerifiedVerdict(verdict=value)
+    for verdict in Verdict:
+        assert VerifiedVerdict(verdict=verdict.value).verdict is verdict
+    for bad in (math.nan, math.inf, True, "1"):
+        with pytest.raises(ValueError):
+            VerifiedVerdict(verdict=HEALTHY, since=bad)
+        with pytest.raises(ValueError):
+            VerifiedVerdict(verdict=HEALTHY, counted_at=bad)
 
 
 def test_stale_edge_condition_turns_disconnected_into_unknown():
     lease = mk_lease(T0)  # overdue from T0+12.25, outage since T0+12
-    node = mk_node(cond=mk_cond("True", T0 + 50))
-    assert plan(node=node, lease=lease, now=T0 + 110, config=CFG).state is NodeState.DISCONNECTED
-    p = plan(node=node, lease=lease, now=T0 + 110.25, config=CFG)
+    verdict = mk_verdict(HEALTHY, T0 + 50)
+    node = mk_node()
+    assert plan(node=node, lease=lease, verdict=verdict, now=T0 + 110, config=CFG).state is NodeState.DISCONNECTED
+    p = plan(node=node, lease=lease, verdict=verdict, now=T0 + 110.25, config=CFG)
     assert p.edge is EdgeView.UNKNOWN and p.state is NodeState.UNKNOWN
     # the autonomy clock starts when the verdict went stale (T0+110), not at the outage start
     assert p.fail_at == T0 + 110 + 300
@@ -584,7 +600,7 @@ def test_unknown_policy_in_plan(policy, annotation, autonomy, warns):
     lease = mk_lease(T0)
 
     def at(now: float) -> NodePlan:
-        return plan(node=node, lease=lease, now=now, config=cfg)
+        return plan(node=node, lease=lease, verdict=None, now=now, config=cfg)
 
     # before confirmation nothing is enforced, whatever the policy
     early = at(OUTAGE + 13)
@@ -615,36 +631,36 @@ def test_autonomy_zero_still_waits_for_confirmation(failed_confirm):
     whatever failed_confirm_s says (that one is for the peers' FAILED verdict only)."""
     cfg = ControllerConfig(failed_confirm_s=failed_confirm)
     node = mk_node(annotations={AUTONOMY_DURATION_ANNOTATION: "0"})
-    p = plan(node=node, lease=mk_lease(T0), now=OUTAGE + 5, config=cfg)
+    p = plan(node=node, lease=mk_lease(T0), verdict=None, now=OUTAGE + 5, config=cfg)
     assert p.table_state is NodeState.UNKNOWN
     assert p.state is NodeState.FAILED and not p.confirmed and p.confirm_at == CONFIRMED
     assert p.effective_state is NodeState.NORMAL and p.taints == () and not p.evict_pods
     assert p.requeue_after_s == 15.0
-    p = plan(node=node, lease=mk_lease(T0), now=CONFIRMED - 0.25, config=cfg)
+    p = plan(node=node, lease=mk_lease(T0), verdict=None, now=CONFIRMED - 0.25, config=cfg)
     assert p.effective_state is NodeState.NORMAL
-    p = plan(node=node, lease=mk_lease(T0), now=CONFIRMED, config=cfg)
+    p = plan(node=node, lease=mk_lease(T0), verdict=None, now=CONFIRMED, config=cfg)
     assert p.effective_state is NodeState.FAILED and p.evict_pods
 
 
 @pytest.mark.parametrize(
-    ("cond", "clock_start"),
+    ("verdict", "clock_start"),
     [
         (None, OUTAGE),
-        (mk_cond("Unknown", T0 + 30, T0 + 200), T0 + 200),  # unknown since its transition
-        (mk_cond("Unknown", T0 + 30, T0 - 500), OUTAGE),  # unknown before the outage began
-        (mk_cond("Unknown", T0 + 30, None), OUTAGE),
-        (mk_cond("True", T0 + 150), T0 + 150 + TTL),  # healthy verdict went stale at hb + TTL
-        (mk_cond("False", T0 + 150), T0 + 150 + TTL),
-        (mk_cond("True", T0 - 500), OUTAGE),
-        (mk_cond("True", None, None), OUTAGE),
+        (mk_verdict(UNKNOWN, T0 + 30, T0 + 200), T0 + 200),  # unknown since its transition
+        (mk_verdict(UNKNOWN, T0 + 30, T0 - 500), OUTAGE),  # unknown before the outage began
+        (mk_verdict(UNKNOWN, T0 + 30, None), OUTAGE),
+        (mk_verdict(HEALTHY, T0 + 150), T0 + 150 + TTL),  # healthy verdict went stale at its count + TTL
+        (mk_verdict(UNHEALTHY, T0 + 150), T0 + 150 + TTL),
+        (mk_verdict(HEALTHY, T0 - 500), OUTAGE),
+        (mk_verdict(HEALTHY, None, None), OUTAGE),
     ],
 )
-def test_autonomy_clock_starts_when_edge_evidence_vanished(cond, clock_start):
-    node = mk_node(cond=cond)
+def test_autonomy_clock_starts_when_edge_evidence_vanished(verdict, clock_start):
+    node = mk_node()
     now = T0 + 400
-    if cond is not None and cond.status in ("True", "False") and cond.observed_at:
-        now = max(now, cond.observed_at + TTL + 1)
-    p = plan(node=node, lease=mk_lease(T0), now=now, config=CFG)
+    if verdict is not None and verdict.verdict is not UNKNOWN and verdict.counted_at:
+        now = max(now, verdict.counted_at + TTL + 1)
+    p = plan(node=node, lease=mk_lease(T0), verdict=verdict, now=now, config=CFG)
     assert p.table_state is NodeState.UNKNOWN
     assert p.fail_at == clock_start + 300
 
@@ -657,20 +673,20 @@ def test_autonomy_clock_starts_when_edge_evidence_vanished(cond, clock_start):
 @pytest.mark.parametrize(
     ("status", "config"),
     [
-        ("True", CFG),  # DISCONNECTED waits confirm_s
+        (HEALTHY, CFG),  # DISCONNECTED waits confirm_s
         (None, CFG),  # UNKNOWN waits confirm_s
-        ("True", ControllerConfig(failed_confirm_s=0.0)),
-        ("False", ControllerConfig(failed_confirm_s=CONFIRM)),  # FAILED waits failed_confirm_s
-        ("False", ControllerConfig(failed_confirm_s=CONFIRM, confirm_s=5.0)),
+        (HEALTHY, ControllerConfig(failed_confirm_s=0.0)),
+        (UNHEALTHY, ControllerConfig(failed_confirm_s=CONFIRM)),  # FAILED waits failed_confirm_s
+        (UNHEALTHY, ControllerConfig(failed_confirm_s=CONFIRM, confirm_s=5.0)),
     ],
 )
 def test_nothing_is_enforced_before_confirmation(status, config):
-    wait = config.failed_confirm_s if status == "False" else config.confirm_s
+    wait = config.failed_confirm_s if status is UNHEALTHY else config.confirm_s
     assert wait == CONFIRM
-    cond = None if status is None else mk_cond(status, OUTAGE + wait - 1)
-    node = mk_node(cond=cond)
+    verdict = None if status is None else mk_verdict(status, OUTAGE + wait - 1)
+    node = mk_node()
     lease = mk_lease(T0)
-    p = plan(node=node, lease=lease, now=OUTAGE + wait - 0.25, config=config)
+    p = plan(node=node, lease=lease, verdict=verdict, now=OUTAGE + wait - 0.25, config=config)
     assert p.state is not NodeState.NORMAL and not p.confirmed
     assert p.effective_state is NodeState.NORMAL
     assert p.taints == () and not p.evict_pods and p.event is None
@@ -681,7 +697,7 @@ def test_nothing_is_enforced_before_confirmation(status, config):
         UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(OUTAGE),
         STATE_ANNOTATION: None,
     }
-    p = plan(node=node, lease=lease, now=OUTAGE + wait, config=config)
+    p = plan(node=node, lease=lease, verdict=verdict, now=OUTAGE + wait, config=config)
     assert p.confirmed and p.effective_state is p.state and NS_TAINT in p.taints
     assert p.event is not None
 
@@ -692,13 +708,15 @@ def test_failed_verdict_on_overdue_lease_is_acted_on_at_once():
     assert CFG.failed_confirm_s == 0.0
     lease = mk_lease(T0)
     # still within the grace: the node renews its own Lease, so NORMAL whatever the peers say
-    node = mk_node(cond=mk_cond("False", OUTAGE))
-    p = plan(node=node, lease=lease, now=OUTAGE, config=CFG)
+    verdict = mk_verdict(UNHEALTHY, OUTAGE)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=OUTAGE, config=CFG)
     assert p.cloud is CloudView.OK and p.effective_state is NodeState.NORMAL and p.taints == ()
     assert p.requeue_after_s == MIN_REQUEUE_S
     now = OUTAGE + 0.25
-    node = mk_node(cond=mk_cond("False", now))
-    p = plan(node=node, lease=lease, now=now, config=CFG)
+    verdict = mk_verdict(UNHEALTHY, now)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=now, config=CFG)
     assert (p.cloud, p.edge, p.table_state) == (CloudView.LOST, EdgeView.UNHEALTHY, NodeState.FAILED)
     assert p.state is NodeState.FAILED and p.confirmed and p.confirm_at == OUTAGE
     assert p.effective_state is NodeState.FAILED and p.evict_pods
@@ -720,14 +738,16 @@ def test_failed_verdict_waits_failed_confirm_s_when_set(failed_confirm):
     lease = mk_lease(T0)
     confirm_at = OUTAGE + failed_confirm
     before = confirm_at - 0.25 if failed_confirm > 0.25 else OUTAGE + 0.125
-    node = mk_node(cond=mk_cond("False", before))
-    p = plan(node=node, lease=lease, now=before, config=cfg)
+    verdict = mk_verdict(UNHEALTHY, before)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=before, config=cfg)
     assert p.state is NodeState.FAILED and not p.confirmed and p.confirm_at == confirm_at
     assert p.effective_state is NodeState.NORMAL and p.taints == () and not p.evict_pods
     assert p.event is None and p.failed_taint_added_at is None
     assert p.requeue_after_s == pytest.approx(confirm_at - before)
-    node = mk_node(cond=mk_cond("False", confirm_at))
-    p = plan(node=node, lease=lease, now=confirm_at, config=cfg)
+    verdict = mk_verdict(UNHEALTHY, confirm_at)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=confirm_at, config=cfg)
     assert p.confirmed and p.effective_state is NodeState.FAILED and p.evict_pods
     assert FAILED_TAINT.ident in {t.ident for t in p.taints}
     assert p.event is not None and p.event.reason == "EdgewatchFailed"
@@ -738,12 +758,14 @@ def test_disconnected_still_waits_confirm_s(failed_confirm):
     cfg = ControllerConfig(failed_confirm_s=failed_confirm)
     lease = mk_lease(T0)
     for now in (OUTAGE + 0.25, OUTAGE + failed_confirm + 0.25, CONFIRMED - 0.25):
-        node = mk_node(cond=mk_cond("True", now))
-        p = plan(node=node, lease=lease, now=now, config=cfg)
+        verdict = mk_verdict(HEALTHY, now)
+        node = mk_node()
+        p = plan(node=node, lease=lease, verdict=verdict, now=now, config=cfg)
         assert p.state is NodeState.DISCONNECTED and not p.confirmed and p.confirm_at == CONFIRMED
         assert p.effective_state is NodeState.NORMAL and p.taints == () and p.event is None
-    node = mk_node(cond=mk_cond("True", CONFIRMED))
-    p = plan(node=node, lease=lease, now=CONFIRMED, config=cfg)
+    verdict = mk_verdict(HEALTHY, CONFIRMED)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=CONFIRMED, config=cfg)
     assert p.effective_state is NodeState.DISCONNECTED and p.taints == (NS_TAINT,)
     assert not p.evict_pods
 
@@ -753,13 +775,14 @@ def test_failed_acted_on_stays_failed_when_the_verdict_is_lost_before_confirm_s(
     verdict turns Unknown before confirm_s: the outage is confirmed once acted on, and an unknown edge
     view is no evidence of life (sticky FAILED)."""
     lease = mk_lease(T0)
-    node = mk_node(cond=mk_cond("False", OUTAGE + 1))
-    p = plan(node=node, lease=lease, now=OUTAGE + 1, config=CFG)
+    verdict = mk_verdict(UNHEALTHY, OUTAGE + 1)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=OUTAGE + 1, config=CFG)
     assert p.effective_state is NodeState.FAILED
     node = apply_plan(node=node, plan=p)
     for now in (OUTAGE + 3, CONFIRMED - 0.25, CONFIRMED, CONFIRMED + 100):
-        node = replace(node, edge_condition=mk_cond("Unknown", now, OUTAGE + 3))
-        p = plan(node=node, lease=lease, now=now, config=CFG)
+        verdict = mk_verdict(UNKNOWN, now, OUTAGE + 3)
+        p = plan(node=node, lease=lease, verdict=verdict, now=now, config=CFG)
         assert p.table_state is NodeState.UNKNOWN
         assert p.state is NodeState.FAILED and p.effective_state is NodeState.FAILED, now
         assert p.confirmed and p.evict_pods and p.event is None
@@ -769,11 +792,12 @@ def test_failed_acted_on_stays_failed_when_the_verdict_is_lost_before_confirm_s(
 
 def test_failed_acted_on_becomes_disconnected_on_a_healthy_verdict_before_confirm_s():
     lease = mk_lease(T0)
-    node = mk_node(cond=mk_cond("False", OUTAGE + 1))
-    node = apply_plan(node=node, plan=plan(node=node, lease=lease, now=OUTAGE + 1, config=CFG))
+    verdict = mk_verdict(UNHEALTHY, OUTAGE + 1)
+    node = mk_node()
+    node = apply_plan(node=node, plan=plan(node=node, lease=lease, verdict=verdict, now=OUTAGE + 1, config=CFG))
     assert node.annotations[STATE_ANNOTATION] == "failed"
-    node = replace(node, edge_condition=mk_cond("True", OUTAGE + 5))
-    p = plan(node=node, lease=lease, now=OUTAGE + 5, config=CFG)
+    verdict = mk_verdict(HEALTHY, OUTAGE + 5)
+    p = plan(node=node, lease=lease, verdict=verdict, now=OUTAGE + 5, config=CFG)
     # alive after all, but still cut off: no new pods (never back to NORMAL while unreachable)
     assert p.state is NodeState.DISCONNECTED and p.effective_state is NodeState.DISCONNECTED
     assert p.taints == (NS_TAINT,) and not p.evict_pods
@@ -781,18 +805,19 @@ def test_failed_acted_on_becomes_disconnected_on_a_healthy_verdict_before_confir
 
 
 def test_single_delegated_renewal_never_taints():
-    node = mk_node(cond=mk_cond("True", T0))
-    p = plan(node=node, lease=mk_lease(T0, delegated=True), now=T0, config=CFG)
+    verdict = mk_verdict(HEALTHY, T0)
+    node = mk_node()
+    p = plan(node=node, lease=mk_lease(T0, delegated=True), verdict=verdict, now=T0, config=CFG)
     assert p.state is NodeState.DISCONNECTED and not p.confirmed and p.taints == ()
     # next change: the delegated renewal goes overdue (12 s) before the confirmation (20 s)
     assert p.unreachable_since == T0 and p.confirm_at == T0 + CONFIRM
     assert p.requeue_after_s == GRACE
     node = apply_plan(node=node, plan=p)
-    p = plan(node=node, lease=mk_lease(T0, delegated=True), now=T0 + 10, config=CFG)
+    p = plan(node=node, lease=mk_lease(T0, delegated=True), verdict=verdict, now=T0 + 10, config=CFG)
     assert p.taints == ()
     node = apply_plan(node=node, plan=p)
     # the node's own kubelet renews again 10 s later
-    p = plan(node=node, lease=mk_lease(T0 + 10), now=T0 + 10, config=CFG)
+    p = plan(node=node, lease=mk_lease(T0 + 10), verdict=verdict, now=T0 + 10, config=CFG)
     assert p.state is NodeState.NORMAL and p.taints == () and p.event is None
     assert dict(p.annotations) == {UNREACHABLE_SINCE_ANNOTATION: None, STATE_ANNOTATION: None}
     node = apply_plan(node=node, plan=p)
@@ -800,9 +825,10 @@ def test_single_delegated_renewal_never_taints():
 
 
 def test_delegated_for_confirm_s_taints():
-    node = mk_node(cond=mk_cond("True", T0 + 20))
+    verdict = mk_verdict(HEALTHY, T0 + 20)
+    node = mk_node()
     for now in (T0, T0 + 10, T0 + 19.75, T0 + 20):
-        p = plan(node=node, lease=mk_lease(now, delegated=True), now=now, config=CFG)
+        p = plan(node=node, lease=mk_lease(now, delegated=True), verdict=verdict, now=now, config=CFG)
         node = apply_plan(node=node, plan=p)
     assert p.effective_state is NodeState.DISCONNECTED and p.taints == (NS_TAINT,)
     assert node.annotations[UNREACHABLE_SINCE_ANNOTATION] == format_rfc3339(T0)
@@ -820,9 +846,8 @@ def _replay_renewals(*, gaps, looks, edge, start, config) -> None:
             now = renew + gap * frac
             status = edge[step % len(edge)]
             step += 1
-            cond = None if status is None else mk_cond(status, now)
-            node = replace(node, edge_condition=cond)
-            p = plan(node=node, lease=mk_lease(renew), now=now, config=config)
+            verdict = None if status is None else mk_verdict(status, now)
+            p = plan(node=node, lease=mk_lease(renew), verdict=verdict, now=now, config=config)
             assert p.taints == () and not p.evict_pods and p.event is None, p.explanation
             assert p.effective_state is NodeState.NORMAL
             node = apply_plan(node=node, plan=p)
@@ -834,7 +859,7 @@ def _replay_renewals(*, gaps, looks, edge, start, config) -> None:
 @given(
     fracs=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=12),
     looks=st.lists(st.floats(min_value=0.0, max_value=0.9999), min_size=1, max_size=6),
-    edge=st.lists(st.sampled_from(["True", "False", "Unknown", None]), min_size=1, max_size=5),
+    edge=st.lists(st.sampled_from([HEALTHY, UNHEALTHY, UNKNOWN, None]), min_size=1, max_size=5),
     start=st.floats(min_value=0.0, max_value=1000.0),
     failed_confirm=st.sampled_from([0.0, 5.0, CONFIRM, 45.5]),
 )
@@ -848,7 +873,7 @@ def test_missed_heartbeats_below_grace_plus_confirm_never_taint(
     or UNKNOWN), and min(confirm_s, failed_confirm_s) once they may (FAILED is confirmed after
     failed_confirm_s); with the default failed_confirm_s = 0 that is the grace alone.
     """
-    wait = CONFIRM if "False" not in edge else min(CONFIRM, failed_confirm)
+    wait = CONFIRM if UNHEALTHY not in edge else min(CONFIRM, failed_confirm)
     limit = GRACE + wait
     gaps = [0.25 + f * (limit - 0.25 - 0.001) for f in fracs]
     assert all(0.25 <= g < limit for g in gaps)
@@ -860,7 +885,7 @@ def test_missed_heartbeats_below_grace_plus_confirm_never_taint(
 @given(
     gaps=st.lists(st.floats(min_value=0.25, max_value=GRACE), min_size=1, max_size=12),
     looks=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=6),
-    edge=st.lists(st.sampled_from(["True", "False", "Unknown", None]), min_size=1, max_size=5),
+    edge=st.lists(st.sampled_from([HEALTHY, UNHEALTHY, UNKNOWN, None]), min_size=1, max_size=5),
     start=st.floats(min_value=0.0, max_value=1000.0),
 )
 def test_punctual_kubelet_never_leaves_ok(gaps, looks, edge, start):
@@ -871,14 +896,14 @@ def test_punctual_kubelet_never_leaves_ok(gaps, looks, edge, start):
         for frac in looks:
             now = renew + gap * frac
             for status in edge:
-                cond = None if status is None else mk_cond(status, now)
-                p = plan(node=mk_node(cond=cond), lease=mk_lease(renew), now=now, config=CFG)
+                verdict = None if status is None else mk_verdict(status, now)
+                p = plan(node=mk_node(), lease=mk_lease(renew), verdict=verdict, now=now, config=CFG)
                 assert p.cloud is CloudView.OK and p.state is NodeState.NORMAL, p.explanation
                 assert p.taints == () and not p.evict_pods and p.event is None
         renew += gap
 
 
-@pytest.mark.parametrize("status", ["True", "Unknown", None])
+@pytest.mark.parametrize("status", [HEALTHY, UNKNOWN, None])
 def test_one_missed_heartbeat_never_taints(status):
     """Renewals at T0, T0+10 missed, T0+23 (13 s late: overdue from T0+12.25), then punctual again.
     The cloud view leaves OK for ~11 s, but the DISCONNECTED / UNKNOWN verdict would be confirmed only
@@ -889,9 +914,8 @@ def test_one_missed_heartbeat_never_taints(status):
     for renew, nxt in zip(renewals, [*renewals[1:], T0 + 53], strict=True):
         now = renew
         while now < nxt:
-            cond = None if status is None else mk_cond(status, now, now)
-            node = replace(node, edge_condition=cond)
-            p = plan(node=node, lease=mk_lease(renew), now=now, config=CFG)
+            verdict = None if status is None else mk_verdict(status, now, now)
+            p = plan(node=node, lease=mk_lease(renew), verdict=verdict, now=now, config=CFG)
             saw_lost |= p.cloud is CloudView.LOST
             if p.cloud is CloudView.LOST:
                 assert p.unreachable_since == OUTAGE and p.confirm_at == CONFIRMED
@@ -940,13 +964,13 @@ def leases(draw) -> LeaseSnapshot | None:
 
 
 @st.composite
-def conditions(draw) -> ConditionSnapshot | None:
+def verdicts(draw) -> VerifiedVerdict | None:
     if draw(st.integers(0, 5)) == 0:
         return None
-    status = draw(st.sampled_from(["True", "False", "Unknown", "True", "False", "bogus"]))
-    hb = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q / 4)))
-    lt = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q)))
-    return mk_cond(status, hb, lt)
+    verdict = draw(st.sampled_from([HEALTHY, UNHEALTHY, UNKNOWN, HEALTHY, UNHEALTHY, UNKNOWN]))
+    counted = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q / 4)))
+    since = draw(st.one_of(st.none(), quarter.map(lambda q: NOW + q)))
+    return mk_verdict(verdict, counted, since)
 
 
 TAINT_KEYS = [
@@ -994,10 +1018,9 @@ def node_annotations(draw) -> dict[str, str]:
 
 
 nodes = st.builds(
-    lambda annotations, taints, cond: mk_node(annotations=annotations, taints=taints, cond=cond),
+    lambda annotations, taints: mk_node(annotations=annotations, taints=taints),
     node_annotations(),
     st.lists(taints_st, max_size=5),
-    conditions(),
 )
 configs = st.builds(
     ControllerConfig,
@@ -1017,14 +1040,14 @@ configs = st.builds(
 
 
 @FAST
-@given(node=nodes, lease=leases(), config=configs, dt=quarter)
-def test_plan_is_idempotent(node, lease, config, dt):
+@given(node=nodes, lease=leases(), verdict=verdicts(), config=configs, dt=quarter)
+def test_plan_is_idempotent(node, lease, verdict, config, dt):
     """Applying a plan and planning again (a restarted controller) gives the same decision, no new
     event and nothing left to write."""
     now = NOW + dt / 8
-    p1 = plan(node=node, lease=lease, now=now, config=config)
+    p1 = plan(node=node, lease=lease, verdict=verdict, now=now, config=config)
     applied = apply_plan(node=node, plan=p1)
-    p2 = plan(node=applied, lease=lease, now=now, config=config)
+    p2 = plan(node=applied, lease=lease, verdict=verdict, now=now, config=config)
     assert decision(p2) == decision(p1)
     assert p2.requeue_after_s == p1.requeue_after_s
     assert p2.event is None
@@ -1035,10 +1058,11 @@ def test_plan_is_idempotent(node, lease, config, dt):
 
 
 @FAST
-@given(node=nodes, lease=leases(), config=configs, foreign=st.lists(foreign_taints_st, max_size=6))
-def test_foreign_taints_are_never_touched(node, lease, config, foreign):
+@given(node=nodes, lease=leases(), verdict=verdicts(), config=configs,
+       foreign=st.lists(foreign_taints_st, max_size=6))
+def test_foreign_taints_are_never_touched(node, lease, verdict, config, foreign):
     node = replace(node, taints=(*foreign, *node.taints))
-    p = plan(node=node, lease=lease, now=NOW, config=config)
+    p = plan(node=node, lease=lease, verdict=verdict, now=NOW, config=config)
     assert all(t.ident in MANAGED_TAINT_IDS for t in p.taints)
     after = merge_taints(current=node.taints, managed=p.taints)
     kept = [t for t in after if t.ident not in MANAGED_TAINT_IDS]
@@ -1054,14 +1078,14 @@ def test_foreign_taints_are_never_touched(node, lease, config, foreign):
 
 
 @FAST
-@given(node=nodes, lease=leases(), config=configs, dt=quarter)
-def test_requeue_is_positive_and_never_late(node, lease, config, dt):
+@given(node=nodes, lease=leases(), verdict=verdicts(), config=configs, dt=quarter)
+def test_requeue_is_positive_and_never_late(node, lease, verdict, config, dt):
     now = NOW + dt / 4
-    node = apply_plan(node=node, plan=plan(node=node, lease=lease, now=now, config=config))
-    p = plan(node=node, lease=lease, now=now, config=config)
+    node = apply_plan(node=node, plan=plan(node=node, lease=lease, verdict=verdict, now=now, config=config))
+    p = plan(node=node, lease=lease, verdict=verdict, now=now, config=config)
 
     def at(t: float) -> NodePlan:
-        return plan(node=node, lease=lease, now=t, config=config)
+        return plan(node=node, lease=lease, verdict=verdict, now=t, config=config)
 
     r = p.requeue_after_s
     if r is None:
@@ -1088,30 +1112,33 @@ def test_requeue_is_positive_and_never_late(node, lease, config, dt):
 def test_requeue_exact_values():
     node = mk_node()
     # NORMAL: until the Lease is overdue (12 s after its renewal)
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 10, config=CFG).requeue_after_s == 2.0
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 12, config=CFG).requeue_after_s == MIN_REQUEUE_S
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 10, config=CFG).requeue_after_s == 2.0
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 12, config=CFG).requeue_after_s == MIN_REQUEUE_S
     # unconfirmed: until confirmation (outage since T0+12, confirmed at T0+32)
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 13, config=CFG).requeue_after_s == 19.0
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 13, config=CFG).requeue_after_s == 19.0
     # UNKNOWN, confirmed: until the autonomy runs out (T0+12+300)
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 100, config=CFG).requeue_after_s == 212.0
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 100, config=CFG).requeue_after_s == 212.0
     # FAILED on LOST: nothing pending
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 400, config=CFG).requeue_after_s is None
+    assert plan(node=node, lease=mk_lease(T0), verdict=None, now=T0 + 400, config=CFG).requeue_after_s is None
     # FAILED verdict with failed_confirm_s set: until that confirmation
     cfg = ControllerConfig(failed_confirm_s=7.5)
-    n = mk_node(cond=mk_cond("False", T0 + 13))
-    assert plan(node=n, lease=mk_lease(T0), now=T0 + 13, config=cfg).requeue_after_s == 6.5
+    verdict = mk_verdict(UNHEALTHY, T0 + 13)
+    n = mk_node()
+    assert plan(node=n, lease=mk_lease(T0), verdict=verdict, now=T0 + 13, config=cfg).requeue_after_s == 6.5
     # autonomy hold: LOST though fresh, so its expiry is no boundary; the autonomy is (since + 300)
     n = mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(T0)})
-    assert plan(node=n, lease=held_lease(T0 + 100), now=T0 + 100, config=CFG).requeue_after_s == 200.0
+    assert plan(node=n, lease=held_lease(T0 + 100), verdict=None, now=T0 + 100, config=CFG).requeue_after_s == 200.0
     # DISCONNECTED on LOST: until the edge verdict goes stale
-    node = mk_node(cond=mk_cond("True", T0 + 90))
-    assert plan(node=node, lease=mk_lease(T0), now=T0 + 100, config=CFG).requeue_after_s == 50.0
+    verdict = mk_verdict(HEALTHY, T0 + 90)
+    node = mk_node()
+    assert plan(node=node, lease=mk_lease(T0), verdict=verdict, now=T0 + 100, config=CFG).requeue_after_s == 50.0
     # KEEP, UNKNOWN, confirmed: nothing pending
     keep = ControllerConfig(unknown_policy=UnknownPolicy.KEEP)
-    assert plan(node=mk_node(), lease=None, now=T0, config=keep).requeue_after_s == CONFIRM
+    assert plan(node=mk_node(), lease=None, verdict=None, now=T0, config=keep).requeue_after_s == CONFIRM
     p = plan(
         node=mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(T0 - 100)}),
         lease=None,
+        verdict=None,
         now=T0,
         config=keep,
     )
@@ -1126,7 +1153,7 @@ def test_requeue_exact_values():
 def test_outage_start_from_own_lease_ignores_a_stale_annotation():
     stale = {UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(T0 - 5000), STATE_ANNOTATION: "failed"}
     node = mk_node(annotations=stale)  # left by an earlier outage; the node renewed itself since
-    p = plan(node=node, lease=mk_lease(T0), now=CONFIRMED + 1, config=CFG)
+    p = plan(node=node, lease=mk_lease(T0), verdict=None, now=CONFIRMED + 1, config=CFG)
     assert p.unreachable_since == OUTAGE
     assert dict(p.annotations)[UNREACHABLE_SINCE_ANNOTATION] == format_rfc3339(OUTAGE)
     # the recorded FAILED belongs to the earlier outage: no sticky FAILED, just UNKNOWN
@@ -1135,7 +1162,7 @@ def test_outage_start_from_own_lease_ignores_a_stale_annotation():
 
 
 def test_outage_start_rounds_up_to_whole_seconds():
-    p = plan(node=mk_node(), lease=mk_lease(T0 + 0.25), now=T0 + 50, config=CFG)
+    p = plan(node=mk_node(), lease=mk_lease(T0 + 0.25), verdict=None, now=T0 + 50, config=CFG)
     assert p.unreachable_since == T0 + 13  # T0 + 0.25 + 12, rounded up
     assert parse_rfc3339(dict(p.annotations)[UNREACHABLE_SINCE_ANNOTATION]) == T0 + 13
 
@@ -1154,8 +1181,9 @@ def test_outage_start_rounds_up_to_whole_seconds():
 def test_outage_start_of_delegated_node_comes_from_the_annotation(annotation, since, warns):
     annotations = {} if annotation is None else {UNREACHABLE_SINCE_ANNOTATION: annotation}
     p = plan(
-        node=mk_node(annotations=annotations, cond=mk_cond("True", NOW)),
+        node=mk_node(annotations=annotations),
         lease=mk_lease(NOW - 1, delegated=True),
+        verdict=mk_verdict(HEALTHY, NOW),
         now=NOW,
         config=CFG,
     )
@@ -1170,29 +1198,29 @@ def test_outage_start_of_delegated_node_comes_from_the_annotation(annotation, si
 
 
 def test_outage_start_of_delegated_then_lost_node_without_annotation():
-    p = plan(node=mk_node(), lease=mk_lease(T0, delegated=True), now=T0 + 500, config=CFG)
+    p = plan(node=mk_node(), lease=mk_lease(T0, delegated=True), verdict=None, now=T0 + 500, config=CFG)
     assert p.cloud is CloudView.LOST and p.unreachable_since == T0 + GRACE
 
 
-@pytest.mark.parametrize("cond", [None, mk_cond("Unknown", NOW, NOW - 400)])
-def test_outage_start_of_autonomy_held_node_comes_from_the_annotation(cond):
+@pytest.mark.parametrize("verdict", [None, mk_verdict(UNKNOWN, NOW, NOW - 400)])
+def test_outage_start_of_autonomy_held_node_comes_from_the_annotation(verdict):
     """The controller's autonomy hold keeps the Lease fresh, but the outage did not start at the hold's
     renewal: it comes from unreachable-since, and so does the autonomy clock."""
     since = NOW - 200
-    node = mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(since)}, cond=cond)
+    node = mk_node(annotations={UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(since)})
     lease = held_lease(NOW - 3)
-    p = plan(node=node, lease=lease, now=NOW, config=CFG)
+    p = plan(node=node, lease=lease, verdict=verdict, now=NOW, config=CFG)
     assert p.cloud is CloudView.LOST and p.edge is EdgeView.UNKNOWN
     assert p.unreachable_since == since and p.warnings == ()
     assert dict(p.annotations)[UNREACHABLE_SINCE_ANNOTATION] == format_rfc3339(since)
     assert p.state is NodeState.UNKNOWN and p.effective_state is NodeState.UNKNOWN
     assert p.fail_at == since + 300 and p.requeue_after_s == 100.0
     # the hold goes on renewing: the clock does not move, and the autonomy runs out on time
-    p = plan(node=node, lease=held_lease(since + 300), now=since + 300, config=CFG)
+    p = plan(node=node, lease=held_lease(since + 300), verdict=verdict, now=since + 300, config=CFG)
     assert p.unreachable_since == since
     assert p.state is NodeState.FAILED and p.effective_state is NodeState.FAILED and p.evict_pods
     # the node's own kubelet renews (the hold's mark goes stale): NORMAL
-    p = plan(node=node, lease=held_lease(NOW + 10, current=False), now=NOW + 10, config=CFG)
+    p = plan(node=node, lease=held_lease(NOW + 10, current=False), verdict=verdict, now=NOW + 10, config=CFG)
     assert p.cloud is CloudView.OK and p.state is NodeState.NORMAL
     assert dict(p.annotations) == {UNREACHABLE_SINCE_ANNOTATION: None, STATE_ANNOTATION: None}
 
@@ -1200,21 +1228,21 @@ def test_outage_start_of_autonomy_held_node_comes_from_the_annotation(cond):
 def test_outage_start_of_autonomy_held_node_without_annotation():
     # nothing recorded (should not happen: the hold follows a recorded outage): first sight, as for
     # a delegated Lease
-    p = plan(node=mk_node(), lease=held_lease(NOW - 3), now=NOW, config=CFG)
+    p = plan(node=mk_node(), lease=held_lease(NOW - 3), verdict=None, now=NOW, config=CFG)
     assert p.cloud is CloudView.LOST and p.unreachable_since == NOW
     assert dict(p.annotations)[UNREACHABLE_SINCE_ANNOTATION] == format_rfc3339(NOW)
 
 
 def test_lifecycle_events_and_recovery():
-    cond = mk_cond("True", T0 + 50)
-    node = mk_node(cond=cond, taints=[Taint("dedicated", "NoSchedule", "gpu")])
+    verdict = mk_verdict(HEALTHY, T0 + 50)
+    node = mk_node(taints=[Taint("dedicated", "NoSchedule", "gpu")])
     lease = mk_lease(T0)
     events = []
     # outage since T0+12 (Lease overdue), DISCONNECTED confirmed at T0+32, FAILED at once at T0+52
-    steps = [(T0 + 17, "True"), (T0 + 32, "True"), (T0 + 42, "True"), (T0 + 52, "False")]
+    steps = [(T0 + 17, HEALTHY), (T0 + 32, HEALTHY), (T0 + 42, HEALTHY), (T0 + 52, UNHEALTHY)]
     for now, edge_status in steps:
-        node = replace(node, edge_condition=mk_cond(edge_status, now))
-        p = plan(node=node, lease=lease, now=now, config=CFG)
+        verdict = mk_verdict(edge_status, now)
+        p = plan(node=node, lease=lease, verdict=verdict, now=now, config=CFG)
         events.append(p.event)
         node = apply_plan(node=node, plan=p)
     assert events[0] is None and events[2] is None
@@ -1225,7 +1253,7 @@ def test_lifecycle_events_and_recovery():
     assert node.annotations[STATE_ANNOTATION] == "failed"
     assert our_taints(node.taints) == {NS_TAINT, replace(FAILED_TAINT, time_added=T0 + 52)}
     # the node comes back: everything of ours goes, the foreign taint stays
-    p = plan(node=node, lease=mk_lease(T0 + 200), now=T0 + 200, config=CFG)
+    p = plan(node=node, lease=mk_lease(T0 + 200), verdict=verdict, now=T0 + 200, config=CFG)
     assert p.state is NodeState.NORMAL and p.taints == () and not p.evict_pods
     assert p.event.reason == "EdgewatchNormal" and p.event.type == "Normal"
     assert p.event.message.startswith("failed -> normal")
@@ -1236,48 +1264,50 @@ def test_lifecycle_events_and_recovery():
 
 def test_failed_stays_failed_without_new_evidence_and_leaves_on_evidence_of_life():
     lease = mk_lease(T0)
-    node = mk_node(cond=mk_cond("False", T0 + 60))
-    p = plan(node=node, lease=lease, now=T0 + 61, config=CFG)
+    verdict = mk_verdict(UNHEALTHY, T0 + 60)
+    node = mk_node()
+    p = plan(node=node, lease=lease, verdict=verdict, now=T0 + 61, config=CFG)
     assert p.effective_state is NodeState.FAILED
     node = apply_plan(node=node, plan=p)
     # the verdict goes stale: still failed, though the autonomy would not have run out yet
-    p = plan(node=node, lease=lease, now=T0 + 130, config=CFG)
+    p = plan(node=node, lease=lease, verdict=verdict, now=T0 + 130, config=CFG)
     assert p.edge is EdgeView.UNKNOWN and p.table_state is NodeState.UNKNOWN
     assert p.state is NodeState.FAILED and p.evict_pods and p.event is None
     assert p.fail_at == T0 + 120 + 300  # reported, but it changes nothing: no requeue for it
     assert p.requeue_after_s is None
     # an Unknown verdict neither
-    node = replace(node, edge_condition=mk_cond("Unknown", T0 + 140, T0 + 135))
-    assert plan(node=node, lease=lease, now=T0 + 140, config=CFG).state is NodeState.FAILED
+    verdict = mk_verdict(UNKNOWN, T0 + 140, T0 + 135)
+    assert plan(node=node, lease=lease, verdict=verdict, now=T0 + 140, config=CFG).state is NodeState.FAILED
     # peers see it alive again: DISCONNECTED, NoExecute taint and eviction gone
-    node = replace(node, edge_condition=mk_cond("True", T0 + 150))
-    p = plan(node=node, lease=lease, now=T0 + 150, config=CFG)
+    verdict = mk_verdict(HEALTHY, T0 + 150)
+    p = plan(node=node, lease=lease, verdict=verdict, now=T0 + 150, config=CFG)
     assert p.state is NodeState.DISCONNECTED and p.taints == (NS_TAINT,) and not p.evict_pods
     assert p.event.message.startswith("failed -> disconnected")
 
 
 def test_invalid_recorded_state_is_reported_and_treated_as_normal():
     node = mk_node(annotations={STATE_ANNOTATION: "Failed"})
-    p = plan(node=node, lease=mk_lease(NOW), now=NOW, config=CFG)
+    p = plan(node=node, lease=mk_lease(NOW), verdict=None, now=NOW, config=CFG)
     assert p.state is NodeState.NORMAL and p.event is None
     assert any(STATE_ANNOTATION in w for w in p.warnings)
     assert annotation_patch(current=node.annotations, desired=p.annotations) == {STATE_ANNOTATION: None}
 
 
 def test_failed_taint_time_added_is_set_once_and_kept():
-    node = mk_node(cond=mk_cond("False", T0 + 100))
-    p = plan(node=node, lease=mk_lease(T0), now=T0 + 100.5, config=CFG)
+    verdict = mk_verdict(UNHEALTHY, T0 + 100)
+    node = mk_node()
+    p = plan(node=node, lease=mk_lease(T0), verdict=verdict, now=T0 + 100.5, config=CFG)
     assert p.failed_taint_added_at == T0 + 101  # whole seconds, rounded up
     node = apply_plan(node=node, plan=p)
-    p = plan(node=node, lease=mk_lease(T0), now=T0 + 150, config=CFG)
+    p = plan(node=node, lease=mk_lease(T0), verdict=verdict, now=T0 + 150, config=CFG)
     assert p.failed_taint_added_at == T0 + 101
     # a failed taint someone wrote without timeAdded, or with a value, is replaced
     for bad in (Taint(FAILED_TAINT_KEY, "NoExecute"), Taint(FAILED_TAINT_KEY, "NoExecute", "x", T0)):
         n = replace(node, taints=(NS_TAINT, bad))
-        p = plan(node=n, lease=mk_lease(T0), now=T0 + 150, config=CFG)
+        p = plan(node=n, lease=mk_lease(T0), verdict=verdict, now=T0 + 150, config=CFG)
         assert p.failed_taint_added_at == T0 + 150
         assert bad not in merge_taints(current=n.taints, managed=p.taints)
-    assert plan(node=mk_node(), lease=mk_lease(NOW), now=NOW, config=CFG).failed_taint_added_at is None
+    assert plan(node=mk_node(), lease=mk_lease(NOW), verdict=None, now=NOW, config=CFG).failed_taint_added_at is None
 
 
 def test_merge_taints_keeps_order_and_refuses_foreign_desired_taints():
@@ -1523,10 +1553,11 @@ def test_skewed_clocks_change_nothing_in_the_plan(skew):
     exactly the same decisions: the texts are identities, the observations are the controller's."""
     for delegated in (False, True):
         for now in (T0 + 5, T0 + GRACE, T0 + GRACE + 0.25, T0 + 100, T0 + 400):
-            cond = mk_cond("True", now - 1)
-            in_step = plan(node=mk_node(cond=cond), lease=mk_lease(T0, delegated=delegated), now=now, config=CFG)
+            verdict = mk_verdict(HEALTHY, now - 1)
+            in_step = plan(node=mk_node(), lease=mk_lease(T0, delegated=delegated), verdict=verdict, now=now,
+                           config=CFG)
             skewed_lease = mk_lease(T0, delegated=delegated, text=format_micro_time(T0 + skew))
-            skewed = plan(node=mk_node(cond=cond), lease=skewed_lease, now=now, config=CFG)
+            skewed = plan(node=mk_node(), lease=skewed_lease, verdict=verdict, now=now, config=CFG)
             assert acted(skewed) == acted(in_step) and skewed.cloud is in_step.cloud
 
 
@@ -1534,10 +1565,10 @@ def test_first_sight_of_a_normal_node_gives_a_fresh_grace():
     """A controller that just started saw the Lease once: the renewal counts from that look (as
     kube-controller-manager after a restart), and goes overdue a grace later unless renewed."""
     lease = mk_lease(T0, first_sight=True)
-    p = plan(node=mk_node(), lease=lease, now=T0 + GRACE, config=CFG)
+    p = plan(node=mk_node(), lease=lease, verdict=None, now=T0 + GRACE, config=CFG)
     assert p.cloud is CloudView.OK and p.effective_state is NodeState.NORMAL
     assert p.requeue_after_s == MIN_REQUEUE_S
-    p = plan(node=mk_node(), lease=lease, now=T0 + GRACE + 0.25, config=CFG)
+    p = plan(node=mk_node(), lease=lease, verdict=None, now=T0 + GRACE + 0.25, config=CFG)
     assert p.cloud is CloudView.LOST and p.unreachable_since == T0 + GRACE
 
 
@@ -1548,31 +1579,36 @@ def test_first_sight_never_ends_a_recorded_outage(recorded):
     since = NOW - 200
     annotations = {STATE_ANNOTATION: recorded, UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(since)}
     taints = [NS_TAINT, replace(FAILED_TAINT, time_added=since + 1)] if recorded == "failed" else [NS_TAINT]
-    cond = mk_cond("True", NOW) if recorded == "disconnected" else None  # its peers still see it alive
-    node = mk_node(annotations=annotations, taints=taints, cond=cond)
-    p = plan(node=node, lease=mk_lease(NOW - 1, first_sight=True), now=NOW, config=CFG)
+    verdict = mk_verdict(HEALTHY, NOW) if recorded == "disconnected" else None  # its peers still see it alive
+    node = mk_node(annotations=annotations, taints=taints)
+    p = plan(node=node, lease=mk_lease(NOW - 1, first_sight=True), verdict=verdict, now=NOW, config=CFG)
     assert p.cloud is CloudView.LOST and p.event is None
     assert p.effective_state is NodeState(recorded)
     assert p.unreachable_since == since  # the recorded start, trusted
     assert set(p.taints) == set(taints)
     # the kubelet renews again, and the controller sees it: back to normal
-    p = plan(node=node, lease=mk_lease(NOW + 5), now=NOW + 5, config=CFG)
+    p = plan(node=node, lease=mk_lease(NOW + 5), verdict=verdict, now=NOW + 5, config=CFG)
     assert p.cloud is CloudView.OK and p.effective_state is NodeState.NORMAL and p.taints == ()
 
 
 def test_first_sight_of_a_delegated_renewal_is_trusted():
-    node = mk_node(annotations={STATE_ANNOTATION: "disconnected", UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 60)},
-                   taints=[NS_TAINT], cond=mk_cond("True", NOW))
-    p = plan(node=node, lease=mk_lease(NOW - 2, delegated=True, first_sight=True), now=NOW, config=CFG)
+    verdict = mk_verdict(HEALTHY, NOW)
+    node = mk_node(annotations={STATE_ANNOTATION: "disconnected",
+                                UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(NOW - 60)}, taints=[NS_TAINT])
+    p = plan(node=node, lease=mk_lease(NOW - 2, delegated=True, first_sight=True), verdict=verdict, now=NOW,
+             config=CFG)
     assert p.cloud is CloudView.DELEGATED and p.effective_state is NodeState.DISCONNECTED and p.event is None
 
 
 def test_first_sight_of_a_verdict_counts_from_the_first_look():
-    """A verdict the controller first saw at ``NOW - 10`` counts until ``NOW - 10 + TTL``, whatever its
-    lastHeartbeatTime said (the reconciler maps it to that look)."""
-    node = mk_node(cond=mk_cond("False", NOW - 10))
-    assert plan(node=node, lease=mk_lease(T0), now=NOW - 10 + TTL, config=CFG).edge is EdgeView.UNHEALTHY
-    assert plan(node=node, lease=mk_lease(T0), now=NOW - 10 + TTL + 0.25, config=CFG).edge is EdgeView.UNKNOWN
+    """A verdict the controller first counted at ``NOW - 10`` (its first look after a start) and not
+    since counts until ``NOW - 10 + TTL``."""
+    verdict = mk_verdict(UNHEALTHY, NOW - 10)
+    node = mk_node()
+    at_ttl = plan(node=node, lease=mk_lease(T0), verdict=verdict, now=NOW - 10 + TTL, config=CFG)
+    assert at_ttl.edge is EdgeView.UNHEALTHY
+    after = plan(node=node, lease=mk_lease(T0), verdict=verdict, now=NOW - 10 + TTL + 0.25, config=CFG)
+    assert after.edge is EdgeView.UNKNOWN
 
 
 def test_lease_snapshot_needs_both_text_and_observation():

@@ -19,10 +19,11 @@ from _fakekube import FakeKube
 from prometheus_client import CollectorRegistry
 
 from edgewatch.controller.metrics import ControllerMetrics
-from edgewatch.controller.model import ControllerConfig
+from edgewatch.controller.model import ControllerConfig, NodeState
 from edgewatch.controller.reconciler import Reconciler
 from edgewatch_lab.testing.evidence import SignedEdge
 from edgewatch.names import (
+    AUTONOMY_DURATION_ANNOTATION,
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_RENEW_TIME_ANNOTATION,
@@ -31,7 +32,7 @@ from edgewatch.names import (
     FAILED_TAINT_KEY,
     POOL_LABEL,
 )
-from edgewatch.timefmt import format_micro_time, format_rfc3339
+from edgewatch.timefmt import format_micro_time
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,8 +106,9 @@ async def eventually(check: Callable[[], bool], *, timeout_s: float, what: str) 
 
 @contextlib.asynccontextmanager
 async def running(kube: FakeKube, **kwargs) -> AsyncIterator[Reconciler]:  # type: ignore[no-untyped-def]
+    settings = {"resync_s": 2.0, "hold_interval_s": 0.5, "evidence_ttl_s": 2.0, "beacon_period_s": 0.2, **kwargs}
     rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
-                     resync_s=2.0, hold_interval_s=0.5, evidence_ttl_s=2.0, beacon_period_s=0.2, **kwargs)
+                     **settings)
     task = asyncio.create_task(rec.run())
     try:
         yield rec
@@ -272,7 +274,7 @@ async def test_edge_condition_is_written_on_verdict_change_and_counts_only_rarel
     from lightkube.resources.core_v1 import Node
 
     from edgewatch.controller import reconciler as reconciler_module
-    from edgewatch.controller.verified import VerifiedVerdict
+    from edgewatch.controller.verified import CountedVerdict
     from edgewatch.core.quorum import decision_from_counts
     from edgewatch.core.types import NodeName
 
@@ -284,7 +286,7 @@ async def test_edge_condition_is_written_on_verdict_change_and_counts_only_rarel
 
     def hold(alive: int, dead: int) -> None:
         decision = decision_from_counts(NodeName("n1"), alive=alive, dead=dead, group_size=1000, votes_counted=1000)
-        rec.verified._verdicts[NodeName("n1")] = VerifiedVerdict(decision=decision, since=0.0)  # noqa: SLF001
+        rec.verified._verdicts[NodeName("n1")] = CountedVerdict(decision=decision, since=0.0)  # noqa: SLF001
 
     async def show() -> int:
         before = sum(1 for c in kube.calls if c[0] == "patch")
@@ -358,3 +360,73 @@ async def test_a_normal_nodes_own_renewal_moves_its_deadline_instead_of_reconcil
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_look_that_finds_nothing_new_keeps_the_plan_and_deadlines_still_fire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22: the resync looks at every node every ``resync_s``; a node whose inputs are unchanged
+    and whose plan's next deadline has not come keeps its plan: no plan, no write. A time-driven
+    change still happens on time: a node without a Lease (nothing to hold) and without edge evidence
+    is tainted when its outage is confirmed and fails when its autonomy time (3 s) runs out, while the
+    resyncs in between (every 0.25 s) plan nothing; a live node's resyncs plan nothing at all."""
+    from edgewatch.controller import reconciler as reconciler_module
+
+    planned: list[tuple[str, float]] = []  # (node, now) of every plan made
+    real_plan = reconciler_module.plan
+
+    def counting_plan(**kwargs):  # type: ignore[no-untyped-def]
+        planned.append((kwargs["node"].name, kwargs["now"]))
+        return real_plan(**kwargs)
+
+    monkeypatch.setattr(reconciler_module, "plan", counting_plan)
+    kube = FakeKube()
+    add_node(kube, "gone", annotations={AUTONOMY_DURATION_ANNOTATION: "3s"})
+    add_node(kube, "live")
+    add_lease(kube, "live")
+    task = asyncio.create_task(kubelet(kube, "live", skew_s=0.0, edge=lambda: None))  # no evidence needed
+    failed = f"{FAILED_TAINT_KEY}:NoExecute"
+    try:
+        async with running(kube, resync_s=0.25) as rec:
+            await eventually(lambda: f"{CLOUD_UNREACHABLE_TAINT_KEY}:NoSchedule" in taints(kube, "gone"),
+                             timeout_s=5, what="the silent node tainted once its outage is confirmed")
+            await asyncio.sleep(0.3)  # our writes come back through the watch: the plan settles
+            before = rec.plans["gone"]
+            assert before.effective_state is NodeState.UNKNOWN and before.fail_at is not None
+            assert failed not in taints(kube, "gone")
+            reused = rec.metrics.plans_reused._value.get()
+            seen = len(planned)
+            await eventually(lambda: failed in taints(kube, "gone"), timeout_s=6,
+                             what="the node failed when its autonomy time runs out")
+            late = rec.clock() - before.fail_at
+            assert 0 <= late < 0.5, late  # on time: the deadline was never skipped
+            assert rec.plans["gone"].effective_state is NodeState.FAILED
+            gauge = {state.value: rec.metrics.nodes.labels(state=state.value)._value.get() for state in NodeState}
+            assert gauge == {"normal": 1, "disconnected": 0, "failed": 1, "unknown": 0}, gauge
+            since = planned[seen:]
+            # no plan of the silent node before its deadline (every look reused the plan), one at it
+            assert [now for name, now in since if name == "gone" and now < before.fail_at] == []
+            assert any(name == "gone" for name, _ in since)
+            assert sum(name == "live" for name, _ in since) <= 1
+            assert rec.metrics.plans_reused._value.get() - reused >= 8  # both nodes' resyncs, and more
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_resync_looks_at_the_watched_nodes_and_lists_them_rarely() -> None:
+    """Every ``resync_s`` every node is looked at again; its names come from the Node watch, and from
+    a Node LIST only every ``relist_s`` (a LIST of 1,000 Nodes every 30 s was about a tenth of the
+    controller's CPU)."""
+    kube = FakeKube()
+    for name in ("n1", "n2", "n3"):
+        add_node(kube, name)
+        add_lease(kube, name)
+    async with running(kube, resync_s=0.2, relist_s=1.0) as rec:
+        await eventually(lambda: len(rec.plans) == 3, timeout_s=5, what="every node planned")
+        await asyncio.sleep(0.5)
+        looks = rec.metrics.reconciles.labels(result="ok")._value.get()
+        start = len(kube.calls)
+        await asyncio.sleep(2.6)
+        lists = [c for c in kube.calls[start:] if c[:2] == ("list", "Node")]
+        assert 2 <= len(lists) <= 3, lists  # at 1 s intervals, not at every resync (13 of them)
+        assert rec.metrics.reconciles.labels(result="ok")._value.get() - looks >= 3 * 10  # every node, every resync

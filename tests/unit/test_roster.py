@@ -177,6 +177,14 @@ async def test_publisher_writes_on_membership_change_only() -> None:
             kube.put("Node", obj)
         await asyncio.sleep(0.2)
         assert len(_writes(kube)) == before
+        # nor does a label that moves no node to another group (kube-controller-manager adds
+        # beta.kubernetes.io/os to every new Node): not even a publication (a LIST and a rebuild)
+        published = pub.published
+        obj = kube.obj("Node", "a-2")
+        obj["metadata"]["labels"]["beta.kubernetes.io/os"] = "linux"
+        kube.put("Node", obj)
+        await asyncio.sleep(0.2)
+        assert pub.published == published and len(_writes(kube)) == before
         # a join, a new address, a departure: one write each, to that group's roster only
         _node(kube, "a-4", "10.0.0.4", **{ZONE: "a"})
         await _wait(lambda: "a-4" in _members(kube, name_a))

@@ -10,9 +10,10 @@ heartbeat. edgewatch combines two views of each node (``edgewatch.controller.vie
   itself, observed within the grace), ``DELEGATED`` (a renewal by a peer carrying the current
   ``edgewatch.io/delegate-heartbeat`` mark: the node is alive but cannot reach the cloud), ``LOST``
   (no fresh renewal, or only the controller's own autonomy hold);
-* the **edge view**, from the ``EdgeHealthy`` Node condition that the node's peers publish from their
-  votes: ``HEALTHY`` ("True"), ``UNHEALTHY`` ("False"), ``UNKNOWN`` ("Unknown", missing, or not seen
-  refreshed for ``edge_view_ttl_s``);
+* the **edge view**, from the verdict the controller verified itself
+  (:class:`~edgewatch.controller.model.VerifiedVerdict`: the strict majority of the node's group's
+  signed statements, counted by the controller, ``edgewatch.controller.verified``): ``HEALTHY``,
+  ``UNHEALTHY``, ``UNKNOWN`` (no majority, no verdict yet, or not counted for ``edge_view_ttl_s``);
 
 and decides one :class:`NodeState` per node (seed 003 table, extended with the three heartbeat cases of
 seed 002)::
@@ -44,19 +45,22 @@ Two rules on top of the table:
 Clocks (docs/clock-skew.md)
 ---------------------------
 ``plan`` never compares a time written by another machine with the controller's clock. Its inputs
-carry, for the Lease renewal and the edge verdict, when the *controller observed* them change
-(``observed_at``, controller clock), and freshness is ``now - observed_at``. After a controller start
-the first look at each counts as "just now", which gives every node a fresh grace, as
+carry, for the Lease renewal, when the *controller observed* it change (``observed_at``), and for the
+edge verdict, when the controller counted it (``since``, ``counted_at``), all on the controller's
+clock; freshness is ``now`` minus those. After a controller start the first look at each counts as
+"just now", which gives every node a fresh grace, as
 kube-controller-manager does after a restart, with one exception: a node whose recorded state is an
 outage is not judged back (NORMAL) on a first look at an own renewal; it needs a renewal the
 controller saw happen (within one kubelet renew interval for a live node).
 
 Level-triggered and restart-safe
 --------------------------------
-:func:`plan` is a pure function of ``(node snapshot, lease snapshot, now, config)``. What it must
-remember across controller restarts lives in API objects, written and read by the controller only
-(so with the controller's clock; a fail-over compares one replica's clock with another's, which
-shifts these deadlines by the replicas' skew, never by an edge node's):
+:func:`plan` is a pure function of ``(node snapshot, lease snapshot, verified verdict, now, config)``.
+Data flows one way: those inputs in, a plan out. The ``EdgeHealthy`` Node condition is output only:
+the reconciler writes the verified verdict there for ``kubectl describe node``, and nothing here
+reads it. What ``plan`` must remember across controller restarts lives in API objects, written and
+read by the controller only (so with the controller's clock; a fail-over compares one replica's clock
+with another's, which shifts these deadlines by the replicas' skew, never by an edge node's):
 
 * when the outage began: the node annotation ``edgewatch.io/unreachable-since`` (RFC 3339), written
   from the plan; a node seen renewing its own Lease went stale at ``observed renewal + grace``, and an
@@ -112,6 +116,7 @@ from edgewatch.controller.model import (
     NodeSnapshot,
     NodeState,
     Taint,
+    VerifiedVerdict,
 )
 from edgewatch.controller.views import (
     cloud_view,
@@ -226,11 +231,13 @@ def plan(
     *,
     node: NodeSnapshot,
     lease: LeaseSnapshot | None,
+    verdict: VerifiedVerdict | None,
     now: float,
     config: ControllerConfig,
 ) -> NodePlan:
     """Decide the desired end state of ``node`` at ``now`` (seconds since the epoch, controller clock;
-    the snapshots' observation times are on the same clock).
+    the snapshots' observation times and the verdict's times are on the same clock). ``verdict``: the
+    node's verified verdict, None before the controller counted one (the edge view is then unknown).
 
     Steps: cloud view and edge view -> table -> unknown policy (autonomy clock from the later of the
     outage start and the moment edge evidence vanished; the node's annotation overrides the default
@@ -245,7 +252,7 @@ def plan(
         warnings.append(warning)
     grace = lease_grace_s(lease=lease, config=config)
     cloud = cloud_view(lease=lease, now=now, grace_s=grace, trust_first_sight=recorded is NodeState.NORMAL)
-    edge = edge_view(condition=node.edge_condition, now=now, ttl_s=config.edge_view_ttl_s)
+    edge = edge_view(verdict=verdict, now=now, ttl_s=config.edge_view_ttl_s)
     table_state = decide_state(cloud, edge)
     autonomy, warning = autonomy_duration(annotations=node.annotations, config=config)
     if warning:
@@ -283,7 +290,7 @@ def plan(
         confirmed = now >= confirm_at or previous is not NodeState.NORMAL
         state = table_state
         if table_state is NodeState.UNKNOWN:
-            edge_since = edge_unknown_since(node.edge_condition, ttl_s=config.edge_view_ttl_s)
+            edge_since = edge_unknown_since(verdict, ttl_s=config.edge_view_ttl_s)
             clock_start = since if edge_since is None else max(since, edge_since)
             detail = f"no edge evidence since {_fmt_time(clock_start)}"
             if autonomy is None:
@@ -304,8 +311,8 @@ def plan(
         else:
             detail = "its peers see it healthy; pods kept, no new pods"
         if edge is not EdgeView.UNKNOWN:
-            assert node.edge_condition is not None and node.edge_condition.observed_at is not None
-            pending.append((node.edge_condition.observed_at + config.edge_view_ttl_s, True))
+            assert verdict is not None and verdict.counted_at is not None
+            pending.append((verdict.counted_at + config.edge_view_ttl_s, True))
         if not confirmed:
             pending.append((confirm_at, False))
             detail += f"; not acted on before {_fmt_time(confirm_at)} (confirmation)"

@@ -16,6 +16,9 @@ class ControllerMetrics:
         reconciles: reconciles by ``result`` (ok, error, crash).
         reconciles_skipped: Lease renewals that only moved a normal node's heartbeat deadline, so no
             reconcile ran (``edgewatch.controller.quiet``).
+        plans_reused: looks at a node (resync, Node event, ...) that found its plan's inputs unchanged
+            and no deadline due, so its last plan stood: no plan, no write
+            (``edgewatch.controller.quiet``, ``edgewatch.controller.planbook``).
         reconcile_seconds: duration of one node's reconcile, seconds.
         holds: autonomy-hold Lease renewals by ``outcome``.
         config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
@@ -57,6 +60,9 @@ class ControllerMetrics:
         self.reconciles_skipped = Counter("edgewatch_controller_reconciles_skipped",
                                           "Own Lease renewals of normal nodes that only moved the heartbeat "
                                           "deadline (no reconcile needed).", registry=registry)
+        self.plans_reused = Counter("edgewatch_controller_plans_reused",
+                                    "Looks at a node whose plan inputs were unchanged and no deadline due, "
+                                    "so its last plan stood (no plan, no write).", registry=registry)
         self.unproven_carries = Counter("edgewatch_controller_unproven_carries",
                                         "Carriers whose Lease renewals of a node were not believed (the node's own "
                                         "signed statement does not name them), one per node and carrier.",

@@ -1,11 +1,16 @@
-"""The vocabulary of the controller's decision core: the views, states and policies, the snapshots the
-reconciler builds from API objects and its own observations, the configuration, and the plan.
+"""The vocabulary of the controller's decision core: the views, states and policies, its inputs (the
+snapshots the reconciler builds from API objects and its own observations, and the verdict the
+controller verified itself), the configuration, and the plan.
 
 Pure data: no clock, no I/O. Units: every time is a float in **seconds**; instants are seconds since
 the Unix epoch on the *controller's* clock (``edgewatch.timefmt.MonotonicClock``), durations are
-seconds. A time written by another machine (a Lease's renewTime, a condition's lastHeartbeatTime)
-never appears here as an instant: the snapshots carry when the controller *observed* it change
-(docs/clock-skew.md); the remote text is kept only as an identity (the delegate mark must equal it).
+seconds. A time written by another machine (a Lease's renewTime) never appears here as an instant:
+the snapshots carry when the controller *observed* it change (docs/clock-skew.md); the remote text
+is kept only as an identity (the delegate mark must equal it).
+
+Data flows one way: API objects and signed statements in, a :class:`NodePlan` out. The ``EdgeHealthy``
+Node condition is output only (the reconciler writes the verified verdict there for ``kubectl``); no
+input here is ever read back from it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from edgewatch.core.types import Verdict
 from edgewatch.names import CLOUD_UNREACHABLE_TAINT_KEY, DOMAIN, FAILED_TAINT_KEY
 
 __all__ = [
@@ -27,7 +33,6 @@ __all__ = [
     "STATE_ANNOTATION",
     "UNREACHABLE_SINCE_ANNOTATION",
     "CloudView",
-    "ConditionSnapshot",
     "ControllerConfig",
     "EdgeView",
     "Event",
@@ -40,6 +45,7 @@ __all__ = [
     "Toleration",
     "TolerationOperator",
     "UnknownPolicy",
+    "VerifiedVerdict",
 ]
 
 #: Node annotation (controller-owned): RFC 3339 start of the current outage; absent while NORMAL.
@@ -64,11 +70,11 @@ class CloudView(enum.StrEnum):
 
 
 class EdgeView(enum.StrEnum):
-    """What the node's peers see of it, from the ``EdgeHealthy`` condition."""
+    """What the node's peers see of it: its :class:`VerifiedVerdict`, judged for freshness."""
 
-    HEALTHY = "healthy"  #: status "True", refreshed within the TTL.
-    UNHEALTHY = "unhealthy"  #: status "False", refreshed within the TTL.
-    UNKNOWN = "unknown"  #: status "Unknown" or anything else, condition missing, or stale.
+    HEALTHY = "healthy"  #: verdict HEALTHY, counted within ``edge_view_ttl_s``.
+    UNHEALTHY = "unhealthy"  #: verdict UNHEALTHY, counted within ``edge_view_ttl_s``.
+    UNKNOWN = "unknown"  #: verdict UNKNOWN, no verdict, or one not counted within ``edge_view_ttl_s``.
 
 
 class NodeState(enum.StrEnum):
@@ -153,26 +159,37 @@ class Toleration:
     toleration_seconds: float | None = None
 
 
+def _check_instant(name: str, value: float | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                              or not math.isfinite(value)):
+        raise ValueError(f"{name} must be None or a finite number of seconds, got {value!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
-class ConditionSnapshot:
-    """The node's ``EdgeHealthy`` condition, as the controller observed it.
+class VerifiedVerdict:
+    """A node's edge verdict as the controller verified it itself: the strict majority of its group's
+    signed statements, each naming a beacon the controller issued (``edgewatch.controller.verified``).
+    The decision core's only edge input; never read from the ``EdgeHealthy`` condition.
 
-    * ``status``: "True" / "False" / "Unknown" (anything else counts as unknown).
-    * ``observed_at``: when the controller first saw this verdict refreshed: the condition's
-      ``status`` and ``lastHeartbeatTime`` (or ``lastTransitionTime`` without one) took their current
-      values (controller clock). None: the condition carries no time at all, so a refresh could never
-      be seen: it never counts.
-    * ``status_since``: when the controller first saw the current ``status`` (controller clock).
-    * ``reason``, ``message``: as written by the agents (shown, never judged).
+    * ``verdict``: HEALTHY (a majority sees the node alive), UNHEALTHY (a majority sees it dead) or
+      UNKNOWN (no majority either way). Anything else is refused (ValueError).
+    * ``since``: when the controller first counted this ``verdict`` (controller clock); a new
+      verdict starts a new ``since``, new vote counts behind the same verdict do not. None: not known.
+    * ``counted_at``: when the controller last counted it (its latest recount, controller clock): the
+      verdict's freshness. A HEALTHY / UNHEALTHY verdict counts while ``now - counted_at <=
+      ControllerConfig.edge_view_ttl_s``; None: never counted, so it never counts.
 
-    After a controller start the first look counts as "just now" for both (docs/clock-skew.md).
+    After a controller start the first count is "just now" for both (docs/clock-skew.md).
     """
 
-    status: str
-    observed_at: float | None = None
-    status_since: float | None = None
-    reason: str = ""
-    message: str = ""
+    verdict: Verdict
+    since: float | None = None
+    counted_at: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+        _check_instant("since", self.since)
+        _check_instant("counted_at", self.counted_at)
 
 
 def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -184,14 +201,14 @@ class NodeSnapshot:
     """What :func:`edgewatch.controller.decision.plan` needs of a Node.
 
     ``labels`` and ``annotations`` are copied into read-only mappings; ``taints`` is the node's full
-    ``spec.taints`` in API order; ``edge_condition`` the ``EdgeHealthy`` condition or None.
+    ``spec.taints`` in API order. Nothing of ``status`` (the ``EdgeHealthy`` condition is the
+    controller's output, never its input).
     """
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
-    edge_condition: ConditionSnapshot | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen_mapping(self.labels))
@@ -250,10 +267,11 @@ class ControllerConfig:
     #: Lease grace when the Lease has no ``leaseDurationSeconds``: 40 s, the kubelet's default lease
     #: duration (it renews every 10 s, so four renewals in a row must be missed before the Lease is stale).
     default_lease_duration_s: float = 40.0
-    #: How long an ``EdgeHealthy`` verdict counts after the controller last saw it refreshed: 60 s.
-    #: Longer than the Lease grace so a verdict refreshed at heartbeat cadence outlives a few missed
-    #: publications (assumes the publisher refreshes it at least every ~20 s), yet short enough that a
-    #: verdict from agents that died is trusted for one minute at most.
+    #: How long a HEALTHY / UNHEALTHY verified verdict counts after the controller last counted it
+    #: (``VerifiedVerdict.counted_at``): 60 s. The controller recounts every second
+    #: (``edgewatch.controller.evidence``) and each statement behind a verdict expires on its own
+    #: after the evidence TTL (30 s), so this bounds only how long a verdict outlives a stalled count:
+    #: a minute at most.
     edge_view_ttl_s: float = 60.0
     #: How long a DISCONNECTED or UNKNOWN state must persist before we act on it (taint, event): 20 s,
     #: two kubelet renew intervals. The cloud view leaves OK 12 s after the last observed renewal (see

@@ -1,11 +1,11 @@
-"""What the controller has seen, and when: per key (a node's Lease renewal, its edge verdict), the
-current value and the controller's own time when that value first appeared.
+"""What the controller has seen, and when: per key (a node's Lease renewal), the current value and
+the controller's own time when that value first appeared.
 
 This is how the controller judges freshness without trusting anyone's clock (docs/clock-skew.md):
-a remote timestamp (a Lease's renewTime, a condition's lastHeartbeatTime) is only an *identity*;
-when it changes, the controller notes its own time, and freshness is the controller's now minus
-that note. kube-controller-manager's node lifecycle controller does the same with its
-``probeTimestamp``, and client-go's leader election with its ``observedTime``.
+a remote timestamp (a Lease's renewTime) is only an *identity*; when it changes, the controller
+notes its own time, and freshness is the controller's now minus that note. kube-controller-manager's
+node lifecycle controller does the same with its ``probeTimestamp``, and client-go's leader election
+with its ``observedTime``.
 
 After a start there is no history: the first value seen for a key is marked ``first`` and timed
 "now" (a fresh grace for every node, as kube-controller-manager gives after a restart); the

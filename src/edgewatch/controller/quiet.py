@@ -1,21 +1,51 @@
-"""A Lease renewal that changes nothing: when the controller need not reconcile a node at all.
+"""When the controller need not reconcile a node, or need not plan it again.
 
-At 1,000 nodes every kubelet renews its Lease every 10 s: 100 watch events a second. For a node
-that is normal and renews its own Lease, such an event changes one thing only, the moment its
-heartbeat goes overdue (``edgewatch.controller.views.lease_grace_s`` after the renewal was seen):
-the plan would come out the same, with nothing to write. So instead of a reconcile the reconciler
-moves that node's next look to the new deadline (``WorkQueue.reschedule``): the node is reconciled
-when it misses a heartbeat, or when anything else about it changes (Node, verdict, config, resync).
+**A Lease renewal that changes nothing** (:func:`only_renewed`). At 1,000 nodes every kubelet renews
+its Lease every 10 s: 100 watch events a second. For a node that is normal and renews its own Lease,
+such an event changes one thing only, the moment its heartbeat goes overdue
+(``edgewatch.controller.views.lease_grace_s`` after the renewal was seen): the plan would come out
+the same, with nothing to write. So instead of a reconcile the reconciler moves that node's next
+look to the new deadline (``WorkQueue.reschedule``): the node is reconciled when it misses a
+heartbeat, or when anything else about it changes (Node, verdict, config, resync).
+
+**A look that finds nothing new** (:func:`plan_inputs`, :func:`still_holds`). The 30 s resync (and
+every Node event, e.g. a kubelet's status report) looks at a node again. When the decision core's
+inputs are what its last plan was made from — the Node's annotations and taints (``plan`` reads no
+label; coverage is checked before), the Lease as observed, the verified verdict as far as the plan
+can tell, the config — and that plan's next deadline (``NodePlan.requeue_after_s`` after it was
+made) has not come, planning again gives the same decision: ``plan`` is a pure function of its
+inputs and ``now``, and its requeue delay is exactly the time until its decision would next change
+with time alone (``edgewatch.controller.decision``; property-tested in tests/unit/test_decision.py
+and tests/unit/test_quiet.py). So the last plan stands. Anything time-driven still fires on time: a
+due deadline is never skipped.
+
+The verdict enters as a key, not as itself: its ``counted_at`` moves at every recount (every second),
+but the plan depends on it only through whether the verdict is fresh at ``now`` and, once stale, when
+it went stale; while it is fresh a newer count only moves the staleness deadline later, so a deadline
+from an older count is early, never late.
 
 Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from edgewatch.controller.model import CloudView, LeaseSnapshot, NodePlan, NodeState
-from edgewatch.controller.views import is_delegated
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 
-__all__ = ["only_renewed"]
+from edgewatch.controller.model import (
+    CloudView,
+    ControllerConfig,
+    LeaseSnapshot,
+    NodePlan,
+    NodeSnapshot,
+    NodeState,
+    Taint,
+    VerifiedVerdict,
+)
+from edgewatch.controller.views import is_delegated, is_fresh
+from edgewatch.core.types import Verdict
+
+__all__ = ["PlanInputs", "only_renewed", "plan_inputs", "renewed", "still_holds", "verdict_key"]
 
 
 def only_renewed(*, before: LeaseSnapshot | None, after: LeaseSnapshot | None, plan: NodePlan | None) -> bool:
@@ -38,3 +68,57 @@ def only_renewed(*, before: LeaseSnapshot | None, after: LeaseSnapshot | None, p
         return False
     return (before.annotations == after.annotations and before.holder == after.holder
             and before.duration_s == after.duration_s)
+
+
+def verdict_key(verdict: VerifiedVerdict | None, *, now: float, ttl_s: float) -> Hashable:
+    """What ``plan`` can tell of ``verdict`` at ``now`` (``ttl_s``: ``edge_view_ttl_s``, seconds):
+    an UNKNOWN verdict by its ``since`` (the autonomy clock starts there); a fresh HEALTHY /
+    UNHEALTHY one by its verdict alone; a stale one by when it was last counted (it went stale
+    ``ttl_s`` later)."""
+    if verdict is None:
+        return None
+    if verdict.verdict is Verdict.UNKNOWN:
+        return (verdict.verdict, verdict.since)
+    if is_fresh(observed_at=verdict.counted_at, now=now, grace_s=ttl_s):
+        return (verdict.verdict, "fresh")
+    return (verdict.verdict, "stale", verdict.counted_at)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is made from, less the time (compared for equality; see the module docstring):
+    what ``plan`` reads of the Node (its name, annotations and taints: no label), the Lease, the
+    verdict as :func:`verdict_key`'s key, the config."""
+
+    name: str
+    annotations: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    lease: LeaseSnapshot | None
+    verdict: Hashable
+    config: ControllerConfig
+
+
+def plan_inputs(*, node: NodeSnapshot, lease: LeaseSnapshot | None, verdict: VerifiedVerdict | None,
+                config: ControllerConfig, now: float) -> PlanInputs:
+    """The inputs of ``plan(node=node, lease=lease, verdict=verdict, now=now, config=config)``."""
+    return PlanInputs(name=node.name, annotations=node.annotations, taints=node.taints, lease=lease,
+                      verdict=verdict_key(verdict, now=now, ttl_s=config.edge_view_ttl_s), config=config)
+
+
+def still_holds(*, made: PlanInputs, due_at: float | None, inputs: PlanInputs, now: float) -> bool:
+    """True iff a plan made from ``made``, whose next deadline is ``due_at`` (controller clock;
+    None: nothing time-driven pending), is still the plan for ``inputs`` at ``now``: the inputs are
+    the same and the deadline has not come (``now < due_at``)."""
+    return (due_at is None or now < due_at) and inputs == made
+
+
+def renewed(made: PlanInputs, *, before: LeaseSnapshot, after: LeaseSnapshot) -> PlanInputs | None:
+    """``made`` after an own renewal that :func:`only_renewed` found quiet: the same inputs with the
+    Lease ``after`` (whose deadline replaces the plan's), or None when ``made`` was not made from the
+    renewal ``before`` (then the next look plans again)."""
+    lease = made.lease
+    if lease is None or (lease.renew_time, lease.annotations, lease.holder, lease.duration_s) != (
+            before.renew_time, before.annotations, before.holder, before.duration_s):
+        return None
+    return PlanInputs(name=made.name, annotations=made.annotations, taints=made.taints, lease=after,
+                      verdict=made.verdict, config=made.config)

@@ -5,12 +5,21 @@ Triggers: watches on Nodes, on Leases in ``kube-node-lease`` and on the ``edgewa
 ConfigMap put nodes on a de-duplicating work queue (``edgewatch.controller.workqueue``) served by a
 bounded pool of workers, one node per worker at a time, so one slow node (a hanging eviction) never
 holds up another; the plan's ``requeue_after_s`` schedules the next look (a confirmation or autonomy
-time running out); a full resync every ``resync_s`` catches anything missed; a change of the
-ConfigMap's ``coverLabel`` re-plans every node.
+time running out); a resync every ``resync_s`` looks at every node again (the names the Node watch
+knows, as client-go's informers resync from their cache; every ``relist_s`` the names of a Node
+LIST, which catches anything the watch missed); a change of the
+ConfigMap's ``coverLabel`` re-plans every node; a change of a node's verified verdict
+(``edgewatch.controller.evidence``) looks at it again.
+
+Data flows one way: watches and the verified verdict -> the pure core (``plan``) -> the writes. A
+look that finds a node's inputs unchanged before its plan's next deadline keeps that plan
+(``edgewatch.controller.quiet``, ``edgewatch.controller.planbook``); a normal node's own Lease renewal
+only moves its next look.
 
 Clocks (docs/clock-skew.md): every watch event and every read records, on the controller's own
-monotonic clock, when the Lease's renewTime and the EdgeHealthy verdict changed
-(``edgewatch.controller.observations``); the plan judges freshness from those times only.
+monotonic clock, when the Lease's renewTime changed (``edgewatch.controller.observations``); the
+verified verdict carries when the controller counted it; the plan judges freshness from those times
+only.
 
 What it writes (and nothing else):
 
@@ -20,6 +29,8 @@ What it writes (and nothing else):
   state of an outage lives in the API, not in memory (OpenYurt kept taint counters in memory and a
   restart left taints stuck);
 - Events on the Node for each state transition;
+- the ``EdgeHealthy`` condition (status subresource): the verified verdict, for ``kubectl`` — output
+  only, never read back (``edgewatch.controller.edgecondition``);
 - the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
   heartbeat (``edgewatch.leases.hold_renewal``), marked ``delegated-via: autonomy``;
 - the group rosters, ConfigMaps ``edgewatch-roster*`` in the edgewatch namespace, on membership
@@ -43,6 +54,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -66,14 +78,15 @@ from edgewatch.controller.model import (
     NodePlan,
     NodeState,
 )
+from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
 from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
 from edgewatch.controller.observations import Observations
+from edgewatch.controller.planbook import PlanBook
 from edgewatch.controller.roster import RosterPublisher
 from edgewatch.controller.seen import SeenObjects
 from edgewatch.controller.snapshots import (
     LEASE,
-    lease_facts,
     lease_snapshot,
     node_snapshot,
     taint_to_api,
@@ -82,13 +95,13 @@ from edgewatch.controller.taints import annotation_patch, merge_taints
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue, sooner
 from edgewatch.leases import RenewOutcome, hold_renewal
-from edgewatch.controller.quiet import only_renewed
+from edgewatch.controller.quiet import only_renewed, plan_inputs
 from edgewatch.controller.views import lease_grace_s, unproven_carry
-from edgewatch.names import DELEGATED_BY_ANNOTATION, EDGE_CONDITION_TYPE, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
+from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 from edgewatch.kube.errors import API_ERRORS
 
-__all__ = ["Reconciler"]
+__all__ = ["VERDICT_MESSAGE_REFRESH_S", "Reconciler"]
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +109,6 @@ _T = TypeVar("_T")
 
 #: Who the autonomy hold and the Events name.
 COMPONENT = "edgewatch-controller"
-
-
-VERDICT_MESSAGE_REFRESH_S = 600.0
-"""Seconds between two writes of an ``EdgeHealthy`` condition whose status and reason are unchanged
-but whose message (the vote counts) is not: ten minutes keeps ``kubectl describe node`` roughly
-current at one Node write per node per ten minutes."""
 
 
 class Reconciler:
@@ -112,7 +119,11 @@ class Reconciler:
         config: the decision's settings.
         metrics: where to count.
         namespace: where the ``edgewatch-config`` ConfigMap lives.
-        resync_s: full resync period, seconds (default 30 s).
+        resync_s: seconds between two looks at every node (default 30 s).
+        relist_s: a resync takes its names from a Node LIST at most this often, seconds (default
+            300 s; in between, from the Node watch, which re-delivers every Node each time it is
+            re-established, within ``watch_timeout_s``). A LIST of 1,000 Nodes every 30 s was
+            about a tenth of the controller's CPU (bench/api_scale.py).
         hold_interval_s: how often an autonomy-held Lease is renewed, seconds (default 5 s: half the
             kubelet's 10 s, so kube-controller-manager never sees it stale).
         workers: nodes reconciled at once (default 8).
@@ -129,7 +140,8 @@ class Reconciler:
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
-                 namespace: str = "edgewatch", resync_s: float = 30.0, hold_interval_s: float = 5.0,
+                 namespace: str = "edgewatch", resync_s: float = 30.0, relist_s: float = 300.0,
+                 hold_interval_s: float = 5.0,
                  workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
                  watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None,
                  evidence_ttl_s: float = 30.0, beacon_period_s: float = 5.0,
@@ -143,6 +155,7 @@ class Reconciler:
         self.metrics = metrics
         self.namespace = namespace
         self.resync_s = resync_s
+        self.relist_s = relist_s
         self.hold_interval_s = hold_interval_s
         self.workers = workers
         self.evictions_in_flight = evictions_in_flight
@@ -151,15 +164,19 @@ class Reconciler:
         self.api_timeout_s = api_timeout_s
         self.watch_timeout_s = watch_timeout_s
         self.clock = clock or MonotonicClock().now
-        self.plans: dict[str, NodePlan] = {}
+        self.plans = PlanBook()  # node -> its last plan (read-only mapping), skip memo, state counts
+        self._state_gauges = {state: metrics.nodes.labels(state=state.value) for state in NodeState}
+        self._reconciles_ok = metrics.reconciles.labels(result="ok")
+        self._exported: dict[NodeState, int] = {}  # the state counts last set on the gauge
         self.nodes: set[str] = set()
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
         self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
-        self._verdict_shown: dict[str, float] = {}  # node -> when we last wrote its EdgeHealthy (our clock)
+        self.shown = ShownConditions()  # what we last wrote to each EdgeHealthy (output only)
         self._node_cache: SeenObjects[Node] = SeenObjects()
         self._lease_cache: SeenObjects[Lease] = SeenObjects()
+        self._leases: dict[str, LeaseSnapshot] = {}  # node -> its last watched Lease, as a snapshot
         self._held: set[str] = set()  # nodes under the autonomy hold: their Lease is read, not cached
         # nodes whose current carried renewal is not believed: (carrier, first seen, Event recorded)
         self._unproven: dict[str, tuple[str, float, bool]] = {}
@@ -237,7 +254,8 @@ class Reconciler:
         self._node_cache.seen(name, None if op == "DELETED" else node)
         if op == "DELETED":
             self.nodes.discard(name)
-            self.plans.pop(name, None)
+            self.plans.pop(name)
+            self.shown.forget(name)
             self.observations.forget(name=name)
             self._unproven.pop(name, None)
             self.queue.forget(name)
@@ -257,17 +275,22 @@ class Reconciler:
 
     def _on_lease(self, op: str, lease: Lease) -> None:
         name = lease.metadata.name
-        previous = self._lease_cache.get(name)
         self._lease_cache.seen(name, None if op == "DELETED" else lease)
         after = lease_snapshot(None if op == "DELETED" else lease, name=name, observations=self.observations,
                                now=self.clock())
+        before = self._leases.pop(name, None) if after is None else self._leases.get(name)
+        if after is not None:
+            self._leases[name] = after
         # A normal node's own renewal only moves its heartbeat deadline: move its next look there
         # instead of reconciling it (edgewatch.controller.quiet).
-        if (name not in self._held and previous is not None and after is not None
-                and only_renewed(before=lease_facts(previous), after=after, plan=self.plans.get(name))
-                and self.queue.reschedule(name, lease_grace_s(lease=after, config=self.config))):
-            self.metrics.reconciles_skipped.inc()
-            return
+        if (name not in self._held and before is not None and after is not None
+                and only_renewed(before=before, after=after, plan=self.plans.get(name))):
+            assert after.observed_at is not None  # a renewTime: only_renewed checked
+            grace = lease_grace_s(lease=after, config=self.config)
+            if self.queue.reschedule(name, grace):
+                self.plans.renewed(name, before=before, after=after, due_at=after.observed_at + grace)
+                self.metrics.reconciles_skipped.inc()
+                return
         self.queue.add(name)
 
     def _on_config(self, op: str, cm: ConfigMap) -> None:
@@ -295,15 +318,22 @@ class Reconciler:
         return changed
 
     async def _resync(self) -> None:
+        """Look at every node every ``resync_s``: the names of a Node LIST when the last one is
+        ``relist_s`` old (the first time at once), else the names the Node watch knows. A look that
+        finds nothing new costs no plan (``edgewatch.controller.planbook``)."""
+        listed_at = -math.inf  # time.monotonic() of the last successful LIST
         while True:
-            try:
-                async with asyncio.timeout(self.api_timeout_s):
-                    names = [node.metadata.name async for node in self.client.list(Node)]
-                self.nodes = set(names)
-                for name in names:
-                    self.queue.add(name)
-            except API_ERRORS as exc:
-                log.info("resync failed: %s", exc or type(exc).__name__)
+            names: list[str] | None = None
+            if time.monotonic() - listed_at >= self.relist_s:
+                try:
+                    async with asyncio.timeout(self.api_timeout_s):
+                        names = [node.metadata.name async for node in self.client.list(Node)]
+                    self.nodes = set(names)
+                    listed_at = time.monotonic()
+                except API_ERRORS as exc:
+                    log.info("resync LIST failed: %s; looking at the watched nodes", exc or type(exc).__name__)
+            for name in list(self.nodes) if names is None else names:
+                self.queue.add(name)
             await asyncio.sleep(self.resync_s)
 
     async def _handle(self, name: str) -> None:
@@ -311,7 +341,7 @@ class Reconciler:
         started = time.monotonic()
         try:
             requeue = await self.reconcile(name)
-            self.metrics.reconciles.labels(result="ok").inc()
+            self._reconciles_ok.inc()
         except API_ERRORS as exc:
             log.info("reconcile %s failed: %s; retrying", name, exc or type(exc).__name__)
             self.metrics.reconciles.labels(result="error").inc()
@@ -326,11 +356,12 @@ class Reconciler:
         self._export_states()
 
     def _export_states(self) -> None:
-        counts: dict[str, int] = {}
-        for p in self.plans.values():
-            counts[p.effective_state.value] = counts.get(p.effective_state.value, 0) + 1
-        for state in NodeState:
-            self.metrics.nodes.labels(state=state.value).set(counts.get(state.value, 0))
+        """The state gauge from the plan book's counts (kept as plans come and go: O(1) per look)."""
+        counts = self.plans.counts
+        if counts != self._exported:
+            for state, count in counts.items():
+                self._state_gauges[state].set(count)
+            self._exported = dict(counts)
         self.metrics.queue_depth.set(len(self.queue))
 
     # -- one node ----------------------------------------------------------------------------------
@@ -345,7 +376,8 @@ class Reconciler:
                 node = await self._call(self.client.get(Node, name))
             except ApiError as exc:
                 if exc.status.code == 404:
-                    self.plans.pop(name, None)
+                    self.plans.pop(name)
+                    self.shown.forget(name)
                     self.observations.forget(name=name)
                     self._unproven.pop(name, None)
                     return None
@@ -360,31 +392,38 @@ class Reconciler:
                     raise
                 lease = None
         now = self.clock()
-        snap = node_snapshot(node, observations=self.observations, now=now)
+        snap = node_snapshot(node)
         lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
         if not self.coverage.covers(snap.labels):
             return await self._release(node)
-        # The edge view is what the controller verified itself, never the condition on the Node
-        # (anyone with an agent token could write that); a delegate mark needs the node's own word.
-        snap = dataclasses.replace(snap, edge_condition=self.verified.condition(name))
+        # The edge view is the verdict the controller verified itself, never the EdgeHealthy condition
+        # on the Node (that is our output); a delegate mark needs the node's own word.
+        verdict = self.verified.verdict(name)
         requeue_proof: float | None = None
         if lease_snap is not None:
             own = self.verified.own_life(name, now=now)
             why = unproven_carry(node=name, lease=lease_snap, own_carrier=None if own is None else own.heartbeat.carrier)
-            lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
+            if lease_snap.delegation_proven != (why is None):
+                lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
-        p = plan(node=snap, lease=lease_snap, now=now, config=self.config)
+        inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now)
+        if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
+            self.metrics.plans_reused.inc()
+            return sooner(self.plans.due_in(name, now), requeue_proof)
+        p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)
-        self.plans[name] = p
+        self.plans.put(name, p)
         if previous is None or previous.effective_state != p.effective_state:
             log.info("node %s: %s", name, p.explanation,
                      extra={"kind": "state", "node": name, "state": p.effective_state.value,
                             "cloud": p.cloud.value, "edge": p.edge.value})
 
         merged = merge_taints(current=snap.taints, managed=p.taints)
+        annotations = annotation_patch(current=snap.annotations, desired=p.annotations)
+        settled = merged == snap.taints and not annotations and p.event is None and not p.evict_pods
         if merged != snap.taints:
             body = {"metadata": {"resourceVersion": node.metadata.resourceVersion},
                     "spec": {"taints": [taint_to_api(t) for t in merged]}}
@@ -398,7 +437,6 @@ class Reconciler:
                 raise
             ours = [f"{t.key}:{t.effect}" for t in merged if t.ident in MANAGED_TAINT_IDS]
             log.info("node %s: taints now %s", name, ours or "none of ours")
-        annotations = annotation_patch(current=snap.annotations, desired=p.annotations)
         if annotations:
             self._node_cache.wrote(name, await self._call(self.client.patch(
                 Node, name, {"metadata": {"annotations": annotations}}, patch_type=PatchType.MERGE)))
@@ -411,10 +449,14 @@ class Reconciler:
                                                                                 NodeState.UNKNOWN):
             self._held.add(name)  # its Lease is read from the API while we write it
             requeue = sooner(requeue, await self._hold(name, lease_snap, now))
+            settled = False
         else:
             self._held.discard(name)
         if p.evict_pods:
             requeue = sooner(requeue, await self._evict(name, p, now))
+        if settled:
+            self.plans.settle(name, inputs=inputs,
+                              due_at=None if p.requeue_after_s is None else now + p.requeue_after_s)
         return sooner(requeue, requeue_proof)
 
     async def _note_unproven_carry(self, node: Node, lease: LeaseSnapshot, why: str | None, now: float) -> float | None:
@@ -446,39 +488,27 @@ class Reconciler:
         return None
 
     async def _show_verdict(self, node: Node) -> None:
-        """Make the ``EdgeHealthy`` condition show the verified verdict (for ``kubectl describe
-        node``): written when its status or reason differs, and when only the message (the vote
-        counts) differs at most every ``VERDICT_MESSAGE_REFRESH_S``. Every Node write is a watch event
-        for every Node watcher, and in a group of 1,000 one node's death changes the counts of all
-        999 others: counts are shown, not streamed (issue 11)."""
+        """Show the node's verified verdict in its ``EdgeHealthy`` condition (for ``kubectl describe
+        node``): output only, written when ``ShownConditions.due`` says so from what we last wrote
+        (``edgewatch.controller.edgecondition``), never read back."""
         name = node.metadata.name
-        held = self.verified.verdict(name)
-        if held is None:
+        counted = self.verified.counted(name)
+        if counted is None:
             return
-        current = next((c for c in ((node.status.conditions or []) if node.status else [])
-                        if c.type == EDGE_CONDITION_TYPE), None)
-        if current is not None and (current.status, current.reason) == (held.status, held.reason):
-            shown = self._verdict_shown.get(name)
-            if current.message == held.message or (shown is not None and
-                                                   self.clock() - shown < VERDICT_MESSAGE_REFRESH_S):
-                return
-        now = format_rfc3339(time.time())
-        moved = now
-        if current is not None and current.status == held.status and current.lastTransitionTime is not None:
-            moved = format_rfc3339(current.lastTransitionTime)
-        body = {"status": {"conditions": [{"type": EDGE_CONDITION_TYPE, "status": held.status, "reason": held.reason,
-                                           "message": held.message, "lastHeartbeatTime": now,
-                                           "lastTransitionTime": moved}]}}
-        self._node_cache.wrote(name, await self._call(self.client.patch(Node.Status, name, body)))
-        self._verdict_shown[name] = self.clock()
-        if len(self._verdict_shown) > 4 * max(len(self.nodes), 1_000):
-            self._verdict_shown.clear()
+        now = self.clock()
+        uid = node.metadata.uid or ""
+        condition = self.shown.due(name=name, uid=uid, counted=counted, now=now)
+        if condition is None:
+            return
+        self._node_cache.wrote(name, await self._call(
+            self.client.patch(Node.Status, name, {"status": {"conditions": [condition]}})))
+        self.shown.wrote(name=name, uid=uid, condition=condition, now=now, counted=counted)
 
     async def _release(self, node: Node) -> float | None:
         """An uncovered node: stock behaviour. Remove what edgewatch left on it while it was covered
         (our taints and annotations, in one write that carries the resourceVersion), once."""
         name = node.metadata.name
-        self.plans.pop(name, None)
+        self.plans.pop(name)
         taints = [t for t in (node.spec.taints or [] if node.spec else [])]
         kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS]
         stale = {k: None for k in MANAGED_ANNOTATIONS if k in (node.metadata.annotations or {})}

@@ -2,16 +2,17 @@
 InternalIPs (:mod:`edgewatch.core.roster`), so agents need not watch every Node.
 
 How: an informer of its own (list, then watch from the list's resourceVersion) keeps every Node's
-labels and InternalIP. Only a change of those (a node joins, leaves, is relabelled or changes
-address) or of the grouping in force (:meth:`RosterPublisher.touch`) marks the rosters dirty; a
-kubelet's status report or a taint does not. After ``settle_s`` (so a burst of joins is one write
-per group) the rosters the node list calls for are compared with the ones in the API and only the
-differing ones are written: created, replaced with their resourceVersion as precondition (a 409
-leaves the roster dirty and it is retried), or deleted when their group is gone. Nothing is
-published before the first complete Node LIST: a roster written from half a list would shrink
-every group, and its majority with it. Beside the rosters it keeps the group index
-(``edgewatch-groups``: node -> roster name), the parameter of the admission policy that lets an
-agent carry only its own group's Leases (``deploy/15-policy-agent.yaml``).
+labels and InternalIP. Only a change of a roster (a node joins, leaves, changes address, or is
+relabelled into another group: :func:`~edgewatch.core.roster.roster_name`) or of the grouping in
+force (:meth:`RosterPublisher.touch`) marks the rosters dirty; a kubelet's status report, a taint or
+any other label (kube-controller-manager adds ``beta.kubernetes.io/os`` to every new Node) does not.
+After ``settle_s`` (so a burst of joins is one write per group) the rosters the node list calls for
+are compared with the ones in the API and only the differing ones are written: created, replaced
+with their resourceVersion as precondition (a 409 leaves the roster dirty and it is retried), or
+deleted when their group is gone. Nothing is published before the first complete Node LIST: a roster
+written from half a list would shrink every group, and its majority with it. Beside the rosters it
+keeps the group index (``edgewatch-groups``: node -> roster name), the parameter of the admission
+policy that lets an agent carry only its own group's Leases (``deploy/15-policy-agent.yaml``).
 
 Each roster is written by its own task (one slow write never holds back another group); every
 call has ``api_timeout_s``. Errors are logged, counted (``edgewatch_controller_roster_writes``) and
@@ -41,6 +42,7 @@ from edgewatch.core.roster import (
     build_rosters,
     encode_group_index,
     encode_roster,
+    roster_name,
 )
 from edgewatch.core.types import NodeName
 from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S
@@ -140,9 +142,14 @@ class RosterPublisher:
                 self._dirty.set()
             return
         labels, address = dict(node.metadata.labels or {}), internal_ip(node)
-        if self.labels.get(name) != labels or name not in self.addresses or self.addresses[name] != address:
-            self.labels[name] = labels
-            self.addresses[name] = address
+        old = self.labels.get(name)
+        known = name in self.addresses and self.addresses[name] == address
+        if old == labels and known:
+            return
+        self.labels[name] = labels  # all of them: the grouping in force may change (touch)
+        self.addresses[name] = address
+        grouping = self.grouping()
+        if old is None or not known or roster_name(grouping, old) != roster_name(grouping, labels):
             self._dirty.set()
 
     # -- publishing ----------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """From API objects and the controller's observations to the decision core's snapshots
 (``edgewatch.controller.model``), and back (a taint as API JSON).
 
-Each builder also *records* what it sees (``edgewatch.controller.observations``): the Lease's
-renewTime and the EdgeHealthy verdict are identities whose changes the controller times with its own
-clock; the snapshot carries those times, never the remote timestamps as instants
-(docs/clock-skew.md).
+The Lease builder also *records* what it sees (``edgewatch.controller.observations``): the Lease's
+renewTime is an identity whose changes the controller times with its own clock; the snapshot
+carries that time, never the remote timestamp as an instant (docs/clock-skew.md). The Node builder
+takes nothing of the Node's ``status``: the ``EdgeHealthy`` condition there is the controller's own
+output (``edgewatch.controller.edgecondition``), and the edge verdict comes from
+``edgewatch.controller.verified`` directly.
 
 Untrusted input: every field is optional in the API; a missing or malformed field becomes "absent"
 in the snapshot (the decision core treats absence conservatively), never an exception.
@@ -12,55 +14,36 @@ in the snapshot (the decision core treats absence conservatively), never an exce
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
-from edgewatch.controller.model import ConditionSnapshot, LeaseSnapshot, NodeSnapshot, Taint, Toleration
+from edgewatch.controller.model import LeaseSnapshot, NodeSnapshot, Taint, Toleration
 from edgewatch.controller.observations import Observations
 from edgewatch.leases import lease_renew_text
-from edgewatch.names import EDGE_CONDITION_TYPE
-from edgewatch.timefmt import format_micro_time, format_rfc3339
+from edgewatch.timefmt import format_rfc3339
 
-__all__ = ["lease_facts", "lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
+__all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
 
-#: Observation kinds (keys of ``Observations``).
-LEASE, EDGE, EDGE_STATUS = "lease", "edge", "edge-status"
+#: Observation kind (key of ``Observations``): a node's Lease renewal.
+LEASE = "lease"
 
 
 def _ts(value: dt.datetime | None) -> float | None:
     return value.timestamp() if isinstance(value, dt.datetime) else None
 
 
-def _edge_condition(node: Node, *, observations: Observations, now: float) -> ConditionSnapshot | None:
-    name = node.metadata.name
-    for cond in (node.status.conditions or []) if node.status else []:
-        if cond.type != EDGE_CONDITION_TYPE:
-            continue
-        stamp = cond.lastHeartbeatTime or cond.lastTransitionTime
-        refreshed = None
-        if isinstance(stamp, dt.datetime):
-            refreshed = observations.see(kind=EDGE, name=name, value=(cond.status, format_micro_time(stamp)),
-                                         now=now).at
-        since = observations.see(kind=EDGE_STATUS, name=name, value=cond.status, now=now).at
-        return ConditionSnapshot(status=cond.status, observed_at=refreshed, status_since=since,
-                                 reason=cond.reason or "", message=cond.message or "")
-    observations.see(kind=EDGE_STATUS, name=name, value=None, now=now)
-    return None
-
-
-def node_snapshot(node: Node, *, observations: Observations, now: float) -> NodeSnapshot:
-    """The decision core's view of a Node; records the EdgeHealthy verdict in ``observations`` at
-    ``now`` (controller clock)."""
+def node_snapshot(node: Node) -> NodeSnapshot:
+    """The decision core's view of a Node: name, labels, annotations and taints (nothing of its
+    ``status``)."""
     meta = node.metadata
     taints = tuple(
         Taint(key=t.key, effect=t.effect, value=t.value or "", time_added=_ts(t.timeAdded))
         for t in ((node.spec.taints or []) if node.spec else [])
     )
     return NodeSnapshot(name=meta.name, labels=dict(meta.labels or {}), annotations=dict(meta.annotations or {}),
-                        taints=taints, edge_condition=_edge_condition(node, observations=observations, now=now))
+                        taints=taints)
 
 
 def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations, now: float) -> LeaseSnapshot | None:
@@ -70,17 +53,9 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
     sighting = observations.see(kind=LEASE, name=name, value=text, now=now)
     if lease is None:
         return None
-    return dataclasses.replace(lease_facts(lease), observed_at=None if text is None else sighting.at,
-                               first_sight=sighting.first)
-
-
-def lease_facts(lease: Lease) -> LeaseSnapshot:
-    """What a Lease says, without recording an observation (``observed_at`` is a placeholder 0.0:
-    for comparing two versions of a Lease, never for judging freshness)."""
-    text = lease_renew_text(lease)
     spec = lease.spec
     duration = spec.leaseDurationSeconds if spec is not None else None
-    return LeaseSnapshot(renew_time=text, observed_at=None if text is None else 0.0,
+    return LeaseSnapshot(renew_time=text, observed_at=None if text is None else sighting.at, first_sight=sighting.first,
                          duration_s=float(duration) if duration else None,
                          annotations=dict(lease.metadata.annotations or {}),
                          holder=spec.holderIdentity if spec is not None else None)

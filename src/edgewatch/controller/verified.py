@@ -11,62 +11,50 @@ State kept here, fed by the controller's informers (``edgewatch.controller.evide
 * the covered nodes' labels and the grouping switches, to know every node's group exactly as the
   agents do (:func:`edgewatch.core.grouping.groups`).
 
-From it, :meth:`VerifiedEdge.condition` gives the decision core the same
-:class:`~edgewatch.controller.model.ConditionSnapshot` it used to read from the ``EdgeHealthy``
-condition — so the decision table is unchanged — and :meth:`VerifiedEdge.own_life` says whether a
-node's own signed word proves it alive (needed before a delegated Lease renewal counts).
+From it, :meth:`VerifiedEdge.verdict` gives the decision core its edge input, a
+:class:`~edgewatch.controller.model.VerifiedVerdict` (verdict, since when, last counted);
+:meth:`VerifiedEdge.counted` gives the full count (votes, message) that the reconciler shows in the
+``EdgeHealthy`` condition (``edgewatch.controller.edgecondition``: output only, never read back); and
+:meth:`VerifiedEdge.own_life` says whether a node's own signed word proves it alive (needed before a
+delegated Lease renewal counts).
 
 Single-threaded (one event loop). Times in seconds on the controller's clock. A group's verdicts
 are recounted in full over its monitoring topology (:func:`edgewatch.core.reach.decide_reach`:
 O(group size x rings), about 10 ms for 1,000 nodes); a group is recounted when one of its
-statements changed or a counted statement may have expired.
+statements changed, or once a statement of it may count differently by time alone: the count
+depends on ``now`` only through which statements are fresh (:func:`edgewatch.core.quorum.is_fresh`),
+so until the group's earliest such boundary (:func:`_next_change`) it would come out the same.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from edgewatch.controller.model import ConditionSnapshot
+from edgewatch.controller.model import VerifiedVerdict
 from edgewatch.core.beacon import BeaconLog
 from edgewatch.core.evidence import EvidenceBook, Statement, decode_evidence, verified_decisions
 from edgewatch.core.grouping import GroupingConfig, groups
 from edgewatch.core.identity import KeyRecordError, PublicKeys
-from edgewatch.core.quorum import Decision
+from edgewatch.core.quorum import Decision, Vote
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict, is_node_name
 from edgewatch.core.wire import Rejected
 
-__all__ = ["VerifiedEdge", "VerifiedVerdict"]
+__all__ = ["CountedVerdict", "VerifiedEdge"]
 
 log = logging.getLogger(__name__)
 
-_STATUS = {Verdict.HEALTHY: "True", Verdict.UNHEALTHY: "False", Verdict.UNKNOWN: "Unknown"}
-_REASON = {Verdict.HEALTHY: "PeersSeeAlive", Verdict.UNHEALTHY: "PeersSeeDead", Verdict.UNKNOWN: "NoMajority"}
-
 
 @dataclass(frozen=True)
-class VerifiedVerdict:
-    """A node's verified verdict and since when it holds (controller clock)."""
+class CountedVerdict:
+    """A node's last count: the decision (verdict, vote counts, message) and since when its verdict
+    holds (controller clock; new counts behind the same verdict keep ``since``)."""
 
     decision: Decision
     since: float
-
-    @property
-    def status(self) -> str:
-        """"True", "False" or "Unknown", as the EdgeHealthy condition shows it."""
-        return _STATUS[self.decision.verdict]
-
-    @property
-    def reason(self) -> str:
-        """The condition's reason."""
-        return _REASON[self.decision.verdict]
-
-    @property
-    def message(self) -> str:
-        """E.g. "healthy: 4 of 5 peers see it alive, ... (signed, checked by the controller)"."""
-        return f"{self.decision.message} (signed statements checked by the controller)"
 
 
 class VerifiedEdge:
@@ -88,6 +76,8 @@ class VerifiedEdge:
             raise ValueError("ttl_s must be > 0 seconds")
         self.ttl_s = ttl_s
         self._rings: dict[frozenset[NodeName], dict[NodeName, frozenset[NodeName]]] = {}
+        # group -> when its count may next change by time alone (a statement's freshness boundary)
+        self._horizon: dict[frozenset[NodeName], float] = {}
         self.on_result = on_result
         self.keys = PublicKeys()
         self.beacons = BeaconLog()
@@ -95,7 +85,7 @@ class VerifiedEdge:
         self.grouping = GroupingConfig()
         self._labels: dict[NodeName, dict[str, str]] = {}
         self._groups: dict[NodeName, frozenset[NodeName]] | None = None
-        self._verdicts: dict[NodeName, VerifiedVerdict] = {}
+        self._verdicts: dict[NodeName, CountedVerdict] = {}
         self._dirty: set[NodeName] = set()  # nodes whose group must be recounted
         self._last_recount: float | None = None
 
@@ -108,7 +98,14 @@ class VerifiedEdge:
             self._regroup()
 
     def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
-        """A covered node and its labels (None: deleted or no longer covered)."""
+        """A covered node and its labels (None: deleted or no longer covered).
+
+        The groups change, and every group is recounted, only when a node joins or leaves or, with
+        grouping on, its group label changes (:func:`edgewatch.core.grouping.groups` reads nothing
+        else). Any other label change — kube-controller-manager adding ``beta.kubernetes.io/os`` to
+        every new Node, a feature labeller — is only kept: at 1,000 nodes each regrouping costs a
+        new monitoring topology and a full recount (about 30 ms), once a second while such labels
+        roll in (bench/api_scale.py)."""
         if not is_node_name(name):
             return
         node = NodeName(name)
@@ -118,13 +115,21 @@ class VerifiedEdge:
                 self.book.forget(node)
                 self._regroup()
             return
-        if self._labels.get(node) != dict(labels):
-            self._labels[node] = dict(labels)
+        old, new = self._labels.get(node), dict(labels)
+        if old == new:
+            return
+        self._labels[node] = new
+        if old is None or self._group_label(old) != self._group_label(new):
             self._regroup()
+
+    def _group_label(self, labels: Mapping[str, str]) -> str | None:
+        """What of a node's labels places it in a group (nothing while grouping is off)."""
+        return labels.get(self.grouping.label_key) if self.grouping.enabled else None
 
     def _regroup(self) -> None:
         self._groups = None
         self._rings.clear()
+        self._horizon.clear()
         self._dirty.update(self._labels)
 
     def apply_keys(self, node: str, record: str | None) -> None:
@@ -173,8 +178,9 @@ class VerifiedEdge:
         return self._groups.get(node)
 
     def recount(self, *, now: float) -> set[NodeName]:
-        """Recount the groups with changed statements, and every group whose oldest counted
-        statement may have expired; returns the nodes whose verified status or counts changed."""
+        """Recount the groups with changed statements, and every group a statement of which may
+        count differently by now (expired, or come into its TTL); returns the nodes whose verified
+        status or counts changed."""
         subjects: set[NodeName] = set()
         for node in self._dirty:
             group = self.group_of(node)
@@ -183,7 +189,9 @@ class VerifiedEdge:
         self._dirty.clear()
         for node, held in self._verdicts.items():
             if held.decision.verdict is not Verdict.UNKNOWN or held.decision.votes_counted:
-                subjects.add(node)  # a counted statement may have expired since
+                group = self.group_of(node)
+                if group is None or now >= self._horizon.get(group, -math.inf):
+                    subjects.add(node)  # a counted statement may have expired since
         subjects |= set(self._labels) - set(self._verdicts)
         votes = self.book.votes()
         counted: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
@@ -197,27 +205,27 @@ class VerifiedEdge:
                 if ring is None:
                     ring = self._rings[group] = dict(neighbours(group, k=self.grouping.rings))
                 counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
+                self._horizon[group] = _next_change(group, votes, now=now, ttl_s=self.ttl_s)
             decision = counted[group][node]
             held = self._verdicts.get(node)
             if held is None or held.decision != decision:
                 since = now if held is None or held.decision.verdict is not decision.verdict else held.since
-                self._verdicts[node] = VerifiedVerdict(decision=decision, since=since)
+                self._verdicts[node] = CountedVerdict(decision=decision, since=since)
                 changed.add(node)
         return changed
 
-    def verdict(self, node: str) -> VerifiedVerdict | None:
-        """The last counted verdict of ``node`` (None before the first recount)."""
+    def counted(self, node: str) -> CountedVerdict | None:
+        """The last count of ``node`` (None before the first recount), with its votes and message."""
         return self._verdicts.get(NodeName(node))
 
-    def condition(self, node: str) -> ConditionSnapshot | None:
-        """The verified verdict as the decision core's edge condition: a True / False verdict is
-        fresh by construction (each statement behind it passed the TTL at the last recount)."""
+    def verdict(self, node: str) -> VerifiedVerdict | None:
+        """``node``'s verified verdict as the decision core takes it (None before the first count):
+        its ``counted_at`` is the last :meth:`recount_all`, when every statement behind the verdict
+        passed the evidence TTL (None if only :meth:`recount` ran: never counts as fresh)."""
         held = self._verdicts.get(NodeName(node))
         if held is None:
             return None
-        fresh = held.decision.verdict is not Verdict.UNKNOWN
-        return ConditionSnapshot(status=held.status, observed_at=self._last_recount if fresh else None,
-                                 status_since=held.since, reason=held.reason, message=held.message)
+        return VerifiedVerdict(verdict=held.decision.verdict, since=held.since, counted_at=self._last_recount)
 
     def recount_all(self, *, now: float) -> set[NodeName]:
         """:meth:`recount` and remember when (the freshness of every verdict it gave)."""
@@ -229,3 +237,22 @@ class VerifiedEdge:
         """``node``'s own fresh signed statement with a working kubelet (its proof of life, which a
         carried Lease renewal needs), or None."""
         return self.book.own_life(NodeName(node), now=now, ttl_s=self.ttl_s)
+
+
+def _next_change(group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *, now: float, ttl_s: float) -> float:
+    """The earliest moment from which a statement of ``group`` may count differently than at
+    ``now`` by time alone (seconds, controller clock; inf: never): a fresh one goes stale right after
+    ``at + ttl_s``, one from the future (``at > now + ttl_s``) becomes fresh at ``at - ttl_s``
+    (:func:`edgewatch.core.quorum.is_fresh`: fresh iff ``|now - at| <= ttl_s``). Before it, with the
+    same statements, :func:`~edgewatch.core.evidence.verified_decisions` gives the same decisions."""
+    horizon = math.inf
+    for origin in group:
+        vote = votes.get(origin)
+        if vote is None:
+            continue
+        at = vote.observed_at
+        if abs(now - at) <= ttl_s:
+            horizon = min(horizon, at + ttl_s)
+        elif at - ttl_s > now:
+            horizon = min(horizon, at - ttl_s)
+    return horizon

@@ -1,9 +1,10 @@
 """The two views of a node and the seed 003 table: the cloud view from its Lease, the edge view from
-its ``EdgeHealthy`` condition, and the state the two give together.
+the verdict the controller verified itself (:class:`~edgewatch.controller.model.VerifiedVerdict`),
+and the state the two give together.
 
-Every freshness judgement of the controller is made here, and each is an *age on the controller's
-own clock*: how long ago the controller observed the renewal or the verdict refresh
-(``observed_at``), never how old a remote timestamp looks (docs/clock-skew.md; as
+Every freshness judgement of the decision core is made here, and each is an *age on the
+controller's own clock*: how long ago the controller observed the renewal (``observed_at``) or
+counted the verdict (``counted_at``), never how old a remote timestamp looks (docs/clock-skew.md; as
 kube-controller-manager's node lifecycle controller and client-go's leader election do). So a node or
 agent whose clock is wrong by any amount is judged exactly like one whose clock is right.
 
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 from edgewatch.controller.model import (
     CloudView,
-    ConditionSnapshot,
     ControllerConfig,
     EdgeView,
     LeaseSnapshot,
     NodeState,
+    VerifiedVerdict,
 )
+from edgewatch.core.types import Verdict
 from edgewatch.leases import mark_is_current
 from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
@@ -130,28 +132,29 @@ def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
     return CloudView.DELEGATED if delegated else CloudView.OK
 
 
-def edge_view(*, condition: ConditionSnapshot | None, now: float, ttl_s: float) -> EdgeView:
-    """The edge view from the ``EdgeHealthy`` condition (``now`` and ``ttl_s`` in seconds).
+def edge_view(*, verdict: VerifiedVerdict | None, now: float, ttl_s: float) -> EdgeView:
+    """The edge view from the verified verdict (``now`` and ``ttl_s`` in seconds).
 
-    A True / False verdict counts while the controller saw it refreshed at most ``ttl_s`` ago;
-    anything else, or no condition, is unknown.
+    A HEALTHY / UNHEALTHY verdict counts while the controller counted it at most ``ttl_s`` ago
+    (fresh *at* the boundary); an UNKNOWN verdict, no verdict, or one never counted is unknown.
     """
-    if condition is None or condition.status not in ("True", "False"):
+    if verdict is None or verdict.verdict is Verdict.UNKNOWN:
         return EdgeView.UNKNOWN
-    if not is_fresh(observed_at=condition.observed_at, now=now, grace_s=ttl_s):
+    if not is_fresh(observed_at=verdict.counted_at, now=now, grace_s=ttl_s):
         return EdgeView.UNKNOWN
-    return EdgeView.HEALTHY if condition.status == "True" else EdgeView.UNHEALTHY
+    return EdgeView.HEALTHY if verdict.verdict is Verdict.HEALTHY else EdgeView.UNHEALTHY
 
 
-def edge_unknown_since(condition: ConditionSnapshot | None, *, ttl_s: float) -> float | None:
+def edge_unknown_since(verdict: VerifiedVerdict | None, *, ttl_s: float) -> float | None:
     """Since when the edge view has been unknown (controller clock), or None if not derivable (no
-    condition, or one without any time): when the controller saw the status become something other
-    than True / False, or when a True / False verdict it last saw refreshed went stale."""
-    if condition is None:
+    verdict, or one without the time needed): since the controller first counted an UNKNOWN verdict
+    (``since``), or since a HEALTHY / UNHEALTHY verdict it last counted went stale (``counted_at +
+    ttl_s``)."""
+    if verdict is None:
         return None
-    if condition.status not in ("True", "False"):
-        return condition.status_since
-    return None if condition.observed_at is None else condition.observed_at + ttl_s
+    if verdict.verdict is Verdict.UNKNOWN:
+        return verdict.since
+    return None if verdict.counted_at is None else verdict.counted_at + ttl_s
 
 
 def decide_state(cloud: CloudView, edge: EdgeView) -> NodeState:
