@@ -16,7 +16,7 @@ Measured over a window after a settle time:
 
 * requests by verb and resource, per agent per minute and the controller's per node per minute,
   from the apiserver's audit log (edgewatch's requests carry the User-Agent ``edgewatch-agent/…``
-  or ``edgewatch-controller/…``, ``edgewatch.runtime.user_agent``);
+  or ``edgewatch-controller/…``, ``edgewatch.kube.client.user_agent``);
 * watch events each agent received, by resource (``edgewatch_agent_watch_events_total``);
 * the Node updates in the cluster per minute (audit log, every user): what each agent received
   when it watched every Node (before this change) — the O(n²) term that is gone;

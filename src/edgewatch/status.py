@@ -37,7 +37,7 @@ from edgewatch.names import (
     POOL_LABEL,
     ROLE_CONDITION_TYPE,
 )
-from edgewatch.runtime import api_client
+from edgewatch.kube.client import api_client
 
 __all__ = ["collect", "heartbeat_of", "render", "role_of", "run_status"]
 

@@ -25,7 +25,8 @@ from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
 from edgewatch.logs import configure_logging
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
-from edgewatch.runtime import api_client, cloud_endpoint, run_until_signalled
+from edgewatch.kube.client import api_client, cloud_endpoint
+from edgewatch.runtime import run_until_signalled
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from edgewatch.controller.model import ControllerConfig, UnknownPolicy
 from edgewatch.controller.ops import serve_ops
 from edgewatch.controller.reconciler import Reconciler
 from edgewatch.logs import configure_logging
-from edgewatch.runtime import api_client, run_until_signalled
+from edgewatch.kube.client import api_client
+from edgewatch.runtime import run_until_signalled
 
 __all__ = ["run_controller", "run_controller_async"]
 

@@ -6,5 +6,7 @@
 * :mod:`edgewatch.kube.resources`: the API resources edgewatch reads and their paths;
 * :mod:`edgewatch.kube.backoff`: the one retry schedule;
 * :mod:`edgewatch.kube.errors`: the one classification of API errors;
-* :mod:`edgewatch.kube.http`: the one HTTP handle under the lightkube client.
+* :mod:`edgewatch.kube.client`: the API client and its raw HTTP handle, one transport, built from
+  public lightkube API only;
+* :mod:`edgewatch.kube.http`: the raw handle of a client (``http_client_of``).
 """

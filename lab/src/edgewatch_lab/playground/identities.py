@@ -1,7 +1,7 @@
 """Who edgewatch's processes were to the apiserver, read from its audit log.
 
 Every edgewatch process names itself in its User-Agent (``edgewatch-<component>/<version>``, see
-``edgewatch.runtime.user_agent``); the apiserver's audit log records, per request, that agent and
+``edgewatch.kube.client.user_agent``); the apiserver's audit log records, per request, that agent and
 the user it authenticated. ``read_identities`` folds the log into one entry per (component,
 username), so a report can show — and a test assert — that the agents and the controller used only
 the shipped ServiceAccounts, never an admin credential, and that an agent's token is bound to its

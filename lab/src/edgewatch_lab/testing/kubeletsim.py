@@ -38,7 +38,8 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
-from edgewatch.runtime import api_client, run_until_signalled
+from edgewatch.kube.client import api_client
+from edgewatch.runtime import run_until_signalled
 from edgewatch_lab.testing.podrunner import PodRunner, PodRunnerConfig, read_clock_offset, runs_here
 from edgewatch.timefmt import format_micro_time as micro_time
 from edgewatch.timefmt import format_rfc3339 as rfc3339
