@@ -171,7 +171,7 @@ def rotate_key(identity_file: Path) -> None:
 @click.option("--workers", type=int, default=8, show_default=True,
               help="Nodes reconciled at once (one node is never handled by two at a time).")
 @click.option("--api-timeout", type=float, default=10.0, show_default=True,
-              help="Seconds every API call may take (watches are re-established after 150 s).")
+              help="Seconds every API call may take (a watch silent for 150 s is re-opened).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/healthz, /readyz, /metrics.")
 @click.option("--log-level", default="INFO", show_default=True)

@@ -15,12 +15,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from _fakekube import FakeKube
+from _fakekube import FakeKube, api_error
+from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry
 
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig, NodeState
 from edgewatch.controller.reconciler import Reconciler
+from edgewatch.core.types import NodeName
 from edgewatch_lab.testing.evidence import SignedEdge
 from edgewatch.names import (
     AUTONOMY_DURATION_ANNOTATION,
@@ -413,20 +415,77 @@ async def test_a_look_that_finds_nothing_new_keeps_the_plan_and_deadlines_still_
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_the_resync_looks_at_the_watched_nodes_and_lists_them_rarely() -> None:
-    """Every ``resync_s`` every node is looked at again; its names come from the Node watch, and from
-    a Node LIST only every ``relist_s`` (a LIST of 1,000 Nodes every 30 s was about a tenth of the
-    controller's CPU)."""
+async def test_the_resync_looks_at_every_node_without_a_list() -> None:
+    """Every ``resync_s`` every node is looked at again; its names come from the shared Node
+    informer's store, as client-go's informers resync from their cache: the only Node LIST is the
+    informer's own first one (a LIST of 1,000 Nodes every 30 s was about a tenth of the controller's
+    CPU)."""
     kube = FakeKube()
     for name in ("n1", "n2", "n3"):
         add_node(kube, name)
         add_lease(kube, name)
-    async with running(kube, resync_s=0.2, relist_s=1.0) as rec:
+    async with running(kube, resync_s=0.2) as rec:
         await eventually(lambda: len(rec.plans) == 3, timeout_s=5, what="every node planned")
         await asyncio.sleep(0.5)
         looks = rec.metrics.reconciles.labels(result="ok")._value.get()
-        start = len(kube.calls)
         await asyncio.sleep(2.6)
-        lists = [c for c in kube.calls[start:] if c[:2] == ("list", "Node")]
-        assert 2 <= len(lists) <= 3, lists  # at 1 s intervals, not at every resync (13 of them)
+        assert [c for c in kube.calls if c[:2] == ("list", "Node")] == [("list", "Node")]  # the informer's
+        assert rec.node_informer.informer.lists == 1
         assert rec.metrics.reconciles.labels(result="ok")._value.get() - looks >= 3 * 10  # every node, every resync
+
+
+async def test_the_reconciler_and_the_roster_publisher_share_one_node_watch() -> None:
+    """Issue 22: one Node informer (one LIST, one watch) feeds both the reconciler and the roster
+    publisher; before, each had its own, and every Node event came twice."""
+    kube = FakeKube()
+    for name in ("n1", "n2"):
+        add_node(kube, name)
+        add_lease(kube, name)
+    async with running(kube) as rec:
+        await eventually(lambda: len(rec.plans) == 2 and rec.rosters.synced.is_set(), timeout_s=5,
+                         what="both nodes planned and the roster publisher synced")
+        await eventually(lambda: ("ConfigMap", "edgewatch", "edgewatch-roster") in kube.objects, timeout_s=5,
+                         what="the roster published")
+        add_node(kube, "n3")  # one event, to both subscribers
+        await eventually(lambda: "n3" in rec.plans and "n3" in rec.rosters.labels, timeout_s=5,
+                         what="n3 seen by the reconciler and the roster publisher")
+        node_watches = [w for w in kube.watchers if w[0] == "Node"]
+        assert len(node_watches) == 1, node_watches
+        assert [c for c in kube.calls if c[:2] == ("watch", "Node")] == [("watch", "Node")]
+        assert [c for c in kube.calls if c[:2] == ("list", "Node")] == [("list", "Node")]
+
+
+async def test_a_node_deleted_while_the_watch_was_down_is_forgotten_after_the_relist() -> None:
+    """The Node watch breaks; a Node is deleted meanwhile; the watch cannot resume (410: the history
+    is gone) and the informer lists again. The store hands the reconciler and the roster publisher
+    that deletion as DELETED (a re-established watch of old only started with ADDED for what
+    exists: the node stayed known for ever)."""
+    kube = FakeKube()
+    for name in ("n1", "n2"):
+        add_node(kube, name)
+        add_lease(kube, name)
+    gone_once = asyncio.Event()
+
+    async def watch_gone(kind: str) -> None:
+        if kind == "Node" and gone_once.is_set():
+            gone_once.clear()
+            raise api_error(410, "too old resource version")
+
+    async with running(kube) as rec:
+        await eventually(lambda: len(rec.plans) == 2 and rec.rosters.synced.is_set() and "n2" in rec.rosters.labels,
+                         timeout_s=5, what="both nodes planned and in the roster")
+        assert rec.verified.group_of(NodeName("n2")) == {"n1", "n2"}
+        kube.hooks["watch"] = watch_gone
+        gone_once.set()
+        (node_watch,) = [w for w in kube.watchers if w[0] == "Node"]
+        node_watch[3].put_nowait(("ERROR", {"kind": "Status", "code": 500, "message": "cut"}))  # the watch breaks
+        await eventually(lambda: not [w for w in kube.watchers if w[0] == "Node"], timeout_s=5,
+                         what="the Node watch closed")
+        await kube.delete(Node, "n2")  # nobody watches Nodes: the deletion is missed
+        await eventually(lambda: rec.node_informer.informer.lists == 2, timeout_s=5, what="the Node re-list")
+        assert rec.node_informer.names() == ["n1"]
+        assert "n2" not in rec.plans and "n2" not in rec._labels  # noqa: SLF001
+        assert "n2" not in rec.rosters.labels and rec.verified.group_of(NodeName("n2")) is None
+        assert rec.verified.group_of(NodeName("n1")) == {"n1"}
+        await asyncio.sleep(0.3)
+        assert set(rec.plans) == {"n1"}

@@ -3,8 +3,9 @@
 The pure part is property-tested: a roster holds exactly the group ``GroupingConfig.group_of``
 computes, names are valid and never shared by two groups, encoding is deterministic and decodes
 back, and any bytes decode to a roster or a ``RosterError``, never another exception. The publisher
-runs against the in-memory apiserver (tests/unit/_fakekube.py): it writes on membership change
-only, never from half a list, retries a conflict, and deletes a gone group's roster.
+runs against the in-memory apiserver (tests/unit/_fakekube.py), fed by the controller's shared Node
+informer (edgewatch.controller.nodeinformer): it writes on membership change only, never from half
+a list, retries a conflict, and deletes a gone group's roster.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lightkube.resources.core_v1 import ConfigMap
 
+from edgewatch.controller.nodeinformer import SharedNodeInformer
 from edgewatch.controller.roster import RosterPublisher
 from edgewatch.core.grouping import GroupingConfig
 from edgewatch.core.roster import (GROUP_INDEX_NAME, MAX_ROSTER_BYTES, ROSTER_PREFIX, Roster, RosterError, build_rosters,
                                    decode_roster, encode_group_index, encode_roster, roster_name)
 from edgewatch.core.types import NodeName, is_dns1123_subdomain
+from edgewatch.kube.informer import InformerConfig
 
 from _fakekube import FakeKube, api_error
 
@@ -145,6 +148,19 @@ async def _wait(predicate: Any, timeout_s: float = 3.0) -> None:
             await asyncio.sleep(0.01)
 
 
+def _publishing(kube: FakeKube, pub: RosterPublisher) -> asyncio.Task[None]:
+    """The publisher with the shared Node informer feeding it (as the reconciler runs them)."""
+    nodes = SharedNodeInformer(client=kube, subscribers={"roster": pub},
+                               config=InformerConfig(backoff_initial_s=0.01, backoff_max_s=0.05))
+
+    async def both() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(nodes.run())
+            tg.create_task(pub.run())
+
+    return asyncio.create_task(both())
+
+
 def _writes(kube: FakeKube) -> list[tuple[str, ...]]:
     return [c for c in kube.calls if c[0] in ("create", "replace", "delete") and c[1] == "ConfigMap"]
 
@@ -159,7 +175,7 @@ async def test_publisher_writes_on_membership_change_only() -> None:
     results: list[str] = []
     pub = RosterPublisher(client=kube, namespace="edgewatch", grouping=lambda: config,  # type: ignore[arg-type]
                           settle_s=0.01, retry_s=0.01, on_write=results.append)
-    task = asyncio.create_task(pub.run())
+    task = _publishing(kube, pub)
     try:
         name_a, name_b = roster_name(config, {ZONE: "a"}), roster_name(config, {ZONE: "b"})
         assert name_a and name_b
@@ -217,7 +233,7 @@ async def test_publisher_retries_a_conflict_and_follows_the_grouping() -> None:
     results: list[str] = []
     pub = RosterPublisher(client=kube, namespace="edgewatch", grouping=lambda: config[0],  # type: ignore[arg-type]
                           settle_s=0.01, retry_s=0.01, on_write=results.append)
-    task = asyncio.create_task(pub.run())
+    task = _publishing(kube, pub)
     try:
         await _wait(lambda: ("ConfigMap", "edgewatch", ROSTER_PREFIX) in kube.objects)
         await _wait(lambda: results.count("created") == 2)
@@ -246,7 +262,7 @@ async def test_publisher_waits_for_a_complete_node_list() -> None:
     kube.hooks["list"] = failing_list
     pub = RosterPublisher(client=kube, namespace="edgewatch", grouping=GroupingConfig,  # type: ignore[arg-type]
                           settle_s=0.01, retry_s=0.01)
-    task = asyncio.create_task(pub.run())
+    task = _publishing(kube, pub)
     try:
         await asyncio.sleep(0.1)
         assert not pub.synced.is_set() and not [k for k in kube.objects if k[0] == "ConfigMap"]

@@ -204,11 +204,13 @@ class EvidenceInformer:
         recount_s: seconds between recounts (default 1 s).
         watch_timeout_s: a watch silent this long is re-opened, seconds (the informer's
             ``idle_timeout_s``; default 150 s).
+        api_timeout_s: seconds each list page may take (the informer's ``request_timeout_s``;
+            default 10 s, as the informer's own default).
     """
 
     def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
                  on_change: Callable[[str], None], namespace: str = IDENTITY_NAMESPACE, recount_s: float = 1.0,
-                 watch_timeout_s: float = 150.0) -> None:
+                 watch_timeout_s: float = 150.0, api_timeout_s: float = 10.0) -> None:
         self.client = client
         self.verified = verified
         self.clock = clock
@@ -216,7 +218,8 @@ class EvidenceInformer:
         self.namespace = namespace
         self.recount_s = recount_s
         self.watch_timeout_s = watch_timeout_s
-        self.informer_config = InformerConfig(idle_timeout_s=watch_timeout_s, backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+        self.informer_config = InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
+                                              backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
         self._texts: dict[str, str] = {}  # writer -> its last evidence text
 
     def on_keys(self, op: str, cm: ConfigMap) -> None:

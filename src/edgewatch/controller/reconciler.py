@@ -1,15 +1,17 @@
 """The controller's reconciler: makes each covered Node's taints, annotations and pods match the plan
 of ``edgewatch.controller.decision`` — level-triggered, so a restart recomputes the same answer.
 
-Triggers: watches on Nodes, on Leases in ``kube-node-lease`` and on the ``edgewatch-config``
-ConfigMap put nodes on a de-duplicating work queue (``edgewatch.controller.workqueue``) served by a
-bounded pool of workers, one node per worker at a time, so one slow node (a hanging eviction) never
-holds up another; the plan's ``requeue_after_s`` schedules the next look (a confirmation or autonomy
-time running out); a resync every ``resync_s`` looks at every node again (the names the Node watch
-knows, as client-go's informers resync from their cache; every ``relist_s`` the names of a Node
-LIST, which catches anything the watch missed); a change of the
-ConfigMap's ``coverLabel`` re-plans every node; a change of a node's verified verdict
-(``edgewatch.controller.evidence``) looks at it again.
+Triggers: the cloud door's informers (``edgewatch.kube.informer``, each with a store: exact
+``ADDED``/``MODIFIED``/``DELETED`` after every re-list, a Node deleted during a cut included) on
+Nodes (the controller's one Node informer, shared with the roster publisher:
+``edgewatch.controller.nodeinformer``), on Leases in ``kube-node-lease`` and on the
+``edgewatch-config`` ConfigMap put nodes on a de-duplicating work queue
+(``edgewatch.controller.workqueue``) served by a bounded pool of workers, one node per worker at a
+time, so one slow node (a hanging eviction) never holds up another; the plan's ``requeue_after_s``
+schedules the next look (a confirmation or autonomy time running out); a resync every ``resync_s``
+looks at every node again (the names in the shared Node informer's store, as client-go's informers
+resync from their cache: no LIST); a change of the ConfigMap's ``coverLabel`` re-plans every node; a
+change of a node's verified verdict (``edgewatch.controller.evidence``) looks at it again.
 
 Data flows one way: watches and the verified verdict -> the pure core (``plan``) -> the writes. A
 look that finds a node's inputs unchanged before its plan's next deadline keeps that plan
@@ -45,7 +47,9 @@ on one while it was covered (its taints and annotations) is removed once.
 Limits: works next to the stock node lifecycle controller, never instead of it; it does not
 force-delete pods (a pod evicted from a dead node stays Terminating until the node comes back or
 is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once). Every API
-call has a timeout (``api_timeout_s``); watches are re-established after ``watch_timeout_s``.
+call has a timeout (``api_timeout_s``); a watch silent for ``watch_timeout_s`` is taken as dead and
+re-opened; a failed list or watch is retried with jittered backoff up to
+``edgewatch.controller.evidence.CONTROLLER_BACKOFF_MAX_S``.
 """
 
 from __future__ import annotations
@@ -54,7 +58,6 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -80,7 +83,8 @@ from edgewatch.controller.model import (
 )
 from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
-from edgewatch.controller.evidence import BeaconIssuer, EvidenceInformer
+from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer
+from edgewatch.controller.nodeinformer import SharedNodeInformer
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.planbook import PlanBook
 from edgewatch.controller.roster import RosterPublisher
@@ -100,6 +104,10 @@ from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.listwatch import lister_watcher
+from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
+from edgewatch.kube.store import Store
 
 __all__ = ["VERDICT_MESSAGE_REFRESH_S", "Reconciler"]
 
@@ -112,25 +120,26 @@ COMPONENT = "edgewatch-controller"
 
 
 class Reconciler:
-    """Reconciles every covered Node against the decision table.
+    """Reconciles every covered Node against the decision table. It runs the controller's one Node
+    informer (``node_informer``) and is one of its two subscribers
+    (``edgewatch.controller.nodeinformer.NodeSubscriber``), the roster publisher the other.
 
     Args:
         client: API client with the controller's RBAC.
         config: the decision's settings.
         metrics: where to count.
         namespace: where the ``edgewatch-config`` ConfigMap lives.
-        resync_s: seconds between two looks at every node (default 30 s).
-        relist_s: a resync takes its names from a Node LIST at most this often, seconds (default
-            300 s; in between, from the Node watch, which re-delivers every Node each time it is
-            re-established, within ``watch_timeout_s``). A LIST of 1,000 Nodes every 30 s was
-            about a tenth of the controller's CPU (bench/api_scale.py).
+        resync_s: seconds between two looks at every node (default 30 s; it drives no LIST: the
+            names come from the shared Node informer's store).
         hold_interval_s: how often an autonomy-held Lease is renewed, seconds (default 5 s: half the
             kubelet's 10 s, so kube-controller-manager never sees it stale).
         workers: nodes reconciled at once (default 8).
         evictions_in_flight: evictions of one failed node's pods at once (default 8).
-        api_timeout_s: limit of every API call, seconds (default 10 s).
-        watch_timeout_s: a watch is re-established after this long, seconds (default 150 s; the
-            server is asked to end it after 120 s).
+        api_timeout_s: limit of every API call (a list page, opening a watch), seconds (default
+            10 s).
+        watch_timeout_s: a watch silent this long is taken as dead and re-opened, seconds (the
+            informers' ``idle_timeout_s``; default 150 s, above the apiserver's bookmark period
+            of about 60 s).
         clock: the controller's clock, seconds since the epoch (default a ``MonotonicClock``: ages
             are monotonic differences); injectable for tests.
         evidence_ttl_s: a signed statement counts while its beacon is at most this old, seconds
@@ -140,8 +149,7 @@ class Reconciler:
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
-                 namespace: str = "edgewatch", resync_s: float = 30.0, relist_s: float = 300.0,
-                 hold_interval_s: float = 5.0,
+                 namespace: str = "edgewatch", resync_s: float = 30.0, hold_interval_s: float = 5.0,
                  workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
                  watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None,
                  evidence_ttl_s: float = 30.0, beacon_period_s: float = 5.0,
@@ -155,7 +163,6 @@ class Reconciler:
         self.metrics = metrics
         self.namespace = namespace
         self.resync_s = resync_s
-        self.relist_s = relist_s
         self.hold_interval_s = hold_interval_s
         self.workers = workers
         self.evictions_in_flight = evictions_in_flight
@@ -168,7 +175,6 @@ class Reconciler:
         self._state_gauges = {state: metrics.nodes.labels(state=state.value) for state in NodeState}
         self._reconciles_ok = metrics.reconciles.labels(result="ok")
         self._exported: dict[NodeState, int] = {}  # the state counts last set on the gauge
-        self.nodes: set[str] = set()
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
@@ -186,24 +192,31 @@ class Reconciler:
                                     period_s=beacon_period_s, api_timeout_s=api_timeout_s)
         self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
                                          on_change=self.queue.add, namespace=identity_namespace,
-                                         watch_timeout_s=watch_timeout_s)
+                                         watch_timeout_s=watch_timeout_s, api_timeout_s=api_timeout_s)
         self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
-                                       api_timeout_s=api_timeout_s, watch_timeout_s=watch_timeout_s,
+                                       api_timeout_s=api_timeout_s,
                                        on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
+        self.informer_config = InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
+                                              backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+        self.node_informer = SharedNodeInformer(client=client, subscribers={"reconciler": self, "roster": self.rosters},
+                                                config=self.informer_config)
 
     # -- loops -------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Read the coverage, then watch, resync and work until cancelled."""
-        await self._load_config()
-        self.verified.set_grouping(self.coverage.config)
+        """Follow the ConfigMap and, once its first list is in (no node is planned under the wrong
+        coverage), the Nodes and Leases; resync and work until cancelled."""
+        config: Store[ConfigMap] = Store(on_event=self._on_config)
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._watch(Node, namespace=None, fields=None, on_event=self._on_node,
-                                       on_start=self._node_cache.restart))
-            tg.create_task(self._watch(Lease, namespace=NODE_LEASE_NAMESPACE, fields=None, on_event=self._on_lease,
-                                       on_start=self._lease_cache.restart))
-            tg.create_task(self._watch(ConfigMap, namespace=self.namespace, fields={"metadata.name": CONFIGMAP_NAME},
-                                       on_event=self._on_config))
+            tg.create_task(self._follow(CONFIGMAPS, model=ConfigMap, store=config, namespace=self.namespace,
+                                        field_selector=f"metadata.name={CONFIGMAP_NAME}"))
+            await config.synced.wait()  # none listed: the defaults, every node covered
+            self.verified.set_grouping(self.coverage.config)
+            tg.create_task(self.node_informer.run())
+            # Our Lease writes (the autonomy hold) are read back from the API, never awaited in the
+            # copy (edgewatch.controller.seen): a re-list needs no restart of it.
+            tg.create_task(self._follow(LEASES, model=Lease, store=Store(on_event=self._on_lease),
+                                        namespace=NODE_LEASE_NAMESPACE))
             tg.create_task(self._resync())
             tg.create_task(self.beacons.run())
             tg.create_task(self.evidence.run())
@@ -214,46 +227,29 @@ class Reconciler:
         async with asyncio.timeout(self.api_timeout_s):
             return await call
 
-    async def _load_config(self) -> None:
-        """Read the ConfigMap before the first plan, so no node is planned under the wrong coverage;
-        retried every 2 s while the API fails (404: the defaults, every node covered)."""
-        while True:
-            try:
-                cm = await self._call(self.client.get(ConfigMap, CONFIGMAP_NAME, namespace=self.namespace))
-            except ApiError as exc:
-                if exc.status.code == 404:
-                    self._apply_config(None)
-                    return
-                log.error("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc)
-            except API_ERRORS as exc:
-                log.info("cannot read %s/%s: %s; retrying", self.namespace, CONFIGMAP_NAME, exc or type(exc).__name__)
-            else:
-                self._apply_config(cm.data or {})
-                return
-            await asyncio.sleep(2)
+    async def _follow(self, resource: ApiResource, *, model: Any, store: Store[Any], namespace: str,
+                      field_selector: str | None = None) -> None:
+        """The cloud door's informer over ``resource`` in ``namespace`` into ``store`` (its handler
+        gets exact changes, after a re-list too), with the controller's timings, until cancelled."""
+        informer: Informer[Any] = Informer(
+            source=lister_watcher(self.client, resource, namespace=namespace, field_selector=field_selector),
+            sink=store, decode=model.from_dict, name="reconciler", config=self.informer_config)
+        await informer.run()
 
-    async def _watch(self, resource: Any, *, namespace: str | None, fields: dict[str, str] | None,
-                     on_event: Callable[[str, Any], None], on_start: Callable[[], None] = lambda: None) -> None:
-        """Watch ``resource`` forever, re-establishing the watch after any API error or after
-        ``watch_timeout_s`` (a silently dead connection never blocks it); ``on_start`` runs before
-        each (re-)established watch, which starts with every object as it is now."""
-        kind = resource.__name__.lower()
-        while True:
-            try:
-                on_start()
-                async with asyncio.timeout(self.watch_timeout_s):
-                    async for op, obj in self.client.watch(resource, namespace=namespace, fields=fields,
-                                                           server_timeout=120):
-                        on_event(op, obj)
-            except API_ERRORS as exc:
-                log.info("%s watch interrupted: %s", kind, exc or type(exc).__name__)
-            await asyncio.sleep(1)
+    # -- the shared Node informer's events (edgewatch.controller.nodeinformer.NodeSubscriber) ------
 
-    def _on_node(self, op: str, node: Node) -> None:
+    def nodes_relisting(self) -> None:
+        """A list comes: it shows every Node as it is now, so no wait for our own writes holds."""
+        self._node_cache.restart()
+
+    def nodes_listed(self) -> None:
+        """Every Node is known: nothing to do (the list's changes queued their nodes)."""
+
+    def on_node(self, op: str, node: Node) -> None:
+        """A Node changed (``DELETED``: forget it; else queue it)."""
         name = node.metadata.name
         self._node_cache.seen(name, None if op == "DELETED" else node)
         if op == "DELETED":
-            self.nodes.discard(name)
             self.plans.pop(name)
             self.shown.forget(name)
             self.observations.forget(name=name)
@@ -263,7 +259,6 @@ class Reconciler:
             self._held.discard(name)
             self.verified.set_node(name, None)
             return
-        self.nodes.add(name)
         self._labels[name] = dict(node.metadata.labels or {})
         self._cover_in_evidence(name)
         self.queue.add(name)
@@ -300,7 +295,7 @@ class Reconciler:
         if changed:
             for name in list(self._labels):
                 self._cover_in_evidence(name)
-            for name in sorted(self.nodes | set(self.plans)):
+            for name in sorted(set(self.node_informer.names()) | set(self.plans)):
                 self.queue.add(name)
 
     def _apply_config(self, data: dict[str, str] | None) -> bool:
@@ -318,23 +313,13 @@ class Reconciler:
         return changed
 
     async def _resync(self) -> None:
-        """Look at every node every ``resync_s``: the names of a Node LIST when the last one is
-        ``relist_s`` old (the first time at once), else the names the Node watch knows. A look that
-        finds nothing new costs no plan (``edgewatch.controller.planbook``)."""
-        listed_at = -math.inf  # time.monotonic() of the last successful LIST
+        """Look at every node every ``resync_s``: the names in the shared Node informer's store (as
+        client-go's informers resync from their cache; no LIST: the store is exact after every
+        re-list). A look that finds nothing new costs no plan (``edgewatch.controller.planbook``)."""
         while True:
-            names: list[str] | None = None
-            if time.monotonic() - listed_at >= self.relist_s:
-                try:
-                    async with asyncio.timeout(self.api_timeout_s):
-                        names = [node.metadata.name async for node in self.client.list(Node)]
-                    self.nodes = set(names)
-                    listed_at = time.monotonic()
-                except API_ERRORS as exc:
-                    log.info("resync LIST failed: %s; looking at the watched nodes", exc or type(exc).__name__)
-            for name in list(self.nodes) if names is None else names:
-                self.queue.add(name)
             await asyncio.sleep(self.resync_s)
+            for name in self.node_informer.names():
+                self.queue.add(name)
 
     async def _handle(self, name: str) -> None:
         """One node, from the queue: reconcile, count, schedule the next look."""

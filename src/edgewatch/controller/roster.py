@@ -1,23 +1,25 @@
 """The controller's roster publisher: one ConfigMap per group naming its members and their
 InternalIPs (:mod:`edgewatch.core.roster`), so agents need not watch every Node.
 
-How: an informer of its own (list, then watch from the list's resourceVersion) keeps every Node's
-labels and InternalIP. Only a change of a roster (a node joins, leaves, changes address, or is
-relabelled into another group: :func:`~edgewatch.core.roster.roster_name`) or of the grouping in
-force (:meth:`RosterPublisher.touch`) marks the rosters dirty; a kubelet's status report, a taint or
-any other label (kube-controller-manager adds ``beta.kubernetes.io/os`` to every new Node) does not.
+How: the controller's one Node informer (:mod:`edgewatch.controller.nodeinformer`, shared with the
+reconciler) tells it every Node change, and it keeps every Node's labels and InternalIP. Only a
+change of a roster (a node joins, leaves, changes address, or is relabelled into another group:
+:func:`~edgewatch.core.roster.roster_name`) or of the grouping in force
+(:meth:`RosterPublisher.touch`) marks the rosters dirty; a kubelet's status report, a taint or any
+other label (kube-controller-manager adds ``beta.kubernetes.io/os`` to every new Node) does not.
 After ``settle_s`` (so a burst of joins is one write per group) the rosters the node list calls for
 are compared with the ones in the API and only the differing ones are written: created, replaced
 with their resourceVersion as precondition (a 409 leaves the roster dirty and it is retried), or
-deleted when their group is gone. Nothing is published before the first complete Node LIST: a roster
-written from half a list would shrink every group, and its majority with it. Beside the rosters it
-keeps the group index (``edgewatch-groups``: node -> roster name), the parameter of the admission
-policy that lets an agent carry only its own group's Leases (``deploy/15-policy-agent.yaml``).
+deleted when their group is gone. Nothing is published before the informer's first complete Node
+list (:meth:`RosterPublisher.nodes_listed` sets ``synced``): a roster written from half a list would
+shrink every group, and its majority with it. Beside the rosters it keeps the group index
+(``edgewatch-groups``: node -> roster name), the parameter of the admission policy that lets an
+agent carry only its own group's Leases (``deploy/15-policy-agent.yaml``).
 
 Each roster is written by its own task (one slow write never holds back another group); every
 call has ``api_timeout_s``. Errors are logged, counted (``edgewatch_controller_roster_writes``) and
 retried after ``retry_s``; nothing here ends the controller. Only the leader runs it (it runs
-inside the reconciler).
+inside the reconciler, beside the shared Node informer).
 
 Limits: a group too large for one ConfigMap (:data:`edgewatch.core.roster.MAX_ROSTER_BYTES`) is
 not published (log line, ``result="too_big"``); its agents keep the last roster they read.
@@ -45,13 +47,7 @@ from edgewatch.core.roster import (
     roster_name,
 )
 from edgewatch.core.types import NodeName
-from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S
 from edgewatch.kube.errors import API_ERRORS
-from edgewatch.kube.events import FeedEvent, Reset
-from edgewatch.kube.informer import Informer, InformerConfig
-from edgewatch.kube.listwatch import lister_watcher
-from edgewatch.kube.resources import NODES
-from edgewatch.kube.store import Store
 
 __all__ = ["RosterPublisher", "internal_ip"]
 
@@ -69,15 +65,15 @@ def internal_ip(node: Node) -> str | None:
 
 
 class RosterPublisher:
-    """Publishes every group's roster; see the module docstring.
+    """Publishes every group's roster; see the module docstring. A subscriber of the shared Node
+    informer (:class:`edgewatch.controller.nodeinformer.NodeSubscriber`), which must run beside it.
 
     Args:
-        client: API client with the controller's RBAC (list/watch Nodes; get, list, create, update
-            and delete ConfigMaps in ``namespace``).
+        client: API client with the controller's RBAC (list, create, update and delete ConfigMaps
+            in ``namespace``).
         namespace: where the rosters live (the edgewatch namespace, beside ``edgewatch-config``).
         grouping: the grouping in force, read at each publication (the reconciler's ConfigMap copy).
         api_timeout_s: limit of every API call, seconds (default 10 s).
-        watch_timeout_s: a Node watch silent this long is re-opened, seconds (default 150 s).
         settle_s: wait after a change before publishing, seconds (default 1 s).
         retry_s: pause after a failed LIST or write before the next attempt, seconds (default 2 s).
         on_write: called with each write's result (``created``, ``updated``, ``deleted``,
@@ -85,13 +81,12 @@ class RosterPublisher:
     """
 
     def __init__(self, *, client: AsyncClient, namespace: str, grouping: Callable[[], GroupingConfig],
-                 api_timeout_s: float = 10.0, watch_timeout_s: float = 150.0, settle_s: float = 1.0,
+                 api_timeout_s: float = 10.0, settle_s: float = 1.0,
                  retry_s: float = 2.0, on_write: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.namespace = namespace
         self.grouping = grouping
         self.api_timeout_s = api_timeout_s
-        self.watch_timeout_s = watch_timeout_s
         self.settle_s = settle_s
         self.retry_s = retry_s
         self.labels: dict[NodeName, dict[str, str]] = {}
@@ -105,35 +100,21 @@ class RosterPublisher:
         """Publish again (soon): call when the grouping in force changed."""
         self._dirty.set()
 
-    async def run(self) -> None:
-        """Keep the Node informer and publish on change, until cancelled."""
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._informer())
-            tg.create_task(self._publisher())
-
     async def _call(self, call: Awaitable[_T]) -> _T:
         async with asyncio.timeout(self.api_timeout_s):
             return await call
 
-    # -- the Node informer ---------------------------------------------------------------------------
+    # -- the shared Node informer's events (edgewatch.controller.nodeinformer.NodeSubscriber) --------
 
-    async def _informer(self) -> None:
-        """The cloud door's Node informer: a re-list hands over exact changes; the first list
-        sets ``synced``."""
-        store: Store[Node] = Store(on_event=self._on_node)
+    def nodes_relisting(self) -> None:
+        """A list's changes come next: nothing to drop (they are exact, deletions included)."""
 
-        async def sink(event: FeedEvent) -> None:
-            await store(event)
-            if isinstance(event, Reset):
-                self.synced.set()
+    def nodes_listed(self) -> None:
+        """Every Node is known: publishing may start (``synced``)."""
+        self.synced.set()
 
-        informer: Informer[Node] = Informer(
-            source=lister_watcher(self.client, NODES), sink=sink, decode=Node.from_dict, name="roster",
-            config=InformerConfig(request_timeout_s=self.api_timeout_s, idle_timeout_s=self.watch_timeout_s,
-                                  backoff_max_s=CONTROLLER_BACKOFF_MAX_S))
-        await informer.run()
-
-    def _on_node(self, op: str, node: Node) -> None:
+    def on_node(self, op: str, node: Node) -> None:
+        """A Node changed: mark the rosters dirty if a roster changes (see the module docstring)."""
         name = NodeName(node.metadata.name)
         if op == "DELETED":
             if name in self.labels:
@@ -154,7 +135,9 @@ class RosterPublisher:
 
     # -- publishing ----------------------------------------------------------------------------------
 
-    async def _publisher(self) -> None:
+    async def run(self) -> None:
+        """Publish on change, from the shared informer's first complete Node list on, until
+        cancelled."""
         await self.synced.wait()
         while True:
             await self._dirty.wait()
