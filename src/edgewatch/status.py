@@ -19,15 +19,13 @@ import json
 import time
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Node
 from rich.console import Console
 from rich.table import Table
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
 from edgewatch.controller.model import STATE_ANNOTATION
-from edgewatch.leases import is_marked, lease_renew_text
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Lease, Node
+from edgewatch.kube.leases import is_marked, lease_renew_text
 from edgewatch.names import (
     DEFAULT_GROUP_LABEL,
     DELEGATED_BY_ANNOTATION,

@@ -27,7 +27,7 @@ from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
 
-from edgewatch.leases import renew_on_behalf
+from edgewatch.kube.leases import renew_on_behalf
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_LEASE_NAME,

@@ -3,7 +3,7 @@ kube-scheduler at short timings (20 s grace, 30 s tolerations).
 
 The edge's side is played by the test itself, exactly as agents write it: the EdgeHealthy
 condition on each node and, for a cut-off node, its Lease renewed with the delegate mark
-(``edgewatch.leases.renew_on_behalf``). The agents themselves are tested elsewhere; here
+(``edgewatch.kube.leases.renew_on_behalf``). The agents themselves are tested elsewhere; here
 the question is what the controller makes of that evidence.
 """
 
@@ -25,14 +25,13 @@ from prometheus_client import CollectorRegistry
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.reconciler import Reconciler
-from edgewatch.leases import clear_stale_mark, is_marked, renew_on_behalf
+from edgewatch.kube.leases import clear_stale_mark, is_marked, renew_on_behalf
 from edgewatch.names import (
     IDENTITY_NAMESPACE,
     CLOUD_UNREACHABLE_TAINT_KEY,
     DELEGATE_HEARTBEAT_ANNOTATION,
     DELEGATED_RENEW_TIME_ANNOTATION,
     DELEGATED_VIA_ANNOTATION,
-    EDGE_CONDITION_TYPE,
     FAILED_TAINT_KEY,
     NODE_LEASE_NAMESPACE,
     POOL_LABEL,

@@ -536,3 +536,199 @@ async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncC
         for res, obj_name, ns in ((Node, name, None), (Namespace, namespace, None)):
             with contextlib.suppress(ApiError):
                 await kube.delete(res, obj_name, namespace=ns) if ns else await kube.delete(res, obj_name)
+
+
+# -- shutdown: bounded, and never lost to a wake-up (issue: the agent test hung for 600 s) -------------
+
+CLOSE_BOUND_S = 30.0  # loose: correctness, not speed (a close takes well under a second here)
+
+
+async def _closed_within(close: Callable[[], object], *, what: str) -> float:
+    """Run ``close()`` (a coroutine function) under CLOSE_BOUND_S; the seconds it took."""
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(CLOSE_BOUND_S):
+            await close()  # type: ignore[misc]
+    except TimeoutError:
+        raise AssertionError(f"{what} did not end within {CLOSE_BOUND_S} s") from None
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("wake", ["step_down", "election", "heartbeat", "cloud_link"])
+async def test_close_as_a_wake_up_fires_ends_the_session(kube: AsyncClient, etcd: EtcdServer, wake: str) -> None:
+    """``close()`` lands in the loop iteration where a session loop's wake-up fires (a health probe
+    or watch event wakes the step-down watch and the election, a link flip the heartbeat and the
+    link monitor). On Python 3.11 ``asyncio.wait_for`` then returned the result and dropped the
+    cancellation: the loop went on, the session never ended and ``close()`` waited for ever -- the
+    agent's ConfigMap test hung for 600 s under load. Every offset of a few iterations is tried."""
+    for offset in range(3):
+        leads = wake != "election"  # a cut-off node never campaigns: a follower, waiting on its election wake-up
+        c = PoolCoordinator(url=etcd.client_url, pool=f"wake-{_suffix()}", node=f"cw-{_suffix()}", kube=kube,
+                            cloud_ok=lambda leads=leads: leads, verdict_of=lambda _n: "healthy", config=FAST,
+                            registry=CollectorRegistry())
+        task = asyncio.create_task(c.run())
+        try:
+            want = Role.LEADER if leads else Role.FOLLOWER
+            await wait_until(lambda: c.role is want, timeout_s=15, what=f"the coordinator to be {want.value}")
+            await asyncio.sleep(0.3)  # every loop parked on its wake-up
+            if wake == "cloud_link":
+                c.cloud_link_changed()
+            else:
+                event = {"step_down": c._stepdown_wake, "election": c._election_wake, "heartbeat": c._hb_wake}[wake]
+                assert event is not None
+                event.set()
+            for _ in range(offset):
+                await asyncio.sleep(0)
+            await _closed_within(lambda: c.close(graceful=True), what=f"close() (wake-up {wake}, offset {offset})")
+            assert task.done() and c.role is Role.PENDING
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=5)
+
+
+@pytest.mark.parametrize("when", ["leading", "connecting"])
+async def test_close_is_bounded_while_the_coordinator_is_stalled(kube: AsyncClient, etcd: EtcdServer,
+                                                                 when: str) -> None:
+    """The pool's etcd stops answering (SIGSTOP: connections are accepted, nothing is answered),
+    while this agent leads or while it is still connecting: ``close(graceful=True)`` still ends
+    (the release is one call under rpc_timeout_s, closing the client at most 2 s), and so does the
+    agent's runner around it."""
+    import os
+    import signal
+
+    c = PoolCoordinator(url=etcd.client_url, pool=f"stall-{_suffix()}", node=f"cw-{_suffix()}", kube=kube,
+                        cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", config=FAST,
+                        registry=CollectorRegistry())
+    pid = etcd.pid
+    assert pid is not None
+    task: asyncio.Task[None] | None = None
+    try:
+        if when == "connecting":
+            os.kill(pid, signal.SIGSTOP)
+            task = asyncio.create_task(c.run())
+            await asyncio.sleep(1.0)  # the first call of the session is in flight, unanswered
+            assert c.role is Role.PENDING
+        else:
+            task = asyncio.create_task(c.run())
+            await wait_until(lambda: c.role is Role.LEADER, timeout_s=15, what="the coordinator to lead")
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.5)
+        took = await _closed_within(lambda: c.close(graceful=True), what=f"close() with etcd stalled ({when})")
+        print(f"\nclose() with the coordinator stalled ({when}): {took:.2f} s")
+        assert task.done() and c.role is Role.PENDING and not c.healthy
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+
+
+@contextlib.asynccontextmanager
+async def _agent_node(kube: AsyncClient, *, pool_coordinators: str) -> AsyncIterator[Callable[[], object]]:
+    """A namespace with the agent's ConfigMap and a Node labelled into a pool; yields a factory of
+    agents for that node (removed afterwards)."""
+    import socket
+
+    from lightkube.models.core_v1 import NodeAddress, NodeStatus
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ConfigMap, Namespace, Node
+
+    from edgewatch.agent.agent import Agent
+    from edgewatch.agent.config import AgentConfig
+    from edgewatch.names import POOL_LABEL
+
+    tag = _suffix()
+    namespace, name = f"ew-sd-{tag}", f"sd-{tag}"
+    cover = f"test.edgewatch.io/sd-{tag}"
+    folder = Path(tempfile.mkdtemp(prefix="edgewatch-agent-"))
+    await kube.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    await kube.create(Node(metadata=ObjectMeta(name=name, labels={POOL_LABEL: f"p{tag}", cover: ""}),
+                           status=NodeStatus(addresses=[NodeAddress(type="InternalIP", address="127.0.0.1")])))
+    await kube.create(ConfigMap(metadata=ObjectMeta(name="edgewatch-config", namespace=namespace),
+                                data={"coverLabel": cover,
+                                      "poolCoordinators": pool_coordinators.replace("{pool}", f"p{tag}")}))
+
+    def make() -> Agent:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return Agent(config=AgentConfig(node=name, identity_file=folder / "identity.key", identity_namespace=namespace,
+                                        namespace=namespace, listen_address="127.0.0.1", port=port,
+                                        pool_cache_port=0, kubelet_healthz_url="http://127.0.0.1:1/healthz"),
+                     client=kube)
+    try:
+        yield make
+    finally:
+        for res, obj_name in ((Node, name), (Namespace, namespace)):
+            with contextlib.suppress(ApiError):
+                await kube.delete(res, obj_name)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_agent_shutdown_outlasts_a_part_that_drops_its_cancellation(
+        kube: AsyncClient, etcd: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang itself: the agent was cancelled while its cloud-link probe completed, and the link
+    monitor's ``asyncio.wait_for`` (Python 3.11) returned the probe's result instead of raising the
+    cancellation; the monitor slept and probed on, and the agent's TaskGroup waited for it for
+    ever (task dump: ``cloud-link`` cancelling, in its sleep; every other part ended). Here the
+    probe completes exactly as the agent is cancelled, at a few offsets, with the pool coordinator
+    leading; and one part drops its cancellation outright. The agent must end within the bound:
+    a part still running after ``SHUTDOWN_RECANCEL_S`` is cancelled again."""
+    import edgewatch.agent.agent as agent_module
+
+    monkeypatch.setattr(agent_module, "SHUTDOWN_RECANCEL_S", 1.0)
+    async with _agent_node(kube, pool_coordinators=f"{{pool}}: {etcd.client_url}\n") as make:
+        for offset in range(3):
+            agent = make()
+            armed, gate, probing = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+            async def probe(armed: asyncio.Event = armed, gate: asyncio.Event = gate,
+                            probing: asyncio.Event = probing) -> bool:
+                if armed.is_set():
+                    probing.set()
+                    await gate.wait()  # held until we let it go
+                return True
+
+            agent.link._probe = probe  # the real CloudLinkMonitor, with a probe we control
+            task = asyncio.create_task(agent.run())
+            try:
+                await wait_until(lambda: agent.coordinator is not None and agent.coordinator.role is Role.LEADER,
+                                 timeout_s=20, what="the agent leading its pool")
+                armed.set()
+                await wait_until(probing.is_set, timeout_s=10, what="a cloud-link probe in flight", interval_s=0.01)
+                gate.set()  # the probe completes ...
+                for _ in range(offset):
+                    await asyncio.sleep(0)
+                task.cancel()  # ... as the agent is stopped
+                took = await _closed_within(lambda: asyncio.wait({task}), what=f"the agent (probe offset {offset})")
+                assert task.cancelled(), task
+                print(f"\nagent stopped {took:.2f} s after its cancellation (probe offset {offset})")
+            finally:
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=5)
+
+        agent = make()
+        dropped: list[bool] = []
+
+        async def stubborn() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                dropped.append(True)  # dropped, as wait_for on 3.11 can
+            await asyncio.sleep(3600)
+
+        agent.own_mark.run = stubborn  # type: ignore[method-assign]
+        task = asyncio.create_task(agent.run())
+        try:
+            await asyncio.wait_for(agent.started.wait(), 20)
+            await asyncio.sleep(0.5)
+            task.cancel()
+            took = await _closed_within(lambda: asyncio.wait({task}), what="the agent with a part dropping a cancel")
+            assert dropped and task.cancelled()
+            assert took >= 0.5  # it waited for the straggler, then cancelled it again
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=5)

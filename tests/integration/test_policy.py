@@ -30,7 +30,7 @@ import pytest
 import yaml
 from lightkube.resources.core_v1 import Node
 
-from edgewatch.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
+from edgewatch.kube.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, EDGE_CONDITION_TYPE, ROLE_CONDITION_TYPE
 from edgewatch.kube.client import api_client
 from edgewatch_lab.testing.controlplane import ControlPlane

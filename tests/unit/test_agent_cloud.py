@@ -3,7 +3,7 @@ cut-off peers' Leases and writing the role run independently, every call bounded
 never delays another node's carry.
 
 The apiserver is a small fake whose calls can be made to hang; the Lease renewal is the real one
-(``edgewatch.leases.renew_on_behalf``), so a carried node's renewTime really moves in the fake.
+(``edgewatch.kube.leases.renew_on_behalf``), so a carried node's renewTime really moves in the fake.
 """
 
 from __future__ import annotations

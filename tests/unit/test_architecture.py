@@ -1,6 +1,8 @@
 """The layer contracts of pyproject.toml's ``[tool.importlinter]``, checked by import-linter on the
 installed packages: core imports nothing of ours, the agent and the controller do not import each
-other, the product (``edgewatch``) never imports the lab (``edgewatch_lab``) (issue 22)."""
+other, only the cloud door (``edgewatch.kube``) imports the Kubernetes client (lightkube) and its
+HTTP library (httpx2), the product (``edgewatch``) never imports the lab (``edgewatch_lab``)
+(issue 22)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ def _lint(*args: str) -> subprocess.CompletedProcess[str]:
 def test_every_layer_contract_is_kept() -> None:
     done = _lint()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 kept, 0 broken" in done.stdout, done.stdout
+    assert "4 kept, 0 broken" in done.stdout, done.stdout
 
 
 def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
@@ -30,3 +32,15 @@ def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
                       'source_modules = ["edgewatch_lab.sim"]\nforbidden_modules = ["edgewatch.agent"]\n')
     done = _lint("--config", str(config))
     assert done.returncode != 0 and "BROKEN" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_client_import_outside_the_door_is_reported(tmp_path: Path) -> None:
+    """The door contract can fail: the lab imports lightkube directly (it may; the product may not)."""
+    config = tmp_path / "contracts.toml"
+    config.write_text('[tool.importlinter]\nroot_packages = ["edgewatch", "edgewatch_lab"]\n'
+                      'include_external_packages = true\n\n'
+                      '[[tool.importlinter.contracts]]\nname = "the lab through the door"\ntype = "forbidden"\n'
+                      'source_modules = ["edgewatch_lab"]\nforbidden_modules = ["lightkube"]\n'
+                      'allow_indirect_imports = true\n')
+    done = _lint("--config", str(config))
+    assert done.returncode != 0 and "BROKEN" in done.stdout and "lightkube" in done.stdout, done.stdout + done.stderr

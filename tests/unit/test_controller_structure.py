@@ -21,7 +21,7 @@ def test_controller_imports_nothing_of_the_agent() -> None:
 
 def test_no_controller_module_is_over_600_lines() -> None:
     root = Path(edgewatch.__file__).parent
-    files = [*root.joinpath("controller").glob("*.py"), root / "leases.py", root / "timefmt.py",
+    files = [*root.joinpath("controller").glob("*.py"), root / "kube" / "leases.py", root / "timefmt.py",
              root / "logs.py", root / "status.py"]
     sizes = {f.name: len(f.read_text().splitlines()) for f in files}
     assert all(n <= 620 for n in sizes.values()), sizes

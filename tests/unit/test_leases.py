@@ -1,4 +1,4 @@
-"""edgewatch.leases on the in-memory API: the mark, the controller's autonomy hold (judged by what the
+"""edgewatch.kube.leases on the in-memory API: the mark, the controller's autonomy hold (judged by what the
 caller observed, written past a fast clock), and removing a stale mark without ever removing a
 current one (resourceVersion precondition; the same race on the real apiserver is in
 tests/integration/test_controller.py)."""
@@ -11,7 +11,7 @@ import pytest
 from _fakekube import FakeKube
 from lightkube.resources.coordination_v1 import Lease
 
-from edgewatch.leases import (
+from edgewatch.kube.leases import (
     MARK_ANNOTATIONS,
     RenewOutcome,
     clear_stale_mark,

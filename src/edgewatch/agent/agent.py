@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
 import time
 from collections.abc import Coroutine
@@ -60,7 +61,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from lightkube import AsyncClient
 from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.cachehost import PoolCacheHost
@@ -70,6 +70,7 @@ from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinating import CoordinatorRunner, Target
 from edgewatch.agent.coordinator import PoolCoordinator
+from edgewatch.agent.coordinator.waits import stop_task
 from edgewatch.agent.exchangeloop import ExchangeLoop
 from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.agent.membership import Membership
@@ -84,12 +85,18 @@ from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.duties import Duties
 from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.types import Health, NodeName, Verdict
+from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.http import http_client_of
 from edgewatch.poolcache.apiserver import Upstream
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentSnapshot"]
+
+SHUTDOWN_RECANCEL_S = 15.0
+"""On shutdown, a part still running this many seconds after its cancellation dropped it: it is
+named in a warning, with its stack, and cancelled again (longer than any part's own bounded
+clean-up: the pool coordinator's release of its leadership takes at most a few seconds)."""
 
 
 @dataclass(frozen=True)
@@ -219,19 +226,35 @@ class Agent:
 
     async def run(self) -> None:
         """Serve the peer port and run every loop until cancelled; shut down cleanly (every task
-        cancelled and awaited, the server closed).
+        cancelled and awaited -- one that drops its cancellation is cancelled again every
+        :data:`SHUTDOWN_RECANCEL_S` -- the server closed).
 
         Raises:
             OSError: the peer port cannot be bound.
         """
         server = await self._start_server()
+        stragglers: asyncio.Task[Any] | None = None
         try:
             async with asyncio.TaskGroup() as tg:
-                for name, loop in self._loops().items():
-                    tg.create_task(loop, name=name)
+                tasks = [tg.create_task(loop, name=name) for name, loop in self._loops().items()]
                 self.started.set()
+                try:
+                    await asyncio.wait(tasks)  # until cancelled, or a part fails (the group cancels us)
+                finally:
+                    # The group cancels every part and waits for it. A part that drops its
+                    # cancellation (asyncio.wait_for on Python 3.11 does, when what it waits for
+                    # completes as the cancel arrives) would hold the shutdown for ever: name it,
+                    # with its stack, and cancel it again (edgewatch.agent.coordinator.waits).
+                    stragglers = asyncio.create_task(self._recancel_stragglers(tasks), name="agent-shutdown")
         finally:
+            if stragglers is not None:
+                stragglers.cancel()
             await server.close()
+
+    @staticmethod
+    async def _recancel_stragglers(tasks: list[asyncio.Task[None]]) -> None:
+        await asyncio.gather(*(stop_task(t, cancel=False, recancel_s=SHUTDOWN_RECANCEL_S, give_up_s=math.inf)
+                               for t in tasks))
 
     async def _start_server(self) -> PeerServer:
         """The peer port's server (``edgewatch.agent.peerserver``: connection bounds, read deadline)

@@ -40,11 +40,11 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-import httpx2 as httpx
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.kube.api import HttpClient
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
 from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
 from edgewatch.poolcache.authn import AccessControl, CloudReviewClient, ReviewPolicy
@@ -95,7 +95,7 @@ class PoolCacheHost:
         review_policy: TTLs and bounds of the cloud's access decisions (default: the kubelet's).
     """
 
-    def __init__(self, *, resources: PoolScope, http: httpx.AsyncClient, upstream: Upstream | None,
+    def __init__(self, *, resources: PoolScope, http: HttpClient, upstream: Upstream | None,
                  coordinators: CoordinatorSource, link: CloudLinkView, address: str = "127.0.0.1",
                  port: int = DEFAULT_POOL_CACHE_PORT, state_dir: Path | None = None,
                  config: NodeCacheConfig | None = None, retry_s: float = 5.0,

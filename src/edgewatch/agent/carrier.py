@@ -32,11 +32,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from lightkube import AsyncClient
-
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.core.types import NodeName
-from edgewatch.leases import DelegatedRenewal, renew_on_behalf
+from edgewatch.kube.api import AsyncClient
+from edgewatch.kube.leases import DelegatedRenewal, renew_on_behalf
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class PeerPathRenewal:
     async def __call__(self, *, node: NodeName, alive_at: dt.datetime) -> DelegatedRenewal:
         """Renew ``node``'s Lease with ``alive_at`` (aware UTC) as its renewTime; never bounded
         here (the carrier bounds it). Errors are the Lease module's (see
-        ``edgewatch.leases.renew_on_behalf``)."""
+        ``edgewatch.kube.leases.renew_on_behalf``)."""
         return await renew_on_behalf(client=self._client, node=node, delegate=self._delegate, via="peer",
                                      alive_at=alive_at)
 

@@ -25,9 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from lightkube import AsyncClient
-
 from edgewatch.agent.ports import CloudLinkListener
+from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.http import http_client_of
 
 log = logging.getLogger(__name__)
@@ -146,7 +145,11 @@ class CloudLinkMonitor:
     async def check_once(self) -> bool:
         """Probe once and fold the result in; returns the probe result."""
         try:
-            ok = bool(await asyncio.wait_for(self._probe(), self.config.timeout_s))
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the probe's result and
+            # drops our cancellation when the probe completes as the agent stops; run() then
+            # probes on for ever and the agent's shutdown hangs (the coordinator test's 600 s).
+            async with asyncio.timeout(self.config.timeout_s):
+                ok = bool(await self._probe())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure to get a healthy answer is a failed probe

@@ -38,7 +38,6 @@ import datetime as dt
 import logging
 from typing import Protocol
 
-from lightkube import AsyncClient
 from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, PoolCoordinator
@@ -46,6 +45,7 @@ from edgewatch.agent.membership import NodeInfo
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.poolconfig import PoolCoordinators
 from edgewatch.core.types import NodeName
+from edgewatch.kube.api import AsyncClient
 from edgewatch.names import POOL_LABEL
 from edgewatch.poolcache.resources import PoolResource
 

@@ -33,14 +33,11 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from lightkube import ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap
-
 from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.identity import KeyRecordError, NodeKeyring
 from edgewatch.core.types import NodeName, is_node_name
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, ObjectMeta
 from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
 from edgewatch.statefile import replace_file
 from edgewatch.kube.errors import API_ERRORS

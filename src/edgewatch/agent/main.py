@@ -14,8 +14,6 @@ import asyncio
 import logging
 from pathlib import Path
 
-from lightkube.core.exceptions import ConfigError
-
 from edgewatch.agent.agent import Agent
 from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.config import AgentConfig
@@ -23,6 +21,7 @@ from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, parse_
 from edgewatch.agent.peerserver import PeerServerConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.types import node_name
+from edgewatch.kube.api import ConfigError
 from edgewatch.logs import configure_logging
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
 from edgewatch.kube.client import api_client, cloud_endpoint

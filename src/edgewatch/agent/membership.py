@@ -47,9 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Node
-
 from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES, GroupingConfig,
                                      parse_grouping_config)
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
@@ -58,6 +55,7 @@ from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_nam
 from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.types import NodeName
+from edgewatch.kube.api import AsyncClient, ConfigMap, Node
 from edgewatch.statefile import replace_file
 from edgewatch.kube.resources import CONFIGMAPS, NODES, ApiResource
 

@@ -1,11 +1,11 @@
 """Our own Lease after a cut: remove the stale delegate mark a carrier left on it.
 
 While this node was cut off from the cloud, a peer (or the pool leader) renewed its Lease and marked
-it (``edgewatch.leases``: ``delegate-heartbeat`` and friends). Once our link is back the mark goes
+it (``edgewatch.kube.leases``: ``delegate-heartbeat`` and friends). Once our link is back the mark goes
 stale — but only when our kubelet renews the Lease by itself (up to 10 s later), and peers may still
 carry us until they see our link up. So, after the link comes back (and once at start), look every
 ``every_s`` for ``window_s`` seconds (two Lease durations) or until the mark is removed
-(``edgewatch.leases.clear_stale_mark``, which removes it only once it is stale).
+(``edgewatch.kube.leases.clear_stale_mark``, which removes it only once it is stale).
 
 What it is handed: this node's cloud link (:class:`edgewatch.agent.ports.CloudLinkView`), the API
 client and this node's name.
@@ -20,12 +20,11 @@ import asyncio
 import logging
 import time
 
-from lightkube import AsyncClient
-
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.types import NodeName
+from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.errors import API_ERRORS
-from edgewatch.leases import clear_stale_mark
+from edgewatch.kube.leases import clear_stale_mark
 
 log = logging.getLogger(__name__)
 

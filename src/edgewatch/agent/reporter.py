@@ -39,12 +39,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-import httpx2 as httpx
-from lightkube import ApiError, AsyncClient
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
-
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.ports import CloudLinkView, Unobserved, WatchEvents
 from edgewatch.agent.watching import follow, informer_config
@@ -52,6 +46,7 @@ from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat
+from edgewatch.kube.api import ApiError, AsyncClient, HttpError, Lease, LeaseSpec, ObjectMeta
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
@@ -270,7 +265,7 @@ class EvidenceReporter:
                 return "conflict"
             log.info("writing the evidence of %s failed: %s", self.node, exc)
             return "failed"
-        except (httpx.HTTPError, OSError) as exc:
+        except (HttpError, OSError) as exc:
             self._lease = None
             log.info("writing the evidence of %s failed: %s", self.node, exc or type(exc).__name__)
             return "failed"

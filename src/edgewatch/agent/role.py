@@ -26,12 +26,10 @@ import logging
 import time
 from typing import Protocol
 
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node
-
 from edgewatch.agent.coordinator import PoolCoordinator
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.types import NodeName
+from edgewatch.kube.api import AsyncClient, Node
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.names import ROLE_CONDITION_TYPE
 

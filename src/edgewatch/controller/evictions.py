@@ -15,15 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx2 as httpx
-from lightkube import ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
-
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.snapshots import pod_tolerations
 from edgewatch.controller.taints import pod_eviction_due
 from edgewatch.controller.workqueue import sooner
+from edgewatch.kube.api import ApiError, AsyncClient, HttpError, ObjectMeta, Pod
 
 __all__ = ["PodEvictor", "skip_eviction"]
 
@@ -101,7 +97,7 @@ class PodEvictor:
                 if result == "failed":
                     log.info("evicting %s/%s from %s failed: %s", meta.namespace, meta.name, node, exc)
                 return 5.0
-            except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            except (HttpError, OSError, TimeoutError) as exc:
                 self.metrics.evictions.labels(result="timeout" if isinstance(exc, TimeoutError) else "failed").inc()
                 log.info("evicting %s/%s from %s: %s", meta.namespace, meta.name, node, exc or type(exc).__name__)
                 return 1.0

@@ -36,16 +36,12 @@ from typing import Any, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from lightkube import ApiError, AsyncClient
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from edgewatch.core.types import is_decimal
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.beacon import Beacon, sign_beacon
 from edgewatch.core.identity import NodeKey
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Lease, LeaseSpec, ObjectMeta, Secret
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,

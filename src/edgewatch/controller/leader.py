@@ -25,9 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.coordination_v1 import Lease
-
+from edgewatch.kube.api import ApiError, AsyncClient, Lease
 from edgewatch.timefmt import format_micro_time
 from edgewatch.kube.errors import API_ERRORS
 
@@ -158,7 +156,10 @@ class LeaderElector:
             try:
                 while True:
                     try:
-                        held = await asyncio.wait_for(self.try_acquire_or_renew(), self.config.renew_s * 2)
+                        # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+                        # that lands as the round completes, and this loop would never end
+                        async with asyncio.timeout(self.config.renew_s * 2):
+                            held = await self.try_acquire_or_renew()
                         self.reachable = True
                     except API_ERRORS as exc:
                         log.info("leader election round failed: %s", exc or type(exc).__name__)

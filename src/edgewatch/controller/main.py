@@ -2,7 +2,7 @@
 /metrics) until SIGTERM.
 
 Imports nothing of the agent (no etcd or gRPC client, no aiohttp): the Lease code both sides use is
-in ``edgewatch.leases``, logging in ``edgewatch.logs``.
+in ``edgewatch.kube.leases``, logging in ``edgewatch.logs``.
 """
 
 from __future__ import annotations

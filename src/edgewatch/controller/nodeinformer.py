@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from lightkube.resources.core_v1 import Node
-
+from edgewatch.kube.api import Node
 from edgewatch.kube.events import FeedEvent, Reset
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher

@@ -34,7 +34,7 @@ What it writes (and nothing else):
 - the ``EdgeHealthy`` condition (status subresource): the verified verdict, for ``kubectl`` — output
   only, never read back (``edgewatch.controller.edgecondition``);
 - the Lease of a node kept under the unknown policy's autonomy time while nobody can carry its
-  heartbeat (``edgewatch.leases.hold_renewal``), marked ``delegated-via: autonomy``;
+  heartbeat (``edgewatch.kube.leases.hold_renewal``), marked ``delegated-via: autonomy``;
 - the group rosters, ConfigMaps ``edgewatch-roster*`` in the edgewatch namespace, on membership
   change only (``edgewatch.controller.roster``);
 - evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
@@ -62,11 +62,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Event, Node
-from lightkube.types import PatchType
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
 from edgewatch.controller.decision import plan
@@ -98,9 +93,10 @@ from edgewatch.controller.snapshots import (
 from edgewatch.controller.taints import annotation_patch, merge_taints
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue, sooner
-from edgewatch.leases import RenewOutcome, hold_renewal
+from edgewatch.kube.leases import RenewOutcome, hold_renewal
 from edgewatch.controller.quiet import only_renewed, plan_inputs
 from edgewatch.controller.views import lease_grace_s, unproven_carry
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 from edgewatch.kube.errors import API_ERRORS

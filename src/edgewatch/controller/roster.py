@@ -32,10 +32,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from lightkube import ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Node
-
 from edgewatch.core.grouping import GroupingConfig
 from edgewatch.core.roster import (
     GROUP_INDEX_NAME,
@@ -47,6 +43,7 @@ from edgewatch.core.roster import (
     roster_name,
 )
 from edgewatch.core.types import NodeName
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Node, ObjectMeta
 from edgewatch.kube.errors import API_ERRORS
 
 __all__ = ["RosterPublisher", "internal_ip"]

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, Pod
-
 from edgewatch.controller.model import LeaseSnapshot, NodeSnapshot, Taint, Toleration
 from edgewatch.controller.observations import Observations
-from edgewatch.leases import lease_renew_text
+from edgewatch.kube.api import Lease, Node, Pod
+from edgewatch.kube.leases import lease_renew_text
 from edgewatch.timefmt import format_rfc3339
 
 __all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]

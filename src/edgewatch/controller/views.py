@@ -22,7 +22,7 @@ from edgewatch.controller.model import (
     VerifiedVerdict,
 )
 from edgewatch.core.types import Verdict
-from edgewatch.leases import mark_is_current
+from edgewatch.kube.leases import mark_is_current
 from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
 __all__ = [
@@ -67,7 +67,7 @@ def lease_grace_s(*, lease: LeaseSnapshot | None, config: ControllerConfig) -> f
 
 def is_delegated(lease: LeaseSnapshot | None) -> bool:
     """True iff the Lease's current renewal was made by a delegate on the node's behalf: the delegate
-    mark is current (``edgewatch.leases.mark_is_current``: ``delegate-heartbeat: "true"`` and
+    mark is current (``edgewatch.kube.leases.mark_is_current``: ``delegate-heartbeat: "true"`` and
     ``delegated-renew-time`` equal to ``renewTime`` as text). Once the kubelet renews by itself the
     texts differ and the renewal is the node's own."""
     if lease is None:

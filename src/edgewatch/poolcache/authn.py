@@ -82,11 +82,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
-import httpx2 as httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from edgewatch.core.ratelimit import RateLimiter
+from edgewatch.kube.api import HttpClient, HttpError, HttpTimeout, HttpTimeoutError
 from edgewatch.poolcache.reviews import (MAX_REVIEW_BYTES, Attributes, Authentication, Authorization, DecisionCache,
                                          MalformedReview, Refusal, ReviewPolicy, Step, UserInfo, bearer_token,
                                          forbidden_message, next_step, parse_access_review, parse_token_review)
@@ -133,7 +133,7 @@ class CloudReviewClient:
     subjectaccessreviews, deploy/10-rbac-agent.yaml). Every call is bounded by ``timeout_s``;
     answers are read up to :data:`MAX_REVIEW_BYTES` and parsed as untrusted input."""
 
-    def __init__(self, *, http: httpx.AsyncClient) -> None:
+    def __init__(self, *, http: HttpClient) -> None:
         self.http = http
 
     async def token_review(self, token: str, *, timeout_s: float) -> Authentication:
@@ -149,7 +149,7 @@ class CloudReviewClient:
         try:
             async with asyncio.timeout(timeout_s):
                 async with self.http.stream("POST", _REVIEW_PATHS[review], json=body,
-                                            timeout=httpx.Timeout(timeout_s)) as resp:
+                                            timeout=HttpTimeout(timeout_s)) as resp:
                     chunks, size = [], 0
                     async for chunk in resp.aiter_bytes():
                         size += len(chunk)
@@ -160,9 +160,9 @@ class CloudReviewClient:
                     if resp.status_code not in (200, 201):
                         raise ReviewUnavailable(f"http_{resp.status_code}", b"".join(chunks)[:300].decode(
                             errors="replace"))
-        except (TimeoutError, httpx.TimeoutException) as exc:
+        except (TimeoutError, HttpTimeoutError) as exc:
             raise ReviewUnavailable("timeout", f"no {review} review within {timeout_s} s") from exc
-        except (httpx.HTTPError, OSError) as exc:
+        except (HttpError, OSError) as exc:
             raise ReviewUnavailable("network", f"{type(exc).__name__}: {str(exc)[:200]}") from exc
         return b"".join(chunks)
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aetcd
-import httpx2 as httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from edgewatch.kube.api import HttpClient
 from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, ObjectRejected, Reset, resource_version_of
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value, encode_object, encode_tombstone
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig
@@ -249,7 +249,7 @@ class PoolCacheLeader:
         config: settings.
     """
 
-    def __init__(self, *, resources: Sequence[PoolResource], http: httpx.AsyncClient, prefix: str, node: str,
+    def __init__(self, *, resources: Sequence[PoolResource], http: HttpClient, prefix: str, node: str,
                  metrics: LeaderMetrics, config: CacheLeaderConfig | None = None) -> None:
         self.resources = tuple(resources)
         self.http = http

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx2 as httpx
-
+from edgewatch.kube.api import HttpClient
 from edgewatch.kube.backoff import backoff_delay
 from edgewatch.kube.informer import Gone, Informer, InformerConfig
 from edgewatch.kube.listwatch import HttpListerWatcher
@@ -49,7 +48,7 @@ class CloudReflector(Informer[dict[str, Any]]):
         name: who runs it, for logs ("leader", "node").
     """
 
-    def __init__(self, *, resource: PoolResource, http: httpx.AsyncClient, sink: Sink,
+    def __init__(self, *, resource: PoolResource, http: HttpClient, sink: Sink,
                  config: InformerConfig | None = None, on_error: Callable[[str], None] = _ignore,
                  on_rejected: Callable[[str], None] = _ignore, name: str = "") -> None:
         super().__init__(source=HttpListerWatcher(http=http, resource=resource), sink=sink, config=config,

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aetcd
-import httpx2 as httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from edgewatch.kube.api import HttpClient
 from edgewatch.poolcache.etcdfeed import run_coordinator_feed
 from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, Reset
 from edgewatch.poolcache.layout import CacheKeys
@@ -161,7 +161,7 @@ class NodePoolCache:
     switches (for status and the playground report).
     """
 
-    def __init__(self, *, caches: Mapping[PoolResource, ResourceCache], http: httpx.AsyncClient,
+    def __init__(self, *, caches: Mapping[PoolResource, ResourceCache], http: HttpClient,
                  coordinator: Callable[[], CoordinatorView | None], cloud_ok: Callable[[], bool],
                  registry: CollectorRegistry, config: NodeCacheConfig | None = None) -> None:
         self.caches = dict(caches)

@@ -221,8 +221,9 @@ class Watch:
             if timeout_s is None:
                 await self._wakeup.wait()
             else:
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+                try:  # asyncio.timeout, not wait_for: 3.11's wait_for can drop a cancellation
+                    async with asyncio.timeout(timeout_s):
+                        await self._wakeup.wait()
                 except TimeoutError:
                     return None
 

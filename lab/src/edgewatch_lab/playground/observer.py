@@ -39,7 +39,7 @@ from edgewatch.names import (
     EDGE_CONDITION_TYPE,
     NODE_LEASE_NAMESPACE,
 )
-from edgewatch.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
+from edgewatch.kube.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch_lab.playground.report import Recording
 from edgewatch.kube.errors import API_ERRORS
 

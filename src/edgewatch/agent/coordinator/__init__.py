@@ -21,7 +21,7 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   revokes its lease at once (the key goes, the others campaign within milliseconds).
 * **Forwarding.** The leader lists ``heartbeats/`` and watches it from the listed revision, and for
   every heartbeat with ``delegate: true`` renews that node's cloud Lease through
-  ``edgewatch.leases.renew_on_behalf(via="coordinator", alive_at=<when the heartbeat was put>)``:
+  ``edgewatch.kube.leases.renew_on_behalf(via="coordinator", alive_at=<when the heartbeat was put>)``:
   only ``renewTime`` and the delegate mark change, and the cloud never sees a later life sign than
   the node itself gave. *When it was put* is measured by the leader, never read from the value: a
   watch event is observed the moment it arrives (leader's monotonic clock); a heartbeat found by the
@@ -86,6 +86,13 @@ incarnation is removed within ``health_interval_s`` instead of waiting for its T
 that stops answering without closing the connection is noticed within ``health_interval_s`` +
 ``rpc_timeout_s`` (5 s) by the health probe; a killed one at once (the watch stream breaks).
 
+Stopping: cancelling ``run()`` or ``close()`` ends the session within about ``rpc_timeout_s``, the
+coordinator reachable or not: every wait in it ends on cancellation (``waits``: not
+``asyncio.wait_for``, which on Python 3.11 drops a cancellation that arrives as what it waits for
+completes) and its clean-up is bounded (closing the client at most 2 s); ``close(graceful=True)``
+adds one revoke under ``rpc_timeout_s``. A task that still does not end is cancelled again, and
+given up on after ``waits.STOP_GIVE_UP_S``.
+
 Errors
 ------
 A bad URL (scheme other than http/https, no host, credentials or a path in it) raises
@@ -125,6 +132,8 @@ and ``Forwarding``, all of them on ``CoordinatorState``)::
     schema        Heartbeat and its validation on read (parse_heartbeat, HeartbeatRejected)
     etcd          aetcd's client with TLS credentials (_EtcdClient) and the gRPC channel options
     metrics       the edgewatch_coordinator_* metrics
+    waits         waits a cancellation always ends (not asyncio.wait_for: on 3.11 it can drop one),
+                  running a block apart from the caller's cancellation, stopping a task (bounded)
     pool          PoolCoordinator, composed of:
       session     run/close, the session and its reconnects, the own cloud link, heartbeat puts
       election    campaign, lead (keep-alive, forwarding, pool-cache informer), step down

@@ -17,6 +17,7 @@ from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.forwarding import Forwarding
 from edgewatch.agent.coordinator.leaderkey import LeaderKeyWatch
 from edgewatch.agent.coordinator.roles import Role, decide_role
+from edgewatch.agent.coordinator.waits import apart, wait_event
 
 __all__ = ["Election"]
 
@@ -57,8 +58,7 @@ class Election(LeaderKeyWatch, Forwarding):
                 if lease is not None:
                     await self._lead(client, lease)
                     continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._election_wake.wait(), self.config.health_interval_s)
+            await wait_event(self._election_wake, self.config.health_interval_s)
 
     async def _campaign(self, client: _EtcdClient) -> int | None:
         """Create the leader key if absent; the lease id if we won."""
@@ -91,15 +91,10 @@ class Election(LeaderKeyWatch, Forwarding):
         self._set_role(Role.LEADER)
         extra = {"pool": self.pool, "node": self.node}
         log.info("leading the pool", extra=extra)
-        reason = ""
         try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._keepalive(client, lease))
-                tg.create_task(self._watch_step_down())
-                tg.create_task(self._forward(client))
-                tg.create_task(self.cache_leader.run(etcd=client, rpc=self._rpc, lease=lease))
-        except* _StepDown as group:
-            reason = group.exceptions[0].reason  # type: ignore[attr-defined]
+            # In a task of its own: our cancellation must not be taken for a step-down (see
+            # _lead_until_step_down) -- it always propagates from here.
+            reason = await apart(self._lead_until_step_down(client, lease), name=f"pool-leader-{self.pool}")
         finally:
             self._elected = False
             self._heartbeats.clear()
@@ -112,6 +107,21 @@ class Election(LeaderKeyWatch, Forwarding):
             with contextlib.suppress(aetcd.ClientError, TimeoutError):
                 await self._rpc(client.revoke_lease(lease))  # deletes leader + sync keys at once
         self._leader_lease = None
+
+    async def _lead_until_step_down(self, client: _EtcdClient, lease: int) -> str:
+        """Keep-alive, step-down watch, forwarding and the pool cache until one of them steps down;
+        the reason. Run apart from ``_lead``'s task: if the task running this were cancelled as a
+        part stepped down, the TaskGroup would raise the step-down and drop the cancellation."""
+        reason = ""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._keepalive(client, lease))
+                tg.create_task(self._watch_step_down())
+                tg.create_task(self._forward(client))
+                tg.create_task(self.cache_leader.run(etcd=client, rpc=self._rpc, lease=lease))
+        except* _StepDown as group:
+            reason = group.exceptions[0].reason  # type: ignore[attr-defined]
+        return reason
 
     async def _keepalive(self, client: _EtcdClient, lease: int) -> None:
         loop = asyncio.get_running_loop()
@@ -138,8 +148,7 @@ class Election(LeaderKeyWatch, Forwarding):
                 raise _StepDown("displaced")
             if loop.time() > self._leader_valid_until:
                 raise _StepDown("lease_unconfirmed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stepdown_wake.wait(), self.config.cloud_poll_interval_s)
+            await wait_event(self._stepdown_wake, self.config.cloud_poll_interval_s)
 
 
 @dataclass

@@ -18,8 +18,9 @@ from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.schema import Heartbeat, HeartbeatRejected, parse_heartbeat
 from edgewatch.agent.coordinator.state import CoordinatorState
+from edgewatch.agent.coordinator.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
-from edgewatch.leases import RenewOutcome, renew_on_behalf
+from edgewatch.kube.leases import RenewOutcome, renew_on_behalf
 
 __all__ = ["Forwarding"]
 
@@ -57,7 +58,7 @@ class Forwarding(CoordinatorState):
                 raise CoordinatorError("unreachable", f"coordinator {self.endpoint.url}: heartbeat watch ended")
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(watch.cancel(), 1.0)
+                await bounded(watch.cancel(), 1.0)
 
     async def _listed_age(self, client: _EtcdClient, kv: Any) -> float | None:
         """Seconds since a listed heartbeat was put, measured by etcd: the time since its lease was

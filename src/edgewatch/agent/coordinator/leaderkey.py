@@ -16,6 +16,7 @@ from aetcd import utils as etcd_utils
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.state import CoordinatorState, _LeaderKey
+from edgewatch.agent.coordinator.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
 
 __all__ = ["LeaderKeyWatch"]
@@ -86,7 +87,7 @@ class LeaderKeyWatch(CoordinatorState):
                 self._apply_event(event)
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(watch.cancel(), 1.0)
+                await bounded(watch.cancel(), 1.0)
         raise CoordinatorError("unreachable", f"coordinator {self.endpoint.url}: leader watch ended")
 
     async def _health_probe(self, client: _EtcdClient) -> None:

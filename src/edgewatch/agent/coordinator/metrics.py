@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from edgewatch.agent.coordinator.roles import Role
-from edgewatch.leases import RenewOutcome
+from edgewatch.kube.leases import RenewOutcome
 
 __all__ = ["_Metrics"]
 

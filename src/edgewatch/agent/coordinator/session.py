@@ -20,6 +20,7 @@ from edgewatch.agent.coordinator.errors import CoordinatorError, classify_error
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
+from edgewatch.agent.coordinator.waits import apart, bounded, stop_task, wait_event
 
 __all__ = ["Session"]
 
@@ -32,7 +33,11 @@ class Session(Election):
     # -- lifecycle -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Keep a session with the coordinator until cancelled; reconnect after any failure."""
+        """Keep a session with the coordinator until cancelled; reconnect after any failure.
+
+        Each session runs in a task of its own (``waits.apart``): a cancellation of ``run()`` always
+        ends it, even when it arrives as the session fails (a TaskGroup would report the failure
+        and drop the cancellation; the ``except`` below would then reconnect for ever)."""
         if self._closing:
             return
         self._run_task = asyncio.current_task()
@@ -42,7 +47,7 @@ class Session(Election):
         while not self._closing:
             started = loop.time()
             try:
-                await self._session()
+                await apart(self._session(), name=f"coordinator-session-{self.pool}")
             except Exception as exc:  # noqa: BLE001 - classified, logged and counted; never escapes
                 error = classify_error(exc, url=self.endpoint.url)
                 self.last_error = str(error)
@@ -61,12 +66,14 @@ class Session(Election):
     async def close(self, graceful: bool = True) -> None:
         """Stop ``run()`` and, if ``graceful``, revoke the leader lease so a follower takes over at
         once (the heartbeat is left to expire: it states this node was alive until then). Never
-        raises for coordinator errors."""
+        raises for coordinator errors; bounded even with the coordinator unreachable or stalled:
+        the session ends within ``rpc_timeout_s`` of its cancellation (a task that does not is
+        cancelled again, and no longer waited for after ``waits.STOP_GIVE_UP_S``), the release is
+        one call under ``rpc_timeout_s``, closing its client at most 2 s."""
         self._closing = True
         task = self._run_task
         if task is not None and not task.done() and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.wait({task})  # its outcome is not ours to raise; our own cancellation still is
+            await stop_task(task)  # its outcome is not ours to raise; our own cancellation still is
         self._set_pending()
         if graceful and self._leader_lease is not None:
             lease, self._leader_lease = self._leader_lease, None
@@ -102,8 +109,10 @@ class Session(Election):
 
     @staticmethod
     async def _close_client(client: _EtcdClient) -> None:
+        # bounded(), not wait_for: aetcd's close drops a cancellation (its watcher shutdown catches
+        # CancelledError), which must neither stretch the 2 s nor hide ours.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.close(), 2.0)
+            await bounded(client.close(), 2.0)
 
     async def _session(self) -> None:
         client = self._new_client()
@@ -162,8 +171,7 @@ class Session(Election):
         on a change wake the heartbeat, the election and the leader."""
         assert self._hb_wake and self._election_wake and self._stepdown_wake
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._cloud_changed.wait(), self.config.cloud_recheck_s)
+            await wait_event(self._cloud_changed, self.config.cloud_recheck_s)
             self._cloud_changed.clear()
             now = self._cloud_ok()
             if now != self._cloud:
@@ -198,8 +206,7 @@ class Session(Election):
             hb = Heartbeat(node=self.node, renew_time=dt.datetime.now(dt.timezone.utc), delegate=not cloud,
                            cloud_ok=cloud, incarnation=self.incarnation)
             await self._rpc(client.put(self.heartbeat_key(self.node), hb.to_json(), lease=self._hb_lease))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._hb_wake.wait(), self.config.heartbeat_interval_s)
+            await wait_event(self._hb_wake, self.config.heartbeat_interval_s)
             reply = await self._rpc(client.refresh_lease(self._hb_lease))
             if reply is None or reply.TTL <= 0:
                 log.warning("heartbeat lease expired; granting a new one", extra={"pool": self.pool, "node": self.node})

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from lightkube import AsyncClient
 from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.coordinator.config import KEY_ROOT, CoordinatorConfig, CoordinatorTLS, parse_coordinator_url
@@ -21,6 +20,7 @@ from edgewatch.agent.coordinator.metrics import _Metrics
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
 from edgewatch.core.types import is_dns1123_label, is_dns1123_subdomain
+from edgewatch.kube.api import AsyncClient
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.kube.http import http_client_of
