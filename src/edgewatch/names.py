@@ -6,6 +6,9 @@ Limits: only names; the meaning of each lives with the code that writes it (cite
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 DOMAIN = "edgewatch.io"
 
 # Lease annotations written by whoever renews a cut-off node's Lease on its behalf
@@ -60,3 +63,39 @@ BEACON_ANNOTATION = f"{DOMAIN}/beacon"
 
 BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
 """The controller's beacon public key, base64 of the raw 32 bytes."""
+
+# Node client certificates for the pool coordinator (issue 23; edgewatch.controller.csrsigner,
+# https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).
+COORDINATOR_CLIENT_SIGNER = f"{DOMAIN}/coordinator-client"
+"""The CertificateSigningRequest ``spec.signerName`` of a node's client certificate for its pool
+coordinator (etcd): subject exactly ``CN=<node>``, usage client auth, signed by the pool's CA."""
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+"""The user extra a pod-bound ServiceAccount token carries: the node its Pod runs on (Kubernetes
+1.32+); the apiserver copies it into a CSR's ``spec.extra``."""
+
+POOL_CA_PREFIX = "edgewatch-pool-ca"
+"""Name prefix of a pool's CA (:func:`pool_ca_name`): the ConfigMap of its certificate alone (key
+:data:`POOL_CA_CONFIGMAP_KEY`, in the edgewatch namespace, readable by agents) and the keys
+``<name>.crt`` and ``<name>.key`` of the Secret :data:`POOL_CA_SECRET_NAME`."""
+
+POOL_CA_SECRET_NAME = "edgewatch-pool-cas"
+"""The Secret (edgewatch namespace, read by the controller only) holding every pool's CA, certificate
+and key in PEM. One Secret, so RBAC can name it: pool names come from label values."""
+
+POOL_CA_CONFIGMAP_KEY = "ca.crt"
+"""The key of the CA certificate (PEM) in a pool CA's ConfigMap."""
+
+
+def pool_ca_name(pool: str) -> str:
+    """The name of ``pool``'s CA, ``edgewatch-pool-ca-<slug>-<hash>``: its ConfigMap, and the stem
+    of its keys in the Secret :data:`POOL_CA_SECRET_NAME`.
+
+    A pool is a label value (up to 63 characters of ``[A-Za-z0-9_.-]``), an object name is a
+    lowercase DNS label: the slug is the value lowercased with every other character a dash, cut to
+    30 characters, and the first 10 hex digits of its SHA-256 keep two pools that slug alike apart
+    (the roster names' scheme, ``edgewatch.core.roster.roster_name``). 59 characters at most.
+    """
+    slug = re.sub(r"[^a-z0-9-]+", "-", pool.lower()).strip("-")[:30].strip("-")
+    digest = hashlib.sha256(pool.encode()).hexdigest()[:10]
+    return f"{POOL_CA_PREFIX}-{slug}-{digest}" if slug else f"{POOL_CA_PREFIX}-{digest}"

@@ -33,6 +33,9 @@ class ControllerMetrics:
             ``deleted``, ``conflict``, ``error``, ``too_big``; ``edgewatch.controller.roster``).
         unproven_carries: carriers whose Lease renewals were not believed (the carried node's own
             fresh signed statement does not name them), one per node and carrier (a Warning Event each).
+        csr_decisions: coordinator-client CertificateSigningRequests decided, by ``result``
+            (``signed``, ``denied``, ``failed``: approved by someone else, refused by the policy) and
+            ``reason`` (``ok``, or the policy's: ``edgewatch.controller.csrpolicy``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -69,3 +72,6 @@ class ControllerMetrics:
                                         registry=registry)
         self.api_reads = Counter("edgewatch_controller_api_reads", "Nodes and Leases read from the API by a "
                                  "reconcile (no watched copy to use), by kind.", ["kind"], registry=registry)
+        self.csr_decisions = Counter("edgewatch_controller_csr_decisions",
+                                     "Coordinator-client certificate requests decided, by result and reason.",
+                                     ["result", "reason"], registry=registry)

@@ -37,6 +37,8 @@ What it writes (and nothing else):
   heartbeat (``edgewatch.kube.leases.hold_renewal``), marked ``delegated-via: autonomy``;
 - the group rosters, ConfigMaps ``edgewatch-roster*`` in the edgewatch namespace, on membership
   change only (``edgewatch.controller.roster``);
+- the approval, denial and certificate of agents' coordinator-client CertificateSigningRequests,
+  and each pool's CA Secret and CA ConfigMap (``edgewatch.controller.csrsigner``);
 - evictions (policy/v1 Eviction, so PodDisruptionBudgets are honoured) of the pods of a FAILED
   node that do not tolerate the failed taint long enough, several at once (bounded); DaemonSet and
   mirror pods are left alone as ``kubectl drain`` does.
@@ -64,6 +66,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
+from edgewatch.controller.csrsigner import CsrSigner
 from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import (
@@ -97,7 +100,7 @@ from edgewatch.kube.leases import RenewOutcome, hold_renewal
 from edgewatch.controller.quiet import only_renewed, plan_inputs
 from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
-from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE
+from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.kube.informer import Informer, InformerConfig
@@ -196,6 +199,10 @@ class Reconciler:
                                               backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
         self.node_informer = SharedNodeInformer(client=client, subscribers={"reconciler": self, "roster": self.rosters},
                                                 config=self.informer_config)
+        # node client certificates for the pool coordinator (edgewatch.controller.csrsigner)
+        self.csrs = CsrSigner(client=client, metrics=metrics, pool_of=self.pool_of, namespace=namespace,
+                              ready=lambda: self.node_informer.synced, api_timeout_s=api_timeout_s,
+                              watch_timeout_s=watch_timeout_s, backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
 
     # -- loops -------------------------------------------------------------------------------------
 
@@ -217,6 +224,7 @@ class Reconciler:
             tg.create_task(self.beacons.run())
             tg.create_task(self.evidence.run())
             tg.create_task(self.rosters.run())
+            tg.create_task(self.csrs.run())
             tg.create_task(self.queue.serve(workers=self.workers, handle=self._handle))
 
     async def _call(self, call: Awaitable[_T]) -> _T:
@@ -258,6 +266,11 @@ class Reconciler:
         self._labels[name] = dict(node.metadata.labels or {})
         self._cover_in_evidence(name)
         self.queue.add(name)
+
+    def pool_of(self, name: str) -> str | None:
+        """The pool (label ``edgewatch.io/pool``) of a covered node, or None: whose CA signs its certificate."""
+        labels = self._labels.get(name)
+        return (labels.get(POOL_LABEL) or None) if labels is not None and self.coverage.covers(labels) else None
 
     def _cover_in_evidence(self, name: str) -> None:
         """Tell the verified view whether ``name`` is a covered node, and its labels (its group)."""

@@ -16,15 +16,23 @@ from __future__ import annotations
 import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.core.exceptions import ConfigError
+from lightkube.models.certificates_v1 import CertificateSigningRequestCondition
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.certificates_v1 import (
+    CertificateSigningRequest,
+    CertificateSigningRequestApproval,
+    CertificateSigningRequestStatus,
+)
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret
 from lightkube.types import PatchType
 
 __all__ = [
-    "ApiError", "AsyncClient", "ConfigError", "ConfigMap", "Event", "HttpClient", "HttpError", "HttpTimeout",
-    "HttpTimeoutError", "Lease", "LeaseSpec", "Node", "ObjectMeta", "PatchType", "Pod", "Secret",
+    "ApiError", "AsyncClient", "CertificateSigningRequest", "CertificateSigningRequestApproval",
+    "CertificateSigningRequestCondition", "CertificateSigningRequestStatus", "ConfigError", "ConfigMap", "Event",
+    "HttpClient", "HttpError", "HttpTimeout", "HttpTimeoutError", "Lease", "LeaseSpec", "Node", "ObjectMeta",
+    "PatchType", "Pod", "Secret",
 ]
 
 HttpClient = httpx2.AsyncClient

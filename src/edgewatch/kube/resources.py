@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ApiResource", "CONFIGMAPS", "LEASES", "NODES", "PODS"]
+__all__ = ["ApiResource", "CERTIFICATE_SIGNING_REQUESTS", "CONFIGMAPS", "LEASES", "NODES", "PODS"]
 
 
 @dataclass(frozen=True, order=True)
@@ -61,3 +61,5 @@ NODES: Final = ApiResource("", "v1", "nodes", "Node")
 CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap")
 PODS: Final = ApiResource("", "v1", "pods", "Pod")
 LEASES: Final = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
+CERTIFICATE_SIGNING_REQUESTS: Final = ApiResource("certificates.k8s.io", "v1", "certificatesigningrequests",
+                                                  "CertificateSigningRequest")
