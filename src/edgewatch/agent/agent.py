@@ -70,7 +70,7 @@ from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinating import CoordinatorRunner, Target
 from edgewatch.agent.coordinator import PoolCoordinator
-from edgewatch.agent.coordinator.waits import stop_task
+from edgewatch.waits import stop_task
 from edgewatch.agent.exchangeloop import ExchangeLoop
 from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.agent.membership import Membership
@@ -244,7 +244,7 @@ class Agent:
                     # The group cancels every part and waits for it. A part that drops its
                     # cancellation (asyncio.wait_for on Python 3.11 does, when what it waits for
                     # completes as the cancel arrives) would hold the shutdown for ever: name it,
-                    # with its stack, and cancel it again (edgewatch.agent.coordinator.waits).
+                    # with its stack, and cancel it again (edgewatch.waits).
                     stragglers = asyncio.create_task(self._recancel_stragglers(tasks), name="agent-shutdown")
         finally:
             if stragglers is not None:

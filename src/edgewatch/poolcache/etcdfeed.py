@@ -42,6 +42,7 @@ from aetcd import utils as etcd_utils
 from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, Sink
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value
+from edgewatch.waits import bounded
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
                 raise FeedEnded(f"the coordinator's watch of {name} ended")
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(watch.cancel(), 1.0)
+                await bounded(watch.cancel(), 1.0)  # aetcd's cancel can swallow a cancellation
 
 
 async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_timeout_s: float,

@@ -55,6 +55,7 @@ from edgewatch.poolcache.layout import CacheKeys
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backoff_delay
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.poolcache.store import BadRequest, CacheFull, ResourceCache
+from edgewatch.waits import apart, bounded
 
 log = logging.getLogger(__name__)
 
@@ -248,13 +249,16 @@ class NodePoolCache:
         attempt = 0
         while True:
             try:
+                # each run of feeds in a task of its own (edgewatch.waits.apart): on Python 3.11 a
+                # TaskGroup cancelled while a feed fails raises the feed's error and drops the
+                # cancellation, which the handler below would then eat and retry for ever
                 if source is Source.CLOUD:
-                    await self._cloud_feeds()
+                    await apart(self._cloud_feeds(), name=f"poolcache-{source.value}-feeds")
                 else:
                     coordinator = self._coordinator()
                     if coordinator is None:
                         return
-                    await self._coordinator_feeds(coordinator)
+                    await apart(self._coordinator_feeds(coordinator), name=f"poolcache-{source.value}-feeds")
             except Exception as exc:  # noqa: BLE001 - any failure: retry while still the source
                 leaf = exc
                 while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
@@ -291,4 +295,4 @@ class NodePoolCache:
                             resource=n, source="coordinator", reason=reason).inc()))
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(etcd.close(), 2.0)
+                await bounded(etcd.close(), 2.0)

@@ -17,7 +17,7 @@ from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.forwarding import Forwarding
 from edgewatch.agent.coordinator.leaderkey import LeaderKeyWatch
 from edgewatch.agent.coordinator.roles import Role, decide_role
-from edgewatch.agent.coordinator.waits import apart, wait_event
+from edgewatch.waits import apart, wait_event
 
 __all__ = ["Election"]
 

@@ -18,7 +18,7 @@ from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.schema import Heartbeat, HeartbeatRejected, parse_heartbeat
 from edgewatch.agent.coordinator.state import CoordinatorState
-from edgewatch.agent.coordinator.waits import bounded
+from edgewatch.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
 from edgewatch.kube.leases import RenewOutcome, renew_on_behalf
 

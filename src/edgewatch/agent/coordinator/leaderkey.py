@@ -16,7 +16,7 @@ from aetcd import utils as etcd_utils
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.state import CoordinatorState, _LeaderKey
-from edgewatch.agent.coordinator.waits import bounded
+from edgewatch.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
 
 __all__ = ["LeaderKeyWatch"]

@@ -20,7 +20,7 @@ from edgewatch.agent.coordinator.errors import CoordinatorError, classify_error
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
-from edgewatch.agent.coordinator.waits import apart, bounded, stop_task, wait_event
+from edgewatch.waits import apart, bounded, stop_task, wait_event
 
 __all__ = ["Session"]
 

@@ -1,5 +1,5 @@
 """Waits that a cancellation always ends, each bounded: ``wait_event``, ``bounded``, ``apart`` and
-``stop_task``, for the session's loops and for stopping them.
+``stop_task``, for loops that must end when cancelled (the coordinator session, the pool cache feeds, the agent's shutdown).
 
 Why not ``asyncio.wait_for``
     On Python 3.11 ``asyncio.wait_for`` returns the result -- and drops the caller's cancellation
