@@ -93,6 +93,10 @@ def main() -> None:
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Persist the group roster here (survives restarts during a cut). If it cannot be written the "
                    "agent logs it once, counts edgewatch_agent_state_save_failures_total and runs from memory.")
+@click.option("--coordinator-certificate", "coordinator_certificate", is_flag=True, default=False,
+              help="Obtain, store (in --state-dir, key 0600) and rotate this node's client certificate for the pool "
+                   "coordinator from the controller's signer (a CertificateSigningRequest; needs a pod-bound token "
+                   "and RBAC to create and get CSRs). Not used by the coordinator yet.")
 @click.option("--pool-cache-address", default="127.0.0.1", show_default=True,
               help="Where the pool cache's read-only Kubernetes API (EndpointSlices, Services) listens, for this "
                    "node's kube-proxy and CoreDNS.")

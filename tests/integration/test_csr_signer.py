@@ -5,8 +5,8 @@ in-process (the whole Reconciler, which runs the signer) with a token of edgewat
 Requests are made with REAL pod-bound tokens of edgewatch/edgewatch-agent (TokenRequest bound to a
 Pod on node n1, as the kubelet gets for a DaemonSet pod: the apiserver puts the node into the
 token's user extra ``authentication.kubernetes.io/node-name``, and from there into the CSR's
-``spec.extra``), never admin credentials. The agent's shipped RBAC does not yet allow creating
-CSRs (a later slice): a test-only ClusterRole grants create and get, what the agent will need.
+``spec.extra``), never admin credentials; the agent's rights are those shipped
+(deploy/10-rbac-agent.yaml: create and get CSRs).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ pytestmark = pytest.mark.controlplane
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 POOL = "shop-a"
-TEST_ROLE = "edgewatch-test-agent-csr"
 
 
 @dataclass(frozen=True)
@@ -89,14 +88,6 @@ def _setup(cp: ControlPlane, folder: Path) -> tuple[Token, Token, Path]:
             assert time.monotonic() < deadline, f"namespace {ns} still terminating"
             time.sleep(0.5)
     cp.kubectl("apply", "-k", str(DEPLOY))
-    # what the agent will need (not in 10-rbac-agent.yaml yet): create CSRs and read them back
-    cp.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TEST_ROLE},
-         "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"],
-                    "verbs": ["create", "get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": TEST_ROLE},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TEST_ROLE},
-         "subjects": [{"kind": "ServiceAccount", "name": "edgewatch-agent", "namespace": "edgewatch"}]}]}))
     for node in ("n1", "n2"):
         cp.kubectl("apply", "-f", "-", input_text=json.dumps({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {POOL_LABEL: POOL}},
@@ -118,7 +109,6 @@ def _setup(cp: ControlPlane, folder: Path) -> tuple[Token, Token, Path]:
 
 def _teardown(cp: ControlPlane) -> None:
     cp.kubectl("delete", "csr", "-l", "edgewatch-test=csr", "--ignore-not-found")
-    cp.kubectl("delete", "clusterrolebinding,clusterrole", TEST_ROLE, "--ignore-not-found")
     cp.kubectl("delete", "pod", "agent-n1", "-n", "edgewatch", "--force", "--grace-period=0", "--ignore-not-found")
     cp.kubectl("delete", "node", "n1", "n2", "--ignore-not-found")
     cp.kubectl("delete", "-k", str(DEPLOY), "--ignore-not-found", "--wait=true", timeout_s=180)

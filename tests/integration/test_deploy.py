@@ -82,7 +82,16 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("create", "localsubjectaccessreviews.authorization.k8s.io", "default", False),
     ("get", "subjectaccessreviews.authorization.k8s.io", None, False),
     ("list", "tokenreviews.authentication.k8s.io", None, False),
-    ("create", "certificatesigningrequests.certificates.k8s.io", None, False),
+    # its own coordinator client certificate (the controller signs only its own node's, issue 23) ...
+    ("create", "certificatesigningrequests.certificates.k8s.io", None, True),
+    ("get", "certificatesigningrequests.certificates.k8s.io", None, True),
+    # ... and nothing else of certificates
+    ("list", "certificatesigningrequests.certificates.k8s.io", None, False),
+    ("update", "certificatesigningrequests.certificates.k8s.io", None, False),
+    ("delete", "certificatesigningrequests.certificates.k8s.io", None, False),
+    ("update", "certificatesigningrequests.certificates.k8s.io/approval", None, False),
+    ("update", "certificatesigningrequests.certificates.k8s.io/status", None, False),
+    ("sign", "signers.certificates.k8s.io/edgewatch.io/coordinator-client", None, False),
     ("create", "serviceaccounts/token", "kube-system", False),
     ("create", "leases", "kube-node-lease", False),  # never invents a node's Lease
     ("delete", "leases", "kube-node-lease", False),

@@ -41,7 +41,10 @@ The parts, in the order they are built (each reads only parts built before it):
   - *own mark* (``edgewatch.agent.ownmark``): clears a stale delegate mark from our own Lease once
     our link is back;
 - **pool cache** (``edgewatch.agent.cachehost``, with ``pool_cache_port``): the node's pool-scope
-  caches and their local endpoint.
+  caches and their local endpoint;
+- **coordinator certificate** (``edgewatch.agent.certrequester``, with
+  ``coordinator_client_certificate``): this node's client certificate for the pool coordinator,
+  requested from the controller's signer, stored and rotated (not used by the coordinator yet).
 
 Ops endpoints on the peer port (``edgewatch.agent.ops``): ``/healthz`` (the loops run), ``/readyz``
 (the group roster is known and a period has completed), ``/metrics`` (Prometheus). The port's server
@@ -65,6 +68,7 @@ from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.cachehost import PoolCacheHost
 from edgewatch.agent.carrier import HeartbeatCarrier, PeerPathRenewal
+from edgewatch.agent.certrequester import CertificateRequester
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
@@ -174,6 +178,11 @@ class Agent:
                 upstream=Upstream(url=cloud_endpoint[0], ssl=cloud_endpoint[1]) if cloud_endpoint else None,
                 coordinators=self.coordinators, link=self.link,
                 address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
+        self.certificates: CertificateRequester | None = None
+        if config.coordinator_client_certificate and config.state_dir is not None:
+            self.certificates = CertificateRequester(
+                client=client, node=config.node, state_dir=config.state_dir, registry=self.registry,
+                timeout_s=config.api_timeout_s, lifetime_s=config.coordinator_certificate_lifetime_s)
         exported: list[Exported] = [self.metrics] if self.pool_cache is None else [self.metrics, self.pool_cache]
         self.ops = OpsEndpoints(started=self.started, roster=self.membership, exchange=self.peers, exported=exported)
 
@@ -222,6 +231,8 @@ class Agent:
         }
         if self.pool_cache is not None:
             loops["pool-cache"] = self.pool_cache.run()
+        if self.certificates is not None:
+            loops["coordinator-certificate"] = self.certificates.run()
         return loops
 
     async def run(self) -> None:

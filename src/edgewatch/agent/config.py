@@ -61,6 +61,11 @@ class AgentConfig:
         pool_cache_address: where the pool cache's read-only API endpoint listens (default
             127.0.0.1: only this node's own clients, kube-proxy and CoreDNS, read it).
         pool_cache_port: its HTTPS port (default 51007; 0 turns the node side of the cache off).
+        coordinator_client_certificate: obtain, store (in ``state_dir``, which it needs) and rotate this
+            node's client certificate for the pool coordinator from the controller's signer
+            (``edgewatch.agent.certrequester``; default off: the coordinator does not use it yet).
+        coordinator_certificate_lifetime_s: the ``expirationSeconds`` it asks for (600 .. 86400;
+            default 86400, the signer's maximum: renewed after 2/3 of it, 16 h).
         server: bounds of the peer port's server against slow and flooding clients: the read
             deadline of a whole request (default 3 s), the idle time of a keep-alive connection
             (30 s), connections per source (8) and of strangers in all (64); each default and why
@@ -86,6 +91,8 @@ class AgentConfig:
     kubeconfig: str | None = None
     pool_cache_address: str = "127.0.0.1"
     pool_cache_port: int = DEFAULT_POOL_CACHE_PORT
+    coordinator_client_certificate: bool = False
+    coordinator_certificate_lifetime_s: int = 86400
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     votes: VoteConfig = field(default_factory=VoteConfig)
     wire: WireConfig = field(default_factory=WireConfig)
@@ -103,3 +110,7 @@ class AgentConfig:
             raise ValueError("rings must be an int >= 1")
         if self.api_timeout_s <= 0 or self.carry_interval_s <= 0:
             raise ValueError("api_timeout_s and carry_interval_s must be > 0 seconds")
+        if self.coordinator_client_certificate and self.state_dir is None:
+            raise ValueError("the coordinator client certificate needs a state folder (--state-dir)")
+        if not 600 <= self.coordinator_certificate_lifetime_s <= 86400:
+            raise ValueError("coordinator_certificate_lifetime_s must be 600 .. 86400 seconds")

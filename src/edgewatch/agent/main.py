@@ -63,7 +63,7 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
               cloud_up_after: int = 2, pool_cache_address: str = "127.0.0.1",
               pool_cache_port: int = DEFAULT_POOL_CACHE_PORT, peer_request_timeout: float = 3.0,
               peer_idle_timeout: float = 30.0, peer_max_connections_per_source: int = 8,
-              peer_max_stranger_connections: int = 64) -> int:
+              peer_max_stranger_connections: int = 64, coordinator_certificate: bool = False) -> int:
     """Run the agent; returns the exit code (2 for invalid settings)."""
     configure_logging(level=log_level, json_logs=log_format == "json")
     tls_files = (coordinator_ca, coordinator_cert, coordinator_key)
@@ -81,7 +81,7 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
                              cloud_link=CloudLinkConfig(interval_s=cloud_interval, timeout_s=cloud_timeout,
                                                         down_after=cloud_down_after, up_after=cloud_up_after),
                              coordinator_tls=tls, pool_cache_address=pool_cache_address,
-                             pool_cache_port=pool_cache_port,
+                             pool_cache_port=pool_cache_port, coordinator_client_certificate=coordinator_certificate,
                              server=PeerServerConfig(request_timeout_s=peer_request_timeout,
                                                      idle_timeout_s=peer_idle_timeout,
                                                      max_connections_per_source=peer_max_connections_per_source,

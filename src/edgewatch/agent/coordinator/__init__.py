@@ -87,11 +87,11 @@ that stops answering without closing the connection is noticed within ``health_i
 ``rpc_timeout_s`` (5 s) by the health probe; a killed one at once (the watch stream breaks).
 
 Stopping: cancelling ``run()`` or ``close()`` ends the session within about ``rpc_timeout_s``, the
-coordinator reachable or not: every wait in it ends on cancellation (``waits``: not
+coordinator reachable or not: every wait in it ends on cancellation (``edgewatch.waits``: not
 ``asyncio.wait_for``, which on Python 3.11 drops a cancellation that arrives as what it waits for
 completes) and its clean-up is bounded (closing the client at most 2 s); ``close(graceful=True)``
 adds one revoke under ``rpc_timeout_s``. A task that still does not end is cancelled again, and
-given up on after ``waits.STOP_GIVE_UP_S``.
+given up on after ``edgewatch.waits.STOP_GIVE_UP_S``.
 
 Errors
 ------
@@ -132,8 +132,6 @@ and ``Forwarding``, all of them on ``CoordinatorState``)::
     schema        Heartbeat and its validation on read (parse_heartbeat, HeartbeatRejected)
     etcd          aetcd's client with TLS credentials (_EtcdClient) and the gRPC channel options
     metrics       the edgewatch_coordinator_* metrics
-    waits         waits a cancellation always ends (not asyncio.wait_for: on 3.11 it can drop one),
-                  running a block apart from the caller's cancellation, stopping a task (bounded)
     pool          PoolCoordinator, composed of:
       session     run/close, the session and its reconnects, the own cloud link, heartbeat puts
       election    campaign, lead (keep-alive, forwarding, pool-cache informer), step down
