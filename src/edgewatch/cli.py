@@ -96,7 +96,8 @@ def main() -> None:
 @click.option("--coordinator-certificate", "coordinator_certificate", is_flag=True, default=False,
               help="Obtain, store (in --state-dir, key 0600) and rotate this node's client certificate for the pool "
                    "coordinator from the controller's signer (a CertificateSigningRequest; needs a pod-bound token "
-                   "and RBAC to create and get CSRs). Not used by the coordinator yet.")
+                   "and RBAC to create and get CSRs); the pool coordinator then connects with it, trusting only "
+                   "the pool CA.")
 @click.option("--pool-cache-address", default="127.0.0.1", show_default=True,
               help="Where the pool cache's read-only Kubernetes API (EndpointSlices, Services) listens, for this "
                    "node's kube-proxy and CoreDNS.")

@@ -44,7 +44,8 @@ The parts, in the order they are built (each reads only parts built before it):
   caches and their local endpoint;
 - **coordinator certificate** (``edgewatch.agent.certrequester``, with
   ``coordinator_client_certificate``): this node's client certificate for the pool coordinator,
-  requested from the controller's signer, stored and rotated (not used by the coordinator yet).
+  requested from the controller's signer, stored and rotated; the coordinator runner is told of every
+  new one and its sessions authenticate with it (``edgewatch.agent.coordinating``).
 
 Ops endpoints on the peer port (``edgewatch.agent.ops``): ``/healthz`` (the loops run), ``/readyz``
 (the group roster is known and a period has completed), ``/metrics`` (Prometheus). The port's server
@@ -69,6 +70,7 @@ from prometheus_client import CollectorRegistry
 from edgewatch.agent.cachehost import PoolCacheHost
 from edgewatch.agent.carrier import HeartbeatCarrier, PeerPathRenewal
 from edgewatch.agent.certrequester import CertificateRequester
+from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
@@ -153,7 +155,9 @@ class Agent:
         self.coordinators = CoordinatorRunner(
             node=config.node, url=config.coordinator_url, pool=config.pool, tls=config.coordinator_tls, kube=client,
             registry=self.registry, link=self.link, verdicts=self.peers, settings=self.membership,
-            clock=self.cloud_clock)
+            clock=self.cloud_clock, namespace=config.namespace, api_timeout_s=config.api_timeout_s,
+            node_certificate=(CertificateFiles.under(config.state_dir)
+                              if config.coordinator_client_certificate and config.state_dir is not None else None))
         self.exchange = ExchangeLoop(
             node=config.node, listen_address=config.listen_address, kubelet_healthz_url=config.kubelet_healthz_url,
             period_s=config.votes.exchange_period_s, peers=self.peers, roster=self.membership, link=self.link,
@@ -182,7 +186,8 @@ class Agent:
         if config.coordinator_client_certificate and config.state_dir is not None:
             self.certificates = CertificateRequester(
                 client=client, node=config.node, state_dir=config.state_dir, registry=self.registry,
-                timeout_s=config.api_timeout_s, lifetime_s=config.coordinator_certificate_lifetime_s)
+                timeout_s=config.api_timeout_s, lifetime_s=config.coordinator_certificate_lifetime_s,
+                listeners=(self.coordinators,))
         exported: list[Exported] = [self.metrics] if self.pool_cache is None else [self.metrics, self.pool_cache]
         self.ops = OpsEndpoints(started=self.started, roster=self.membership, exchange=self.peers, exported=exported)
 

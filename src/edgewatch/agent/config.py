@@ -63,7 +63,8 @@ class AgentConfig:
         pool_cache_port: its HTTPS port (default 51007; 0 turns the node side of the cache off).
         coordinator_client_certificate: obtain, store (in ``state_dir``, which it needs) and rotate this
             node's client certificate for the pool coordinator from the controller's signer
-            (``edgewatch.agent.certrequester``; default off: the coordinator does not use it yet).
+            (``edgewatch.agent.certrequester``; default off). When on, the pool coordinator connects
+            with it, trusting only the pool CA (``edgewatch.agent.coordinating``).
         coordinator_certificate_lifetime_s: the ``expirationSeconds`` it asks for (600 .. 86400;
             default 86400, the signer's maximum: renewed after 2/3 of it, 16 h).
         server: bounds of the peer port's server against slow and flooding clients: the read

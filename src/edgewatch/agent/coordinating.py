@@ -14,8 +14,29 @@ What it is for
     (:meth:`current_coordinator`), and the cloud-link monitor tells it when the link flips
     (:meth:`cloud_link_changed`, passed on at once: the coordinator no longer polls the link).
 
+This node's own certificate (``--coordinator-certificate``, issue 23)
+    With ``node_certificate`` (the files ``edgewatch.agent.certrequester`` keeps in the state
+    folder), the coordinator's client TLS is :class:`~edgewatch.agent.coordinator.NodeCertificateTLS`:
+    this node's key and certificate, and as the only trust root its pool's CA certificate, read
+    through the agent's API client from the ConfigMap ``names.pool_ca_name(pool)`` (key
+    ``ca.crt``, in ``namespace``; agents may read every ConfigMap there) when a coordinator is
+    started for a target, and checked (:func:`~edgewatch.agent.coordinator.check_pool_ca`). Never the
+    system roots, never ``tls`` (an operator's ``CoordinatorTLS`` is ignored, with a warning).
+    No coordinator is started before the requester has told us of a certificate
+    (:meth:`CoordinatorRunner.certificate_changed`: a valid stored one at start, or a new one) and
+    the pool CA has been read; meanwhile :meth:`current_coordinator` is None, so the peer path
+    carries heartbeats exactly as with no coordinator. A missing or bad pool CA is retried every
+    ``ca_retry_s`` (10 s), logged once per distinct reason.
+
+    Rotation: the requester writes the new key and certificate over the same paths, and the
+    coordinator reads them at every new etcd client (each session, each pool-cache client), so the
+    next connection presents the new certificate without a restart. A connection already open keeps
+    the certificate it was opened with until it ends (etcd checks a client certificate at the TLS
+    handshake only). The pool CA is read again only when a coordinator is started (a new target).
+
 What it is handed
-    The settings (this node, ``--coordinator``, ``--pool``, TLS), the API client, the agent's
+    The settings (this node, ``--coordinator``, ``--pool``, TLS, this node's certificate files and
+    the namespace of the pool CA ConfigMap), the API client, the agent's
     registry, this node's cloud link (:class:`edgewatch.agent.ports.CloudLinkView`), the local
     verdicts (:class:`Verdicts`: the peer exchange), what the ConfigMap and the own Node say
     (:class:`PoolSettings`: the membership) and the controller's clock carried renewTimes are
@@ -40,18 +61,27 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, PoolCoordinator
+from edgewatch.agent.certstore import CertificateFiles
+from edgewatch.agent.coordinator import (
+    CoordinatorError,
+    CoordinatorTLS,
+    NodeCertificateTLS,
+    PoolCoordinator,
+    check_pool_ca,
+)
+from edgewatch.agent.coordinator.config import ClientTLS
 from edgewatch.agent.membership import NodeInfo
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.poolconfig import PoolCoordinators
 from edgewatch.core.types import NodeName
-from edgewatch.kube.api import AsyncClient
-from edgewatch.names import POOL_LABEL
+from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap
+from edgewatch.kube.errors import API_ERRORS, status_code
+from edgewatch.names import POOL_CA_CONFIGMAP_KEY, POOL_LABEL, pool_ca_name
 from edgewatch.poolcache.resources import PoolResource
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ControllerClock", "CoordinatorRunner", "PoolSettings", "Target", "Verdicts"]
+__all__ = ["ControllerClock", "CoordinatorRunner", "PoolSettings", "Target", "Verdicts", "node_tls"]
 
 Target = tuple[str, str, tuple[PoolResource, ...]]
 """A coordinator target: (etcd URL, pool, the pool-scope resources its leader caches)."""
@@ -95,6 +125,21 @@ class ControllerClock(Protocol):
         ...
 
 
+def node_tls(files: CertificateFiles, pool_ca_pem: bytes | str | None) -> NodeCertificateTLS:
+    """The coordinator's client TLS from this node's certificate files and its pool's CA certificate
+    (the ConfigMap's ``ca.crt``), the only trust root.
+
+    Raises:
+        CoordinatorError: (reason ``tls``) the pool CA is missing or not one CA certificate.
+    """
+    return NodeCertificateTLS(ca_pem=check_pool_ca(pool_ca_pem), cert_file=files.cert_file,
+                              key_file=files.key_file)
+
+
+_WAIT = object()
+"""``_tls_for``: not ready to start a coordinator yet (no certificate, or no pool CA)."""
+
+
 class CoordinatorRunner:
     """Keeps the pool coordinator running for the current target (see the module docstring).
 
@@ -109,15 +154,31 @@ class CoordinatorRunner:
         verdicts: the local verdicts (the leader never vouches for an ``unhealthy`` node).
         settings: the ConfigMap's pool settings and the own Node (:class:`PoolSettings`).
         clock: the controller's clock, in which carried renewTimes are written.
+        node_certificate: this node's coordinator client certificate files
+            (``--coordinator-certificate``), or None: then ``tls`` (module docstring).
+        namespace: where the pool CA ConfigMaps live (the edgewatch namespace).
+        api_timeout_s: bound of the pool CA read.
+        ca_retry_s: after a failed pool CA read, the next one is this much later.
     """
 
     def __init__(self, *, node: NodeName, url: str | None, pool: str | None, tls: CoordinatorTLS | None,
                  kube: AsyncClient, registry: CollectorRegistry, link: CloudLinkView, verdicts: Verdicts,
-                 settings: PoolSettings, clock: ControllerClock) -> None:
+                 settings: PoolSettings, clock: ControllerClock, node_certificate: CertificateFiles | None = None,
+                 namespace: str = "edgewatch", api_timeout_s: float = 10.0, ca_retry_s: float = 10.0) -> None:
         self.node = node
         self.url = url
         self.pool = pool
         self.tls = tls
+        self.node_certificate = node_certificate
+        self.namespace = namespace
+        self.api_timeout_s = api_timeout_s
+        self.ca_retry_s = ca_retry_s
+        self._certificate_ready = False
+        self._ca_retry_at = 0.0
+        self._waiting_for: str | None = None  # what the last "waiting" log line said (logged once each)
+        if node_certificate is not None and tls is not None:
+            log.warning("--coordinator-certificate is on: the coordinator uses this node's own certificate and "
+                        "the pool CA; the configured coordinator TLS files are ignored")
         self._kube = kube
         self._registry = registry
         self._link = link
@@ -150,6 +211,18 @@ class CoordinatorRunner:
         re-reads the link at once."""
         if self.current is not None:
             self.current.cloud_link_changed()
+
+    def certificate_changed(self, files: CertificateFiles) -> None:
+        """The certificate requester's notice (a ``CertificateListener``): a certificate exists at
+        ``files`` (stored and valid at start, or newly issued). The first one lets a coordinator
+        start; a later one (a rotation) is read by the next etcd client the coordinator opens."""
+        if self.node_certificate is None:
+            return
+        self.node_certificate = files
+        first = not self._certificate_ready
+        self._certificate_ready = True
+        log.info("coordinator client certificate %s", "available" if first else
+                 "rotated: the next coordinator connection uses it", extra={"node": self.node})
 
     # -- the target ------------------------------------------------------------------------------------
 
@@ -198,7 +271,8 @@ class CoordinatorRunner:
                     if want != self.target and (want is None or want != refused):
                         await self._stop()
                         refused = None
-                        if want is not None and not self._start(tg, want):
+                        tls = await self._tls_for(want[1]) if want is not None else None
+                        if want is not None and tls is not _WAIT and not self._start(tg, want, tls):  # type: ignore[arg-type]
                             refused = want  # logged once; tried again only if the target changes
                     settings = self._settings
                     if want is None and not self.url and settings.config_synced.is_set() \
@@ -212,12 +286,52 @@ class CoordinatorRunner:
             finally:
                 await self._stop()
 
-    def _start(self, tg: asyncio.TaskGroup, target: Target) -> bool:
+    async def _tls_for(self, pool: str) -> ClientTLS | None | object:
+        """The client TLS a coordinator for ``pool`` is started with, or ``_WAIT``: this node's
+        certificate is not there yet, or the pool CA could not be read (retried after
+        ``ca_retry_s``). Without ``node_certificate``: ``tls`` as given."""
+        files = self.node_certificate
+        if files is None:
+            return self.tls
+        if not self._certificate_ready:
+            self._waiting("waiting for this node's coordinator client certificate before joining pool "
+                          f"{pool}; the peer path carries heartbeats meanwhile")
+            return _WAIT
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._ca_retry_at:
+            return _WAIT
+        name = pool_ca_name(pool)
+        try:
+            async with asyncio.timeout(self.api_timeout_s):
+                cm = await self._kube.get(ConfigMap, name, namespace=self.namespace)
+            tls = node_tls(files, (cm.data or {}).get(POOL_CA_CONFIGMAP_KEY))
+        except CoordinatorError as exc:
+            why = f"pool CA ConfigMap {self.namespace}/{name} unusable: {exc}"
+        except ApiError as exc:
+            why = (f"pool CA ConfigMap {self.namespace}/{name} not found (the controller makes it when it first "
+                   f"signs for the pool)" if status_code(exc) == 404 else
+                   f"cannot read the pool CA ConfigMap {self.namespace}/{name}: {exc}")
+        except API_ERRORS as exc:
+            why = f"cannot read the pool CA ConfigMap {self.namespace}/{name}: {type(exc).__name__}: {exc}"
+        else:
+            self._waiting_for = None
+            return tls
+        self._ca_retry_at = loop.time() + self.ca_retry_s
+        self._waiting(f"not joining pool {pool} yet: {why}; retrying every {self.ca_retry_s:.0f} s, the peer "
+                      f"path carries heartbeats meanwhile", warning=True)
+        return _WAIT
+
+    def _waiting(self, message: str, *, warning: bool = False) -> None:
+        if message != self._waiting_for:
+            self._waiting_for = message
+            log.log(logging.WARNING if warning else logging.INFO, message, extra={"node": self.node})
+
+    def _start(self, tg: asyncio.TaskGroup, target: Target, tls: ClientTLS | None) -> bool:
         url, pool, cached = target
         try:
             coordinator = PoolCoordinator(url=url, pool=pool, node=self.node, kube=self._kube,
                                           cloud_ok=self._cloud_ok, verdict_of=self._verdicts.verdict_of,
-                                          tls=self.tls, registry=self._session_registry(),
+                                          tls=tls, registry=self._session_registry(),
                                           pool_resources=cached, wall=self._clock.now)
         except CoordinatorError as exc:
             log.error("not joining pool %s through %s: %s", pool, url, exc,

@@ -30,6 +30,10 @@ metrics listener ``http://<address>:<metrics_port>/health``.
 TLS (what a production pool coordinator should run): pass ``tls=EtcdServerTLS(...)``; clients must
 then present a certificate signed by ``trusted_ca_file`` (``--client-cert-auth``). The health probe
 stays on the separate plain-HTTP metrics port, which serves only /health and /metrics.
+``EtcdServerTLS.signed_by_ca(folder, ca_cert_pem=..., ca_key_pem=...)`` makes the set a node pool's
+coordinator runs with (issue 23): a serving certificate signed by the pool's CA (the controller's
+``poolca``; SANs ``localhost`` and the addresses given), and the same CA as the one trusted for
+client certificates, with ``--client-cert-auth``.
 
 Limits: one member, no peer TLS, no auth users/roles; ``--unsafe-no-fsync`` by default (a process
 crash keeps the data because the page cache survives it, a machine crash would not); ports are
@@ -39,6 +43,8 @@ picked free at construction and may, rarely, be taken by another process before 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import ipaddress
 import logging
 import os
 import shutil
@@ -51,6 +57,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from edgewatch_lab.testing.controlplane import free_port, log_tail
 
@@ -78,6 +89,43 @@ class EtcdServerTLS:
     key_file: Path
     trusted_ca_file: Path
     client_cert_auth: bool = True
+
+    @classmethod
+    def signed_by_ca(cls, folder: Path, *, ca_cert_pem: bytes, ca_key_pem: bytes,
+                     addresses: tuple[str, ...] = ("127.0.0.1",), dns_names: tuple[str, ...] = ("localhost",),
+                     lifetime: dt.timedelta = dt.timedelta(days=1)) -> "EtcdServerTLS":
+        """A serving certificate signed by the given CA (e.g. a pool CA: ``poolca.make_ca``), that CA
+        as the trusted client CA, and ``--client-cert-auth``: only clients with a certificate from
+        this CA are let in. Writes ``etcd-server.crt``/``.key`` (0600) and ``etcd-trusted-ca.crt``
+        into ``folder``.
+
+        Raises:
+            ValueError: the CA PEMs do not parse.
+        """
+        ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+        ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.timezone.utc)
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgewatch pool coordinator")]))
+                .issuer_name(ca_cert.subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + lifetime)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+        folder.mkdir(parents=True, exist_ok=True)
+        tls = cls(cert_file=folder / "etcd-server.crt", key_file=folder / "etcd-server.key",
+                  trusted_ca_file=folder / "etcd-trusted-ca.crt")
+        tls.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        tls.key_file.touch(mode=0o600)
+        tls.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
+        tls.trusted_ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        return tls
 
 
 class EtcdServer:

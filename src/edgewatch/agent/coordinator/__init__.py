@@ -107,7 +107,9 @@ Start etcd with ``--cert-file``/``--key-file`` (serving certificate whose SANs c
 agents dial), ``--trusted-ca-file`` (the CA that signs agent certificates) and
 ``--client-cert-auth=true``; give each agent ``https://<host>:<port>`` and
 ``CoordinatorTLS(ca_file=..., cert_file=..., key_file=...)`` with a certificate of its own
-(CN = node name), not one shared admin certificate. With etcd auth enabled, etcd maps the CN to an
+(CN = node name), not one shared admin certificate. With ``--coordinator-certificate`` the agent
+does this itself (``NodeCertificateTLS``: the certificate the controller signed for this node, the
+pool CA from its ConfigMap as the only root; ``edgewatch.agent.coordinating``). With etcd auth enabled, etcd maps the CN to an
 etcd user: grant each node's user write access to ``heartbeats/<node>`` and ``leader*`` of its pool
 and read access to the pool prefix only. The files are read at every (re)connect, so rotated
 certificates are picked up without a restart.
@@ -125,7 +127,8 @@ One concept each. ``PoolCoordinator`` (``pool``) is composed of the parts indent
 class building on the ones it calls (``Session`` on ``Election``, ``Election`` on ``LeaderKeyWatch``
 and ``Forwarding``, all of them on ``CoordinatorState``)::
 
-    config        CoordinatorConfig (timings, limits), CoordinatorTLS, parse_coordinator_url, KEY_ROOT
+    config        CoordinatorConfig (timings, limits), CoordinatorTLS, NodeCertificateTLS, check_pool_ca,
+                  parse_coordinator_url, KEY_ROOT
     errors        CoordinatorError and classify_error (the reasons under "Errors")
     roles         Role, RoleDecision, decide_role: the pure state machine
     backoff       next_backoff (reconnects, failed forwards)
@@ -149,6 +152,8 @@ from edgewatch.agent.coordinator.config import (
     CoordinatorConfig,
     CoordinatorEndpoint,
     CoordinatorTLS,
+    NodeCertificateTLS,
+    check_pool_ca,
     parse_coordinator_url,
 )
 from edgewatch.agent.coordinator.errors import CoordinatorError, classify_error
@@ -159,7 +164,8 @@ from edgewatch.agent.coordinator.schema import Heartbeat, HeartbeatRejected, par
 
 __all__ = [
     "CoordinatorConfig", "CoordinatorEndpoint", "CoordinatorError", "CoordinatorTLS", "Heartbeat",
-    "HeartbeatRejected", "PoolCoordinator", "Role", "RoleDecision", "classify_error", "decide_role",
+    "HeartbeatRejected", "NodeCertificateTLS", "PoolCoordinator", "Role", "RoleDecision", "check_pool_ca",
+    "classify_error", "decide_role",
     "next_backoff", "parse_coordinator_url", "parse_heartbeat",
     "DEFAULT_ETCD_PORT", "KEY_ROOT",
     "_EtcdClient",  # the integration tests' raw etcd client

@@ -1,5 +1,6 @@
 """Configuration of the pool coordinator: its timings and limits (``CoordinatorConfig``), client
-TLS (``CoordinatorTLS``), the pool etcd's URL (``parse_coordinator_url``, ``CoordinatorEndpoint``)
+TLS (``CoordinatorTLS``: files given by the operator; ``NodeCertificateTLS``: this node's own
+certificate and its pool's CA, issue 23; ``check_pool_ca``), the pool etcd's URL (``parse_coordinator_url``, ``CoordinatorEndpoint``)
 and the key root every pool's keys live under (``KEY_ROOT``)."""
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from edgewatch.agent.coordinator.errors import CoordinatorError
 
-__all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "CoordinatorConfig", "CoordinatorEndpoint", "CoordinatorTLS",
-           "parse_coordinator_url"]
+__all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "ClientTLS", "CoordinatorConfig",
+           "CoordinatorEndpoint", "CoordinatorTLS", "NodeCertificateTLS", "check_pool_ca", "parse_coordinator_url"]
 
 
 KEY_ROOT = "/edgewatch/pools/"
@@ -128,6 +131,82 @@ class CoordinatorTLS:
             )
         except OSError as exc:
             raise CoordinatorError("tls", f"cannot read coordinator TLS file: {exc}") from exc
+
+
+MAX_CA_PEM_BYTES = 16 * 1024
+"""A pool CA certificate read from the cloud larger than this is refused (one P-256 CA is ~700 B)."""
+
+
+def check_pool_ca(pem: bytes | str | None) -> bytes:
+    """The pool CA certificate (``ca.crt`` of the pool CA ConfigMap) as the coordinator's only trust
+    root: exactly one PEM certificate, at most :data:`MAX_CA_PEM_BYTES`, a CA (BasicConstraints
+    ``ca=True``). Returns it re-encoded (PEM), so nothing but that one certificate is trusted.
+
+    Raises:
+        CoordinatorError: (reason ``tls``) missing, too large, not one certificate, or not a CA.
+    """
+    if pem is None or not pem:
+        raise CoordinatorError("tls", "the pool CA certificate is missing (ConfigMap key ca.crt)")
+    data = pem.encode() if isinstance(pem, str) else bytes(pem)
+    if len(data) > MAX_CA_PEM_BYTES:
+        raise CoordinatorError("tls", f"the pool CA certificate is {len(data)} bytes (at most {MAX_CA_PEM_BYTES})")
+    if data.count(b"-----BEGIN") != 1:
+        raise CoordinatorError("tls", "the pool CA must be exactly one PEM certificate")
+    try:
+        cert = x509.load_pem_x509_certificate(data)
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        raise CoordinatorError("tls", "the pool CA certificate has no BasicConstraints") from None
+    except ValueError as exc:
+        raise CoordinatorError("tls", f"the pool CA certificate does not parse: {exc}") from None
+    if not constraints.ca:
+        raise CoordinatorError("tls", "the pool CA certificate is not a CA certificate")
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@dataclass(frozen=True)
+class NodeCertificateTLS:
+    """Client TLS from this node's own coordinator client certificate (``--coordinator-certificate``,
+    issue 23): the key and certificate files the agent's certificate requester keeps in its state
+    folder (``edgewatch.agent.certstore``), and, as the one trust root, the pool CA certificate
+    (``ca_pem``, checked by :func:`check_pool_ca`; never the system roots).
+
+    The key and certificate are read at every new client (every session and every pool-cache
+    client), so a rotated pair (written over the same paths) is used by the next connection without
+    restarting anything; a connection already open keeps the certificate it was opened with.
+    """
+
+    ca_pem: bytes
+    cert_file: Path
+    key_file: Path
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials: the stored key and certificate, the pool CA as root.
+
+        Raises:
+            CoordinatorError: (reason ``tls``) a file cannot be read or does not parse, or the key
+                does not match the certificate (a rotation caught between its two renames: the
+                next attempt reads the finished pair).
+        """
+        try:
+            key_pem = Path(self.key_file).read_bytes()
+            cert_pem = Path(self.cert_file).read_bytes()
+        except OSError as exc:
+            raise CoordinatorError("tls", f"cannot read this node's coordinator client certificate: {exc}") from exc
+        try:
+            key = serialization.load_pem_private_key(key_pem, password=None)
+            cert = x509.load_pem_x509_certificate(cert_pem)
+        except (ValueError, TypeError) as exc:
+            raise CoordinatorError("tls", f"this node's coordinator client certificate does not parse: {exc}") from None
+        if cert.public_key() != key.public_key():
+            raise CoordinatorError("tls", "this node's coordinator client key and certificate do not match "
+                                          "(being rotated?); retrying")
+        return grpc.ssl_channel_credentials(root_certificates=self.ca_pem, private_key=key_pem,
+                                            certificate_chain=cert_pem)
+
+
+ClientTLS = CoordinatorTLS | NodeCertificateTLS
+"""What a coordinator's client TLS can be: anything with ``credentials()``, read at every new client."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from edgewatch.agent.coordinator.config import KEY_ROOT, CoordinatorConfig, CoordinatorTLS, parse_coordinator_url
+from edgewatch.agent.coordinator.config import KEY_ROOT, ClientTLS, CoordinatorConfig, parse_coordinator_url
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.metrics import _Metrics
 from edgewatch.agent.coordinator.roles import Role
@@ -54,7 +54,7 @@ class CoordinatorState:
         cloud_ok: Callable[[], bool],
         verdict_of: Callable[[str], str],
         config: CoordinatorConfig | None = None,
-        tls: CoordinatorTLS | None = None,
+        tls: ClientTLS | None = None,
         registry: CollectorRegistry | None = None,
         pool_resources: tuple[PoolResource, ...] = (),
         cache_config: CacheLeaderConfig | None = None,
@@ -67,7 +67,7 @@ class CoordinatorState:
         if not is_dns1123_subdomain(node):
             raise CoordinatorError("config", f"node name {node!r} is not a DNS-1123 subdomain")
         if tls is not None and self.endpoint.scheme != "https":
-            raise CoordinatorError("config", f"CoordinatorTLS given but the coordinator URL {url!r} is not https://")
+            raise CoordinatorError("config", f"client TLS given but the coordinator URL {url!r} is not https://")
         self.pool = pool
         self.node = node
         self.kube = kube
