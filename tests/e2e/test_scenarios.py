@@ -11,6 +11,10 @@ The stock-Kubernetes sides of cut-and-kill, mixed-cluster and pool-cache (their 
 expectations) run in `make demo` and `edgewatch playground compare`, not here: they add ten
 minutes and test Kubernetes, not us (that a stock kube-proxy cut off from the cloud misses
 changes, that a stock cluster evicts a cut-off pool).
+
+One scenario, node-failure (``HELM_SCENARIO``), installs edgewatch through the Helm chart
+(charts/edgewatch, ``--install helm``) instead of the kustomize base, so both ways are covered
+without another run; its run asserts the release was deployed and its record Secret exists.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ AGENT_SA = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
+
+#: The scenario whose edgewatch run installs through the chart (a short one); the others use deploy/.
+HELM_SCENARIO = "node-failure"
 
 def _expected_cost_s(name: str) -> float:
     """A rough wall time of one run (seconds): its timeline, plus real nodes' start and big pools.
@@ -52,12 +59,19 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
     scenario = load_scenario(name)
     assert scenario.expectations_for(baseline=baseline), f"{name} has no expectations to check"
     out = io.StringIO()
-    result = run_scenario(scenario, baseline=baseline, console=Console(file=out, width=120), live=False)
+    method = "helm" if name == HELM_SCENARIO and not baseline else "kustomize"
+    result = run_scenario(scenario, baseline=baseline, console=Console(file=out, width=120), live=False,
+                          install_method=method)
     summary = result.report["summary"]
-    print(f"\n{name} ({'stock Kubernetes' if baseline else 'edgewatch'}): {summary}")
+    print(f"\n{name} ({'stock Kubernetes' if baseline else 'edgewatch'}, install {result.install}): {summary}")
     failed = [f"{e.description}: {e.detail}" for e in result.expectations if not e.passed]
     assert not failed, f"{name}: " + "; ".join(failed) + f" (logs: {result.logs[:1]})"
     if not baseline:
+        assert result.install["method"] == method, f"{name}: installed {result.install}, not with {method}"
+        if method == "helm":
+            assert result.install["status"] == "deployed" and result.install["revision"] == 1, result.install
+            assert result.install["chart"].startswith("edgewatch-"), result.install
+            assert result.install["secret"] == "secret/sh.helm.release.v1.edgewatch.v1", result.install
         ids = result.report["identities"]
         users = {(i["component"], i["username"]) for i in ids}
         assert users == {("agent", AGENT_SA), ("controller", CONTROLLER_SA)}, f"{name}: identities {ids}"

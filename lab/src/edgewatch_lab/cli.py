@@ -51,15 +51,19 @@ def playground_list() -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw the timeline (.svg or .png).")
 @click.option("--live/--no-live", default=True, show_default=True, help="Live table while it runs.")
 @click.option("--keep-logs", is_flag=True, help="Keep the run's logs even when every expectation held.")
+@click.option("--install", "install_method", type=click.Choice(["kustomize", "helm"]), default="kustomize",
+              show_default=True, help="Install edgewatch from deploy/ (kustomize overlay, kubectl apply) "
+              "or from charts/edgewatch (helm install with the same settings as values).")
 def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-                   keep_logs: bool) -> None:
+                   keep_logs: bool, install_method: str) -> None:
     """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
 
     Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
     """
     from edgewatch_lab.playground.cli import run_one
 
-    sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs))
+    sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs,
+                     install_method=install_method))
 
 
 @playground.command("compare")
@@ -68,11 +72,13 @@ def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Pat
               show_default=True, help="Where to write both JSON reports.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw both timelines (.svg/.png).")
 @click.option("--live/--no-live", default=True, show_default=True)
-def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool) -> None:
+@click.option("--install", "install_method", type=click.Choice(["kustomize", "helm"]), default="kustomize",
+              show_default=True, help="Install edgewatch from deploy/ (kustomize) or charts/edgewatch (helm).")
+def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool, install_method: str) -> None:
     """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
     from edgewatch_lab.playground.cli import compare
 
-    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live))
+    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live, install_method=install_method))
 
 
 @playground.command("up")

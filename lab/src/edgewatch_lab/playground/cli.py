@@ -57,9 +57,19 @@ def _write_plot(reports: list[dict], plot: Path) -> None:  # type: ignore[type-a
     plot_runs(reports, plot)
 
 
+def _install_line(result: RunResult) -> str:
+    """How edgewatch was installed, for the console ("" for a baseline run)."""
+    done = result.install
+    if done.get("method") == "helm":
+        return (f"installed with helm: release {done['release']} ({done['chart']}, revision {done['revision']}, "
+                f"{done['status']}) in namespace {done['namespace']}")
+    return f"installed with {done['method']}" if done else ""
+
+
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-            keep_logs: bool) -> int:
-    """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario."""
+            keep_logs: bool, install_method: str = "kustomize") -> int:
+    """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario.
+    ``install_method``: how edgewatch is installed (``install.METHODS``)."""
     console = Console()
     try:
         scenario = load_scenario(name)
@@ -68,8 +78,10 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
         return 2
     binaries = binaries_with_progress(console)
     result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
-                          binaries=binaries)
+                          binaries=binaries, install_method=install_method)
     label = "stock Kubernetes" if baseline else "edgewatch"
+    if _install_line(result):
+        console.print(_install_line(result))
     console.print(f"[bold]{scenario.name} ({label})[/]: summary {json.dumps(result.report['summary'])}")
     _print_result(console, result, label=label)
     if report is not None:
@@ -80,9 +92,9 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
     return 0 if result.passed else 1
 
 
-def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool) -> int:
-    """``playground compare``: edgewatch then stock Kubernetes, side by side. Exit 1 if an
-    expectation of either run failed."""
+def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, install_method: str = "kustomize") -> int:
+    """``playground compare``: edgewatch (installed the ``install_method`` way) then stock
+    Kubernetes, side by side. Exit 1 if an expectation of either run failed."""
     console = Console()
     try:
         scenario = load_scenario(name)
@@ -95,7 +107,9 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool) -> in
         label = "stock Kubernetes" if baseline else "edgewatch"
         console.rule(f"{scenario.name}: {label}")
         results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live,
-                                         binaries=binaries)
+                                         binaries=binaries, install_method=install_method)
+        if _install_line(results[baseline]):
+            console.print(_install_line(results[baseline]))
         _print_result(console, results[baseline], label=label)
     report_dir.mkdir(parents=True, exist_ok=True)
     for baseline, result in results.items():

@@ -49,7 +49,7 @@ from edgewatch.names import POOL_LABEL
 from edgewatch_lab.playground import install
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.testing import realnode
-from edgewatch_lab.testing.binaries import Binaries, ensure_binaries, ensure_node_binaries
+from edgewatch_lab.testing.binaries import Binaries, ensure_binaries, ensure_helm, ensure_node_binaries
 from edgewatch_lab.testing.controlplane import SERVICE_CIDR, ClusterTimings, ControlPlane
 from edgewatch_lab.testing.etcd import EtcdServer
 from edgewatch_lab.testing.images import Images, ensure_images
@@ -92,12 +92,15 @@ class PlaygroundCluster:
         edgewatch: False for the baseline (stock Kubernetes).
         binaries: control-plane binaries (default: ``ensure_binaries()``).
         workdir: folder for logs, node folders and the rendered install (default: a new temporary folder).
+        install_method: how edgewatch is installed, one of ``install.METHODS``: ``kustomize``
+            (deploy/ with an overlay, applied with kubectl) or ``helm`` (charts/edgewatch).
     """
 
     scenario: Scenario
     edgewatch: bool = True
     binaries: Binaries | None = None
     workdir: Path | None = None
+    install_method: str = "kustomize"
     nodes: dict[str, NodeProcesses] = field(default_factory=dict)
     coordinators: dict[str, EtcdServer] = field(default_factory=dict)
     coordinator_hosts: dict[str, Host] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class PlaygroundCluster:
         #: The real nodes' runtime binaries and images (None without real nodes).
         self.node_bin: Path | None = None
         self.images: Images | None = None
+        #: What ``install`` installed (``install.install``'s record; empty before, or without edgewatch).
+        self.installed: dict[str, object] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -173,20 +178,20 @@ class PlaygroundCluster:
             self.start_node(name)
 
     def install(self) -> None:
-        """Render the shipped kustomize base with the playground's overlay and apply it — what an
-        operator does (there is no key to create: each agent makes its own, see
-        ``edgewatch.core.identity``)."""
-        assert self.cp is not None and self.workdir is not None
+        """Install edgewatch the ``install_method`` way — the shipped kustomize base with the
+        playground's overlay, or the shipped chart with the same values — as an operator does
+        (there is no key to create: each agent makes its own, see ``edgewatch.core.identity``)."""
+        assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
         sc = self.scenario
         coordinators = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
         config = {"grouping": "on" if sc.topology.grouping else "off", "groupLabel": POOL_LABEL,
                   "coverLabel": POOL_LABEL,
                   "poolCoordinators": yaml.safe_dump(coordinators) if coordinators else ""}
-        rendered = install.render(
-            workdir=self.workdir, kubectl=self.cp.kubectl, config=config,
+        self.installed = install.install(
+            self.install_method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
+            kubeconfig=self.admin_kubeconfig, config=config,
             controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
             controller_replicas=min(2, sc.topology.cloud_nodes))
-        self.cp.kubectl("apply", "-f", "-", input_text=rendered, timeout_s=60)
 
     def stop(self) -> None:
         """Stop every process and remove the lab (real nodes: their logs are copied to the run

@@ -1,19 +1,32 @@
-"""Install edgewatch into a playground cluster exactly as an operator does: render the shipped
-kustomize base (``deploy/``) with a small overlay and apply it with kubectl. Nothing else: there
-is no shared key to create (every agent makes and publishes its own, ``edgewatch.core.identity``).
+"""Install edgewatch into a playground cluster exactly as an operator does, one of two ways
+(``METHODS``): render the shipped kustomize base (``deploy/``) with a small overlay and apply it
+with kubectl (``kustomize``, the default), or ``helm install`` the shipped chart
+(``charts/edgewatch``) with the same customizations as values (``helm``). Nothing else: there is
+no shared key to create (every agent makes and publishes its own, ``edgewatch.core.identity``).
 
 The overlay changes only what an operator's own overlay would: the ConfigMap keys (grouping, the
 pool coordinators' URLs), the controller's timing flags, and its replica count (the controller
 uses the host network and port 51006, so one replica fits per cloud node). Everything else — RBAC,
 security contexts, probes, volumes, the DaemonSet's node affinity — is the base as shipped.
 
-Limits: needs the repository's ``deploy/`` folder (the playground is a developer tool run from a
-checkout); kustomize is kubectl's built-in one.
+The chart gets the same three changes as values (``values``): ``config.*``, ``controller.replicas``
+and ``controller.extraArgs``; the image is left as shipped either way (the overlay does not touch
+it; the chart's default tag is its appVersion, the tag deploy/ sets). Like ``deploy/``, the chart
+creates its namespaces itself, so the release record lives in ``default``
+(``sh.helm.release.v1.edgewatch.v1``). The playground never uninstalls: the whole control plane
+goes at the end of a run.
+
+Limits: needs the repository's ``deploy/`` (or ``charts/edgewatch``) folder (the playground is a
+developer tool run from a checkout); kustomize is kubectl's built-in one; helm is
+``hack/binaries/build.sh helm``'s (``edgewatch_lab.testing.binaries.ensure_helm``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +35,13 @@ import yaml
 import edgewatch
 
 NAMESPACE = "edgewatch"
+#: The two ways to install: the kustomize base with an overlay, or the Helm chart with values.
+METHODS = ("kustomize", "helm")
+#: The Helm release's name and the namespace of its record (the chart creates its own namespaces).
+RELEASE = "edgewatch"
+RELEASE_NAMESPACE = "default"
+#: ConfigMap keys the chart types as integers (values.schema.json); the others are strings.
+_INTEGER_KEYS = frozenset({"monitoringRings"})
 
 
 def deploy_dir() -> Path:
@@ -33,6 +53,18 @@ def deploy_dir() -> Path:
     path = Path(edgewatch.__file__).resolve().parents[2] / "deploy"
     if not (path / "kustomization.yaml").is_file():
         raise FileNotFoundError(f"no kustomize base at {path} (run the playground from a checkout)")
+    return path
+
+
+def chart_dir() -> Path:
+    """The shipped Helm chart: ``<repository>/charts/edgewatch``.
+
+    Raises:
+        FileNotFoundError: edgewatch is not running from a checkout that has it.
+    """
+    path = Path(edgewatch.__file__).resolve().parents[2] / "charts" / "edgewatch"
+    if not (path / "Chart.yaml").is_file():
+        raise FileNotFoundError(f"no Helm chart at {path} (run the playground from a checkout)")
     return path
 
 
@@ -72,3 +104,71 @@ def render(*, workdir: Path, kubectl: Callable[..., str], config: dict[str, str]
     return rendered
 
 
+
+
+def values(*, config: dict[str, str], controller_args: list[str], controller_replicas: int) -> dict[str, Any]:
+    """The playground's chart values (pure): the same ConfigMap keys, controller flags and replicas
+    as ``overlay``, as ``config.*``, ``controller.extraArgs`` and ``controller.replicas``."""
+    chart_config: dict[str, Any] = {k: int(v) if k in _INTEGER_KEYS else v for k, v in config.items()}
+    return {"config": chart_config,
+            "controller": {"replicas": controller_replicas, "extraArgs": list(controller_args)}}
+
+
+def helm_install(*, workdir: Path, helm: Path, kubeconfig: Path, config: dict[str, str],
+                 controller_args: list[str], controller_replicas: int) -> dict[str, Any]:
+    """``helm install`` the chart with ``values`` (saved as ``workdir/install/values.yaml``; helm's
+    own folders under ``workdir/install/helm``), without waiting (the playground waits for the pods
+    itself). Returns the release as ``helm status`` and ``helm list`` show it: method, release,
+    namespace, revision, status, chart (``edgewatch-<version>``).
+
+    Raises:
+        subprocess.CalledProcessError: helm failed (stderr attached).
+    """
+    root = workdir / "install"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    values_file = root / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values(
+        config=config, controller_args=controller_args, controller_replicas=controller_replicas)))
+    env = dict(os.environ, HELM_CACHE_HOME=str(root / "helm" / "cache"),
+               HELM_CONFIG_HOME=str(root / "helm" / "config"), HELM_DATA_HOME=str(root / "helm" / "data"))
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(helm), *args, f"--kubeconfig={kubeconfig}", f"--namespace={RELEASE_NAMESPACE}"],
+                              capture_output=True, text=True, timeout=120, check=True, env=env)
+        return done.stdout
+
+    run("install", RELEASE, str(chart_dir()), "--values", str(values_file), "--wait=false")
+    (root / "rendered.yaml").write_text(run("get", "manifest", RELEASE))
+    status = json.loads(run("status", RELEASE, "--output", "json"))
+    listed = json.loads(run("list", "--filter", f"^{RELEASE}$", "--output", "json"))  # the chart name-version
+    return {"method": "helm", "release": status["name"], "namespace": status["namespace"],
+            "revision": status["version"], "status": status["info"]["status"],
+            "chart": listed[0]["chart"] if listed else ""}
+
+
+def install(method: str, *, workdir: Path, kubectl: Callable[..., str], helm: Callable[[], Path],
+            kubeconfig: Path, config: dict[str, str], controller_args: list[str],
+            controller_replicas: int) -> dict[str, Any]:
+    """Install edgewatch the ``method`` way (``METHODS``) and return what was installed
+    (``{"method": "kustomize"}``, or ``helm_install``'s release plus ``secret``, its record's
+    ``secret/sh.helm.release.v1.edgewatch.v1``). ``helm`` finds the helm binary (called only for
+    ``helm``).
+
+    Raises:
+        ValueError: an unknown method.
+    """
+    if method == "kustomize":
+        rendered = render(workdir=workdir, kubectl=kubectl, config=config, controller_args=controller_args,
+                          controller_replicas=controller_replicas)
+        kubectl("apply", "-f", "-", input_text=rendered, timeout_s=60)
+        return {"method": "kustomize"}
+    if method == "helm":
+        release = helm_install(workdir=workdir, helm=helm(), kubeconfig=kubeconfig, config=config,
+                               controller_args=controller_args, controller_replicas=controller_replicas)
+        # The release record as the apiserver holds it (helm's Secret storage driver).
+        release["secret"] = kubectl("get", "secret", f"sh.helm.release.v1.{RELEASE}.v{release['revision']}",
+                                    f"--namespace={release['namespace']}", "--output=name").strip()
+        return release
+    raise ValueError(f"unknown install method {method!r} (one of {', '.join(METHODS)})")

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,9 @@ class RunResult:
     report: dict[str, Any]
     expectations: list[ExpectationResult]
     logs: list[Path]
+    #: How edgewatch was installed (``install.install``'s record: the method, for helm the release);
+    #: empty for a baseline run.
+    install: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -352,12 +355,15 @@ async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Co
 
 
 def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
-                 keep_logs: bool = False, binaries: Binaries | None = None) -> RunResult:
+                 keep_logs: bool = False, binaries: Binaries | None = None,
+                 install_method: str = "kustomize") -> RunResult:
     """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
-    default to ``ensure_binaries()``."""
+    default to ``ensure_binaries()``; ``install_method`` is how edgewatch is installed
+    (``install.METHODS``: the kustomize base or the Helm chart)."""
     kind = "stock Kubernetes" if baseline else "edgewatch"
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries)
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries,
+                                    install_method=install_method)
         cluster.__enter__()
     try:
         recording = asyncio.run(_run_async(scenario, cluster, console, live))
@@ -371,7 +377,7 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     if not keep_logs and all(e.passed for e in expectations):
         cluster.remove_workdir()
         logs = []
-    return RunResult(report=report, expectations=expectations, logs=logs)
+    return RunResult(report=report, expectations=expectations, logs=logs, install=dict(cluster.installed))
 
 
 __all__ = ["RunResult", "ScenarioPlayer", "run_scenario", "ApiError"]

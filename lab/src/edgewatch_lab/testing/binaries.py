@@ -160,12 +160,13 @@ def ensure_binaries(*, env: dict[str, str] | None = None, build_timeout_s: float
     return Binaries.from_folder(Path(folder[-1]))
 
 
-def _run_build(script: Path, *, timeout_s: float, on_progress: Callable[[str], None] | None) -> tuple[int, list[str]]:
-    """Run a build script: its stderr lines go to ``on_progress`` (default stderr) as they come,
-    it is killed after ``timeout_s`` seconds. Returns (exit code, its stdout lines)."""
+def _run_build(script: Path, *, timeout_s: float, on_progress: Callable[[str], None] | None,
+               args: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+    """Run a build script (with ``args``): its stderr lines go to ``on_progress`` (default stderr)
+    as they come, it is killed after ``timeout_s`` seconds. Returns (exit code, its stdout lines)."""
     report = on_progress or (lambda line: print(line, file=sys.stderr, flush=True))
     with tempfile.TemporaryFile(mode="w+") as out:
-        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(["bash", str(script), *args], stdout=out, stderr=subprocess.PIPE, text=True)
         watchdog = threading.Timer(timeout_s, proc.kill)
         watchdog.start()
         try:
@@ -185,14 +186,15 @@ NODE_BINARY_NAMES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "br
 
 
 def _build_folder(script: str, *, what: str, env: str, hint: str = "", timeout_s: float,
-                  on_progress: Callable[[str], None] | None) -> Path:
+                  on_progress: Callable[[str], None] | None, args: tuple[str, ...] = ()) -> Path:
     """Run ``hack/binaries/<script>`` of this checkout; the folder it printed last (where it put
     ``what``). Raises BinariesError when there is no checkout (then ``env`` must name the binaries)
     or the build failed (``hint`` is appended to the message)."""
     root = repo_root()
     if root is None:
         raise BinariesError(f"no {what}: set {env} or run from a checkout")
-    code, lines = _run_build(root / "hack" / "binaries" / script, timeout_s=timeout_s, on_progress=on_progress)
+    code, lines = _run_build(root / "hack" / "binaries" / script, timeout_s=timeout_s, on_progress=on_progress,
+                             args=args)
     if code != 0 or not lines:
         raise BinariesError(f"building {what} failed (exit {code}); see the lines above{hint}")
     return Path(lines[-1])
@@ -238,6 +240,27 @@ def ensure_coredns(*, build_timeout_s: float = 3600.0, on_progress: Callable[[st
     else:
         path = _build_folder("build-coredns.sh", what="CoreDNS", env="TEST_ASSET_COREDNS",
                              timeout_s=build_timeout_s, on_progress=on_progress) / "coredns"
+    if not os.access(path, os.X_OK):
+        raise BinariesError(f"{path} is missing or not executable")
+    return path.resolve()
+
+
+def ensure_helm(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The helm binary (the playground's ``--install helm``), built from the Go module proxy on
+    first use by ``hack/binaries/build.sh helm`` (about 2-4 minutes cold) into
+    ``~/.cache/edgewatch/bin/helm-<version>-<stamp>/``; warm, a no-op.
+
+    ``TEST_ASSET_HELM`` names a ready binary instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or the binary is missing.
+    """
+    single = os.environ.get("TEST_ASSET_HELM")
+    if single:
+        path = Path(single)
+    else:
+        path = _build_folder("build.sh", what="helm", env="TEST_ASSET_HELM", timeout_s=build_timeout_s,
+                             on_progress=on_progress, args=("helm",)) / "helm"
     if not os.access(path, os.X_OK):
         raise BinariesError(f"{path} is missing or not executable")
     return path.resolve()

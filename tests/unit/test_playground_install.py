@@ -1,0 +1,117 @@
+"""The playground's two ways to install edgewatch (edgewatch_lab.playground.install): the same
+settings as a kustomize overlay and as chart values; the values are exact and fit the chart's
+values.schema.json (checked with jsonschema, as helm does; the e2e run of node-failure installs them
+with helm itself).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from edgewatch.names import POOL_LABEL
+from edgewatch_lab.cli import playground
+from edgewatch_lab.playground import install
+from edgewatch_lab.playground.scenario import load_scenario
+
+SCHEMA = json.loads((install.chart_dir() / "values.schema.json").read_text())
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+
+
+def schema_errors(value: Any) -> list[str]:
+    """Where ``value`` breaks values.schema.json, as "path: why" (path like ``.config.grouping``)."""
+    return [f"{''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in e.absolute_path)}: {e.message}"
+            for e in VALIDATOR.iter_errors(value)]
+
+
+def settings(name: str) -> dict[str, Any]:
+    """The settings PlaygroundCluster.install derives from a scenario (no coordinator running)."""
+    sc = load_scenario(name)
+    return {"config": {"grouping": "on" if sc.topology.grouping else "off", "groupLabel": POOL_LABEL,
+                       "coverLabel": POOL_LABEL, "poolCoordinators": ""},
+            "controller_args": [f"--autonomy={sc.timings.autonomy_s:g}"],
+            "controller_replicas": min(2, sc.topology.cloud_nodes)}
+
+
+def test_node_failure_settings_become_exact_values() -> None:
+    s = settings("node-failure")
+    autonomy = s["controller_args"][0]
+    assert install.values(**s) == {
+        "config": {"grouping": s["config"]["grouping"], "groupLabel": "edgewatch.io/pool",
+                   "coverLabel": "edgewatch.io/pool", "poolCoordinators": ""},
+        "controller": {"replicas": 1, "extraArgs": [autonomy]},
+    }
+    assert autonomy.startswith("--autonomy=")
+
+
+def test_values_with_coordinators_and_rings_are_exact() -> None:
+    coordinators = yaml.safe_dump({"edge": "http://10.200.1.9:2379"})
+    got = install.values(config={"grouping": "on", "groupLabel": POOL_LABEL, "coverLabel": POOL_LABEL,
+                                 "poolCoordinators": coordinators, "monitoringRings": "2"},
+                         controller_args=["--autonomy=45", "--unknown-policy=keep"], controller_replicas=2)
+    assert got == {"config": {"grouping": "on", "groupLabel": POOL_LABEL, "coverLabel": POOL_LABEL,
+                              "poolCoordinators": "edge: http://10.200.1.9:2379\n", "monitoringRings": 2},
+                   "controller": {"replicas": 2, "extraArgs": ["--autonomy=45", "--unknown-policy=keep"]}}
+    assert schema_errors(got) == []
+
+
+@pytest.mark.parametrize("name", ["node-failure", "mixed-cluster", "cloud-partition", "pool-split-25"])
+def test_every_scenario_values_fit_the_chart_schema(name: str) -> None:
+    assert schema_errors(install.values(**settings(name))) == []
+
+
+def test_the_schema_check_can_fail() -> None:
+    bad = {"config": {"grouping": "maybe", "monitoringRings": "3", "nope": ""},
+           "controller": {"replicas": 0, "extraArgs": [1]}}
+    errors = schema_errors(bad)
+    assert {e.split(":")[0] for e in errors} == {".config", ".config.grouping", ".config.monitoringRings",
+                                                 ".controller.replicas", ".controller.extraArgs[0]"}, errors
+    assert any("'nope' was unexpected" in e for e in errors), errors
+
+
+def test_overlay_and_values_carry_the_same_settings() -> None:
+    s = settings("cloud-partition")
+    patches = install.overlay(**s)["patches"]
+    config_patch = yaml.safe_load(patches[0]["patch"])
+    deployment_patch = yaml.safe_load(patches[1]["patch"])
+    vals = install.values(**s)
+    assert config_patch["data"] == vals["config"]
+    assert deployment_patch[0]["value"] == vals["controller"]["replicas"]
+    assert [p["value"] for p in deployment_patch[1:]] == vals["controller"]["extraArgs"]
+
+
+def test_kustomize_install_renders_and_applies_without_helm(tmp_path: Path) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def kubectl(*args: str, **kw: Any) -> str:
+        calls.append(args)
+        return "rendered" if args[0] == "kustomize" else ""
+
+    def helm() -> Path:
+        raise AssertionError("helm is not needed for kustomize")
+
+    done = install.install("kustomize", workdir=tmp_path, kubectl=kubectl, helm=helm,
+                           kubeconfig=tmp_path / "kc", **settings("node-failure"))
+    assert done == {"method": "kustomize"}
+    assert [c[0] for c in calls] == ["kustomize", "apply"]
+    assert (tmp_path / "install" / "rendered.yaml").read_text() == "rendered"
+
+
+def test_an_unknown_method_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kustomize, helm"):
+        install.install("ansible", workdir=tmp_path, kubectl=lambda *a, **k: "", helm=lambda: Path("helm"),
+                        kubeconfig=tmp_path / "kc", **settings("node-failure"))
+
+
+def test_run_and_compare_offer_every_method() -> None:
+    for command in ("run", "compare"):
+        option = next(p for p in playground.commands[command].params if p.name == "install_method")
+        assert tuple(option.type.choices) == install.METHODS and option.default == "kustomize"
+    help_text = CliRunner().invoke(playground, ["run", "--help"]).output
+    assert "--install [kustomize|helm]" in help_text
