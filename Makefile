@@ -44,11 +44,14 @@ system-deps:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kube-proxy from the Go module proxy,
 # cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores); and CoreDNS with its
 # kubernetes plugin (the pool-cache scenario's cluster DNS; about 2 minutes the first time); and helm
-# (charts/edgewatch's lint and render in tests/integration/test_chart.py; about 1-3 minutes the first time).
+# (charts/edgewatch's lint and render in tests/integration/test_chart.py; about 1-3 minutes the first time);
+# and promtool (the alert rules' check and unit tests in tests/integration/test_alerts.py; about 5-10
+# minutes the first time).
 binaries:
 	@bash hack/binaries/build.sh >/dev/null
 	@bash hack/binaries/build-coredns.sh >/dev/null
 	@bash hack/binaries/build.sh helm >/dev/null
+	@bash hack/binaries/build.sh promtool >/dev/null
 
 # What a real lab node (a pool's real_nodes) runs besides the kubelet: containerd, runc (cgo,
 # libseccomp), the CNI plugins and pause, from the Go module proxy and the k8s.io/kubernetes module

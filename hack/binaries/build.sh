@@ -5,6 +5,7 @@
 #
 # Usage: hack/binaries/build.sh            build (or reuse) and print the folder holding them
 #        hack/binaries/build.sh helm       the same for helm alone (its own folder; see below)
+#        hack/binaries/build.sh promtool   the same for promtool alone (its own folder; see below)
 #
 # Output: $EDGEWATCH_CACHE/bin/<stamp>/ (default ~/.cache/edgewatch/bin/...), outside the repo,
 # so only the first build pays. The stamp hashes the wrapper modules (go.mod, go.sum, etcd's
@@ -84,6 +85,58 @@ if [ "${1:-}" = helm ]; then
   printf '%s\n' "$HELM_RECIPE" >"$out/.recipe"
   for old in "$cache"/bin/helm-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
   log "built helm $HELM_VERSION in $(( $(date +%s) - start )) s into $out"
+  echo "$out"
+  exit 0
+fi
+
+# `build.sh promtool`: promtool alone (github.com/prometheus/prometheus/cmd/promtool through the
+# wrapper module promtool/), in its own folder $EDGEWATCH_CACHE/bin/promtool-<version>-<stamp>/
+# (stamp: promtool/go.mod, go.sum and PROMTOOL_RECIPE), like helm above. Prints that folder.
+# Used by tests/integration/test_alerts.py (`promtool check rules` / `test rules` on
+# deploy/monitoring's alert rules). About 3-6 minutes the first time.
+if [ "${1:-}" = promtool ]; then
+  PROMTOOL_RECIPE="promtool-recipe-2: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
+  PROM_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' "$here/promtool/go.mod")
+  cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
+  stamp=$( { printf '%s\n' "$PROMTOOL_RECIPE"; cat "$here"/promtool/go.mod "$here"/promtool/go.sum; } | sha256sum | cut -c1-12)
+  out="$cache/bin/promtool-$PROM_VERSION-$stamp"
+  if [ -x "$out/promtool" ]; then echo "$out"; exit 0; fi
+  command -v go >/dev/null || { log "Go is required to build promtool (https://go.dev)"; exit 1; }
+  mkdir -p "$cache/bin"
+  exec 9>"$cache/bin/.build.lock"
+  flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; exit 1; }
+  if [ -x "$out/promtool" ]; then echo "$out"; exit 0; fi  # built while we waited for the lock
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  trap 'rm -rf "$out.tmp"' EXIT
+  start=$(date +%s)
+  pkg=github.com/prometheus/prometheus/cmd/promtool
+  total=$(cd "$here/promtool" && GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)
+  log "building promtool (prometheus module $PROM_VERSION; $total packages; the first build takes a few minutes on a small machine)"
+  # The module's v0.3XY.Z is Prometheus 3.XY.Z (upstream's tagging since 3.0): report the latter.
+  rel=${PROM_VERSION#v0.}; minor=${rel%%.*}; patch=${rel#*.}
+  prom_release="${minor:0:1}.$((10#${minor:1})).$patch"
+  ldflags="-s -w -X github.com/prometheus/common/version.Version=$prom_release"
+  ldflags+=" -X github.com/prometheus/common/version.Revision=module-github.com/prometheus/prometheus@$PROM_VERSION"
+  ldflags+=" -X github.com/prometheus/common/version.Branch=module"
+  ldflags+=" -X github.com/prometheus/common/version.BuildUser=edgewatch"
+  (cd "$here/promtool" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -v -trimpath -buildvcs=false -ldflags "$ldflags" \
+    -o "$out.tmp/promtool" "$pkg") 2>&1 | {
+    n=0 last=$(date +%s)
+    while IFS= read -r line; do
+      case "$line" in
+        *" "*|*:*) printf '%s\n' "$line" >&2 ;;  # compiler errors and warnings pass through
+        *) n=$((n + 1)) ;;
+      esac
+      now=$(date +%s)
+      if [ $((now - last)) -ge 20 ]; then log "promtool: $n/$total packages compiled, $((now - start)) s elapsed"; last=$now; fi
+    done
+  }
+  [ "${PIPESTATUS[0]}" = 0 ] && [ -x "$out.tmp/promtool" ] || { log "build produced no promtool"; exit 1; }
+  mkdir -p "$out"
+  mv -f "$out.tmp/promtool" "$out/promtool"
+  printf '%s\n' "$PROMTOOL_RECIPE" >"$out/.recipe"
+  for old in "$cache"/bin/promtool-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
+  log "built promtool $prom_release (prometheus module $PROM_VERSION) in $(( $(date +%s) - start )) s into $out"
   echo "$out"
   exit 0
 fi

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the promtool command that hack/binaries/build.sh builds with `go build`
+// (github.com/prometheus/prometheus/cmd/promtool): `promtool check rules` / `test rules` on
+// deploy/monitoring's alert rules in tests/integration/test_alerts.py. It is never compiled
+// (build tag "tools"); it keeps `go mod tidy` aware of the main package.
+package tools
+
+import (
+	_ "github.com/prometheus/prometheus/cmd/promtool"
+)
