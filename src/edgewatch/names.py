@@ -31,6 +31,11 @@ POOL_LABEL = f"{DOMAIN}/pool"
 # Taints the controller owns (seed 003 table): no new pods on a disconnected node; evict from a failed one.
 CLOUD_UNREACHABLE_TAINT_KEY = f"{DOMAIN}/cloud-unreachable"
 FAILED_TAINT_KEY = f"{DOMAIN}/failed"
+#: Kubernetes' out-of-service taint (KEP-2268, non-graceful node shutdown): kube-controller-manager force-deletes
+#: the terminating pods of a NotReady node carrying it and detaches their volumes.
+OUT_OF_SERVICE_TAINT_KEY = "node.kubernetes.io/out-of-service"
+#: Node annotation (operator-owned): "enabled" / "disabled" overrides the ConfigMap's outOfServicePools.
+OUT_OF_SERVICE_ANNOTATION = f"{DOMAIN}/out-of-service"
 
 # Per-node override of the unknown-policy autonomy time (like OpenYurt's autonomy-duration).
 AUTONOMY_DURATION_ANNOTATION = f"{DOMAIN}/autonomy-duration"

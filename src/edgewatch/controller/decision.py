@@ -23,7 +23,8 @@ seed 002)::
     OK                   | NORMAL       | NORMAL    | NORMAL
     DELEGATED or LOST    | DISCONNECTED | FAILED    | UNKNOWN -> policy
 
-What each state means on the API (we manage exactly two taints and never touch anyone else's):
+What each state means on the API (we manage our two taints, plus, opt-in, Kubernetes' out-of-service
+taint with our value, and never touch anyone else's):
 
 * ``NORMAL``: no edgewatch taint.
 * ``DISCONNECTED``: pods stay (and stay in endpoints); ``edgewatch.io/cloud-unreachable:NoSchedule`` so no
@@ -34,6 +35,21 @@ What each state means on the API (we manage exactly two taints and never touch a
   pods that do not tolerate it), and ``evict_pods`` so the reconciler evicts the pods itself through the
   Eviction API, honouring each pod's own toleration of the failed taint
   (``edgewatch.controller.taints.pod_eviction_due``).
+* ``FAILED`` on verified evidence, opt-in (docs/out-of-service.md): when the switch is on for the node
+  (``outOfServicePools`` in the ConfigMap, or the node's ``edgewatch.io/out-of-service`` annotation,
+  which wins) *and* the edge view is UNHEALTHY *and* the cloud view is LOST, also
+  ``node.kubernetes.io/out-of-service=edgewatch:NoExecute`` (KEP-2268), so kube-controller-manager
+  force-deletes the node's terminating pods (a StatefulSet's included) and detaches their volumes.
+  Never for a DISCONNECTED node (alive, cut off), an UNKNOWN one, a FAILED one whose verdict went
+  unknown (sticky) or whose autonomy ran out, or with the switch off; planned absent in every other
+  case, so it goes as soon as the node is no longer in that state (its heartbeat back included)::
+
+      switch | cloud \\ edge | healthy | unhealthy            | unknown
+      -------+--------------+---------+----------------------+--------
+      on     | OK           | -       | -                    | -
+      on     | DELEGATED    | -       | -                    | -
+      on     | LOST         | -       | out-of-service taint | -
+      off    | any          | -       | -                    | -
 
 Two rules on top of the table:
 
@@ -105,6 +121,7 @@ from edgewatch.controller.model import (
     CLOUD_UNREACHABLE_TAINT,
     FAILED_TAINT,
     MIN_REQUEUE_S,
+    OUT_OF_SERVICE_TAINT,
     STATE_ANNOTATION,
     UNREACHABLE_SINCE_ANNOTATION,
     CloudView,
@@ -126,9 +143,10 @@ from edgewatch.controller.views import (
     is_delegated,
     lease_grace_s,
 )
+from edgewatch.names import OUT_OF_SERVICE_ANNOTATION
 from edgewatch.timefmt import format_rfc3339, parse_rfc3339
 
-__all__ = ["plan"]
+__all__ = ["out_of_service_enabled", "plan"]
 
 _EVENT_REASONS: Mapping[NodeState, str] = MappingProxyType(
     {
@@ -187,7 +205,25 @@ def _outage_since(
     return since, format_rfc3339(since), True, warning
 
 
-def _desired_taints(effective: NodeState, current: Sequence[Taint], now: float) -> tuple[Taint, ...]:
+def out_of_service_enabled(*, annotations: Mapping[str, str], pool_enabled: bool) -> tuple[bool, str | None]:
+    """Whether the out-of-service switch is on for a node: its annotation
+    ``edgewatch.io/out-of-service`` (``enabled`` / ``disabled``, case-insensitive) wins; without it,
+    ``pool_enabled`` (its pool is in the ConfigMap's ``outOfServicePools``). Any other annotation value
+    means off (the risky action needs a clear yes) and a warning. Returns ``(on, warning)``."""
+    raw = annotations.get(OUT_OF_SERVICE_ANNOTATION)
+    if raw is None:
+        return pool_enabled, None
+    value = raw.strip().lower()
+    if value == "enabled":
+        return True, None
+    if value == "disabled":
+        return False, None
+    return False, (f"annotation {OUT_OF_SERVICE_ANNOTATION}={raw!r:.100} is neither 'enabled' nor 'disabled'; "
+                   f"out-of-service taint off for this node")
+
+
+def _desired_taints(effective: NodeState, current: Sequence[Taint], now: float, *,
+                    out_of_service: bool = False) -> tuple[Taint, ...]:
     if effective is NodeState.NORMAL:
         return ()
 
@@ -204,6 +240,8 @@ def _desired_taints(effective: NodeState, current: Sequence[Taint], now: float) 
         # Whole seconds, rounded up: the API's timeAdded has second precision, and rounding up never
         # shortens a pod's tolerationSeconds.
         result.append(failed or replace(FAILED_TAINT, time_added=float(math.ceil(now))))
+        if out_of_service:
+            result.append(existing(OUT_OF_SERVICE_TAINT, need_time=False) or OUT_OF_SERVICE_TAINT)
     return tuple(result)
 
 
@@ -234,6 +272,7 @@ def plan(
     verdict: VerifiedVerdict | None,
     now: float,
     config: ControllerConfig,
+    out_of_service_pool: bool = False,
 ) -> NodePlan:
     """Decide the desired end state of ``node`` at ``now`` (seconds since the epoch, controller clock;
     the snapshots' observation times and the verdict's times are on the same clock). ``verdict``: the
@@ -243,6 +282,11 @@ def plan(
     outage start and the moment edge evidence vanished; the node's annotation overrides the default
     time; a node once FAILED stays FAILED while the edge view is unknown) -> confirmation (nothing is
     enforced until the outage is ``confirm_s`` old) -> taints, eviction, annotations, event, requeue.
+
+    ``out_of_service_pool``: the node's pool is listed in the ConfigMap's ``outOfServicePools`` (the
+    node's ``edgewatch.io/out-of-service`` annotation overrides it: :func:`out_of_service_enabled`).
+    With the switch on, a node FAILED on verified evidence alone — edge view UNHEALTHY and cloud view
+    LOST — also gets Kubernetes' out-of-service taint; in any other case it is planned absent.
 
     Pure: no clock, no I/O, never raises on bad annotations (they produce ``warnings``).
     """
@@ -319,7 +363,16 @@ def plan(
         detail = f"unreachable since {_fmt_time(since)}; {detail}"
 
     effective = state if confirmed else NodeState.NORMAL
-    taints = _desired_taints(effective, node.taints, now)
+    switch, warning = out_of_service_enabled(annotations=node.annotations, pool_enabled=out_of_service_pool)
+    if warning:
+        warnings.append(warning)
+    # Verified evidence both ways: a majority of the peers saw it dead AND its own heartbeat is gone
+    # (not carried: a cut-off node is alive; not unknown: no evidence is no proof of death).
+    out_of_service = (switch and effective is NodeState.FAILED and edge is EdgeView.UNHEALTHY
+                      and cloud is CloudView.LOST)
+    if out_of_service:
+        detail += "; out of service (volumes force-detached)"
+    taints = _desired_taints(effective, node.taints, now, out_of_service=out_of_service)
     annotations = MappingProxyType(
         {
             UNREACHABLE_SINCE_ANNOTATION: since_text,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from edgewatch.core.types import Verdict
-from edgewatch.names import CLOUD_UNREACHABLE_TAINT_KEY, DOMAIN, FAILED_TAINT_KEY
+from edgewatch.names import CLOUD_UNREACHABLE_TAINT_KEY, DOMAIN, FAILED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY
 
 __all__ = [
     "CLOUD_UNREACHABLE_TAINT",
@@ -30,6 +30,7 @@ __all__ = [
     "MANAGED_ANNOTATIONS",
     "MANAGED_TAINT_IDS",
     "MIN_REQUEUE_S",
+    "OUT_OF_SERVICE_TAINT",
     "STATE_ANNOTATION",
     "UNREACHABLE_SINCE_ANNOTATION",
     "CloudView",
@@ -46,6 +47,7 @@ __all__ = [
     "TolerationOperator",
     "UnknownPolicy",
     "VerifiedVerdict",
+    "is_managed_taint",
 ]
 
 #: Node annotation (controller-owned): RFC 3339 start of the current outage; absent while NORMAL.
@@ -140,8 +142,23 @@ class Taint:
 CLOUD_UNREACHABLE_TAINT = Taint(CLOUD_UNREACHABLE_TAINT_KEY, TaintEffect.NO_SCHEDULE)
 #: The taint of FAILED nodes (template: a planned one carries ``time_added``): evict non-tolerating pods.
 FAILED_TAINT = Taint(FAILED_TAINT_KEY, TaintEffect.NO_EXECUTE)
+#: Kubernetes' out-of-service taint (KEP-2268) as edgewatch sets it, opt-in, on a node FAILED on verified
+#: evidence (docs/out-of-service.md): kube-controller-manager force-deletes the node's terminating pods
+#: and detaches their volumes. Its value marks it as ours: the same key with another value is an
+#: operator's (the manual procedure of the Kubernetes docs) and never touched.
+OUT_OF_SERVICE_TAINT = Taint(OUT_OF_SERVICE_TAINT_KEY, TaintEffect.NO_EXECUTE, "edgewatch")
 #: The ``(key, effect)`` pairs we manage; every other taint is someone else's and is never touched.
-MANAGED_TAINT_IDS: frozenset[tuple[str, str]] = frozenset({CLOUD_UNREACHABLE_TAINT.ident, FAILED_TAINT.ident})
+#: (For the out-of-service pair only the value ``edgewatch`` is ours: :func:`is_managed_taint`.)
+MANAGED_TAINT_IDS: frozenset[tuple[str, str]] = frozenset(
+    {CLOUD_UNREACHABLE_TAINT.ident, FAILED_TAINT.ident, OUT_OF_SERVICE_TAINT.ident})
+
+
+def is_managed_taint(taint: Taint) -> bool:
+    """True iff ``taint`` (on a node) is edgewatch's: its ``(key, effect)`` is in
+    :data:`MANAGED_TAINT_IDS` and, for the shared out-of-service key, its value is ours."""
+    if taint.ident not in MANAGED_TAINT_IDS:
+        return False
+    return taint.ident != OUT_OF_SERVICE_TAINT.ident or taint.value == OUT_OF_SERVICE_TAINT.value
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ heartbeat, or when anything else about it changes (Node, verdict, config, resync
 every Node event, e.g. a kubelet's status report) looks at a node again. When the decision core's
 inputs are what its last plan was made from — the Node's annotations and taints (``plan`` reads no
 label; coverage is checked before), the Lease as observed, the verified verdict as far as the plan
-can tell, the config — and that plan's next deadline (``NodePlan.requeue_after_s`` after it was
+can tell, the config, the out-of-service switch of the node's pool — and that plan's next deadline (``NodePlan.requeue_after_s`` after it was
 made) has not come, planning again gives the same decision: ``plan`` is a pure function of its
 inputs and ``now``, and its requeue delay is exactly the time until its decision would next change
 with time alone (``edgewatch.controller.decision``; property-tested in tests/unit/test_decision.py
@@ -96,13 +96,16 @@ class PlanInputs:
     lease: LeaseSnapshot | None
     verdict: Hashable
     config: ControllerConfig
+    out_of_service_pool: bool = False  # the node's pool is in outOfServicePools (plan's switch)
 
 
 def plan_inputs(*, node: NodeSnapshot, lease: LeaseSnapshot | None, verdict: VerifiedVerdict | None,
-                config: ControllerConfig, now: float) -> PlanInputs:
-    """The inputs of ``plan(node=node, lease=lease, verdict=verdict, now=now, config=config)``."""
+                config: ControllerConfig, now: float, out_of_service_pool: bool = False) -> PlanInputs:
+    """The inputs of ``plan(node=node, lease=lease, verdict=verdict, now=now, config=config,
+    out_of_service_pool=out_of_service_pool)``."""
     return PlanInputs(name=node.name, annotations=node.annotations, taints=node.taints, lease=lease,
-                      verdict=verdict_key(verdict, now=now, ttl_s=config.edge_view_ttl_s), config=config)
+                      verdict=verdict_key(verdict, now=now, ttl_s=config.edge_view_ttl_s), config=config,
+                      out_of_service_pool=out_of_service_pool)
 
 
 def still_holds(*, made: PlanInputs, due_at: float | None, inputs: PlanInputs, now: float) -> bool:
@@ -121,4 +124,4 @@ def renewed(made: PlanInputs, *, before: LeaseSnapshot, after: LeaseSnapshot) ->
             before.renew_time, before.annotations, before.holder, before.duration_s):
         return None
     return PlanInputs(name=made.name, annotations=made.annotations, taints=made.taints, lease=after,
-                      verdict=made.verdict, config=made.config)
+                      verdict=made.verdict, config=made.config, out_of_service_pool=made.out_of_service_pool)

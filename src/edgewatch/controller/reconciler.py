@@ -25,7 +25,8 @@ only.
 
 What it writes (and nothing else):
 
-- ``spec.taints``: only ``edgewatch.io/cloud-unreachable:NoSchedule`` and ``edgewatch.io/failed:NoExecute``;
+- ``spec.taints``: only ``edgewatch.io/cloud-unreachable:NoSchedule``, ``edgewatch.io/failed:NoExecute``
+  and, opt-in, ``node.kubernetes.io/out-of-service=edgewatch:NoExecute`` (docs/out-of-service.md);
   every other taint is kept as is (the write carries the resourceVersion it read; a 409 re-reads);
 - ``metadata.annotations``: ``edgewatch.io/state`` and ``edgewatch.io/unreachable-since`` — the
   state of an outage lives in the API, not in memory (OpenYurt kept taint counters in memory and a
@@ -48,7 +49,8 @@ on one while it was covered (its taints and annotations) is removed once.
 
 Limits: works next to the stock node lifecycle controller, never instead of it; it does not
 force-delete pods (a pod evicted from a dead node stays Terminating until the node comes back or
-is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once). Every API
+is deleted, as in stock Kubernetes, but it leaves the endpoints and is replaced at once; with the
+opt-in out-of-service taint, kube-controller-manager force-deletes it, docs/out-of-service.md). Every API
 call has a timeout (``api_timeout_s``); a watch silent for ``watch_timeout_s`` is taken as dead and
 re-opened; a failed list or watch is retried with jittered backoff up to
 ``edgewatch.controller.evidence.CONTROLLER_BACKOFF_MAX_S``.
@@ -65,7 +67,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
+from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage, pool_out_of_service
 from edgewatch.controller.csrsigner import CsrSigner
 from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
@@ -78,6 +80,8 @@ from edgewatch.controller.model import (
     LeaseSnapshot,
     NodePlan,
     NodeState,
+    OUT_OF_SERVICE_TAINT,
+    is_managed_taint,
 )
 from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
@@ -317,7 +321,8 @@ class Reconciler:
             self.metrics.config_rejected.inc()
             return False
         if changed:
-            log.info("coverLabel now %r: re-planning every node", self.coverage.cover_label,
+            log.info("coverLabel now %r, outOfServicePools %s: re-planning every node", self.coverage.cover_label,
+                     sorted(self.coverage.out_of_service_pools) or "none",
                      extra={"kind": "coverage", "cover_label": self.coverage.cover_label})
         return changed
 
@@ -401,11 +406,14 @@ class Reconciler:
                 lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
-        inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now)
+        oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
+        inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
+                             out_of_service_pool=oos_pool)
         if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
             self.metrics.plans_reused.inc()
             return sooner(self.plans.due_in(name, now), requeue_proof)
-        p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config)
+        p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
+                 out_of_service_pool=oos_pool)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)
@@ -429,7 +437,7 @@ class Reconciler:
                     self._node_cache.forget(name)
                     return 0.05  # someone else wrote the node: re-read and re-plan at once
                 raise
-            ours = [f"{t.key}:{t.effect}" for t in merged if t.ident in MANAGED_TAINT_IDS]
+            ours = [f"{t.key}:{t.effect}" for t in merged if is_managed_taint(t)]
             log.info("node %s: taints now %s", name, ours or "none of ours")
         if annotations:
             self._node_cache.wrote(name, await self._call(self.client.patch(
@@ -504,7 +512,8 @@ class Reconciler:
         name = node.metadata.name
         self.plans.pop(name)
         taints = [t for t in (node.spec.taints or [] if node.spec else [])]
-        kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS]
+        kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS
+                or (t.key, t.effect) == OUT_OF_SERVICE_TAINT.ident and t.value != OUT_OF_SERVICE_TAINT.value]
         stale = {k: None for k in MANAGED_ANNOTATIONS if k in (node.metadata.annotations or {})}
         if len(kept) == len(taints) and not stale:
             return None

@@ -21,6 +21,7 @@ from edgewatch.controller.model import (
     TaintEffect,
     Toleration,
     TolerationOperator,
+    is_managed_taint,
 )
 
 __all__ = ["annotation_patch", "apply_plan", "merge_taints", "pod_eviction_due", "tolerates"]
@@ -74,19 +75,22 @@ def pod_eviction_due(
 def merge_taints(*, current: Sequence[Taint], managed: Iterable[Taint]) -> tuple[Taint, ...]:
     """The node's full taint list after making our taints equal ``managed``.
 
-    Taints whose ``(key, effect)`` is not in :data:`MANAGED_TAINT_IDS` are kept as they are, in order.
-    Our taints that are still wanted stay in place; missing ones are appended in ``managed`` order.
+    Taints that are not ours (``is_managed_taint``: ``(key, effect)`` not in :data:`MANAGED_TAINT_IDS`,
+    or an out-of-service taint with another value, an operator's) are kept as they are, in order.
+    Our taints that are still wanted stay in place; missing ones are appended in ``managed`` order,
+    except where someone else's taint holds the same ``(key, effect)`` (the API allows one).
     Raises ValueError if ``managed`` holds a taint that is not ours.
     """
     wanted = list(managed)
     for taint in wanted:
-        if taint.ident not in MANAGED_TAINT_IDS:
+        if not is_managed_taint(taint):
             raise ValueError(f"not an edgewatch taint: {taint}")
     result: list[Taint] = []
     placed: set[tuple[str, str]] = set()
     for taint in current:
-        if taint.ident not in MANAGED_TAINT_IDS:
+        if not is_managed_taint(taint):
             result.append(taint)
+            placed.add(taint.ident)
         elif taint in wanted and taint.ident not in placed:
             result.append(taint)
             placed.add(taint.ident)

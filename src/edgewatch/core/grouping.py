@@ -48,6 +48,7 @@ __all__ = [
     "CONFIG_KEY_RINGS",
     "MAX_RINGS",
     "CONFIG_KEY_POOL_SCOPE_RESOURCES",
+    "CONFIG_KEY_OUT_OF_SERVICE_POOLS",
     "DEFAULT_LABEL_KEY",
     "GroupingConfig",
     "group_of",
@@ -81,8 +82,14 @@ CONFIG_KEY_POOL_SCOPE_RESOURCES: Final = "poolScopeResources"
 """ConfigMap key of the pool cache's resources; parsed on its own by
 :func:`edgewatch.poolcache.resources.parse_pool_resources`."""
 
+CONFIG_KEY_OUT_OF_SERVICE_POOLS: Final = "outOfServicePools"
+"""ConfigMap key of the pools whose failed nodes get Kubernetes' out-of-service taint (controller
+only; parsed by ``edgewatch.controller.coverage``, docs/out-of-service.md). Known here so the agents
+accept a ConfigMap that has it."""
+
 _KNOWN_KEYS: Final = (CONFIG_KEY_GROUPING, CONFIG_KEY_GROUP_LABEL, CONFIG_KEY_COVER_LABEL, CONFIG_KEY_RINGS,
-                      CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES)
+                      CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES,
+                      CONFIG_KEY_OUT_OF_SERVICE_POOLS)
 MAX_RINGS: Final = 8
 """Most rings accepted: 16 neighbours, 32 messages per node per period."""
 _TRUE: Final = frozenset({"on", "true"})
@@ -183,8 +190,9 @@ def parse_grouping_config(data: Mapping[str, str]) -> GroupingConfig:
         ``groupLabel``: the label key to group by.
         ``coverLabel``: only nodes with this label key are covered (empty: all).
         ``monitoringRings``: rings of the monitoring topology, 1 to :data:`MAX_RINGS` (default 3).
-        ``poolCoordinators``, ``poolScopeResources``: accepted and not interpreted here (see
-            :data:`CONFIG_KEY_POOL_COORDINATORS`, :data:`CONFIG_KEY_POOL_SCOPE_RESOURCES`).
+        ``poolCoordinators``, ``poolScopeResources``, ``outOfServicePools``: accepted and not
+            interpreted here (see :data:`CONFIG_KEY_POOL_COORDINATORS`,
+            :data:`CONFIG_KEY_POOL_SCOPE_RESOURCES`, :data:`CONFIG_KEY_OUT_OF_SERVICE_POOLS`).
 
     Raises:
         ValueError: an unknown key (a misspelt flag is never silently
