@@ -14,7 +14,6 @@ from dataclasses import replace
 
 from edgewatch.controller.model import (
     FAILED_TAINT,
-    MANAGED_TAINT_IDS,
     NodePlan,
     NodeSnapshot,
     Taint,
@@ -75,7 +74,7 @@ def pod_eviction_due(
 def merge_taints(*, current: Sequence[Taint], managed: Iterable[Taint]) -> tuple[Taint, ...]:
     """The node's full taint list after making our taints equal ``managed``.
 
-    Taints that are not ours (``is_managed_taint``: ``(key, effect)`` not in :data:`MANAGED_TAINT_IDS`,
+    Taints that are not ours (``is_managed_taint``: ``(key, effect)`` not in :data:`~edgewatch.controller.model.MANAGED_TAINT_IDS`,
     or an out-of-service taint with another value, an operator's) are kept as they are, in order.
     Our taints that are still wanted stay in place; missing ones are appended in ``managed`` order,
     except where someone else's taint holds the same ``(key, effect)`` (the API allows one).
