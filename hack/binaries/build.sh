@@ -35,28 +35,54 @@ RECIPE="recipe-2: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + ver
 
 log() { printf '[edgewatch build] %s\n' "$*" >&2; }
 
-# `build.sh helm`: helm alone (helm.sh/helm/v3/cmd/helm through the wrapper module helm/), in its
-# own folder $EDGEWATCH_CACHE/bin/helm-<version>-<stamp>/ (stamp: helm/go.mod, go.sum and
-# HELM_RECIPE), so adding or bumping it never rebuilds the Kubernetes binaries. Prints that folder.
-# KUBEBUILDER_ASSETS plays no part (envtest ships no helm). About 2-4 minutes the first time.
+# One Go tool alone, in its own folder $EDGEWATCH_CACHE/bin/<name>-<version>-<stamp>/ (stamp: the
+# wrapper module's go.mod and go.sum and the tool's recipe), so adding or bumping a tool never
+# rebuilds the Kubernetes binaries; older folders of the same tool are removed. Prints the folder.
+# KUBEBUILDER_ASSETS plays no part (envtest ships neither tool).
+#   build_tool NAME RECIPE VERSION PACKAGE LDFLAGS [SHOWN_VERSION]
+build_tool() {
+  local name=$1 recipe=$2 version=$3 pkg=$4 ldflags=$5 shown=${6:-$3}
+  local cache stamp out start total
+  cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
+  stamp=$( { printf '%s\n' "$recipe"; cat "$here/$name/go.mod" "$here/$name/go.sum"; } | sha256sum | cut -c1-12)
+  out="$cache/bin/$name-$version-$stamp"
+  if [ -x "$out/$name" ]; then echo "$out"; return 0; fi
+  command -v go >/dev/null || { log "Go is required to build $name (https://go.dev)"; return 1; }
+  mkdir -p "$cache/bin"
+  exec 9>"$cache/bin/.build.lock"
+  flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; return 1; }
+  if [ -x "$out/$name" ]; then echo "$out"; return 0; fi  # built while we waited for the lock
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  trap 'rm -rf "'"$out.tmp"'"' EXIT
+  start=$(date +%s)
+  total=$(cd "$here/$name" && GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)
+  log "building $name $shown ($total packages; the first build takes a few minutes on a small machine)"
+  (cd "$here/$name" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -v -trimpath -buildvcs=false -ldflags "$ldflags" \
+    -o "$out.tmp/$name" "$pkg") 2>&1 | {
+    n=0 last=$(date +%s)
+    while IFS= read -r line; do
+      case "$line" in
+        *" "*|*:*) printf '%s\n' "$line" >&2 ;;  # compiler errors and warnings pass through
+        *) n=$((n + 1)) ;;
+      esac
+      now=$(date +%s)
+      if [ $((now - last)) -ge 20 ]; then log "$name: $n/$total packages compiled, $((now - start)) s elapsed"; last=$now; fi
+    done
+  }
+  [ "${PIPESTATUS[0]}" = 0 ] && [ -x "$out.tmp/$name" ] || { log "build produced no $name"; return 1; }
+  mkdir -p "$out"
+  mv -f "$out.tmp/$name" "$out/$name"
+  printf '%s\n' "$recipe" >"$out/.recipe"
+  for old in "$cache"/bin/"$name"-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
+  log "built $name $shown in $(( $(date +%s) - start )) s into $out"
+  echo "$out"
+}
+
+# `build.sh helm`: helm.sh/helm/v3/cmd/helm through the wrapper module helm/ (about 2-4 minutes
+# the first time).
 if [ "${1:-}" = helm ]; then
   HELM_RECIPE="helm-recipe-1: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
   HELM_VERSION=$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" {print $3}' "$here/helm/go.mod")
-  cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
-  stamp=$( { printf '%s\n' "$HELM_RECIPE"; cat "$here"/helm/go.mod "$here"/helm/go.sum; } | sha256sum | cut -c1-12)
-  out="$cache/bin/helm-$HELM_VERSION-$stamp"
-  if [ -x "$out/helm" ]; then echo "$out"; exit 0; fi
-  command -v go >/dev/null || { log "Go is required to build helm (https://go.dev)"; exit 1; }
-  mkdir -p "$cache/bin"
-  exec 9>"$cache/bin/.build.lock"
-  flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; exit 1; }
-  if [ -x "$out/helm" ]; then echo "$out"; exit 0; fi  # built while we waited for the lock
-  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  trap 'rm -rf "$out.tmp"' EXIT
-  start=$(date +%s)
-  pkg=helm.sh/helm/v3/cmd/helm
-  total=$(cd "$here/helm" && GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)
-  log "building helm $HELM_VERSION ($total packages; the first build takes a few minutes on a small machine)"
   ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=archive"
   ldflags+=" -X helm.sh/helm/v3/internal/version.gitCommit=module-helm.sh/helm/v3@$HELM_VERSION"
@@ -67,51 +93,16 @@ if [ "${1:-}" = helm ]; then
   for p in pkg/lint/rules pkg/chartutil; do
     ldflags+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=1 -X helm.sh/helm/v3/$p.k8sVersionMinor=$k8s_minor"
   done
-  (cd "$here/helm" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -v -trimpath -buildvcs=false -ldflags "$ldflags" \
-    -o "$out.tmp/helm" "$pkg") 2>&1 | {
-    n=0 last=$(date +%s)
-    while IFS= read -r line; do
-      case "$line" in
-        *" "*|*:*) printf '%s\n' "$line" >&2 ;;  # compiler errors and warnings pass through
-        *) n=$((n + 1)) ;;
-      esac
-      now=$(date +%s)
-      if [ $((now - last)) -ge 20 ]; then log "helm: $n/$total packages compiled, $((now - start)) s elapsed"; last=$now; fi
-    done
-  }
-  [ "${PIPESTATUS[0]}" = 0 ] && [ -x "$out.tmp/helm" ] || { log "build produced no helm"; exit 1; }
-  mkdir -p "$out"
-  mv -f "$out.tmp/helm" "$out/helm"
-  printf '%s\n' "$HELM_RECIPE" >"$out/.recipe"
-  for old in "$cache"/bin/helm-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
-  log "built helm $HELM_VERSION in $(( $(date +%s) - start )) s into $out"
-  echo "$out"
-  exit 0
+  build_tool helm "$HELM_RECIPE" "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$ldflags"
+  exit $?
 fi
 
-# `build.sh promtool`: promtool alone (github.com/prometheus/prometheus/cmd/promtool through the
-# wrapper module promtool/), in its own folder $EDGEWATCH_CACHE/bin/promtool-<version>-<stamp>/
-# (stamp: promtool/go.mod, go.sum and PROMTOOL_RECIPE), like helm above. Prints that folder.
-# Used by tests/integration/test_alerts.py (`promtool check rules` / `test rules` on
-# deploy/monitoring's alert rules). About 3-6 minutes the first time.
+# `build.sh promtool`: github.com/prometheus/prometheus/cmd/promtool through the wrapper module
+# promtool/, for tests/integration/test_alerts.py (`promtool check rules` / `test rules` on
+# deploy/monitoring's alert rules; about 3-6 minutes the first time).
 if [ "${1:-}" = promtool ]; then
   PROMTOOL_RECIPE="promtool-recipe-2: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
   PROM_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' "$here/promtool/go.mod")
-  cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
-  stamp=$( { printf '%s\n' "$PROMTOOL_RECIPE"; cat "$here"/promtool/go.mod "$here"/promtool/go.sum; } | sha256sum | cut -c1-12)
-  out="$cache/bin/promtool-$PROM_VERSION-$stamp"
-  if [ -x "$out/promtool" ]; then echo "$out"; exit 0; fi
-  command -v go >/dev/null || { log "Go is required to build promtool (https://go.dev)"; exit 1; }
-  mkdir -p "$cache/bin"
-  exec 9>"$cache/bin/.build.lock"
-  flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; exit 1; }
-  if [ -x "$out/promtool" ]; then echo "$out"; exit 0; fi  # built while we waited for the lock
-  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  trap 'rm -rf "$out.tmp"' EXIT
-  start=$(date +%s)
-  pkg=github.com/prometheus/prometheus/cmd/promtool
-  total=$(cd "$here/promtool" && GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)
-  log "building promtool (prometheus module $PROM_VERSION; $total packages; the first build takes a few minutes on a small machine)"
   # The module's v0.3XY.Z is Prometheus 3.XY.Z (upstream's tagging since 3.0): report the latter.
   rel=${PROM_VERSION#v0.}; minor=${rel%%.*}; patch=${rel#*.}
   prom_release="${minor:0:1}.$((10#${minor:1})).$patch"
@@ -119,26 +110,9 @@ if [ "${1:-}" = promtool ]; then
   ldflags+=" -X github.com/prometheus/common/version.Revision=module-github.com/prometheus/prometheus@$PROM_VERSION"
   ldflags+=" -X github.com/prometheus/common/version.Branch=module"
   ldflags+=" -X github.com/prometheus/common/version.BuildUser=edgewatch"
-  (cd "$here/promtool" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -v -trimpath -buildvcs=false -ldflags "$ldflags" \
-    -o "$out.tmp/promtool" "$pkg") 2>&1 | {
-    n=0 last=$(date +%s)
-    while IFS= read -r line; do
-      case "$line" in
-        *" "*|*:*) printf '%s\n' "$line" >&2 ;;  # compiler errors and warnings pass through
-        *) n=$((n + 1)) ;;
-      esac
-      now=$(date +%s)
-      if [ $((now - last)) -ge 20 ]; then log "promtool: $n/$total packages compiled, $((now - start)) s elapsed"; last=$now; fi
-    done
-  }
-  [ "${PIPESTATUS[0]}" = 0 ] && [ -x "$out.tmp/promtool" ] || { log "build produced no promtool"; exit 1; }
-  mkdir -p "$out"
-  mv -f "$out.tmp/promtool" "$out/promtool"
-  printf '%s\n' "$PROMTOOL_RECIPE" >"$out/.recipe"
-  for old in "$cache"/bin/promtool-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
-  log "built promtool $prom_release (prometheus module $PROM_VERSION) in $(( $(date +%s) - start )) s into $out"
-  echo "$out"
-  exit 0
+  build_tool promtool "$PROMTOOL_RECIPE" "$PROM_VERSION" github.com/prometheus/prometheus/cmd/promtool "$ldflags" \
+    "$prom_release (prometheus module $PROM_VERSION)"
+  exit $?
 fi
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
