@@ -44,3 +44,13 @@ def test_a_client_import_outside_the_door_is_reported(tmp_path: Path) -> None:
                       'allow_indirect_imports = true\n')
     done = _lint("--config", str(config))
     assert done.returncode != 0 and "BROKEN" in done.stdout and "lightkube" in done.stdout, done.stdout + done.stderr
+
+
+def test_no_asyncio_wait_for_in_the_product() -> None:
+    """On Python 3.11 ``asyncio.wait_for`` drops a cancellation that lands as what it awaits
+    completes; in a loop that hangs shutdown (the coordinator test's 600 s, issue 22). The product
+    uses ``asyncio.timeout`` or ``edgewatch.waits`` instead."""
+    offenders = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "src" / "edgewatch").rglob("*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if "wait_for(" in line and not line.lstrip().startswith("#") and "asyncio.wait_for" in line]
+    assert offenders == [], offenders
