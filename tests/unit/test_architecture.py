@@ -54,3 +54,12 @@ def test_no_asyncio_wait_for_in_the_product() -> None:
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if "wait_for(" in line and not line.lstrip().startswith("#") and "asyncio.wait_for" in line]
     assert offenders == [], offenders
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (no __init__.py in tests/): two files of the same
+    name in unit/ and integration/ stop the whole collection ("import file mismatch")."""
+    names: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
