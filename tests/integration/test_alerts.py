@@ -13,7 +13,6 @@ skip). No apiserver.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import NodeState
+from edgewatch_lab.testing.binaries import BinariesError, ensure_helm, ensure_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -73,26 +73,22 @@ def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
-def built(target: str, name: str) -> Path:
-    """A binary of hack/binaries/build.sh <target>, as `make binaries` builds it (cached: a no-op)."""
-    proc = subprocess.run(["bash", str(ROOT / "hack" / "binaries" / "build.sh"), target],
-                          capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        pytest.fail(f"building {name} failed (exit {proc.returncode}); run `make binaries`:\n{proc.stderr}")
-    path = Path(proc.stdout.strip().splitlines()[-1]) / name
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path} is missing or not executable; run `make binaries`")
-    return path
-
-
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    return built("promtool", "promtool")
+    """promtool, as `make binaries` builds it (cached: a no-op then); a failed build fails the tests."""
+    try:
+        return ensure_promtool(build_timeout_s=1800)
+    except BinariesError as exc:
+        pytest.fail(f"{exc}; run `make binaries`")
 
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    return built("helm", "helm")
+    """helm, as `make binaries` builds it; a failed build fails the tests."""
+    try:
+        return ensure_helm(build_timeout_s=1800)
+    except BinariesError as exc:
+        pytest.fail(f"{exc}; run `make binaries`")
 
 
 # -- one source ------------------------------------------------------------------------------------

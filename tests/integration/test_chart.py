@@ -17,7 +17,6 @@ Needs helm (`hack/binaries/build.sh helm`) and kubectl (`hack/binaries/build.sh`
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.binaries import Binaries, BinariesError, ensure_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -38,15 +37,11 @@ Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" cluster-wide)
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    """helm, as `make binaries` builds it (cached: a no-op then)."""
-    proc = subprocess.run(["bash", str(ROOT / "hack" / "binaries" / "build.sh"), "helm"],
-                          capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        pytest.fail(f"building helm failed (exit {proc.returncode}); run `make binaries`:\n{proc.stderr}")
-    path = Path(proc.stdout.strip().splitlines()[-1]) / "helm"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path} is missing or not executable; run `make binaries`")
-    return path
+    """helm, as `make binaries` builds it (cached: a no-op then); a failed build fails the tests."""
+    try:
+        return ensure_helm(build_timeout_s=1800)
+    except BinariesError as exc:
+        pytest.fail(f"{exc}; run `make binaries`")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from edgewatch.waits import apart, bounded, stop_task, wait_event
 
 
 class _Boom(Exception):
-    pass
+    """What the child raises instead of ending cancelled."""
 
 
 async def _group_whose_child_fails_on_cancel() -> None:

@@ -224,43 +224,59 @@ def ensure_node_binaries(*, build_timeout_s: float = 3600.0, on_progress: Callab
     return folder.resolve()
 
 
+def _ensure_tool(name: str, *, env: str, script: str, args: tuple[str, ...], build_timeout_s: float,
+                 on_progress: Callable[[str], None] | None) -> Path:
+    """The executable ``name``: the file ``$env`` names, else ``<folder>/name`` of the folder
+    ``hack/binaries/<script> <args>`` builds (or finds cached) and prints.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or the binary is missing.
+    """
+    single = os.environ.get(env)
+    if single:
+        path = Path(single)
+    else:
+        path = _build_folder(script, what=name, env=env, timeout_s=build_timeout_s, on_progress=on_progress,
+                             args=args) / name
+    if not os.access(path, os.X_OK):
+        raise BinariesError(f"{path} is missing or not executable")
+    return path.resolve()
+
+
 def ensure_coredns(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
     """The CoreDNS binary (v1.15.0 with the kubernetes plugin; ``edgewatch_lab.testing.coredns``),
     built from the Go module proxy on first use by ``hack/binaries/build-coredns.sh`` (about 2
     minutes cold on 2 cores) into ``~/.cache/edgewatch/bin/coredns-<version>-<stamp>/``.
-
     ``TEST_ASSET_COREDNS`` names a ready binary instead.
 
     Raises:
         BinariesError: no checkout to build from, the build failed, or the binary is missing.
     """
-    single = os.environ.get("TEST_ASSET_COREDNS")
-    if single:
-        path = Path(single)
-    else:
-        path = _build_folder("build-coredns.sh", what="CoreDNS", env="TEST_ASSET_COREDNS",
-                             timeout_s=build_timeout_s, on_progress=on_progress) / "coredns"
-    if not os.access(path, os.X_OK):
-        raise BinariesError(f"{path} is missing or not executable")
-    return path.resolve()
+    return _ensure_tool("coredns", env="TEST_ASSET_COREDNS", script="build-coredns.sh", args=(),
+                        build_timeout_s=build_timeout_s, on_progress=on_progress)
 
 
 def ensure_helm(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
-    """The helm binary (the playground's ``--install helm``), built from the Go module proxy on
-    first use by ``hack/binaries/build.sh helm`` (about 2-4 minutes cold) into
-    ``~/.cache/edgewatch/bin/helm-<version>-<stamp>/``; warm, a no-op.
-
-    ``TEST_ASSET_HELM`` names a ready binary instead.
+    """The helm binary (the playground's ``--install helm``, the chart's tests), built from the Go
+    module proxy on first use by ``hack/binaries/build.sh helm`` (about 2-4 minutes cold) into
+    ``~/.cache/edgewatch/bin/helm-<version>-<stamp>/``; warm, a no-op. ``TEST_ASSET_HELM`` names a
+    ready binary instead.
 
     Raises:
         BinariesError: no checkout to build from, the build failed, or the binary is missing.
     """
-    single = os.environ.get("TEST_ASSET_HELM")
-    if single:
-        path = Path(single)
-    else:
-        path = _build_folder("build.sh", what="helm", env="TEST_ASSET_HELM", timeout_s=build_timeout_s,
-                             on_progress=on_progress, args=("helm",)) / "helm"
-    if not os.access(path, os.X_OK):
-        raise BinariesError(f"{path} is missing or not executable")
-    return path.resolve()
+    return _ensure_tool("helm", env="TEST_ASSET_HELM", script="build.sh", args=("helm",),
+                        build_timeout_s=build_timeout_s, on_progress=on_progress)
+
+
+def ensure_promtool(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The promtool binary (the alert rules' tests), built from the Go module proxy on first use by
+    ``hack/binaries/build.sh promtool`` (about 3-6 minutes cold) into
+    ``~/.cache/edgewatch/bin/promtool-<version>-<stamp>/``; warm, a no-op. ``TEST_ASSET_PROMTOOL``
+    names a ready binary instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or the binary is missing.
+    """
+    return _ensure_tool("promtool", env="TEST_ASSET_PROMTOOL", script="build.sh", args=("promtool",),
+                        build_timeout_s=build_timeout_s, on_progress=on_progress)
