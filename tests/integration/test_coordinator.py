@@ -402,12 +402,16 @@ async def test_tls_with_client_certificates(kube: AsyncClient, binaries: Binarie
 
 async def test_untrusted_values_in_etcd_are_rejected_not_fatal(kube: AsyncClient, etcd: EtcdServer) -> None:
     from edgewatch.agent.coordinator import _EtcdClient
+    from edgewatch.poolkeys import PoolKeys
 
     pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
     raw = _EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
     try:
-        # A lease-less, malformed leader key would block the election for ever: it must be removed.
-        await raw.put(f"/edgewatch/pools/{pool.name}/leader".encode(), b"NOT a node!")
+        # A lease-less candidacy, and one under a name no node can have, would block the election
+        # for ever if obeyed (the lowest create revision leads): they must be ignored.
+        keys = PoolKeys(pool.name)
+        await raw.put(keys.candidate("no-lease"), b"no-lease")
+        await raw.put(keys.candidates + b"NOT a node!", b"x", lease=int((await raw.lease(60)).id))
         await pool.start()
         await wait_until(lambda: len(pool.leaders()) == 1, timeout_s=15, what="an election despite the bad key")
         leader = pool.leaders()[0]

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import CoordinatorRunner
+from edgewatch.poolkeys import PoolKeys
 from edgewatch.agent.coordinator import KEY_ROOT, NodeCertificateTLS, Role, _EtcdClient, classify_error
 from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
 from edgewatch.core.poolconfig import PoolCoordinators
@@ -203,8 +204,8 @@ async def test_node_session_with_its_own_certificate_waits_connects_leads_and_ro
         try:
             heartbeat = await admin.get(f"{KEY_ROOT}{pool}/heartbeats/{node}".encode())
             assert heartbeat is not None and json.loads(heartbeat.value)["node"] == node
-            leader = await admin.get(f"{KEY_ROOT}{pool}/leader".encode())
-            assert leader is not None and leader.value == node.encode()
+            candidacy = await admin.get(PoolKeys(pool).candidate(node))
+            assert candidacy is not None and candidacy.lease != 0
         finally:
             await admin.close()
 

@@ -118,7 +118,7 @@ class _Coordinator:
     ready/healthy are derived); flags set by the test, a real etcd behind ``new_client``."""
 
     def __init__(self, etcd: EtcdServer, prefix: str) -> None:
-        self.etcd, self.prefix = etcd, prefix
+        self.etcd, self.cache_prefix = etcd, prefix
         self.healthy = True
         self.ready = True
 
@@ -135,6 +135,7 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     registry = CollectorRegistry()
     leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
+                             sync_key=prefix.encode() + b"sync",
                              node="n-1", metrics=LeaderMetrics(registry), config=FAST)
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
@@ -254,7 +255,8 @@ async def test_node_falls_back_to_the_cloud_and_then_keeps_the_last_state(kube: 
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
-    leader = PoolCacheLeader(resources=(SERVICES,), http=http_client_of(kube), prefix=prefix, node="n-1",
+    leader = PoolCacheLeader(resources=(SERVICES,), http=http_client_of(kube), prefix=prefix,
+                             sync_key=prefix.encode() + b"sync", node="n-1",
                              metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     coordinator = _Coordinator(etcd, prefix)
     cloud_up = [True]
@@ -328,6 +330,7 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
     leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
+                             sync_key=prefix.encode() + b"sync",
                              node="n-1", metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
     node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: _Coordinator(etcd, prefix),

@@ -287,3 +287,10 @@ def test_load_ca_refuses_what_is_not_a_p256_ca() -> None:
                                   serialization.NoEncryption())
     with pytest.raises(ValueError, match="not a CA"):
         load_ca(leaf, p256_pem)
+
+
+def test_a_node_named_root_is_never_signed() -> None:
+    """etcd takes a client certificate's CN as the user: ``CN=root`` would be etcd's administrator."""
+    d = decide_api(_api_spec(extra={NODE_NAME_EXTRA: ["root"]}, request=base64.b64encode(csr_pem(cn="root")).decode()),
+                   agent=AGENT, pool_of=lambda node: "shop-a")
+    assert isinstance(d, Deny) and d.reason == "reserved", d

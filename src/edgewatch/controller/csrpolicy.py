@@ -15,6 +15,7 @@ reason           rule
 ``not_agent``    the requester is the agent's ServiceAccount (``system:serviceaccount:<ns>:<name>``)
 ``node_claim``   ``spec.extra["authentication.kubernetes.io/node-name"]`` is exactly one node name:
                  the token is bound to a Pod on that node (a plain token has no claim)
+``reserved``     the node is not named ``root`` (etcd's administrator: the CN is the etcd user)
 ``malformed``    ``spec`` has the API's shape, ``spec.request`` is one PEM ``CERTIFICATE REQUEST``
                  (at most 16 KiB) that parses as PKCS#10
 ``signature``    the request's self-signature verifies (the requester holds the private key)
@@ -58,6 +59,8 @@ __all__ = [
     "ALLOWED_USAGES", "DEFAULT_LIFETIME_S", "MAX_LIFETIME_S", "MAX_REQUEST_BYTES", "MIN_LIFETIME_S",
     "AgentIdentity", "CsrSpec", "Decision", "Deny", "Ignore", "Sign", "decide", "decide_api", "parse_spec",
 ]
+
+RESERVED_ETCD_USERS = frozenset({"root"})  # etcd takes the CN as the user; root is its administrator
 
 MIN_LIFETIME_S: Final = 600
 """Shortest certificate issued, seconds (10 min: the API's minimum ``expirationSeconds``)."""
@@ -245,6 +248,9 @@ def decide(spec: CsrSpec, *, agent: AgentIdentity, pool_of: Callable[[str], str 
         return Deny("node_claim", f"the requester's token must name exactly one node ({NODE_NAME_EXTRA}); "
                                   "use the pod-bound token of the agent on that node")
     node = claim[0]
+    if node in RESERVED_ETCD_USERS:
+        return Deny("reserved", f"a node named {node!r} cannot get a certificate: etcd would take its CN for "
+                                "its own administrator")
     csr = _load(spec.request)
     if isinstance(csr, Deny):
         return csr

@@ -1,6 +1,7 @@
 """Where the pool cache lives in the pool coordinator's etcd, and how values are encoded.
 
-Keys, under the pool's prefix ``/edgewatch/pools/<pool>/``::
+Keys, under the writing leader's own area ``/edgewatch/pools/<pool>/nodes/<leader>/``
+(``edgewatch.poolkeys``: only that node may write there; readers follow the current leader's)::
 
     cache/<group|core>/<version>/<resource>/rv             newest resourceVersion written (list,
                                                            event or bookmark), decimal
@@ -8,7 +9,7 @@ Keys, under the pool's prefix ``/edgewatch/pools/<pool>/``::
                                                            nodes read the whole resource again
     cache/<group|core>/<version>/<resource>/o/<ns>/<name>  one object (JSON as the cloud served it,
                                                            without managedFields), or a tombstone
-    leader-informer-sync                                   written by the leader after its initial
+    ../../leader/sync/<leader>                             leader-informer-sync: written by the leader after its initial
                                                            sync, under its leader lease; renewed
                                                            every 10 s while its informers are synced
 
@@ -54,7 +55,7 @@ class Tombstone:
 
 @dataclass(frozen=True)
 class CacheKeys:
-    """The etcd keys of one resource in one pool (``prefix`` ends with ``/``)."""
+    """The etcd keys of one resource in one leader's area of a pool (``prefix`` ends with ``/``)."""
 
     prefix: str
     resource: PoolResource

@@ -14,8 +14,9 @@ How
       stored objects with the listed ones (unchanged objects are not rewritten, missing ones get a
       tombstone); changes are written as they come, those that queued up during a transaction
       together in the next one (objects or tombstones in resourceVersion order, then the
-      resource's ``rv`` key); a bookmark updates ``rv``. Objects in etcd outlive a leadership, so the next leader's list
-      writes only what changed while nobody led.
+      resource's ``rv`` key); a bookmark updates ``rv``. Objects in etcd outlive a leadership, so a node that leads again
+      writes only what changed since its last term (each leader keeps its own copy: readers follow
+      only the current leader's, which no other node can write).
     * ``leader-informer-sync`` is put, under the leader's etcd lease (so it goes when leadership
       goes), only after every resource's initial list is in etcd, then renewed every
       ``sync_renew_s`` (10 s) while every reflector is synced; readers take it as stale when it
@@ -243,13 +244,16 @@ class PoolCacheLeader:
             Ready keeps its meaning: the leader is in charge and synced).
         http: the cloud API's HTTP client (the agent's own credentials; RBAC: list/watch of exactly
             these resources).
-        prefix: the pool's etcd prefix (``/edgewatch/pools/<pool>/``).
+        prefix: where this leader writes the cache: its own area of the pool's etcd
+            (``poolkeys.PoolKeys.writer``, ``/edgewatch/pools/<pool>/nodes/<node>/``), the only
+            one readers follow while it leads and the only one it may write.
+        sync_key: its ``leader-informer-sync`` key (``poolkeys.PoolKeys.sync``).
         node: this node (written into the sync key, for people reading etcd).
         metrics: where to count.
         config: settings.
     """
 
-    def __init__(self, *, resources: Sequence[PoolResource], http: HttpClient, prefix: str, node: str,
+    def __init__(self, *, resources: Sequence[PoolResource], http: HttpClient, prefix: str, sync_key: bytes, node: str,
                  metrics: LeaderMetrics, config: CacheLeaderConfig | None = None) -> None:
         self.resources = tuple(resources)
         self.http = http
@@ -257,7 +261,7 @@ class PoolCacheLeader:
         self.node = node
         self.metrics = metrics
         self.config = config or CacheLeaderConfig()
-        self.sync_key = f"{prefix}leader-informer-sync".encode()
+        self.sync_key = sync_key
 
     async def run(self, *, etcd: aetcd.Client, rpc: Rpc[Any], lease: int) -> None:
         """Lead the pool's cache until cancelled (leadership ends). ``lease`` is the leader's etcd

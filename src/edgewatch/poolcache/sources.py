@@ -100,7 +100,9 @@ def choose_source(*, current: Source, coordinator_ready: bool, coordinator_healt
 class CoordinatorView(Protocol):
     """What the node cache needs of the pool coordinator (``edgewatch.agent.coordinator``)."""
 
-    prefix: str
+    @property
+    def cache_prefix(self) -> str | None:
+        """The current leader's area (``poolkeys.PoolKeys.writer``); None without a leader."""
 
     @property
     def healthy(self) -> bool: ...
@@ -174,6 +176,7 @@ class NodePoolCache:
         self.source = Source.LAST_KNOWN
         self.history: list[tuple[float, Source]] = []
         self._ready_seen = 0.0
+        self._feed_prefix: str | None = None  # the leader's area the coordinator feed reads
 
     def _choose(self) -> Source:
         coordinator = self._coordinator()
@@ -203,24 +206,42 @@ class NodePoolCache:
         self.metrics.last_known.set(1 if source is Source.LAST_KNOWN else 0)
 
     async def run(self) -> None:
-        """Choose the source every ``poll_s`` and run its feed; until cancelled."""
+        """Choose the source every ``poll_s`` and run its feed; until cancelled. The coordinator
+        feed follows the current leader's area, and moves to a new leader's only once that leader
+        is synced (Ready): until then the old leader's last state is served, never a half-written
+        one."""
         if not self.caches:
             return
         feed: asyncio.Task[None] | None = None
         try:
             while True:
                 wanted = self._choose()
-                if feed is None or wanted is not self.source:
+                prefix = self._coordinator_prefix() if wanted is Source.COORDINATOR else None
+                moved = wanted is Source.COORDINATOR and prefix is not None and prefix != self._feed_prefix
+                if feed is None or wanted is not self.source or moved:
                     if feed is not None:
                         feed.cancel()
                         await asyncio.wait({feed})
+                    if moved and self.source is Source.COORDINATOR and self._feed_prefix is not None:
+                        log.info("pool cache: following the new pool leader's cache",
+                                 extra={"from": self._feed_prefix, "to": prefix})
                     self._set_source(wanted)
-                    feed = asyncio.create_task(self._feed(wanted), name=f"pool-cache-feed-{wanted.value}")
+                    self._feed_prefix = prefix if wanted is Source.COORDINATOR else None
+                    feed = asyncio.create_task(self._feed(wanted, self._feed_prefix),
+                                               name=f"pool-cache-feed-{wanted.value}")
                 await asyncio.sleep(self.config.poll_s)
         finally:
             if feed is not None:
                 feed.cancel()
                 await asyncio.wait({feed})
+
+    def _coordinator_prefix(self) -> str | None:
+        """The area to read while on the coordinator: the leader's once it is Ready, else the one
+        being read (None: none yet)."""
+        coordinator = self._coordinator()
+        if coordinator is not None and coordinator.ready and coordinator.cache_prefix is not None:
+            return coordinator.cache_prefix
+        return self._feed_prefix
 
     # -- feeds ---------------------------------------------------------------------------------------
 
@@ -242,9 +263,10 @@ class NodePoolCache:
                 cache.bookmark(event.resource_version)
         return sink
 
-    async def _feed(self, source: Source) -> None:
-        """Run ``source``'s feeds (one per resource) until cancelled; retry after any failure."""
-        if source is Source.LAST_KNOWN:
+    async def _feed(self, source: Source, prefix: str | None) -> None:
+        """Run ``source``'s feeds (one per resource; the coordinator's read the leader's area
+        ``prefix``) until cancelled; retry after any failure."""
+        if source is Source.LAST_KNOWN or (source is Source.COORDINATOR and prefix is None):
             return
         attempt = 0
         while True:
@@ -258,7 +280,8 @@ class NodePoolCache:
                     coordinator = self._coordinator()
                     if coordinator is None:
                         return
-                    await apart(self._coordinator_feeds(coordinator), name=f"poolcache-{source.value}-feeds")
+                    await apart(self._coordinator_feeds(coordinator, prefix or ""),
+                                name=f"poolcache-{source.value}-feeds")
             except Exception as exc:  # noqa: BLE001 - any failure: retry while still the source
                 leaf = exc
                 while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
@@ -282,14 +305,14 @@ class NodePoolCache:
                     on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
                         resource=n, source="cloud", reason=reason).inc()).run())
 
-    async def _coordinator_feeds(self, coordinator: CoordinatorView) -> None:
+    async def _coordinator_feeds(self, coordinator: CoordinatorView, prefix: str) -> None:
         etcd = coordinator.new_client()
         try:
             async with asyncio.TaskGroup() as tg:
                 for resource in self.caches:
                     name = resource.name
                     tg.create_task(run_coordinator_feed(
-                        etcd=etcd, keys=CacheKeys(coordinator.prefix, resource),
+                        etcd=etcd, keys=CacheKeys(prefix, resource),
                         sink=self._sink(resource, Source.COORDINATOR), rpc_timeout_s=self.config.rpc_timeout_s,
                         on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
                             resource=n, source="coordinator", reason=reason).inc()))

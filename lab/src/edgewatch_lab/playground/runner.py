@@ -72,16 +72,21 @@ def _targets(step: Any, scenario: Scenario) -> list[str]:
 
 
 async def _leader_of(cluster: PlaygroundCluster, pool: str) -> str | None:
-    """The node whose agent leads ``pool`` (read from the pool's coordinator)."""
+    """The node whose agent leads ``pool`` (read from the pool's coordinator: the candidacy with
+    the lowest create revision, ``edgewatch.poolkeys.leader_of``)."""
     import aetcd
+
+    from edgewatch.poolkeys import Candidate, PoolKeys, leader_of
 
     etcd = cluster.coordinators.get(pool)
     if etcd is None:
         return None
+    keys = PoolKeys(pool)
     host, port = etcd.address, etcd.client_port
     async with aetcd.Client(host=host, port=port, timeout=3) as client:
-        value = await client.get(f"/edgewatch/pools/{pool}/leader".encode())
-    return value.value.decode() if value is not None else None
+        listing = await client.get_prefix(keys.candidates)
+    return leader_of({kv.key[len(keys.candidates):].decode(errors="replace"): Candidate(kv.lease, kv.create_revision)
+                      for kv in listing})
 
 
 class ScenarioPlayer:

@@ -14,12 +14,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from edgewatch.agent.coordinator.errors import CoordinatorError
+from edgewatch.poolkeys import KEY_ROOT
 
 __all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "ClientTLS", "CoordinatorConfig",
            "CoordinatorEndpoint", "CoordinatorTLS", "NodeCertificateTLS", "check_pool_ca", "parse_coordinator_url"]
 
 
-KEY_ROOT = "/edgewatch/pools/"
 DEFAULT_ETCD_PORT = 2379
 # Node names are DNS-1123 subdomains, pool names DNS-1123 labels (no dots or slashes, so keys
 # cannot nest): the checks of edgewatch.core.types.

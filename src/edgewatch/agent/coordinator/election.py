@@ -1,15 +1,17 @@
-"""Leader election (``Election``, a part of ``PoolCoordinator``): campaign for the leader key when
-nobody leads and the own cloud link is up, lead (keep-alive, forwarding, the pool-cache informer)
-until stepping down (cloud link lost, displaced, lease lost or unconfirmed), keep leading after a
-reconnect if the leader lease survived."""
+"""Leader election (``Election``, a part of ``PoolCoordinator``): when nobody leads and the own
+cloud link is up, put this node's candidacy ``leader/election/<node>`` under a short leader lease
+and lead if it is the lowest create revision of the pool (``poolkeys.leader_of``; else withdraw);
+lead (keep-alive, forwarding, the pool-cache informer) until stepping down (cloud link lost,
+displaced, lease lost or unconfirmed); keep leading after a reconnect if the leader lease survived.
+
+Each node writes only its own candidacy (etcd's access control, ``edgewatch.pooletcd``): etcd's
+election recipe with one key per node, so no node can take, hold or end another's leadership."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
-from typing import Any
 
 import aetcd
 
@@ -36,8 +38,8 @@ class Election(LeaderKeyWatch, Forwarding):
     async def _election_loop(self, client: _EtcdClient) -> None:
         assert self._election_wake is not None
         if self._leader_lease is not None:  # leader before a reconnect: keep leading if the lease survived
-            kv, lease = self._leader_kv, self._leader_lease
-            if kv is not None and kv.lease == lease and kv.value == self.node.encode() and self._cloud:
+            kv, lease = self._candidates.get(self.node), self._leader_lease
+            if kv is not None and kv.lease == lease and self._observed_leader() == self.node and self._cloud:
                 sent = asyncio.get_running_loop().time()
                 reply = await self._rpc(client.refresh_lease(lease))
                 if reply is not None and reply.TTL > 0:
@@ -50,7 +52,7 @@ class Election(LeaderKeyWatch, Forwarding):
                 self._leader_lease = None
         while True:
             self._election_wake.clear()
-            decision = decide_role(reachable=True, elected=False, leader_present=self._leader_kv is not None,
+            decision = decide_role(reachable=True, elected=False, leader_present=self._observed_leader() is not None,
                                    cloud_ok=self._cloud)
             self._set_role(decision.role)
             if decision.campaign and not self._closing:
@@ -61,25 +63,28 @@ class Election(LeaderKeyWatch, Forwarding):
             await wait_event(self._election_wake, self.config.health_interval_s)
 
     async def _campaign(self, client: _EtcdClient) -> int | None:
-        """Create the leader key if absent; the lease id if we won."""
+        """Put this node's candidacy if absent; the lease id if it is the lowest of the pool (we
+        lead), else withdraw it (revoke) and None."""
         self._campaigning = True
+        key = self.candidate_key
         try:
             lease = int((await self._rpc(client.lease(self.config.leader_ttl_s))).id)
             started = asyncio.get_running_loop().time()
             won, responses = await self._rpc(client.transaction(
-                compare=[client.transactions.create(self.leader_key) == 0],
-                success=[client.transactions.put(self.leader_key, self.node.encode(), lease=lease)],
-                failure=[client.transactions.get(self.leader_key)]))
-            if not won:
+                compare=[client.transactions.create(key) == 0],
+                success=[client.transactions.put(key, self.node.encode(), lease=lease)],
+                failure=[client.transactions.get(key)]))
+            if won:  # our candidacy is in: are we the lowest? (re-read: others may be newer to us)
+                self._apply_snapshot(await self._rpc(client.get_prefix(self.keys.leadership)))
+            if not won or self._observed_leader() != self.node:
                 with contextlib.suppress(Exception):
                     await self._rpc(client.revoke_lease(lease))
-                for _value, kv in (responses[0] if responses else []):
-                    self._apply_event(_PutEvent(kv))
+                if won:
+                    self._candidates.pop(self.node, None)
+                    self._leader_state_changed()
                 return None
             self._leader_lease = lease
             self._leader_valid_until = started + self.config.leader_ttl_s
-            revision = responses[0].response_put.header.revision
-            self._apply_event(_PutEvent(_KV(self.leader_key, self.node.encode(), lease, revision, revision)))
             return lease
         finally:
             self._campaigning = False
@@ -105,7 +110,7 @@ class Election(LeaderKeyWatch, Forwarding):
         self._set_role(Role.FOLLOWER)
         if reason != "lease_lost":
             with contextlib.suppress(aetcd.ClientError, TimeoutError):
-                await self._rpc(client.revoke_lease(lease))  # deletes leader + sync keys at once
+                await self._rpc(client.revoke_lease(lease))  # deletes candidacy + sync key at once
         self._leader_lease = None
 
     async def _lead_until_step_down(self, client: _EtcdClient, lease: int) -> str:
@@ -143,26 +148,10 @@ class Election(LeaderKeyWatch, Forwarding):
             decision = decide_role(reachable=True, elected=True, leader_present=True, cloud_ok=self._cloud)
             if decision.release:
                 raise _StepDown("cloud_lost")
-            kv = self._leader_kv
-            if kv is None or kv.value != self.node.encode() or kv.lease != self._leader_lease:
+            kv = self._candidates.get(self.node)
+            if kv is None or kv.lease != self._leader_lease or self._observed_leader() != self.node:
                 raise _StepDown("displaced")
             if loop.time() > self._leader_valid_until:
                 raise _StepDown("lease_unconfirmed")
             await wait_event(self._stepdown_wake, self.config.cloud_poll_interval_s)
 
-
-@dataclass
-class _KV:
-    """The fields of an etcd KeyValue we read (for synthesized events)."""
-
-    key: bytes
-    value: bytes
-    lease: int
-    create_revision: int
-    mod_revision: int
-
-
-@dataclass
-class _PutEvent:
-    kv: Any
-    kind: str = "PUT"

@@ -1,7 +1,12 @@
-"""The leader key as observed (``LeaderKeyWatch``, a part of ``PoolCoordinator``): ``leader`` and
-``leader-informer-sync`` (one prefix) from a snapshot, then the watch; a health probe that re-reads
-them (proves the coordinator answers, repairs a missed event) and deletes a leader key that would
-block the election (malformed, lease-less, or left by this node's previous incarnation)."""
+"""The election as observed (``LeaderKeyWatch``, a part of ``PoolCoordinator``): the candidacies
+``leader/election/<node>`` and the sync keys ``leader/sync/<node>`` (one prefix, ``leader/``) from
+a snapshot, then the watch; a health probe that re-reads them (proves the coordinator answers,
+repairs a missed event) and deletes this node's own candidacy left by its previous incarnation.
+
+Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision); only the
+leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
+control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
+candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete."""
 
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ from aetcd import utils as etcd_utils
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.state import CoordinatorState, _LeaderKey
-from edgewatch.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
+from edgewatch.waits import bounded
 
 __all__ = ["LeaderKeyWatch"]
 
@@ -25,22 +30,17 @@ log = logging.getLogger(__name__)
 
 
 class LeaderKeyWatch(CoordinatorState):
-    """Who leads and whether the pool data is synced, as seen in etcd; wakes the election and the
-    step-down watch on every change."""
+    """Who leads and whether the leader's pool data is synced, as seen in etcd; wakes the election
+    and the step-down watch on every change."""
 
     def _apply_snapshot(self, snapshot: Any) -> None:
         revision = snapshot.header.revision
         if revision < self._state_rev:
             return  # older than what the watch already applied
-        leader = sync = None
+        self._candidates.clear()
+        self._syncs.clear()
         for kv in snapshot:
-            if kv.key == self.leader_key:
-                leader = kv
-            elif kv.key == self.sync_key:
-                sync = kv
-        self._leader_kv = None if leader is None else _LeaderKey(leader.value, leader.lease, leader.create_revision,
-                                                                 leader.mod_revision)
-        self._note_sync(sync.mod_revision if sync is not None else 0)
+            self._apply_kv(kv.key, kv, deleted=False)
         self._state_rev = revision
         self._leader_state_changed()
 
@@ -48,24 +48,46 @@ class LeaderKeyWatch(CoordinatorState):
         kv = event.kv
         if kv.mod_revision <= self._state_rev:
             return
-        deleted = event.kind == "DELETE"
-        if kv.key == self.leader_key:
-            self._leader_kv = None if deleted else _LeaderKey(kv.value, kv.lease, kv.create_revision, kv.mod_revision)
-        elif kv.key == self.sync_key:
-            self._note_sync(0 if deleted else kv.mod_revision)
-        else:
+        if not self._apply_kv(kv.key, kv, deleted=event.kind == "DELETE"):
             return
         self._state_rev = kv.mod_revision
         self._leader_state_changed()
 
-    def _note_sync(self, mod_revision: int) -> None:
-        """The sync key is at ``mod_revision`` (0: absent); note when we saw it change."""
+    def _apply_kv(self, key: bytes, kv: Any, *, deleted: bool) -> bool:
+        """Record one candidacy or sync key; False if the key is neither."""
+        candidates, syncs = self.keys.candidates, self.keys.syncs
+        if key.startswith(candidates):
+            name = key[len(candidates):].decode(errors="replace")
+            if deleted:
+                self._candidates.pop(name, None)
+            else:
+                if kv.lease == 0 or not is_dns1123_subdomain(name):
+                    self.metrics.rejected.labels(reason="leader_key").inc()
+                    log.warning("ignoring a malformed candidacy (no lease or a bad node name)",
+                                extra={"pool": self.pool, "node": self.node, "candidate": name[:80]})
+                self._candidates[name] = _LeaderKey(kv.lease, kv.create_revision, kv.mod_revision)
+            return True
+        if key.startswith(syncs):
+            name = key[len(syncs):].decode(errors="replace")
+            if deleted:
+                self._syncs.pop(name, None)
+            else:
+                self._syncs[name] = kv.mod_revision
+            return True
+        return False
+
+    def _note_sync(self) -> None:
+        """The current leader's sync key is at its observed mod revision (0: absent); note when we
+        saw it change, by our own clock."""
+        leader = self._observed_leader()
+        mod_revision = self._syncs.get(leader, 0) if leader is not None else 0
         self._sync_present = mod_revision != 0
         if mod_revision and mod_revision != self._sync_rev:
             self._sync_seen_at = time.monotonic()
         self._sync_rev = mod_revision
 
     def _leader_state_changed(self) -> None:
+        self._note_sync()
         kv = self._leader_kv
         if kv is not None and kv.create_revision != self._term:
             self._term = kv.create_revision
@@ -79,8 +101,9 @@ class LeaderKeyWatch(CoordinatorState):
             self._stepdown_wake.set()
 
     async def _observe_leader(self, client: _EtcdClient, revision: int) -> None:
-        """Watch ``leader`` and ``leader-informer-sync`` (one prefix) from ``revision`` + 1."""
-        watch = await self._rpc(client.watch(self.leader_key, range_end=etcd_utils.prefix_range_end(self.leader_key),
+        """Watch the candidacies and sync keys (prefix ``leader/``) from ``revision`` + 1."""
+        prefix = self.keys.leadership
+        watch = await self._rpc(client.watch(prefix, range_end=etcd_utils.prefix_range_end(prefix),
                                              start_revision=revision + 1))
         try:
             async for event in watch:
@@ -91,33 +114,25 @@ class LeaderKeyWatch(CoordinatorState):
         raise CoordinatorError("unreachable", f"coordinator {self.endpoint.url}: leader watch ended")
 
     async def _health_probe(self, client: _EtcdClient) -> None:
-        """Re-read the leader keys every ``health_interval_s``: proves the coordinator answers,
-        repairs a missed watch event, and removes a leader key that would block the election."""
+        """Re-read the election every ``health_interval_s``: proves the coordinator answers,
+        repairs a missed watch event, and removes this node's stale candidacy."""
         while True:
             await asyncio.sleep(self.config.health_interval_s)
-            snapshot = await self._rpc(client.get_prefix(self.leader_key))
+            snapshot = await self._rpc(client.get_prefix(self.keys.leadership))
             self._apply_snapshot(snapshot)
             self.metrics.ready.set(1 if self.ready else 0)  # staleness comes with time, not events
             await self._repair_leader_key(client)
 
     async def _repair_leader_key(self, client: _EtcdClient) -> None:
-        kv = self._leader_kv
-        if kv is None or self._campaigning or self._elected:
+        """Delete this node's candidacy if it is not this incarnation's (left by the previous one,
+        it would make every node wait for a leader that is not running): the only candidacy a
+        node may delete."""
+        kv = self._candidates.get(self.node)
+        if kv is None or self._campaigning or self._elected or kv.lease == self._leader_lease:
             return
-        name = kv.value.decode(errors="replace")
-        if kv.lease == 0 or not is_dns1123_subdomain(name) or len(kv.value) > 253:
-            reason = "leader_key"
-            why = "malformed or without a lease (it would block the election for ever)"
-        elif name == self.node and kv.lease != self._leader_lease:
-            reason = ""
-            why = "left by this node's previous incarnation"
-        else:
-            return
-        if reason:
-            self.metrics.rejected.labels(reason=reason).inc()
         deleted, _ = await self._rpc(client.transaction(
-            compare=[client.transactions.mod(self.leader_key) == kv.mod_revision],
-            success=[client.transactions.delete(self.leader_key)], failure=[]))
+            compare=[client.transactions.mod(self.candidate_key) == kv.mod_revision],
+            success=[client.transactions.delete(self.candidate_key)], failure=[]))
         if deleted:
-            log.warning("deleted the pool leader key: %s", why,
-                        extra={"pool": self.pool, "node": self.node, "value": name[:80], "lease": kv.lease})
+            log.warning("deleted this node's candidacy left by its previous incarnation",
+                        extra={"pool": self.pool, "node": self.node, "lease": kv.lease})

@@ -118,7 +118,7 @@ class Session(Election):
         client = self._new_client()
         cancelled = False
         try:
-            snapshot = await self._rpc(client.get_prefix(self.leader_key))
+            snapshot = await self._rpc(client.get_prefix(self.keys.leadership))
             self._healthy = True
             self.last_error = None
             self._cloud = self._cloud_ok()
@@ -146,7 +146,8 @@ class Session(Election):
     def _set_pending(self) -> None:
         self._healthy = False
         self._elected = False
-        self._leader_kv = None
+        self._candidates.clear()
+        self._syncs.clear()
         self._sync_present = False
         self._state_rev = 0
         self._forwarded.clear()

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from edgewatch.agent.coordinator.config import KEY_ROOT, ClientTLS, CoordinatorConfig, parse_coordinator_url
+from edgewatch.agent.coordinator.config import ClientTLS, CoordinatorConfig, parse_coordinator_url
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.metrics import _Metrics
 from edgewatch.agent.coordinator.roles import Role
@@ -24,6 +24,7 @@ from edgewatch.kube.api import AsyncClient
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.kube.http import http_client_of
+from edgewatch.poolkeys import Candidate, PoolKeys, leader_of
 
 __all__ = ["CoordinatorState"]
 
@@ -34,7 +35,8 @@ T = TypeVar("T")
 
 @dataclass
 class _LeaderKey:
-    value: bytes
+    """A candidacy (``leader/election/<node>``) as observed."""
+
     lease: int
     create_revision: int
     mod_revision: int
@@ -79,22 +81,23 @@ class CoordinatorState:
         self.metrics = _Metrics(registry)
         self.incarnation = time.time_ns() // 1000
 
-        prefix = f"{KEY_ROOT}{pool}/"
-        self.prefix = prefix
-        self.heartbeat_prefix = f"{prefix}heartbeats/".encode()
-        self.leader_key = f"{prefix}leader".encode()
-        self.sync_key = f"{prefix}leader-informer-sync".encode()
+        self.keys = PoolKeys(pool)
+        self.prefix = self.keys.prefix
+        self.heartbeat_prefix = self.keys.heartbeats
+        self.candidate_key = self.keys.candidate(node)
         self.pool_resources = tuple(pool_resources)
         http = http_client_of(kube)
         if http is None and self.pool_resources:
             raise CoordinatorError("config", "the pool cache needs a lightkube AsyncClient (its HTTP client)")
-        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=prefix, node=node,
+        self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=self.keys.writer(node),
+                                            sync_key=self.keys.sync(node), node=node,
                                             metrics=LeaderMetrics(registry), config=cache_config)
 
         # Observed state (written only from the event loop).
         self._role = Role.PENDING
         self._healthy = False
-        self._leader_kv: _LeaderKey | None = None
+        self._candidates: dict[str, _LeaderKey] = {}  # leader/election/<node>, as observed
+        self._syncs: dict[str, int] = {}  # leader/sync/<node> -> its mod revision
         self._sync_present = False
         self._sync_rev = 0
         self._sync_seen_at = 0.0  # monotonic time the sync key was last seen to change
@@ -148,11 +151,27 @@ class CoordinatorState:
 
     @property
     def leader(self) -> str | None:
-        """The current leader's node name as seen in etcd (None if none, or unreachable)."""
-        if not self._healthy or self._leader_kv is None:
+        """The current leader's node name as seen in etcd: the valid candidacy with the lowest
+        create revision (``poolkeys.leader_of``); None if none, or unreachable."""
+        if not self._healthy:
             return None
-        name = self._leader_kv.value.decode(errors="replace")
-        return name if is_dns1123_subdomain(name) else None
+        return self._observed_leader()
+
+    @property
+    def cache_prefix(self) -> str | None:
+        """Where the current leader keeps the pool cache (``nodes/<leader>/``); None without a
+        leader. Only the leader can write there: a node serves nothing else."""
+        leader = self.leader
+        return None if leader is None else self.keys.writer(leader)
+
+    def _observed_leader(self) -> str | None:
+        return leader_of({name: Candidate(kv.lease, kv.create_revision) for name, kv in self._candidates.items()})
+
+    @property
+    def _leader_kv(self) -> _LeaderKey | None:
+        """The current leader's candidacy as observed (None: nobody leads)."""
+        name = self._observed_leader()
+        return None if name is None else self._candidates[name]
 
     def covers_delegation(self) -> bool:
         """True while the coordinator is reachable and some node is elected: the leader forwards

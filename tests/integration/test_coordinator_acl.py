@@ -1,0 +1,169 @@
+"""A compromised pool member, with its own real certificate, against the pool coordinator's etcd
+with access control on (issue 23): it can write its own keys and nothing the others act on or
+serve; the election and what followers read are unchanged by its attempts.
+
+The etcd is the real binary with TLS from the pool's CA and ``--client-cert-auth``; its users and
+roles come from ``edgewatch.pooletcd.reconcile_acl`` with a root certificate from the same CA; the
+agents are real ``PoolCoordinator`` sessions with their own node certificates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from edgewatch.agent.certstore import CertificateFiles
+from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role, _EtcdClient
+from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
+from edgewatch.kube.api import AsyncClient
+from edgewatch.poolkeys import PoolKeys
+from edgewatch.pooletcd.provisioner import reconcile_acl
+from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.etcd import EtcdServer, EtcdServerTLS
+
+pytestmark = pytest.mark.controlplane
+
+FAST = CoordinatorConfig(heartbeat_interval_s=2.0, forward_interval_s=2.0, health_interval_s=1.0,
+                         connect_backoff_max_s=2.0)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _issue(ca: PoolCA, node: str, folder: Path) -> NodeCertificateTLS:
+    files = CertificateFiles.under(folder / node)
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=3600, now=_now())
+    files.key_file.parent.mkdir(parents=True, exist_ok=True)
+    files.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    files.cert_file.write_bytes(pem)
+    return NodeCertificateTLS(ca_pem=ca.cert_pem(), cert_file=files.cert_file, key_file=files.key_file)
+
+
+async def _wait(predicate: Callable[[], object], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def _denied(call: Callable[[], object]) -> str:
+    """Run one etcd call that must be refused for lack of permission; the error text."""
+    try:
+        async with asyncio.timeout(10):
+            await call()  # type: ignore[misc]
+    except Exception as exc:  # noqa: BLE001 - what etcd said is the point
+        text = str(exc).lower()
+        assert "permission denied" in text or "user name is empty" in text, text
+        return text
+    raise AssertionError("etcd let the write through")
+
+
+@pytest.fixture
+async def world(binaries: Binaries) -> AsyncIterator[tuple[EtcdServer, PoolCA, str, Path]]:
+    folder = Path(tempfile.mkdtemp(prefix="edgewatch-coord-acl-"))
+    pool = f"acl-{secrets.token_hex(3)}"
+    ca = make_ca(pool, now=_now())
+    server = EtcdServer(binary=binaries.etcd, data_dir=folder / "data",
+                        tls=EtcdServerTLS.signed_by_ca(folder / "etcd", ca_cert_pem=ca.cert_pem(),
+                                                       ca_key_pem=ca.key_pem()))
+    try:
+        await asyncio.to_thread(server.start)
+        yield server, ca, pool, folder
+    finally:
+        await asyncio.to_thread(server.cleanup)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
+        kube: AsyncClient, world: tuple[EtcdServer, PoolCA, str, Path]) -> None:
+    server, ca, pool, folder = world
+    keys = PoolKeys(pool)
+    n1, n2 = "edge-1", "edge-2"
+    target = f"{server.address}:{server.client_port}"
+    root = _issue(ca, "root", folder)
+
+    # The coordinator's access control: a user and a role per member, then auth on. Idempotent.
+    first = await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
+    assert first.enabled_auth and {s.name for s in first.steps if s.op == "add_user"} == {n1, n2}
+    again = await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
+    assert again.steps == () and not again.enabled_auth
+
+    coordinators = {n: PoolCoordinator(url=server.client_url, pool=pool, node=n, kube=kube, cloud_ok=lambda: True,
+                                       verdict_of=lambda _n: "healthy", config=FAST, tls=_issue(ca, n, folder))
+                    for n in (n1, n2)}
+    tasks: dict[str, asyncio.Task[None]] = {}
+    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                           credentials=_issue(ca, n2, folder).credentials())
+    try:
+        tasks[n1] = asyncio.create_task(coordinators[n1].run())
+        await _wait(lambda: coordinators[n1].role is Role.LEADER, timeout_s=20, what=f"{n1} to lead")
+        tasks[n2] = asyncio.create_task(coordinators[n2].run())
+        await _wait(lambda: coordinators[n2].ready and coordinators[n2].leader == n1, timeout_s=20,
+                    what=f"{n2} to follow {n1} and see its sync")
+        term = coordinators[n2]._term
+        assert coordinators[n2].cache_prefix == keys.writer(n1)
+
+        # The attacker's credentials work for its own keys (so the refusals below are access control).
+        await attacker.put(keys.heartbeat(n2), b'{"forged": "but own"}')
+        forged_slice = (b'{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"kubernetes",'
+                        b'"namespace":"default","resourceVersion":"999999999"},"addressType":"IPv4",'
+                        b'"endpoints":[{"addresses":["10.66.6.6"]}]}')
+        await attacker.put(keys.writer(n2).encode() + b"cache/discovery.k8s.io/v1/endpointslices/o/default/kubernetes",
+                           forged_slice)
+        await attacker.put(keys.candidate(n2), n2.encode())  # a candidacy without a lease: never obeyed
+
+        # Everything the others act on or serve: refused by etcd.
+        leader_area = keys.writer(n1).encode() + b"cache/discovery.k8s.io/v1/endpointslices/o/default/kubernetes"
+        await _denied(lambda: attacker.put(leader_area, forged_slice))
+        await _denied(lambda: attacker.put(keys.prefix.encode() + b"cache/discovery.k8s.io/v1/endpointslices/o/"
+                                           b"default/kubernetes", forged_slice))  # the old shared cache
+        await _denied(lambda: attacker.put(keys.heartbeat(n1), b'{"node":"edge-1"}'))
+        await _denied(lambda: attacker.delete(keys.heartbeat(n1)))
+        await _denied(lambda: attacker.put(keys.candidate(n1), n1.encode()))
+        await _denied(lambda: attacker.delete(keys.candidate(n1)))
+        await _denied(lambda: attacker.put(keys.sync(n1), b"{}"))
+        await _denied(lambda: attacker.put(keys.prefix.encode() + b"leader", n2.encode()))  # the old leader key
+        await _denied(lambda: attacker.put(b"/edgewatch/pools/other/heartbeats/" + n2.encode(), b"{}"))
+
+        # The election and what followers read are unchanged.
+        await asyncio.sleep(3 * FAST.health_interval_s)
+        for n in (n1, n2):
+            assert coordinators[n].leader == n1, n
+            assert coordinators[n].cache_prefix == keys.writer(n1), n
+        assert coordinators[n2]._term == term and coordinators[n1].role is Role.LEADER
+
+        # A certificate from the pool CA for a node that is not a member gets nothing at all.
+        stranger = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                               credentials=_issue(ca, "edge-9", folder).credentials())
+        try:
+            await _denied(lambda: stranger.get(keys.heartbeat(n1)))
+            await _denied(lambda: stranger.put(keys.heartbeat("edge-9"), b"{}"))
+        finally:
+            await stranger.close()
+
+        # A node that leaves the pool loses its user: its certificate no longer opens anything.
+        await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1])
+        await _denied(lambda: attacker.get(keys.heartbeat(n1)))
+    finally:
+        for c in coordinators.values():
+            await c.close()
+        for t in tasks.values():
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):
+            await attacker.close()
