@@ -36,6 +36,9 @@ class ControllerMetrics:
         csr_decisions: coordinator-client CertificateSigningRequests decided, by ``result``
             (``signed``, ``denied``, ``failed``: approved by someone else, refused by the policy) and
             ``reason`` (``ok``, or the policy's: ``edgewatch.controller.csrpolicy``).
+        node_cut_off: per covered node the controller judges cut off now (state ``disconnected`` or
+            ``unknown``), labels ``node`` and ``pool`` (its ``edgewatch.io/pool``): seconds since it
+            was first judged so; no series for any other node (``edgewatch.controller.cutoff``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -75,3 +78,6 @@ class ControllerMetrics:
         self.csr_decisions = Counter("edgewatch_controller_csr_decisions",
                                      "Coordinator-client certificate requests decided, by result and reason.",
                                      ["result", "reason"], registry=registry)
+        self.node_cut_off = Gauge("edgewatch_controller_node_cut_off_seconds",
+                                  "Seconds since the controller judged the node cut off (disconnected or "
+                                  "unknown); no series while it is not.", ["node", "pool"], registry=registry)

@@ -69,6 +69,7 @@ from typing import Any, TypeVar
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage, pool_out_of_service
 from edgewatch.controller.csrsigner import CsrSigner
+from edgewatch.controller.cutoff import CutOffTracker
 from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import (
@@ -178,6 +179,7 @@ class Reconciler:
         self._state_gauges = {state: metrics.nodes.labels(state=state.value) for state in NodeState}
         self._reconciles_ok = metrics.reconciles.labels(result="ok")
         self._exported: dict[NodeState, int] = {}  # the state counts last set on the gauge
+        self.cut_off = CutOffTracker(metrics.node_cut_off, self.clock)  # per-node cut-off seconds
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
@@ -259,6 +261,7 @@ class Reconciler:
         self._node_cache.seen(name, None if op == "DELETED" else node)
         if op == "DELETED":
             self.plans.pop(name)
+            self.cut_off.forget(name)
             self.shown.forget(name)
             self.observations.forget(name=name)
             self._unproven.pop(name, None)
@@ -376,6 +379,7 @@ class Reconciler:
             except ApiError as exc:
                 if exc.status.code == 404:
                     self.plans.pop(name)
+                    self.cut_off.forget(name)
                     self.shown.forget(name)
                     self.observations.forget(name=name)
                     self._unproven.pop(name, None)
@@ -418,6 +422,7 @@ class Reconciler:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)
         self.plans.put(name, p)
+        self.cut_off.judged(name, pool=snap.labels.get(POOL_LABEL), state=p.effective_state, now=now)
         if previous is None or previous.effective_state != p.effective_state:
             log.info("node %s: %s", name, p.explanation,
                      extra={"kind": "state", "node": name, "state": p.effective_state.value,
@@ -511,6 +516,7 @@ class Reconciler:
         (our taints and annotations, in one write that carries the resourceVersion), once."""
         name = node.metadata.name
         self.plans.pop(name)
+        self.cut_off.forget(name)
         taints = [t for t in (node.spec.taints or [] if node.spec else [])]
         kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS
                 or (t.key, t.effect) == OUT_OF_SERVICE_TAINT.ident and t.value != OUT_OF_SERVICE_TAINT.value]
