@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries image unit bench bench-lab bench-cache bench-real fuzz clean-lab
+.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-real fuzz clean-lab
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -61,6 +61,13 @@ node-binaries:
 	  echo "installing gcc and libseccomp-dev (Debian packages)"; \
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc libc6-dev libseccomp-dev >/dev/null; }
 	@bash hack/binaries/build-node.sh
+
+# The peer systems of issue 26's comparison: SuperEdge v0.9.0's edge-health and edge-health-admission
+# from the Go module proxy, cached in ~/.cache/edgewatch (a few minutes the first time), then the tests
+# marked `peers` (make test runs them too, as its smoke run of the comparison's build).
+peers: setup
+	@bash hack/binaries/build.sh superedge >/dev/null
+	$(VENV)/bin/pytest -m peers tests
 
 # edgewatch's image (and pause) as OCI archives, built here offline from this checkout and Debian's
 # Python (edgewatch_lab.testing.images; the Dockerfile stays the user-facing recipe); prints their paths.

@@ -6,6 +6,8 @@
 # Usage: hack/binaries/build.sh            build (or reuse) and print the folder holding them
 #        hack/binaries/build.sh helm       the same for helm alone (its own folder; see below)
 #        hack/binaries/build.sh promtool   the same for promtool alone (its own folder; see below)
+#        hack/binaries/build.sh superedge  SuperEdge's edge-health and edge-health-admission (one
+#                                          folder for both; see below)
 #
 # Output: $EDGEWATCH_CACHE/bin/<stamp>/ (default ~/.cache/edgewatch/bin/...), outside the repo,
 # so only the first build pays. The stamp hashes the wrapper modules (go.mod, go.sum, etcd's
@@ -39,26 +41,34 @@ log() { printf '[edgewatch build] %s\n' "$*" >&2; }
 # wrapper module's go.mod and go.sum and the tool's recipe), so adding or bumping a tool never
 # rebuilds the Kubernetes binaries; older folders of the same tool are removed. Prints the folder.
 # KUBEBUILDER_ASSETS plays no part (envtest ships neither tool).
+# PACKAGE may list several packages (space-separated) of the same module: the folder then holds
+# one binary per package, named after its last path element (superedge: edge-health and
+# edge-health-admission); with one package the binary is NAME.
 #   build_tool NAME RECIPE VERSION PACKAGE LDFLAGS [SHOWN_VERSION]
 build_tool() {
-  local name=$1 recipe=$2 version=$3 pkg=$4 ldflags=$5 shown=${6:-$3}
-  local cache stamp out start total
+  local name=$1 recipe=$2 version=$3 ldflags=$5 shown=${6:-$3}
+  local cache stamp out start total b
+  local -a pkgs bins
+  read -ra pkgs <<<"$4"
+  if [ "${#pkgs[@]}" = 1 ]; then bins=("$name"); else bins=("${pkgs[@]##*/}"); fi
+  built() { local b; for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
   cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
   stamp=$( { printf '%s\n' "$recipe"; cat "$here/$name/go.mod" "$here/$name/go.sum"; } | sha256sum | cut -c1-12)
   out="$cache/bin/$name-$version-$stamp"
-  if [ -x "$out/$name" ]; then echo "$out"; return 0; fi
+  if built; then echo "$out"; return 0; fi
   command -v go >/dev/null || { log "Go is required to build $name (https://go.dev)"; return 1; }
   mkdir -p "$cache/bin"
   exec 9>"$cache/bin/.build.lock"
   flock -w 3600 9 || { log "another build has held $cache/bin/.build.lock for an hour; giving up"; return 1; }
-  if [ -x "$out/$name" ]; then echo "$out"; return 0; fi  # built while we waited for the lock
+  if built; then echo "$out"; return 0; fi  # built while we waited for the lock
   rm -rf "$out.tmp" && mkdir -p "$out.tmp"
   trap 'rm -rf "'"$out.tmp"'"' EXIT
   start=$(date +%s)
-  total=$(cd "$here/$name" && GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)
+  total=$(cd "$here/$name" && GOFLAGS=-mod=readonly go list -deps "${pkgs[@]}" | wc -l)
   log "building $name $shown ($total packages; the first build takes a few minutes on a small machine)"
+  local dest="$out.tmp/$name"; [ "${#pkgs[@]}" = 1 ] || dest="$out.tmp/"  # a folder: one binary per package
   (cd "$here/$name" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -v -trimpath -buildvcs=false -ldflags "$ldflags" \
-    -o "$out.tmp/$name" "$pkg") 2>&1 | {
+    -o "$dest" "${pkgs[@]}") 2>&1 | {
     n=0 last=$(date +%s)
     while IFS= read -r line; do
       case "$line" in
@@ -69,9 +79,10 @@ build_tool() {
       if [ $((now - last)) -ge 20 ]; then log "$name: $n/$total packages compiled, $((now - start)) s elapsed"; last=$now; fi
     done
   }
-  [ "${PIPESTATUS[0]}" = 0 ] && [ -x "$out.tmp/$name" ] || { log "build produced no $name"; return 1; }
+  [ "${PIPESTATUS[0]}" = 0 ] || { log "building $name failed"; return 1; }
+  for b in "${bins[@]}"; do [ -x "$out.tmp/$b" ] || { log "build produced no $b"; return 1; }; done
   mkdir -p "$out"
-  mv -f "$out.tmp/$name" "$out/$name"
+  for b in "${bins[@]}"; do mv -f "$out.tmp/$b" "$out/$b"; done
   printf '%s\n' "$recipe" >"$out/.recipe"
   for old in "$cache"/bin/"$name"-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
   log "built $name $shown in $(( $(date +%s) - start )) s into $out"
@@ -112,6 +123,21 @@ if [ "${1:-}" = promtool ]; then
   ldflags+=" -X github.com/prometheus/common/version.BuildUser=edgewatch"
   build_tool promtool "$PROMTOOL_RECIPE" "$PROM_VERSION" github.com/prometheus/prometheus/cmd/promtool "$ldflags" \
     "$prom_release (prometheus module $PROM_VERSION)"
+  exit $?
+fi
+
+# `build.sh superedge`: SuperEdge's github.com/superedge/superedge/cmd/edge-health and
+# cmd/edge-health-admission through the wrapper module superedge/ (the peer system of issue 26's
+# comparison; `make peers`), both in one folder. The wrapper pins reflect2 v1.0.2 and json-iterator
+# v1.1.12 over v0.9.0's own (see its go.mod).
+if [ "${1:-}" = superedge ]; then
+  SUPEREDGE_RECIPE="superedge-recipe-1: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
+  SUPEREDGE_VERSION=$(awk '$1 == "require" && $2 == "github.com/superedge/superedge" {print $3}' "$here/superedge/go.mod")
+  v=github.com/superedge/superedge/pkg/version
+  ldflags="-s -w -X $v.gitVersion=$SUPEREDGE_VERSION -X $v.gitBranch=module -X $v.gitTreeState=archive"
+  ldflags+=" -X $v.gitCommit=module-github.com/superedge/superedge@$SUPEREDGE_VERSION"
+  build_tool superedge "$SUPEREDGE_RECIPE" "$SUPEREDGE_VERSION" \
+    "github.com/superedge/superedge/cmd/edge-health github.com/superedge/superedge/cmd/edge-health-admission" "$ldflags"
   exit $?
 fi
 

@@ -280,3 +280,31 @@ def ensure_promtool(*, build_timeout_s: float = 3600.0, on_progress: Callable[[s
     """
     return _ensure_tool("promtool", env="TEST_ASSET_PROMTOOL", script="build.sh", args=("promtool",),
                         build_timeout_s=build_timeout_s, on_progress=on_progress)
+
+
+#: What ``hack/binaries/build.sh superedge`` builds: SuperEdge v0.9.0's agent and its webhook (the
+#: peer system of issue 26's comparison).
+SUPEREDGE_BINARY_NAMES = ("edge-health", "edge-health-admission")
+
+
+def ensure_superedge(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The folder holding SuperEdge's ``edge-health`` and ``edge-health-admission``
+    (``SUPEREDGE_BINARY_NAMES``, module github.com/superedge/superedge v0.9.0 with reflect2 v1.0.2
+    and json-iterator v1.1.12), built from the Go module proxy on first use by
+    ``hack/binaries/build.sh superedge`` (``make peers``; a few minutes cold on 2 cores) into
+    ``~/.cache/edgewatch/bin/superedge-<version>-<stamp>/``; warm, a no-op.
+    ``EDGEWATCH_SUPEREDGE_BINARIES`` names a ready folder instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or a binary is missing.
+    """
+    folder_env = os.environ.get("EDGEWATCH_SUPEREDGE_BINARIES")
+    if folder_env:
+        folder = Path(folder_env)
+    else:
+        folder = _build_folder("build.sh", what="the SuperEdge binaries", env="EDGEWATCH_SUPEREDGE_BINARIES",
+                               timeout_s=build_timeout_s, on_progress=on_progress, args=("superedge",))
+    for name in SUPEREDGE_BINARY_NAMES:
+        if not os.access(folder / name, os.X_OK):
+            raise BinariesError(f"{folder / name} is missing or not executable")
+    return folder.resolve()
