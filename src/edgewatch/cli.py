@@ -1,5 +1,5 @@
 """The ``edgewatch`` command line: ``agent``, ``controller``, ``status``, ``kubeconfig``,
-``rotate-key``; and, when the lab distribution (``edgewatch-lab``) is installed beside it,
+``rotate-key``, ``uninstall``; and, when the lab distribution (``edgewatch-lab``) is installed beside it,
 ``playground`` and ``sim`` (entry-point group ``edgewatch.commands``; never in the image).
 
 Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast.
@@ -244,3 +244,19 @@ def status(kubeconfig: str | None, namespace: str, output: str) -> None:
     from edgewatch.status import run_status
 
     sys.exit(run_status(kubeconfig=kubeconfig, namespace=namespace, output=output))
+
+
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--namespace", default="edgewatch", show_default=True,
+              help="edgewatch's namespace (its rosters, pool CAs, beacon; edgewatch-nodes is fixed).")
+@click.option("--dry-run", is_flag=True, default=False, help="Print what would be removed; write nothing.")
+@click.option("--api-timeout", type=float, default=10.0, show_default=True, help="Seconds per API request.")
+def uninstall(kubeconfig: str | None, namespace: str, dry_run: bool, api_timeout: float) -> None:
+    """Remove every mark edgewatch left on the cluster (taints, annotations, conditions, Lease marks,
+    rosters, evidence, key records, pool CAs, CSRs). Run it after `kubectl delete -k deploy/` or
+    `helm uninstall` (docs/uninstall.md). Exit 1 if something could not be removed."""
+    from edgewatch.uninstall import run_uninstall
+
+    sys.exit(run_uninstall(kubeconfig=kubeconfig, namespace=namespace, dry_run=dry_run,
+                           api_timeout_s=api_timeout))
