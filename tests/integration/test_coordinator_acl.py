@@ -167,3 +167,37 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
                 await t
         with contextlib.suppress(Exception):
             await attacker.close()
+
+
+async def test_the_cli_reconciles_and_is_idempotent(world: tuple[EtcdServer, PoolCA, str, Path]) -> None:
+    """``edgewatch pool-etcd-acl``, as an operator runs it, with a root certificate of the pool CA."""
+    import subprocess
+    import sys
+
+    server, ca, pool, folder = world
+    keys = PoolKeys(pool)
+    root = _issue(ca, "root", folder)
+    ca_file = folder / "pool-ca.crt"
+    ca_file.write_bytes(ca.cert_pem())
+    argv = [sys.executable, "-m", "edgewatch", "pool-etcd-acl", "--endpoint", f"{server.address}:{server.client_port}",
+            "--pool", pool, "--ca", str(ca_file), "--cert", str(root.cert_file), "--key", str(root.key_file),
+            "--member", "edge-1", "--member", "edge-2"]
+
+    def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+    first = await asyncio.to_thread(run, argv)
+    assert first.returncode == 0, first.stderr
+    assert "add_user     edge-1" in first.stdout and "authentication switched on" in first.stdout, first.stdout
+    second = await asyncio.to_thread(run, argv)
+    assert second.returncode == 0 and second.stdout.strip() == "0 change(s); authentication on", second.stdout
+    bad = await asyncio.to_thread(run, [*argv[:-4], "--member", "Not_A_Node"])
+    assert bad.returncode == 2 and "DNS-1123" in bad.stderr, bad.stderr
+
+    edge2 = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                        credentials=_issue(ca, "edge-2", folder).credentials())
+    try:
+        await edge2.put(keys.heartbeat("edge-2"), b"{}")
+        await _denied(lambda: edge2.put(keys.heartbeat("edge-1"), b"{}"))
+    finally:
+        await edge2.close()
