@@ -104,3 +104,41 @@ def pool_ca_name(pool: str) -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", pool.lower()).strip("-")[:30].strip("-")
     digest = hashlib.sha256(pool.encode()).hexdigest()[:10]
     return f"{POOL_CA_PREFIX}-{slug}-{digest}" if slug else f"{POOL_CA_PREFIX}-{digest}"
+
+
+# The pool coordinator as edgewatch runs it (issue 23, ``poolCoordinators: {<pool>: auto}``).
+COORDINATOR_SERVICE_ACCOUNT = "edgewatch-coordinator"
+"""The ServiceAccount of the pool coordinator pods (edgewatch namespace)."""
+
+COORDINATOR_SERVING_SIGNER = f"{DOMAIN}/coordinator-serving"
+"""The CertificateSigningRequest ``spec.signerName`` of a pool coordinator's serving certificate:
+usage server auth, SANs exactly the IP addresses of the node its pod runs on plus ``localhost`` and
+``127.0.0.1``, signed by the pool's CA."""
+
+COORDINATOR_ROOT_USER = "root"
+"""etcd's administrator user: the CN of the client certificate the pool coordinator pod uses to
+manage its etcd's users and roles (signed only for the coordinator's ServiceAccount)."""
+
+POOL_COORDINATORS_CONFIGMAP = "edgewatch-pool-coordinators"
+"""The ConfigMap (edgewatch namespace, written by the controller, read by agents) that tells where
+each ``auto`` pool's coordinator runs now: key = pool, value = ``https://<node IP>:<port>``; a pool
+whose coordinator pod is not Ready has no key."""
+
+COORDINATOR_COMPONENT = "coordinator"
+"""The ``app.kubernetes.io/component`` label value of pool coordinator Deployments and pods (with
+``app.kubernetes.io/name: edgewatch`` and ``edgewatch.io/pool: <pool>``)."""
+
+DEFAULT_COORDINATOR_PORT = 12379
+"""The pool coordinator's etcd client port on its node (host network). Not 2379, which a node that
+also runs a control-plane etcd already uses."""
+
+DEFAULT_COORDINATOR_OPS_PORT = 12380
+"""The pool coordinator pod's /healthz, /readyz and /metrics port (host network)."""
+
+
+def coordinator_name(pool: str) -> str:
+    """The name of ``pool``'s coordinator Deployment, ``edgewatch-coordinator-<slug>-<hash>`` (the
+    scheme of :func:`pool_ca_name`; 63 characters at most)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", pool.lower()).strip("-")[:30].strip("-")
+    digest = hashlib.sha256(pool.encode()).hexdigest()[:10]
+    return f"edgewatch-coordinator-{slug}-{digest}" if slug else f"edgewatch-coordinator-{digest}"
