@@ -103,3 +103,10 @@ def test_the_grouping_parser_accepts_the_key_without_judging_it() -> None:
     # ConfigMap with poolCoordinators (even a bad one) must not be refused there.
     config = parse_grouping_config({"grouping": "on", "poolCoordinators": "not: [valid"})
     assert config.enabled
+
+
+def test_auto_pools_are_apart_from_urls() -> None:
+    got = parse_pool_coordinators("a: auto\nb: http://198.18.0.1\nc: ' auto '\nd: Auto\n")
+    assert got.auto == frozenset({"a", "c"})
+    assert got.urls == {"b": "http://198.18.0.1:2379"} and got.url_for("a") is None
+    assert got.invalid == frozenset({"d"})  # only the exact word: a typo is reported, not guessed

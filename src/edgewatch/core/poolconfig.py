@@ -9,6 +9,12 @@ What it is for
           poolCoordinators: |
             a: http://198.18.0.10:2379
             factory-7: https://etcd.factory-7.example:2379
+            factory-8: auto
+
+    ``auto`` (:data:`AUTO`): edgewatch runs the pool's coordinator itself (the controller keeps a
+    coordinator Deployment pinned to the pool's nodes and publishes where it runs now in the
+    ConfigMap ``edgewatch-pool-coordinators``; issue 23). Such pools are in
+    :attr:`PoolCoordinators.auto`, not in ``urls``.
 
     An agent started without ``--coordinator`` looks up its own pool (the node label
     ``edgewatch.io/pool``, or ``--pool``) here (:meth:`PoolCoordinators.url_for`).
@@ -42,6 +48,7 @@ import yaml
 from edgewatch.core.types import is_dns1123_label
 
 __all__ = [
+    "AUTO",
     "DEFAULT_ETCD_PORT",
     "MAX_POOLS",
     "PoolCoordinators",
@@ -52,6 +59,9 @@ __all__ = [
 
 DEFAULT_ETCD_PORT: Final = 2379
 """etcd's client port, used when a URL names none."""
+
+AUTO: Final = "auto"
+"""The ``poolCoordinators`` value that asks edgewatch to run the pool's coordinator."""
 
 MAX_POOLS: Final = 10_000
 """Most entries accepted in one mapping."""
@@ -112,13 +122,14 @@ def check_coordinator_url(url: object) -> str:
 
 @dataclass(frozen=True)
 class PoolCoordinators:
-    """The valid entries of ``poolCoordinators`` (pool -> normalised URL), one human-readable line
-    per dropped entry, and the (valid) pool names whose URL was invalid (a caller may keep their
-    previous URL)."""
+    """The valid entries of ``poolCoordinators`` (pool -> normalised URL), the pools whose
+    coordinator edgewatch runs (``auto``), one human-readable line per dropped entry, and the
+    (valid) pool names whose URL was invalid (a caller may keep their previous URL)."""
 
     urls: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     invalid: frozenset[str] = frozenset()
+    auto: frozenset[str] = frozenset()
 
     def url_for(self, pool: str | None) -> str | None:
         """The coordinator URL of ``pool`` (None: no pool, or no valid entry for it)."""
@@ -156,13 +167,17 @@ def parse_pool_coordinators(text: object) -> PoolCoordinators:
     urls: dict[str, str] = {}
     problems: list[str] = []
     invalid: set[str] = set()
+    auto: set[str] = set()
     for pool, url in data.items():
         if not is_pool_name(pool):
             problems.append(f"pool name {str(pool)!r:.80} is not a DNS-1123 label (lower-case, at most 63 characters)")
+            continue
+        if isinstance(url, str) and url.strip() == AUTO:
+            auto.add(pool)
             continue
         try:
             urls[pool] = check_coordinator_url(url)
         except ValueError as exc:
             problems.append(f"pool {pool}: {exc}")
             invalid.add(pool)
-    return PoolCoordinators(urls=urls, problems=tuple(problems), invalid=frozenset(invalid))
+    return PoolCoordinators(urls=urls, problems=tuple(problems), invalid=frozenset(invalid), auto=frozenset(auto))
