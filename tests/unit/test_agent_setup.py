@@ -172,6 +172,22 @@ def test_coordinator_wanted(tmp_path: Path) -> None:
     assert flag.coordinators.wanted() == ("http://10.1.1.1:2379", "a", DEFAULT_RESOURCES)
 
 
+def test_an_auto_pool_goes_where_the_controller_says_its_coordinator_runs(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    _with_config(agent, "a: auto\nb: http://198.18.0.11:2379")
+    assert agent.coordinators.wanted() is None  # not Ready anywhere yet: the peer path carries heartbeats
+    agent.membership._apply_discovery({"a": "https://198.18.0.20:12379", "b": "https://198.18.0.21:12379"})
+    assert agent.coordinators.wanted() == ("https://198.18.0.20:12379", "a", DEFAULT_RESOURCES)
+    agent.membership._apply_discovery({"a": "https://198.18.0.22:12379"})  # rescheduled to another node
+    assert agent.coordinators.wanted() == ("https://198.18.0.22:12379", "a", DEFAULT_RESOURCES)
+    agent.membership._apply_discovery({})
+    assert agent.coordinators.wanted() is None
+    other = _agent(tmp_path)
+    _with_config(other, "a: http://198.18.0.10:2379")  # an explicit URL is not replaced by a discovery
+    other.membership._apply_discovery({"a": "https://198.18.0.20:12379"})
+    assert other.coordinators.wanted() == ("http://198.18.0.10:2379", "a", DEFAULT_RESOURCES)
+
+
 async def test_the_coordinator_follows_the_config_map_live(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     agent = _agent(tmp_path)
     # Ports nobody listens on: the sessions fail and retry quietly, which is all this test needs.

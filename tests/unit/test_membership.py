@@ -352,3 +352,23 @@ def test_pool_coordinators_are_judged_apart_from_grouping(caplog: pytest.LogCapt
     assert dict(m.pool_coordinators.urls) == {"c": "https://[fd00::1]:2379"} and rejects[-1] == "invalid_config"
     # Deleted ConfigMap: no coordinators.
     assert m.apply_config(None) and m.pool_coordinators.urls == {}
+
+
+async def test_auto_pools_learn_where_their_coordinator_runs_from_the_controller() -> None:
+    from edgewatch.names import POOL_COORDINATORS_CONFIGMAP
+
+    kube = FakeKube()
+    pool_of_five(kube)
+    put_config(kube, {"poolCoordinators": "a: auto\n"})
+    recorded = Recorded()
+    async with Running(Membership(client=kube, node=ME, namespace="edgewatch", retry_s=0.01,  # type: ignore[arg-type]
+                                  events=recorded)) as m:
+        await wait(lambda: m.config_synced.is_set() and m.pool_coordinators.auto == {"a"})
+        assert m.discovered_coordinators == {} and m.pool_coordinators.url_for("a") is None
+        kube.put("ConfigMap", {"metadata": {"name": POOL_COORDINATORS_CONFIGMAP, "namespace": "edgewatch"},
+                               "data": {"a": "https://198.18.0.9:12379", "b": "http://198.18.0.8:12379",
+                                        "Bad_Pool": "https://198.18.0.7:12379", "c": "not a url"}})
+        await wait(lambda: m.discovered_coordinators == {"a": "https://198.18.0.9:12379"})
+        assert recorded.config_refusals.count("invalid_discovered_coordinator") == 3  # no downgrade to http, no junk
+        await kube.delete(ConfigMap, POOL_COORDINATORS_CONFIGMAP, namespace="edgewatch")
+        await wait(lambda: m.discovered_coordinators == {})

@@ -57,6 +57,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -100,7 +101,13 @@ class PoolSettings(Protocol):
 
     @property
     def pool_coordinators(self) -> PoolCoordinators:
-        """The ConfigMap's ``poolCoordinators``: pool -> etcd URL."""
+        """The ConfigMap's ``poolCoordinators``: pool -> etcd URL, and the ``auto`` pools."""
+        ...
+
+    @property
+    def discovered_coordinators(self) -> Mapping[str, str]:
+        """Where each ``auto`` pool's coordinator runs now (the ConfigMap
+        ``edgewatch-pool-coordinators``, written by the controller): pool -> ``https://`` URL."""
         ...
 
     @property
@@ -240,7 +247,8 @@ class CoordinatorRunner:
 
         ``--coordinator URL`` wins (pool: ``--pool``, the node's label, or ``default``, once the node
         is known). Otherwise the ConfigMap's ``poolCoordinators`` entry for this node's pool, once
-        the ConfigMap has been read.
+        the ConfigMap has been read; for an ``auto`` pool, where the controller says its
+        coordinator runs now (none while it is not Ready: the peer path carries heartbeats).
         """
         settings = self._settings
         if not settings.config_synced.is_set():
@@ -254,6 +262,8 @@ class CoordinatorRunner:
             return (self.url, self.pool_of_node() or "default", cached)
         pool = self.pool_of_node()
         url = settings.pool_coordinators.url_for(pool)
+        if url is None and pool is not None and pool in settings.pool_coordinators.auto:
+            url = settings.discovered_coordinators.get(pool)
         return (url, pool, cached) if url and pool else None
 
     # -- running ---------------------------------------------------------------------------------------

@@ -50,7 +50,9 @@ from typing import Any, Protocol
 from edgewatch.core.grouping import (CONFIG_KEY_POOL_COORDINATORS, CONFIG_KEY_POOL_SCOPE_RESOURCES, GroupingConfig,
                                      parse_grouping_config)
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResource, PoolResourcesError, parse_pool_resources
-from edgewatch.core.poolconfig import PoolCoordinators, parse_pool_coordinators
+from edgewatch.core.poolconfig import PoolCoordinators, check_coordinator_url, parse_pool_coordinators
+from edgewatch.core.types import is_dns1123_label
+from edgewatch.names import POOL_COORDINATORS_CONFIGMAP
 from edgewatch.core.roster import Roster, RosterError, decode_roster, roster_name
 from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import follow, informer_config
@@ -138,6 +140,7 @@ class Membership:
         self.roster_name: str | None = None  # the roster ``roster`` was read from
         self.grouping = GroupingConfig()
         self.pool_coordinators = PoolCoordinators()
+        self.discovered_coordinators: dict[str, str] = {}  # auto pool -> where its coordinator runs now
         self.pool_resources: tuple[PoolResource, ...] = DEFAULT_RESOURCES
         self.synced = asyncio.Event()
         self.config_synced = asyncio.Event()
@@ -204,6 +207,7 @@ class Membership:
             tg.create_task(self._watch_own_node())
             tg.create_task(self._watch_config())
             tg.create_task(self._follow_roster())
+            tg.create_task(self._watch_discovery())
 
     async def _follow(self, resource: ApiResource, model: Any, name: str, on_event: Callable[[str, Any], None], *,
                       field_selector: str, namespace: str | None = None,
@@ -250,6 +254,41 @@ class Membership:
 
         await self._follow(CONFIGMAPS, ConfigMap, "config", on_config, namespace=self.namespace,
                            field_selector=f"metadata.name={CONFIGMAP_NAME}", on_list=listed)
+
+    async def _watch_discovery(self) -> None:
+        """The ConfigMap ``edgewatch-pool-coordinators`` (written by the controller): where each
+        ``auto`` pool's coordinator runs now. Absent or deleted: none runs."""
+        def on_discovery(op: str, cm: ConfigMap) -> None:
+            self._apply_discovery(None if op == "DELETED" else (cm.data or {}))
+
+        def listed(found: list[ConfigMap]) -> None:
+            if not found:
+                self._apply_discovery(None)
+
+        await self._follow(CONFIGMAPS, ConfigMap, "discovery", on_discovery, namespace=self.namespace,
+                           field_selector=f"metadata.name={POOL_COORDINATORS_CONFIGMAP}", on_list=listed)
+
+    def _apply_discovery(self, data: Mapping[str, str] | None) -> None:
+        """Adopt the discovered coordinators: entries ``<pool>: https://HOST:PORT`` (an ``auto``
+        coordinator always speaks TLS: an ``http://`` entry is refused, never a downgrade); a bad
+        entry is dropped, logged and counted (``invalid_discovered_coordinator``)."""
+        found: dict[str, str] = {}
+        for pool, url in (data or {}).items():
+            try:
+                if not is_dns1123_label(pool):
+                    raise ValueError(f"pool name {str(pool)[:80]!r} is not a DNS-1123 label")
+                checked = check_coordinator_url(url)
+                if not checked.startswith("https://"):
+                    raise ValueError("an auto coordinator must be https://")
+                found[pool] = checked
+            except ValueError as exc:
+                log.error("ignoring an entry of %s: %s", POOL_COORDINATORS_CONFIGMAP, exc,
+                          extra={"kind": "config_rejected"})
+                self._observer.config_refused("invalid_discovered_coordinator")
+        if found != self.discovered_coordinators:
+            log.info("discovered pool coordinators: %s", dict(sorted(found.items())) or "none",
+                     extra={"kind": "pool_coordinators"})
+        self.discovered_coordinators = found
 
     def _config_changed(self, _applied: bool) -> None:
         self._retarget.set()
@@ -366,7 +405,8 @@ class Membership:
             return
         previous = self.pool_coordinators
         kept = {pool: previous.urls[pool] for pool in parsed.invalid if pool in previous.urls}
-        merged = PoolCoordinators(urls={**parsed.urls, **kept}, problems=parsed.problems, invalid=parsed.invalid)
+        merged = PoolCoordinators(urls={**parsed.urls, **kept}, problems=parsed.problems, invalid=parsed.invalid,
+                                  auto=parsed.auto)
         if parsed.problems != previous.problems:
             for problem in parsed.problems:
                 log.error("ignoring an entry of %s in %s: %s", CONFIG_KEY_POOL_COORDINATORS, CONFIGMAP_NAME,
@@ -374,9 +414,9 @@ class Membership:
                 self._observer.config_refused("invalid_pool_coordinator")
             for pool, url in sorted(kept.items()):
                 log.warning("pool %s keeps its previous coordinator %s", pool, url, extra={"kind": "config_rejected"})
-        if merged.urls != previous.urls:
-            log.info("pool coordinators: %s", dict(sorted(merged.urls.items())) or "none",
-                     extra={"kind": "pool_coordinators"})
+        if merged.urls != previous.urls or merged.auto != previous.auto:
+            log.info("pool coordinators: %s; run by edgewatch: %s", dict(sorted(merged.urls.items())) or "none",
+                     sorted(merged.auto) or "none", extra={"kind": "pool_coordinators"})
         self.pool_coordinators = merged
 
     # -- persistence -------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ class AgentMetrics:
             ``timeout`` or ``error``).
         carrying: number of peers whose heartbeat this agent carries now.
         config_rejected: ConfigMap updates refused, by ``reason`` (``invalid_config``,
-            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``, ``invalid_roster``).
+            ``invalid_pool_coordinators``, ``invalid_pool_coordinator``, ``invalid_roster``,
+            ``invalid_discovered_coordinator``: a bad entry of ``edgewatch-pool-coordinators``).
         state_save_failures: failed saves of the group roster to ``--state-dir``, by ``reason`` (the
             exception class, e.g. PermissionError).
         period_seconds: duration of the last exchange period's work.
