@@ -1,4 +1,5 @@
 # The edgewatch image: one Python package, two entry points (agent, controller).
+# SBOM (CycloneDX, by cyclonedx-py from the image's Python packages): make sbom (edgewatch_lab.testing.sbom).
 FROM python:3.11-slim
 WORKDIR /src
 COPY pyproject.toml README.md ./

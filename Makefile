@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-real fuzz clean-lab
+.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-real fuzz clean-lab sbom
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -109,3 +109,7 @@ clean-lab: setup
 	$(PY) -m edgewatch_lab.testing.netlab cleanup
 	$(PY) -c "from edgewatch_lab.testing.realnode import cleanup_stale; print(cleanup_stale())"
 	$(PY) -c "from edgewatch_lab.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"
+
+# The image's SBOM (CycloneDX JSON, by cyclonedx-py from the image's own Python packages; edgewatch_lab.testing.sbom), written next to the image archive and checked against pyproject.toml's pins; prints its path.
+sbom: setup node-binaries
+	@archive="$$($(PY) -m edgewatch_lab.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause" | head -n1)" && [ -n "$$archive" ] && $(PY) -m edgewatch_lab.testing.sbom "$$archive"
