@@ -3,6 +3,7 @@ least privilege (checked with `kubectl auth can-i` impersonating the ServiceAcco
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.controlplane
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 AGENT = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER = "system:serviceaccount:edgewatch:edgewatch-controller"
+COORDINATOR = "system:serviceaccount:edgewatch:edgewatch-coordinator"
 
 
 def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: str | None = None) -> bool:
@@ -33,6 +35,17 @@ def can_i(cp: ControlPlane, who: str, verb: str, resource: str, *, namespace: st
         if exc.stdout.strip() == "no":
             return False
         raise
+
+
+def can_sign(cp: ControlPlane, who: str, verb: str, signer: str) -> bool:
+    """A SubjectAccessReview of ``verb`` on the signer ``signer`` (kubectl auth can-i cannot name a
+    resource whose name has a slash, as signer names do)."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": who, "groups": ["system:serviceaccounts", "system:authenticated"],
+                       "resourceAttributes": {"group": "certificates.k8s.io", "resource": "signers",
+                                              "name": signer, "verb": verb}}}
+    out = json.loads(cp.kubectl("create", "-f", "-", "-o", "json", input_text=json.dumps(review)))
+    return bool(out["status"].get("allowed"))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +175,67 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("create", "configmaps", "edgewatch-nodes", False),
     ("update", "leases", "edgewatch-nodes", False),
     ("delete", "configmaps", "edgewatch-nodes", False),
+    # the pool coordinators' certificates (edgewatch.controller.coordinatorcsr) and Deployments
+    ("create", "deployments.apps", "edgewatch", True),
+    ("delete", "deployments.apps", "edgewatch", True),
+    ("patch", "deployments.apps", "edgewatch", True),
+    ("create", "deployments.apps", "default", False),
+    ("watch", "pods", "edgewatch", True),
+    ("watch", "pods", "default", False),
+    ("patch", "configmaps/edgewatch-pool-coordinators", "edgewatch", True),
+    ("update", "configmaps/edgewatch-pool-coordinators", "edgewatch", True),
 ])
 def test_controller_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
                                             namespace: str | None, allowed: bool) -> None:
     assert can_i(control_plane, CONTROLLER, verb, resource, namespace=namespace) is allowed
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    # its serving and root client certificates (what is signed: controller.coordinatorcsr)
+    ("create", "certificatesigningrequests.certificates.k8s.io", None, True),
+    ("get", "certificatesigningrequests.certificates.k8s.io", None, True),
+    ("list", "certificatesigningrequests.certificates.k8s.io", None, False),
+    ("update", "certificatesigningrequests.certificates.k8s.io/approval", None, False),
+    # its pool's members
+    ("list", "nodes", None, True),
+    ("watch", "nodes", None, True),
+    ("patch", "nodes", None, False),
+    ("patch", "nodes/status", None, False),
+    # the pool CA certificates, read only; never the CA keys
+    ("get", "configmaps/edgewatch-pool-ca-x", "edgewatch", True),
+    ("watch", "configmaps", "edgewatch", True),
+    ("update", "configmaps/edgewatch-pool-coordinators", "edgewatch", False),
+    ("create", "configmaps", "edgewatch", False),
+    ("get", "secrets/edgewatch-pool-cas", "edgewatch", False),
+    ("list", "secrets", "edgewatch", False),
+    ("list", "pods", "edgewatch", False),
+    ("update", "leases", "kube-node-lease", False),
+    ("create", "deployments.apps", "edgewatch", False),
+])
+def test_coordinator_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
+                                             namespace: str | None, allowed: bool) -> None:
+    assert can_i(control_plane, COORDINATOR, verb, resource, namespace=namespace) is allowed
+
+
+@pytest.mark.parametrize(("verb", "resource"), [("get", "configmaps/edgewatch-pool-coordinators"),
+                                                ("watch", "configmaps/edgewatch-pool-coordinators")])
+def test_agent_reads_where_the_pool_coordinators_run(applied: str, control_plane: ControlPlane, verb: str,
+                                                     resource: str) -> None:
+    assert can_i(control_plane, AGENT, verb, resource, namespace="edgewatch")
+
+
+@pytest.mark.parametrize(("who", "verb", "signer", "allowed"), [
+    (CONTROLLER, "sign", "edgewatch.io/coordinator-client", True),
+    (CONTROLLER, "approve", "edgewatch.io/coordinator-client", True),
+    (CONTROLLER, "sign", "edgewatch.io/coordinator-serving", True),
+    (CONTROLLER, "approve", "edgewatch.io/coordinator-serving", True),
+    (CONTROLLER, "sign", "edgewatch.io/other", False),
+    (CONTROLLER, "sign", "kubernetes.io/kube-apiserver-client", False),
+    (COORDINATOR, "sign", "edgewatch.io/coordinator-serving", False),
+    (COORDINATOR, "approve", "edgewatch.io/coordinator-client", False),
+    (AGENT, "sign", "edgewatch.io/coordinator-client", False),
+    (AGENT, "approve", "edgewatch.io/coordinator-serving", False),
+])
+def test_only_the_controller_signs_for_edgewatch_signers(applied: str, control_plane: ControlPlane, who: str,
+                                                         verb: str, signer: str, allowed: bool) -> None:
+    assert can_sign(control_plane, who, verb, signer) is allowed

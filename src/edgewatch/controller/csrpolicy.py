@@ -57,7 +57,8 @@ from edgewatch.names import COORDINATOR_CLIENT_SIGNER, NODE_NAME_EXTRA
 
 __all__ = [
     "ALLOWED_USAGES", "DEFAULT_LIFETIME_S", "MAX_LIFETIME_S", "MAX_REQUEST_BYTES", "MIN_LIFETIME_S",
-    "AgentIdentity", "CsrSpec", "Decision", "Deny", "Ignore", "Sign", "decide", "decide_api", "parse_spec",
+    "PARSE_ERRORS", "AgentIdentity", "CsrSpec", "Decision", "Deny", "Ignore", "Sign", "check_key", "decide",
+    "decide_api", "lifetime_for", "load_request", "parse_spec",
 ]
 
 RESERVED_ETCD_USERS = frozenset({"root"})  # etcd takes the CN as the user; root is its administrator
@@ -78,7 +79,7 @@ ALLOWED_USAGES: Final = (frozenset({"client auth"}), frozenset({"client auth", "
 """The ``spec.usages`` sets accepted (each value once)."""
 
 _PEM_LABEL = b"-----BEGIN CERTIFICATE REQUEST-----"
-_PARSE_ERRORS = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion)
+PARSE_ERRORS: Final = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion)
 """What cryptography raises for a request it cannot read (InvalidVersion is no ValueError)."""
 
 
@@ -185,14 +186,16 @@ def parse_spec(spec: object) -> CsrSpec | Deny:
                    extra=extra, expiration_seconds=expiration)
 
 
-def _load(pem: bytes) -> x509.CertificateSigningRequest | Deny:
+def load_request(pem: bytes) -> x509.CertificateSigningRequest | Deny:
+    """``pem`` as one PKCS#10 request (one PEM block, at most :data:`MAX_REQUEST_BYTES`), or a
+    ``malformed`` :class:`Deny`. Never raises (fields parsed later may: catch :data:`PARSE_ERRORS`)."""
     if len(pem) > MAX_REQUEST_BYTES:
         return Deny("malformed", f"request over {MAX_REQUEST_BYTES} bytes")
     if pem.count(_PEM_LABEL) != 1:
         return Deny("malformed", "request is not exactly one PEM CERTIFICATE REQUEST block")
     try:
         return x509.load_pem_x509_csr(pem)
-    except _PARSE_ERRORS as exc:
+    except PARSE_ERRORS as exc:
         return Deny("malformed", f"request does not parse as PKCS#10: {str(exc)[:200]}")
 
 
@@ -214,7 +217,8 @@ def _check_extensions(csr: x509.CertificateSigningRequest) -> Deny | None:
     return None
 
 
-def _check_key(csr: x509.CertificateSigningRequest) -> ec.EllipticCurvePublicKey | Ed25519PublicKey | Deny:
+def check_key(csr: x509.CertificateSigningRequest) -> ec.EllipticCurvePublicKey | Ed25519PublicKey | Deny:
+    """The request's key if ECDSA P-256 or Ed25519, else a ``key`` :class:`Deny`."""
     key = csr.public_key()
     if isinstance(key, Ed25519PublicKey):
         return key
@@ -223,7 +227,9 @@ def _check_key(csr: x509.CertificateSigningRequest) -> ec.EllipticCurvePublicKey
     return Deny("key", f"key must be ECDSA P-256 or Ed25519, got {type(key).__name__.removeprefix('_')}")
 
 
-def _lifetime(requested: int | None) -> int:
+def lifetime_for(requested: int | None) -> int:
+    """Seconds of validity for ``expirationSeconds`` = ``requested`` (None: the default), bounded to
+    [:data:`MIN_LIFETIME_S`, :data:`MAX_LIFETIME_S`]."""
     if requested is None:
         return DEFAULT_LIFETIME_S
     return max(MIN_LIFETIME_S, min(requested, MAX_LIFETIME_S))
@@ -251,12 +257,12 @@ def decide(spec: CsrSpec, *, agent: AgentIdentity, pool_of: Callable[[str], str 
     if node in RESERVED_ETCD_USERS:
         return Deny("reserved", f"a node named {node!r} cannot get a certificate: etcd would take its CN for "
                                 "its own administrator")
-    csr = _load(spec.request)
+    csr = load_request(spec.request)
     if isinstance(csr, Deny):
         return csr
     try:
         return _decide_parsed(spec, csr, node=node, pool_of=pool_of)
-    except _PARSE_ERRORS as exc:  # lazily parsed fields of a bad request
+    except PARSE_ERRORS as exc:  # lazily parsed fields of a bad request
         return Deny("malformed", f"request does not parse: {str(exc)[:200]}")
 
 
@@ -271,7 +277,7 @@ def _decide_parsed(spec: CsrSpec, csr: x509.CertificateSigningRequest, *, node: 
     for check in (_check_subject(csr, node), _check_extensions(csr)):
         if check is not None:
             return check
-    key = _check_key(csr)
+    key = check_key(csr)
     if isinstance(key, Deny):
         return key
     usages = frozenset(spec.usages)
@@ -281,7 +287,7 @@ def _decide_parsed(spec: CsrSpec, csr: x509.CertificateSigningRequest, *, node: 
     pool = pool_of(node)
     if not pool:
         return Deny("no_pool", f"node {node} is not a covered node of a pool (label edgewatch.io/pool)")
-    return Sign(node=node, pool=pool, lifetime_s=_lifetime(spec.expiration_seconds), public_key=key)
+    return Sign(node=node, pool=pool, lifetime_s=lifetime_for(spec.expiration_seconds), public_key=key)
 
 
 def decide_api(spec: object, *, agent: AgentIdentity, pool_of: Callable[[str], str | None],

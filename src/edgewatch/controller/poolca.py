@@ -1,12 +1,15 @@
 """A pool's certificate authority: the CA that signs its nodes' client certificates for the pool
 coordinator (issue 23; the requests are judged by ``edgewatch.controller.csrpolicy``).
 
-* **Pure** (:func:`make_ca`, :func:`load_ca`, :func:`sign_client_certificate`): an ECDSA P-256 CA
+* **Pure** (:func:`make_ca`, :func:`load_ca`, :func:`sign_client_certificate`,
+  :func:`sign_serving_certificate`): an ECDSA P-256 CA
   valid :data:`CA_LIFETIME_S` (subject ``CN=edgewatch pool <pool> CA``, CA:true, pathlen 0), and
   leaf certificates: subject exactly ``CN=<node>``, a random 128-bit serial, notBefore 5 min in the
   past (:data:`CLOCK_SKEW_S`: a node whose clock is a little behind accepts it at once), notAfter
   the lifetime later (never past the CA's own end), KeyUsage digitalSignature, ExtendedKeyUsage
-  clientAuth, BasicConstraints CA:false, Authority and Subject Key Identifiers, signed ECDSA-SHA256.
+  clientAuth, BasicConstraints CA:false, Authority and Subject Key Identifiers, signed ECDSA-SHA256;
+  a pool coordinator's serving certificate is the same with serverAuth and its IP/DNS SANs
+  (judged by ``edgewatch.controller.coordinatorcsr``).
 * **I/O** (:class:`PoolCAs`): every pool's CA lives in the one Secret
   ``<namespace>/edgewatch-pool-cas`` (``edgewatch.names.POOL_CA_SECRET_NAME``; keys ``<name>.crt``
   and ``<name>.key``, ``<name>`` = ``edgewatch.names.pool_ca_name(pool)``), which only the
@@ -30,9 +33,10 @@ import asyncio
 import base64
 import binascii
 import datetime as dt
+import ipaddress
 import logging
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -46,7 +50,8 @@ from edgewatch.controller.csrpolicy import MIN_LIFETIME_S
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, ObjectMeta, Secret
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, POOL_CA_SECRET_NAME, POOL_LABEL, pool_ca_name
 
-__all__ = ["CA_LIFETIME_S", "CLOCK_SKEW_S", "PoolCA", "PoolCAs", "load_ca", "make_ca", "sign_client_certificate"]
+__all__ = ["CA_LIFETIME_S", "CLOCK_SKEW_S", "PoolCA", "PoolCAs", "load_ca", "make_ca", "sign_client_certificate",
+           "sign_serving_certificate"]
 
 log = logging.getLogger(__name__)
 
@@ -133,34 +138,70 @@ def sign_client_certificate(ca: PoolCA, *, public_key: ec.EllipticCurvePublicKey
     Args:
         ca: the pool's CA.
         public_key: the requester's key (from its CSR, checked by ``csrpolicy``).
-        node: the node name.
+        node: the node name (or ``root``, etcd's administrator, for the coordinator: ``coordinatorcsr``).
         lifetime_s: seconds from ``now`` to notAfter (cut at the CA's notAfter).
         now: aware UTC.
 
     Raises:
         ValueError: the CA ends in less than ``MIN_LIFETIME_S`` seconds.
     """
+    return _leaf(ca, public_key=public_key, cn=node, usage=ExtendedKeyUsageOID.CLIENT_AUTH, sans=None,
+                 lifetime_s=lifetime_s, now=now)
+
+
+def sign_serving_certificate(ca: PoolCA, *, public_key: ec.EllipticCurvePublicKey | Ed25519PublicKey, cn: str,
+                             ips: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address], dns_names: Sequence[str],
+                             lifetime_s: int, now: dt.datetime) -> bytes:
+    """A TLS serving certificate for a pool coordinator, PEM: subject exactly ``CN=<cn>``, SANs exactly
+    ``ips`` and ``dns_names`` (checked by ``coordinatorcsr``), ExtendedKeyUsage serverAuth, KeyUsage
+    digitalSignature (what an ECDSA or Ed25519 TLS server signs with), CA:false; serial, notBefore and
+    notAfter as :func:`sign_client_certificate`.
+
+    Args:
+        ca: the pool's CA.
+        public_key: the requester's key.
+        cn: the subject's CN.
+        ips / dns_names: the subjectAltNames (at least one of them non-empty).
+        lifetime_s: seconds from ``now`` to notAfter (cut at the CA's notAfter).
+        now: aware UTC.
+
+    Raises:
+        ValueError: no SAN, or the CA ends in less than ``MIN_LIFETIME_S`` seconds.
+    """
+    sans: list[x509.GeneralName] = [x509.IPAddress(ip) for ip in ips]
+    sans += [x509.DNSName(name) for name in dns_names]
+    if not sans:
+        raise ValueError("a serving certificate needs at least one subjectAltName")
+    return _leaf(ca, public_key=public_key, cn=cn, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans,
+                 lifetime_s=lifetime_s, now=now)
+
+
+def _leaf(ca: PoolCA, *, public_key: ec.EllipticCurvePublicKey | Ed25519PublicKey, cn: str,
+          usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None, lifetime_s: int,
+          now: dt.datetime) -> bytes:
     ca_end = ca.cert.not_valid_after_utc
     end = min(now + dt.timedelta(seconds=lifetime_s), ca_end)
     if end - now < dt.timedelta(seconds=MIN_LIFETIME_S):
         raise ValueError(f"the pool CA ends at {ca_end.isoformat()}: too soon to sign")
     ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-            .issuer_name(ca.cert.subject).public_key(public_key)
-            .serial_number(max(1, secrets.randbits(128)))  # random 128 bits, positive
-            .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_S))
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False),
-                           critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-            .add_extension(_ski(public_key), critical=False)
-            .sign(ca.key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM)
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+               .issuer_name(ca.cert.subject).public_key(public_key)
+               .serial_number(max(1, secrets.randbits(128)))  # random 128 bits, positive
+               .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_S))
+               .not_valid_after(end)
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                            content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False, encipher_only=False,
+                                            decipher_only=False),
+                              critical=True)
+               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+               .add_extension(_ski(public_key), critical=False))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
 
 class PoolCAs:

@@ -68,7 +68,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage, pool_out_of_service
-from edgewatch.controller.csrsigner import CsrSigner
+from edgewatch.controller.csrsigner import CsrSigner, node_addresses
 from edgewatch.controller.cutoff import CutOffTracker
 from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
@@ -208,6 +208,7 @@ class Reconciler:
         # node client certificates for the pool coordinator (edgewatch.controller.csrsigner)
         self.csrs = CsrSigner(client=client, metrics=metrics, pool_of=self.pool_of, namespace=namespace,
                               ready=lambda: self.node_informer.synced, api_timeout_s=api_timeout_s,
+                              node_addresses=lambda n: node_addresses(self.node_informer.store.objects.get(n)),
                               watch_timeout_s=watch_timeout_s, backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
 
     # -- loops -------------------------------------------------------------------------------------
