@@ -14,6 +14,7 @@ import socket
 
 from prometheus_client import CollectorRegistry
 
+from edgewatch.controller.coordinators import CoordinatorManager
 from edgewatch.controller.leader import ElectionConfig, LeaderElector
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig, UnknownPolicy
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 async def run_controller_async(*, kubeconfig: str | None, namespace: str, identity: str, config: ControllerConfig,
                                metrics_address: str, metrics_port: int, resync_s: float, workers: int,
-                               api_timeout_s: float, election: ElectionConfig) -> None:
+                               api_timeout_s: float, election: ElectionConfig, own_pod: str | None = None) -> None:
     """Run until cancelled: serve the ops endpoints, campaign for the controller Lease
     ``namespace/edgewatch-controller``, reconcile while leading (all API calls with ``api_timeout_s``)."""
     client = api_client(kubeconfig, timeout_s=api_timeout_s, component="controller")
@@ -40,8 +41,13 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
                             config=election, on_change=lambda leading: metrics.leader.set(1 if leading else 0))
 
     async def work() -> None:
-        await Reconciler(client=client, config=config, metrics=metrics, namespace=namespace, resync_s=resync_s,
-                         workers=workers, api_timeout_s=api_timeout_s).run()
+        # Both only while leading: the elector cancels this (and so both) when leadership ends.
+        coordinators = CoordinatorManager(client=client, namespace=namespace, image=config.coordinator_image,
+                                          own_pod=own_pod, metrics=metrics, api_timeout_s=api_timeout_s)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(coordinators.run())
+            tg.create_task(Reconciler(client=client, config=config, metrics=metrics, namespace=namespace,
+                                      resync_s=resync_s, workers=workers, api_timeout_s=api_timeout_s).run())
 
     try:
         with serve_ops(address=metrics_address, port=metrics_port, registry=registry,
@@ -54,7 +60,7 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
 def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | None, confirm: float,
                    edge_ttl: float, unknown_policy: str, autonomy: float, resync: float, workers: int,
                    api_timeout: float, metrics_address: str, metrics_port: int, log_level: str,
-                   log_format: str) -> int:
+                   log_format: str, coordinator_image: str = "", pod_name: str | None = None) -> int:
     """Run the controller until SIGTERM; returns the exit code (2 for invalid settings).
 
     Durations in seconds; see ``edgewatch controller --help`` for each setting.
@@ -62,7 +68,8 @@ def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | No
     configure_logging(level=log_level, json_logs=log_format == "json")
     try:
         config = ControllerConfig(confirm_s=confirm, edge_view_ttl_s=edge_ttl,
-                                  unknown_policy=UnknownPolicy(unknown_policy), autonomy_s=autonomy)
+                                  unknown_policy=UnknownPolicy(unknown_policy), autonomy_s=autonomy,
+                                  coordinator_image=coordinator_image)
         if workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
         if not api_timeout > 0:
@@ -75,5 +82,5 @@ def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | No
     asyncio.run(run_until_signalled(run_controller_async(
         kubeconfig=kubeconfig, namespace=namespace, identity=identity, config=config,
         metrics_address=metrics_address, metrics_port=metrics_port, resync_s=resync, workers=workers,
-        api_timeout_s=api_timeout, election=ElectionConfig())))
+        api_timeout_s=api_timeout, election=ElectionConfig(), own_pod=pod_name or None)))
     return 0

@@ -39,6 +39,9 @@ class ControllerMetrics:
         node_cut_off: per covered node the controller judges cut off now (state ``disconnected`` or
             ``unknown``), labels ``node`` and ``pool`` (its ``edgewatch.io/pool``): seconds since it
             was first judged so; no series for any other node (``edgewatch.controller.cutoff``).
+        pool_coordinator_ready: per pool whose coordinator edgewatch runs (``poolCoordinators``
+            value ``auto``), label ``pool``: 1 if a Ready coordinator pod of it is discovered (its URL
+            published), else 0; no series for any other pool (``edgewatch.controller.coordinators``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -81,3 +84,6 @@ class ControllerMetrics:
         self.node_cut_off = Gauge("edgewatch_controller_node_cut_off_seconds",
                                   "Seconds since the controller judged the node cut off (disconnected or "
                                   "unknown); no series while it is not.", ["node", "pool"], registry=registry)
+        self.pool_coordinator_ready = Gauge("edgewatch_controller_pool_coordinator_ready",
+                                            "1 if the auto pool's coordinator pod is Ready and published, else "
+                                            "0; no series for other pools.", ["pool"], registry=registry)

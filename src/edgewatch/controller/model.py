@@ -312,6 +312,11 @@ class ControllerConfig:
     #: expect pods to move after about five minutes), nor slower; nodes whose outages are known to be
     #: cuts rather than crashes get a longer time (or ``unlimited``) through the per-node annotation.
     autonomy_s: float = 300.0
+    #: The edgewatch image the controller runs pool coordinators with (``poolCoordinators: {<pool>:
+    #: auto}``, ``edgewatch.controller.coordinators``); it carries etcd. The controller's manifest passes
+    #: its own image (``--coordinator-image``, env ``EDGEWATCH_IMAGE``). Empty: no coordinator
+    #: Deployment is written (the controller logs why).
+    coordinator_image: str = ""
 
     def __post_init__(self) -> None:
         _check_seconds("default_lease_duration_s", self.default_lease_duration_s, allow_zero=False)
