@@ -45,6 +45,7 @@ from edgewatch.kube.api import (
     CertificateSigningRequest,
     ConfigError,
     ConfigMap,
+    Deployment,
     HttpError,
     Lease,
     Node,
@@ -58,6 +59,7 @@ from edgewatch.names import (
     BEACON_LEASE_NAME,
     CLOUD_UNREACHABLE_TAINT_KEY,
     COORDINATOR_CLIENT_SIGNER,
+    COORDINATOR_SERVING_SIGNER,
     EDGE_CONDITION_TYPE,
     EVIDENCE_ANNOTATION,
     FAILED_TAINT_KEY,
@@ -66,6 +68,7 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
     OUT_OF_SERVICE_TAINT_KEY,
     POOL_CA_PREFIX,
+    POOL_COORDINATORS_CONFIGMAP,
     POOL_CA_SECRET_NAME,
     ROLE_CONDITION_TYPE,
 )
@@ -233,8 +236,13 @@ def _data_configmap(cm: Mapping[str, Any]) -> str | None:
         return "group roster"
     if name.startswith(f"{POOL_CA_PREFIX}-"):
         return "pool CA certificate"
+    if name == POOL_COORDINATORS_CONFIGMAP:
+        return "where the pool coordinators run"
     return None
 
+
+_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+_CONTROLLER_MANAGER = "edgewatch-controller"  # edgewatch.controller.coordinatorspec: what the controller made
 
 _DATA_SECRETS = {POOL_CA_SECRET_NAME: "pool CAs", BEACON_SECRET_NAME: "beacon key"}
 _DATA_LEASES = {BEACON_LEASE_NAME: "beacon", LEADER_LEASE_NAME: "controller leader election"}
@@ -244,10 +252,13 @@ def plan_deletions(*, namespace: str, configmaps: Iterable[Mapping[str, Any]] = 
                    secrets: Iterable[Mapping[str, Any]] = (), leases: Iterable[Mapping[str, Any]] = (),
                    node_configmaps: Iterable[Mapping[str, Any]] = (),
                    node_leases: Iterable[Mapping[str, Any]] = (),
-                   csrs: Iterable[Mapping[str, Any]] = ()) -> list[Deletion]:
+                   csrs: Iterable[Mapping[str, Any]] = (),
+                   deployments: Iterable[Mapping[str, Any]] = ()) -> list[Deletion]:
     """The data objects to delete, from what was listed: in ``namespace`` (edgewatch's) the rosters
     (label ``edgewatch.io/roster: "true"`` or a name ``edgewatch-roster[-...]``), the pool CAs'
-    ConfigMaps (``edgewatch-pool-ca-...``), the Secrets ``edgewatch-pool-cas`` and
+    ConfigMaps (``edgewatch-pool-ca-...``), ``edgewatch-pool-coordinators``, the pool coordinator
+    Deployments the controller made (label ``app.kubernetes.io/managed-by: edgewatch-controller``;
+    their etcd data stays on the nodes, ``/var/lib/edgewatch/coordinator/<pool>``), the Secrets ``edgewatch-pool-cas`` and
     ``edgewatch-beacon-key``, the Leases ``edgewatch-beacon`` and ``edgewatch-controller``; in
     ``edgewatch-nodes`` every ConfigMap holding a key record (key ``keys``) and every Lease (the
     agents' evidence reports); the CSRs whose ``spec.signerName`` is edgewatch's. The install
@@ -275,8 +286,14 @@ def plan_deletions(*, namespace: str, configmaps: Iterable[Mapping[str, Any]] = 
         out.append(_deletion("Lease", lease, IDENTITY_NAMESPACE,
                              "agent evidence report" if has_evidence else "agent evidence Lease"))
     for csr in csrs:
-        if (csr.get("spec") or {}).get("signerName") == COORDINATOR_CLIENT_SIGNER:
+        signer = (csr.get("spec") or {}).get("signerName")
+        if signer == COORDINATOR_CLIENT_SIGNER:
             out.append(_deletion("CertificateSigningRequest", csr, None, "coordinator client certificate"))
+        elif signer == COORDINATOR_SERVING_SIGNER:
+            out.append(_deletion("CertificateSigningRequest", csr, None, "coordinator serving certificate"))
+    for dep in deployments:
+        if (_meta(dep).get("labels") or {}).get(_MANAGED_BY_LABEL) == _CONTROLLER_MANAGER:
+            out.append(_deletion("Deployment", dep, namespace, "pool coordinator run by the controller"))
     return out
 
 
@@ -299,11 +316,12 @@ class Report:
 
 
 _RESOURCES: dict[str, Any] = {"Node": Node, "Lease": Lease, "ConfigMap": ConfigMap, "Secret": Secret,
-                              "CertificateSigningRequest": CertificateSigningRequest}
+                              "CertificateSigningRequest": CertificateSigningRequest, "Deployment": Deployment}
 _PATHS = {"ConfigMap": "/api/v1/namespaces/{ns}/configmaps/{name}",
           "Secret": "/api/v1/namespaces/{ns}/secrets/{name}",
           "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
-          "CertificateSigningRequest": "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"}
+          "CertificateSigningRequest": "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}",
+          "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}"}
 
 
 def _dicts(objs: Sequence[Any]) -> list[dict[str, Any]]:
@@ -406,7 +424,8 @@ async def plan_cluster(*, client: CloudApi, namespace: str) -> list[Patch | Dele
         leases=await _list(client, "Lease", namespace),
         node_configmaps=await _list(client, "ConfigMap", IDENTITY_NAMESPACE),
         node_leases=await _list(client, "Lease", IDENTITY_NAMESPACE),
-        csrs=await _list(client, "CertificateSigningRequest")))
+        csrs=await _list(client, "CertificateSigningRequest"),
+        deployments=await _list(client, "Deployment", namespace)))
     return steps
 
 

@@ -367,3 +367,20 @@ def test_the_command_exits_nonzero_when_something_could_not_be_removed(monkeypat
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # asyncio.run needs a thread without a loop
         assert pool.submit(run).result(timeout=60) == code
     assert ("FAILED" in capsys.readouterr().out) is (code == 1)
+
+
+def test_the_pool_coordinators_the_controller_made_are_removed_and_others_kept() -> None:
+    from edgewatch.names import COORDINATOR_SERVING_SIGNER, POOL_COORDINATORS_CONFIGMAP
+
+    ours = {"metadata": {"name": "edgewatch-coordinator-a-1234567890", "namespace": "edgewatch", "uid": "u1",
+                         "resourceVersion": "5", "labels": {"app.kubernetes.io/managed-by": "edgewatch-controller"}}}
+    theirs = {"metadata": {"name": "my-etcd", "namespace": "edgewatch", "uid": "u2", "resourceVersion": "6",
+                           "labels": {"app.kubernetes.io/managed-by": "Helm"}}}
+    urls = {"metadata": {"name": POOL_COORDINATORS_CONFIGMAP, "namespace": "edgewatch", "uid": "u3",
+                         "resourceVersion": "7"}, "data": {"a": "https://10.0.0.1:12379"}}
+    serving = {"metadata": {"name": "coord-x", "uid": "u4", "resourceVersion": "8"},
+               "spec": {"signerName": COORDINATOR_SERVING_SIGNER}}
+    got = plan_deletions(namespace="edgewatch", deployments=[ours, theirs], configmaps=[urls], csrs=[serving])
+    assert sorted((d.kind, d.name) for d in got) == [("CertificateSigningRequest", "coord-x"),
+                                                     ("ConfigMap", POOL_COORDINATORS_CONFIGMAP),
+                                                     ("Deployment", "edgewatch-coordinator-a-1234567890")]

@@ -24,13 +24,15 @@ from lightkube.resources.certificates_v1 import (
     CertificateSigningRequestApproval,
     CertificateSigningRequestStatus,
 )
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret
 from lightkube.types import PatchType
 
 __all__ = [
     "ApiError", "AsyncClient", "CertificateSigningRequest", "CertificateSigningRequestApproval",
-    "CertificateSigningRequestCondition", "CertificateSigningRequestStatus", "ConfigError", "ConfigMap", "Event",
+    "CertificateSigningRequestCondition", "CertificateSigningRequestStatus", "ConfigError", "ConfigMap", "Deployment",
+    "Event",
     "HttpClient", "HttpError", "HttpTimeout", "HttpTimeoutError", "Lease", "LeaseSpec", "Node", "ObjectMeta",
     "PatchType", "Pod", "Secret",
 ]
