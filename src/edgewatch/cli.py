@@ -179,6 +179,11 @@ def rotate_key(identity_file: Path) -> None:
               help="Seconds every API call may take (a watch silent for 150 s is re-opened).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/healthz, /readyz, /metrics.")
+@click.option("--coordinator-image", envvar="EDGEWATCH_IMAGE", default="", show_default=True,
+              help="The edgewatch image (carries etcd) of the pool coordinators run for 'auto' pools "
+                   "(env EDGEWATCH_IMAGE; default: this controller's own, read from its Pod --pod-name).")
+@click.option("--pod-name", envvar="POD_NAME", default=None,
+              help="This controller's Pod (env POD_NAME, set by the manifest): its image runs the coordinators.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 def controller(**opts: object) -> None:
@@ -310,3 +315,27 @@ def pool_etcd_acl(endpoint: str, pool: str, ca_file: Path, cert_file: Path, key_
         click.echo(f"{step.op:12} {step.name} {target}".rstrip())
     click.echo(f"{len(result.steps)} change(s); authentication "
                f"{'switched on' if result.enabled_auth else 'on' if not no_enable else 'left as it was'}")
+
+
+@main.command("pool-coordinator")
+@click.option("--pool", required=True, help="The node pool (its Nodes' edgewatch.io/pool label value).")
+@click.option("--namespace", default="edgewatch", show_default=True, help="edgewatch's namespace (the pool CA).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig (default: in-cluster).")
+@click.option("--node", envvar="NODE_NAME", default=None, help="The node this runs on (default: $NODE_NAME).")
+@click.option("--host-ip", envvar="HOST_IP", default=None, help="The node's address (default: $HOST_IP).")
+@click.option("--port", type=int, default=12379, show_default=True,
+              help="etcd's client port (TLS; peer port+2 and metrics port+3 on loopback).")
+@click.option("--ops-port", type=int, default=12380, show_default=True, help="/healthz, /readyz, /metrics.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/var/lib/edgewatch/coordinator"), show_default=True, help="tls/ and etcd/ live here.")
+@click.option("--etcd-binary", default=None, help="The etcd executable (default: etcd on PATH).")
+@click.option("--api-timeout", type=float, default=10.0, show_default=True, help="Seconds per API request.")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def pool_coordinator(**opts: object) -> None:
+    """Run one pool's coordinator: etcd with certificates from the controller (CSRs), one etcd user
+    per Node of the pool, /healthz, /readyz and /metrics. Run by the controller's Deployment for each
+    `auto` pool (issue 23); not by hand."""
+    from edgewatch.poolcoordinator.main import run_pool_coordinator
+
+    sys.exit(run_pool_coordinator(**opts))  # type: ignore[arg-type]

@@ -1,91 +1,41 @@
 """The agent's coordinator client certificate: obtained from the controller's signer through a
 CertificateSigningRequest, stored in the state folder, rotated before it expires (issue 23,
-deliverable 2). The pure parts are ``edgewatch.agent.certificates``, the files
-``edgewatch.agent.certstore``.
+deliverable 2). The loop is :class:`edgewatch.csr.CertificateRequester` (shared with the pool
+coordinator; its docstring tells the steps); this module fixes what the agent asks for and exports:
 
-The loop (:meth:`CertificateRequester.run`):
-
-1. At start, a stored certificate that is still good (``certstore.load``) and whose rotation is
-   not yet due is used: no request is made, its listeners are told.
-2. Otherwise, and at every rotation (2/3 of the validity by default), one request: a new P-256
-   key, a CSR named ``<node>-coordinator-<random>`` (``generateName``) for the signer
-   :data:`edgewatch.names.COORDINATOR_CLIENT_SIGNER`, usages ``["client auth"]``,
-   ``expirationSeconds`` as configured; then a GET of that one CSR every ``poll_s`` until it has a
-   certificate, a ``Denied`` or a ``Failed`` condition, or ``wait_s`` passed.
-3. A certificate is checked (``check_certificate``: CN, our key, client auth, lifetime), stored
-   (key 0600, atomically) and handed to every :class:`CertificateListener`. A denial or failure is
-   logged with its reason (WARNING); every failed attempt is counted and followed by a jittered
-   backoff (``edgewatch.kube.backoff``), then a fresh request with a fresh key. The certificate
-   in use stays in use meanwhile.
-
-Every API call is bounded by ``timeout_s`` (``asyncio.timeout``, which never drops a
-cancellation). Nothing here ends the agent but a bug; cancellation is never swallowed.
-
-Metrics: ``edgewatch_agent_certificate_requests_total{result}`` (``issued``, ``denied``,
-``failed``, ``invalid``: the certificate returned did not pass the checks, ``timeout``: not decided
-within ``wait_s``, ``error``: an API call or the store failed) and
-``edgewatch_agent_certificate_expiry_seconds`` (seconds until the certificate in use expires,
-from its validity and when we received it, on our monotonic clock; 0 without one).
+- the CSR: named ``<node>-coordinator-<random>`` (``generateName``), for the signer
+  :data:`edgewatch.names.COORDINATOR_CLIENT_SIGNER`, usages ``["client auth"]``, subject exactly
+  ``CN=<node>`` (``edgewatch.agent.certificates``);
+- the files: ``coordinator-client.*`` in the state folder (``edgewatch.agent.certstore``);
+- the metrics: ``edgewatch_agent_certificate_requests_total{result}`` (``issued``, ``denied``,
+  ``failed``, ``invalid``, ``timeout``, ``error``) and ``edgewatch_agent_certificate_expiry_seconds``
+  (seconds until the certificate in use expires, on our monotonic clock; 0 without one).
 
 RBAC it needs: ``certificates.k8s.io`` ``certificatesigningrequests``: ``create``, ``get``.
-The CSRs are not deleted (that would need ``delete``): kube-controller-manager's cleaner removes
-issued ones after an hour, denied and failed ones after an hour, pending ones after a day.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from edgewatch.agent import certstore
-from edgewatch.agent.certificates import (
-    DEFAULT_FRACTION, CertificateError, IssuedCertificate, build_request, check_certificate, new_key, rotation_at,
-    rotation_due,
-)
+from edgewatch import csr
+from edgewatch.agent.certificates import DEFAULT_FRACTION
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.core.types import NodeName
-from edgewatch.kube.api import AsyncClient, CertificateSigningRequest
-from edgewatch.kube.backoff import backoff_delay
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.csr import CertificateListener, NotDecided, RequestRefused
+from edgewatch.kube.api import AsyncClient
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER
-
-log = logging.getLogger(__name__)
 
 __all__ = ["CertificateListener", "CertificateMetrics", "CertificateRequester", "NotDecided", "RequestRefused"]
 
-DEFAULT_LIFETIME_S = 86400
+DEFAULT_LIFETIME_S = csr.DEFAULT_LIFETIME_S
 """``expirationSeconds`` asked for by default (24 h, the signer's maximum)."""
-
-
-class CertificateListener(Protocol):
-    """Told when a new certificate is in the files (e.g. the coordinator client rebuilds its TLS
-    context from them)."""
-
-    def certificate_changed(self, files: CertificateFiles) -> None: ...
-
-
-class RequestRefused(Exception):
-    """The signer denied or failed a request. ``result`` (``denied``, ``failed``) is a metric label."""
-
-    def __init__(self, result: str, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.result = result
-        self.reason = reason
-
-
-class NotDecided(Exception):
-    """A request neither signed, denied nor failed within ``wait_s``."""
 
 
 class CertificateMetrics:
@@ -99,13 +49,7 @@ class CertificateMetrics:
         self.expiry.set_function(expiry)
 
 
-@dataclass(frozen=True)
-class _Current:
-    certificate: IssuedCertificate
-    received_mono: float  # when we received it, time.monotonic()
-
-
-class CertificateRequester:
+class CertificateRequester(csr.CertificateRequester):
     """Obtains, stores and rotates this node's coordinator client certificate (module docstring).
 
     Args (keyword-only):
@@ -123,6 +67,9 @@ class CertificateRequester:
             doubling up to 300 s, jittered).
         wall: our wall clock (the stored record's ``received_at``); ``time.time`` by default.
         rng: random source of the backoff's jitter.
+
+    Raises:
+        ValueError: ``lifetime_s`` or ``fraction`` out of range.
     """
 
     def __init__(self, *, client: AsyncClient, node: NodeName, state_dir: Path, registry: CollectorRegistry,
@@ -130,154 +77,15 @@ class CertificateRequester:
                  listeners: Sequence[CertificateListener] = (), poll_s: float = 2.0, wait_s: float = 300.0,
                  backoff_initial_s: float = 5.0, backoff_cap_s: float = 300.0,
                  wall: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
-        if not 600 <= lifetime_s <= 86400:
-            raise ValueError(f"lifetime_s must be 600 .. 86400 seconds, got {lifetime_s}")
-        if not 0 < fraction < 1:
-            raise ValueError(f"fraction must be in (0, 1), got {fraction}")
-        self._client = client
+        spec = csr.CertificateSpec(signer_name=COORDINATOR_CLIENT_SIGNER, usages=("client auth",), common_name=node,
+                                   usage=ExtendedKeyUsageOID.CLIENT_AUTH, generate_name=f"{node}-coordinator-",
+                                   what="coordinator client")
+        super().__init__(client=client, spec=spec, files=CertificateFiles.under(state_dir), timeout_s=timeout_s,
+                         lifetime_s=lifetime_s, fraction=fraction, listeners=listeners, on_result=self._count,
+                         poll_s=poll_s, wait_s=wait_s, backoff_initial_s=backoff_initial_s,
+                         backoff_cap_s=backoff_cap_s, wall=wall, rng=rng)
         self.node = node
-        self.files = CertificateFiles.under(state_dir)
-        self.timeout_s = timeout_s
-        self.lifetime_s = lifetime_s
-        self.fraction = fraction
-        self._listeners = tuple(listeners)
-        self.poll_s = poll_s
-        self.wait_s = wait_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_cap_s = backoff_cap_s
-        self._wall = wall
-        self._rng = rng
-        self._current: _Current | None = None
-        self.requested: list[str] = []  # names of the CSRs this requester created, oldest first
         self.metrics = CertificateMetrics(registry, self.expiry_s)
 
-    # -- queries ---------------------------------------------------------------------------------------
-
-    @property
-    def certificate(self) -> IssuedCertificate | None:
-        """The certificate in use, or None."""
-        return self._current.certificate if self._current else None
-
-    def expiry_s(self) -> float:
-        """Seconds until the certificate in use expires, by our monotonic clock (0 without one)."""
-        if self._current is None:
-            return 0.0
-        return max(0.0, self._current.received_mono + self._current.certificate.valid_s - time.monotonic())
-
-    def _rotation_mono(self) -> float:
-        assert self._current is not None
-        return rotation_at(received_at=self._current.received_mono, valid_s=self._current.certificate.valid_s,
-                           fraction=self.fraction)
-
-    # -- the loop --------------------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Use the stored certificate or obtain one, then rotate it, until cancelled."""
-        self._load_stored()
-        while True:
-            if self._current is not None:
-                await asyncio.sleep(max(0.0, self._rotation_mono() - time.monotonic()))
-                log.info("rotating the coordinator client certificate")
-            await self._obtain()
-
-    def _load_stored(self) -> None:
-        stored = certstore.load(self.files, node=self.node)
-        if stored is None:
-            return
-        valid_s = stored.certificate.valid_s
-        if rotation_due(received_at=stored.received_at, valid_s=valid_s, now=self._wall(), fraction=self.fraction):
-            log.info("stored coordinator client certificate is due for rotation: requesting a new one")
-            return
-        age_s = self._wall() - stored.received_at
-        self._current = _Current(certificate=stored.certificate, received_mono=time.monotonic() - age_s)
-        log.info("using the stored coordinator client certificate (%.0f s old, valid %.0f s at receipt)",
-                 age_s, valid_s)
-        self._notify()
-
-    async def _obtain(self) -> None:
-        """One certificate, with as many attempts (each after a backoff) as it takes."""
-        attempt = 0
-        while True:
-            try:
-                key, issued = await self._attempt()
-                received_wall, received_mono = self._wall(), time.monotonic()
-                certstore.save(self.files, key=key, certificate=issued, received_at=received_wall)
-            except RequestRefused as exc:
-                log.warning("coordinator client certificate request %s: %s", exc.result, exc)
-                self.metrics.requests.labels(exc.result).inc()
-            except CertificateError as exc:
-                log.warning("coordinator client certificate refused (%s): %s", exc.reason, exc)
-                self.metrics.requests.labels("invalid").inc()
-            except NotDecided:
-                log.warning("coordinator client certificate request not decided within %.0f s", self.wait_s)
-                self.metrics.requests.labels("timeout").inc()
-            except API_ERRORS as exc:
-                log.warning("coordinator client certificate request failed: %s: %s", type(exc).__name__, exc)
-                self.metrics.requests.labels("error").inc()
-            else:
-                self._current = _Current(certificate=issued, received_mono=received_mono)
-                self.metrics.requests.labels("issued").inc()
-                log.info("coordinator client certificate issued, valid %.0f s, rotation in %.0f s",
-                         issued.valid_s, self.fraction * issued.valid_s)
-                self._notify()
-                return
-            attempt += 1
-            await asyncio.sleep(backoff_delay(attempt, initial=self.backoff_initial_s, cap=self.backoff_cap_s,
-                                              rng=self._rng))
-
-    async def _attempt(self) -> tuple[ec.EllipticCurvePrivateKey, IssuedCertificate]:
-        """One request: create the CSR, wait for its decision, check the certificate.
-
-        Raises:
-            RequestRefused, CertificateError, NotDecided (within ``wait_s``), an API error (``API_ERRORS``;
-            a call over ``timeout_s`` is a ``TimeoutError``).
-        """
-        key = new_key()
-        body = CertificateSigningRequest.from_dict({
-            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-            "metadata": {"generateName": f"{self.node}-coordinator-"},
-            "spec": {"signerName": COORDINATOR_CLIENT_SIGNER, "usages": ["client auth"],
-                     "expirationSeconds": self.lifetime_s,
-                     "request": base64.b64encode(build_request(self.node, key)).decode()},
-        })
-        async with asyncio.timeout(self.timeout_s):
-            created = await self._client.create(body)
-        name = str(created.metadata.name)
-        self.requested.append(name)
-        log.info("requested a coordinator client certificate: CSR %s", name)
-        give_up = time.monotonic() + self.wait_s
-        while True:
-            async with asyncio.timeout(self.timeout_s):
-                csr = await self._client.get(CertificateSigningRequest, name)
-            pem = _decision(csr.to_dict())
-            if pem is not None:
-                return key, check_certificate(pem, node=self.node, key=key, requested_s=self.lifetime_s)
-            if time.monotonic() >= give_up:
-                raise NotDecided(f"CSR {name} not decided")
-            await asyncio.sleep(self.poll_s)
-
-    def _notify(self) -> None:
-        for listener in self._listeners:
-            listener.certificate_changed(self.files)
-
-
-def _decision(csr: dict[str, Any]) -> bytes | None:
-    """The certificate (PEM) of a decided CSR as the API returned it, None while pending.
-
-    Raises:
-        RequestRefused: a ``Denied`` or ``Failed`` condition.
-        CertificateError: ``status.certificate`` is not base64.
-    """
-    status = csr.get("status") or {}
-    for condition in status.get("conditions") or []:
-        kind = condition.get("type")
-        if kind in ("Denied", "Failed"):
-            raise RequestRefused(str(kind).lower(), str(condition.get("reason") or "-"),
-                                 str(condition.get("message") or ""))
-    certificate = status.get("certificate")
-    if not certificate:
-        return None
-    try:
-        return base64.b64decode(certificate, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise CertificateError("malformed", f"status.certificate is not base64: {exc}") from None
+    def _count(self, result: str) -> None:
+        self.metrics.requests.labels(result).inc()

@@ -1,9 +1,6 @@
 """The controller's ops endpoints: ``/healthz`` (the process serves), ``/readyz`` (it reaches the
-apiserver) and ``/metrics`` (Prometheus text), on a standard-library HTTP server in a thread.
-
-Why not aiohttp (the agent's server): the controller then imports no HTTP server framework at all;
-``wsgiref`` from the standard library plus prometheus-client's own WSGI app and threading server are
-enough for three GET endpoints scraped every few seconds.
+apiserver) and ``/metrics`` (Prometheus text), on the standard-library HTTP server of
+:mod:`edgewatch.opsserver` (shared with the pool coordinator; it says why no HTTP framework).
 
 Limits: HTTP only (no TLS, no auth), like kube-controller-manager's insecure metrics port of old;
 bind it to the pod or host address, not a public one.
@@ -12,40 +9,13 @@ bind it to the pod or host address, not a public one.
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+
+from edgewatch import opsserver
 
 __all__ = ["serve_ops"]
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        """No access log."""
-
-
-def _app(*, registry: CollectorRegistry, ready: Callable[[], bool]) -> Callable[..., Iterable[bytes]]:
-    metrics = make_wsgi_app(registry)
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            return metrics(environ, start_response)
-        if path == "/healthz" or (path == "/readyz" and ready()):
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
-        if path == "/readyz":
-            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"not ready: the apiserver is not reachable\n"]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found\n"]
-
-    return app
 
 
 @contextlib.contextmanager
@@ -53,15 +23,8 @@ def serve_ops(*, address: str, port: int, registry: CollectorRegistry,
               ready: Callable[[], bool] = lambda: True) -> Iterator[int]:
     """Serve the ops endpoints on ``address:port`` (port 0: any free port) while the context is open;
     yields the port. Raises OSError if the address cannot be bound."""
-    family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
-    server_class = type("OpsServer", (ThreadingWSGIServer,), {"address_family": family})
-    server = make_server(address, port, _app(registry=registry, ready=ready), server_class=server_class,
-                         handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="ops-http", daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    def readiness() -> str | None:
+        return None if ready() else "the apiserver is not reachable"
+
+    with opsserver.serve_ops(address=address, port=port, registry=registry, readiness=readiness) as bound:
+        yield bound

@@ -1,0 +1,183 @@
+"""``edgewatch pool-coordinator``: one pool's coordinator pod, wired together (issue 23).
+
+What :meth:`PoolCoordinator.run` does, under one TaskGroup (every task is cancelled and awaited
+when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_signalled``):
+
+1. serves ``/healthz`` (200 while the process runs), ``/readyz`` and ``/metrics`` on ``ops_port``
+   of the node's address and of ``127.0.0.1`` (host network: the kubelet probes the pod's IP, which
+   is the node's; not 0.0.0.0, which would also expose the metrics on every other interface of the
+   node, e.g. a public one);
+2. installs the pool CA (``<data-dir>/tls/ca.crt``, from its ConfigMap, waiting for it), then
+   obtains the serving and root certificates through CSRs and keeps rotating them
+   (``edgewatch.poolcoordinator.certificates``, ``edgewatch.csr``);
+3. once both are there, runs etcd (``etcdprocess``), probes it (``health``) and keeps its access
+   control equal to the pool's Nodes (``members``).
+
+``/readyz`` is 200 when (a) etcd answered the last probe over TLS with the root certificate and
+(b) the access control was reconciled at least once for the current member Nodes; else 503 saying
+which is missing. The controller publishes the coordinator's address to the agents only while the
+pod is Ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from edgewatch.csr import CertificateRequester
+from edgewatch.certfiles import CertificateFiles
+from edgewatch.kube.api import AsyncClient
+from edgewatch.kube.informer import InformerConfig
+from edgewatch.opsserver import serve_ops
+from edgewatch.poolcoordinator.certificates import TlsFiles, install_pool_ca, root_credentials, root_spec, serving_spec
+from edgewatch.poolcoordinator.etcdprocess import EtcdSupervisor, etcd_argv
+from edgewatch.poolcoordinator.health import EtcdProbe
+from edgewatch.poolcoordinator.members import MembersLoop
+from edgewatch.poolcoordinator.metrics import CoordinatorMetrics
+
+__all__ = ["CoordinatorConfig", "PoolCoordinator"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorConfig:
+    """What the coordinator runs with.
+
+    Attributes:
+        pool: the pool (the value of its Nodes' ``edgewatch.io/pool`` label).
+        namespace: edgewatch's namespace (the pool CA's ConfigMap).
+        node: the node the pod runs on (``NODE_NAME``).
+        host_ip: that node's address (``HOST_IP``).
+        port: etcd's client port (peer ``port+2``, metrics ``port+3`` on loopback).
+        ops_port: the ops endpoints' port (0: any free port, in tests).
+        data_dir: the data folder (``tls/``, ``etcd/``).
+        etcd_binary: the etcd executable.
+        api_timeout_s: bound of each API call, seconds.
+        etcd_timeout_s: bound of each etcd call, seconds.
+        certificate_lifetime_s: ``expirationSeconds`` asked for (600 .. 86400).
+        csr_poll_s: time between two GETs of a pending CSR, seconds.
+        probe_interval_s: time between two etcd probes, seconds.
+        debounce_s: quiet time after a membership change before reconciling, seconds.
+        informer: the Node informer's timings.
+    """
+
+    pool: str
+    namespace: str
+    node: str
+    host_ip: str
+    port: int
+    ops_port: int
+    data_dir: Path
+    etcd_binary: str
+    api_timeout_s: float = 10.0
+    etcd_timeout_s: float = 5.0
+    certificate_lifetime_s: int = 86400
+    csr_poll_s: float = 2.0
+    probe_interval_s: float = 2.0
+    debounce_s: float = 1.0
+    informer: InformerConfig | None = None
+
+
+class _BothIssued:
+    """Sets ``event`` once both requesters have a certificate."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+        self.requesters: tuple[CertificateRequester, ...] = ()
+
+    def certificate_changed(self, files: CertificateFiles) -> None:
+        if self.requesters and all(r.certificate is not None for r in self.requesters):
+            self.event.set()
+
+
+class PoolCoordinator:
+    """One pool's coordinator (module docstring).
+
+    Args (keyword-only):
+        client: the API client (the pod's ServiceAccount: ``get`` the pool CA ConfigMap, ``list``
+            and ``watch`` Nodes, ``create`` and ``get`` CSRs).
+        config: :class:`CoordinatorConfig`.
+        registry: where the metrics go (a new one by default).
+
+    Attributes:
+        tls, serving, root, supervisor, probe, members, metrics: the parts (for tests and logs).
+        ops_ports: the ports the ops endpoints listen on, by address, once serving.
+    """
+
+    def __init__(self, *, client: AsyncClient, config: CoordinatorConfig,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.config = c = config
+        self._client = client
+        self.registry = registry or CollectorRegistry()
+        self.tls = TlsFiles.under(c.data_dir)
+        self._issued = asyncio.Event()
+        both = _BothIssued(self._issued)
+        target = f"127.0.0.1:{c.port}"
+        self.members = MembersLoop(client=client, pool=c.pool, target=target, credentials=self._credentials,
+                                   timeout_s=c.etcd_timeout_s, debounce_s=c.debounce_s, informer_config=c.informer,
+                                   on_result=lambda result: self.metrics.acl_reconciles.labels(result).inc())
+        self.probe = EtcdProbe(target=target, credentials=self._credentials, interval_s=c.probe_interval_s,
+                               timeout_s=min(c.etcd_timeout_s, 5.0))
+        self.serving = CertificateRequester(
+            client=client, spec=serving_spec(node=c.node, host_ip=c.host_ip), files=self.tls.server,
+            timeout_s=c.api_timeout_s, lifetime_s=c.certificate_lifetime_s, listeners=[both],
+            on_result=lambda result: self.metrics.certificate_requests.labels("serving", result).inc(),
+            poll_s=c.csr_poll_s)
+        self.root = CertificateRequester(
+            client=client, spec=root_spec(node=c.node), files=self.tls.root, timeout_s=c.api_timeout_s,
+            lifetime_s=c.certificate_lifetime_s, listeners=[both],
+            on_result=lambda result: self.metrics.certificate_requests.labels("root", result).inc(),
+            poll_s=c.csr_poll_s)
+        both.requesters = (self.serving, self.root)
+        self.metrics = CoordinatorMetrics(registry=self.registry, members=lambda: len(self.members.members),
+                                          ready=lambda: self.readiness() is None,
+                                          expiry={"serving": self.serving.expiry_s, "root": self.root.expiry_s})
+        self.supervisor = EtcdSupervisor(
+            argv=etcd_argv(binary=c.etcd_binary, node=c.node, host_ip=c.host_ip, port=c.port, data_dir=c.data_dir,
+                           cert_file=self.tls.server.cert_file, key_file=self.tls.server.key_file,
+                           ca_file=self.tls.ca_file),
+            on_restart=self.metrics.etcd_restarts.inc)
+        self.ops_ports: dict[str, int] = {}
+
+    def _credentials(self) -> grpc.ChannelCredentials:
+        return root_credentials(self.tls)
+
+    def readiness(self) -> str | None:
+        """None when ready (module docstring), else why not. Reads state only (the ops threads call it)."""
+        if not self.probe.ok:
+            return f"etcd does not answer over TLS with the root certificate ({self.probe.reason})"
+        if not self.members.current():
+            return "etcd's access control is not reconciled for the current members yet"
+        return None
+
+    async def run(self) -> None:
+        """Run until cancelled (module docstring); everything started is stopped and awaited.
+
+        Raises:
+            OSError: an ops address cannot be bound, a file cannot be written, etcd cannot be started.
+        """
+        c = self.config
+        addresses = list(dict.fromkeys((c.host_ip, "127.0.0.1")))
+        with contextlib.ExitStack() as stack:
+            for address in addresses:
+                self.ops_ports[address] = stack.enter_context(
+                    serve_ops(address=address, port=c.ops_port, registry=self.registry, readiness=self.readiness))
+            log.info("pool coordinator starting", extra={"pool": c.pool, "node": c.node, "host_ip": c.host_ip,
+                                                         "port": c.port, "ops_ports": self.ops_ports})
+            await install_pool_ca(client=self._client, namespace=c.namespace, pool=c.pool, ca_file=self.tls.ca_file,
+                                  timeout_s=c.api_timeout_s)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.serving.run(), name="serving-certificate")
+                tg.create_task(self.root.run(), name="root-certificate")
+                await self._issued.wait()
+                log.info("pool coordinator certificates in place: starting etcd", extra={"pool": c.pool})
+                tg.create_task(self.supervisor.run(), name="etcd")
+                tg.create_task(self.probe.run(), name="etcd-probe")
+                tg.create_task(self.members.run(), name="members")

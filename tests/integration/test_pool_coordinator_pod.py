@@ -1,0 +1,375 @@
+"""``edgewatch pool-coordinator``'s program (edgewatch.poolcoordinator.PoolCoordinator) run for real:
+the real etcd binary under its supervisor, its access control following real Nodes of a real
+apiserver, its ops endpoints; and its certificate requests against the real CSR API with a stand-in
+signer.
+
+The controller's signer is not used (its policy for the coordinator's requests is tested on its
+own): the first test issues the serving and root certificates with the pool CA
+(``edgewatch.controller.poolca``) into ``<data-dir>/tls`` as the requester would have stored them,
+so the program uses them and requests nothing; the second lets the program request them and signs
+them with a fake approver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from aetcd import rpc as etcd_rpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from edgewatch import certfiles, certs
+from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
+from edgewatch.kube.api import AsyncClient, CertificateSigningRequest, ConfigMap, Node, PatchType
+from edgewatch.kube.informer import InformerConfig
+from edgewatch.names import (
+    COORDINATOR_CLIENT_SIGNER, COORDINATOR_SERVING_SIGNER, POOL_CA_CONFIGMAP_KEY, POOL_LABEL, pool_ca_name,
+)
+from edgewatch.poolcoordinator.certificates import TlsFiles, root_spec, serving_spec
+from edgewatch.poolcoordinator.coordinator import CoordinatorConfig, PoolCoordinator
+from edgewatch.poolkeys import PoolKeys
+from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+NAMESPACE = "default"
+COORDINATOR_NODE = "coordinator-node"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def sign_serving(ca: PoolCA, *, public_key: Any, ips: list[str], dns: list[str], lifetime_s: int = 3600) -> bytes:
+    """A serving certificate as the controller's signer makes it (poolca has no serving function)."""
+    now = _now()
+    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgewatch-coordinator")]))
+            .issuer_name(ca.cert.subject).public_key(public_key).serial_number(secrets.randbits(120) + 1)
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(seconds=lifetime_s))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False),
+                           critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+            .sign(ca.key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _issue_as_the_requester(ca: PoolCA, tls: TlsFiles) -> None:
+    """Both certificates into tls/, with their records, as edgewatch.csr would have stored them."""
+    key = certs.new_key()
+    spec = serving_spec(node=COORDINATOR_NODE, host_ip="127.0.0.1")
+    pem = sign_serving(ca, public_key=key.public_key(), ips=["127.0.0.1"], dns=["localhost"])
+    certfiles.save(tls.server, key=key, certificate=spec.check(pem, key, 3600), received_at=time.time())
+    key = certs.new_key()
+    spec = root_spec(node=COORDINATOR_NODE)
+    pem = sign_client_certificate(ca, public_key=key.public_key(), node="root", lifetime_s=3600, now=_now())
+    certfiles.save(tls.root, key=key, certificate=spec.check(pem, key, 3600), received_at=time.time())
+
+
+def _node_credentials(ca: PoolCA, node: str) -> grpc.ChannelCredentials:
+    key = certs.new_key()
+    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=3600, now=_now())
+    return grpc.ssl_channel_credentials(root_certificates=ca.cert_pem(), private_key=_pem_key(key),
+                                        certificate_chain=pem)
+
+
+def _free_port_block() -> int:
+    """A port p with p .. p+3 free on loopback (etcd's client, the ops, peer and metrics ports)."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port > 65000:
+            continue
+        try:
+            for p in range(port, port + 4):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no block of 4 free ports")
+
+
+async def _put(target: str, credentials: grpc.ChannelCredentials, key: bytes, value: bytes = b"x") -> str | None:
+    """None if etcd accepted the put, else its error (code: details)."""
+    channel = etcd_rpc.secure_channel(target, credentials, options=[("grpc.enable_retries", 0)])
+    try:
+        await etcd_rpc.KVStub(channel).Put(etcd_rpc.PutRequest(key=key, value=value), timeout=5)
+    except grpc.RpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+    finally:
+        await channel.close()
+    return None
+
+
+async def _wait(predicate: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _served_certificate(port: int, tls: TlsFiles) -> x509.Certificate:
+    """The certificate etcd presents on a new TLS connection to 127.0.0.1 (no SNI: an IP address)."""
+    ctx = ssl.create_default_context(cafile=str(tls.ca_file))
+    ctx.load_cert_chain(str(tls.root.cert_file), str(tls.root.key_file))
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+        der = conn.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _make_node(kube: AsyncClient, name: str, pool: str | None) -> None:
+    labels = {POOL_LABEL: pool} if pool else {}
+    await kube.create(Node.from_dict({"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": name, "labels": labels}}))
+
+
+async def _set_pool(kube: AsyncClient, name: str, pool: str | None) -> None:
+    await kube.patch(Node, name, {"metadata": {"labels": {POOL_LABEL: pool}}}, patch_type=PatchType.MERGE)
+
+
+@pytest.fixture
+async def pool_world(kube: AsyncClient) -> AsyncIterator[tuple[str, PoolCA, Path, list[str]]]:
+    pool = f"pc-{secrets.token_hex(3)}"
+    ca = make_ca(pool, now=_now())
+    folder = Path(tempfile.mkdtemp(prefix="edgewatch-pc-"))
+    nodes: list[str] = []
+    await kube.create(ConfigMap.from_dict({"apiVersion": "v1", "kind": "ConfigMap",
+                                           "metadata": {"name": pool_ca_name(pool), "namespace": NAMESPACE},
+                                           "data": {POOL_CA_CONFIGMAP_KEY: ca.cert_pem().decode()}}))
+    try:
+        yield pool, ca, folder, nodes
+    finally:
+        for name in nodes:
+            try:
+                await kube.delete(Node, name)
+            except Exception:  # noqa: BLE001 - best-effort cleanup
+                pass
+        await kube.delete(ConfigMap, pool_ca_name(pool), namespace=NAMESPACE)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _config(pool: str, folder: Path, binaries: Binaries, port: int) -> CoordinatorConfig:
+    return CoordinatorConfig(pool=pool, namespace=NAMESPACE, node=COORDINATOR_NODE, host_ip="127.0.0.1", port=port,
+                             ops_port=0, data_dir=folder / "data", etcd_binary=str(binaries.etcd), api_timeout_s=10,
+                             csr_poll_s=0.5, probe_interval_s=0.5, debounce_s=0.5,
+                             informer=InformerConfig(backoff_initial_s=0.2, backoff_max_s=2))
+
+
+async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools_nodes(
+        kube: AsyncClient, binaries: Binaries, pool_world: tuple[str, PoolCA, Path, list[str]]) -> None:
+    pool, ca, folder, nodes = pool_world
+    keys = PoolKeys(pool)
+    n1, n2, n3 = (f"{pool}-edge-{i}" for i in (1, 2, 3))
+    for name, in_pool in ((n1, True), (n2, True), (n3, False)):
+        await _make_node(kube, name, pool if in_pool else None)
+        nodes.append(name)
+    port = _free_port_block()
+    target = f"127.0.0.1:{port}"
+    config = _config(pool, folder, binaries, port)
+    tls = TlsFiles.under(config.data_dir)
+    tls.folder.mkdir(parents=True)
+    _issue_as_the_requester(ca, tls)
+
+    coordinator = PoolCoordinator(client=kube, config=config)
+    task = asyncio.create_task(coordinator.run())
+    etcd_pid: int | None = None
+    try:
+        await _wait(lambda: coordinator.ops_ports, timeout_s=10, what="the ops endpoints")
+        ops = f"http://127.0.0.1:{coordinator.ops_ports['127.0.0.1']}"
+        assert _get(f"{ops}/healthz") == (200, "ok\n")
+        await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=60, what="/readyz 200")
+        etcd_pid = coordinator.supervisor.pid
+        assert etcd_pid is not None
+        assert coordinator.serving.requested == [] and coordinator.root.requested == []  # the stored ones
+        assert tls.ca_file.read_bytes() == ca.cert_pem()
+        assert coordinator.members.members == {n1, n2}
+
+        # TLS with client-certificate authentication: no certificate, or one from another CA, is refused.
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem())
+        assert await _put(target, anonymous, keys.heartbeat(n1)) is not None
+        stranger_ca = make_ca("elsewhere", now=_now())
+        assert await _put(target, _node_credentials(stranger_ca, n1), keys.heartbeat(n1)) is not None
+
+        # A member writes its own heartbeat, not another's; a node outside the pool writes nothing.
+        creds = {n: _node_credentials(ca, n) for n in (n1, n2, n3)}
+        assert await _put(target, creds[n1], keys.heartbeat(n1)) is None
+        refused = await _put(target, creds[n1], keys.heartbeat(n2))
+        assert refused is not None and "permission denied" in refused.lower(), refused
+        assert await _put(target, creds[n3], keys.heartbeat(n3)) is not None
+
+        # A Node joining the pool gets in within a few seconds; one leaving is shut out.
+        await _set_pool(kube, n3, pool)
+        joined = time.monotonic()
+        await _wait(lambda: _put_ok(target, creds[n3], keys.heartbeat(n3)), timeout_s=15, what=f"{n3} let in")
+        assert time.monotonic() - joined < 10
+        await _set_pool(kube, n1, None)
+        await _wait(lambda: _put_refused(target, creds[n1], keys.heartbeat(n1)), timeout_s=15, what=f"{n1} shut out")
+        await _wait(lambda: coordinator.members.current(), timeout_s=10, what="the access control current")
+        assert coordinator.members.members == {n2, n3}
+        assert _get(f"{ops}/readyz")[0] == 200
+
+        metrics = _get(f"{ops}/metrics")[1]
+        assert "edgewatch_pool_coordinator_ready 1.0" in metrics
+        assert "edgewatch_pool_coordinator_members 2.0" in metrics
+        assert 'edgewatch_pool_coordinator_acl_reconciles_total{result="ok"}' in metrics
+        assert 'edgewatch_pool_coordinator_certificate_expiry_seconds{certificate="serving"}' in metrics
+        assert "edgewatch_pool_coordinator_etcd_restarts_total 0.0" in metrics
+
+        # A rotated serving certificate is served on the next handshake, without an etcd restart.
+        before = _served_certificate(port, tls)
+        _issue_as_the_requester(ca, tls)
+        after = await _wait(lambda: (c := _served_certificate(port, tls)).serial_number != before.serial_number and c,
+                            timeout_s=10, what="the new serving certificate served")
+        assert after.serial_number == x509.load_pem_x509_certificate(tls.server.cert_file.read_bytes()).serial_number
+        assert coordinator.supervisor.pid == etcd_pid and coordinator.supervisor.starts == 1
+        assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
+
+        # etcd killed: restarted, counted, ready again with its data and users.
+        os.kill(etcd_pid, 9)
+        await _wait(lambda: coordinator.supervisor.starts == 2 and coordinator.supervisor.pid, timeout_s=20,
+                    what="etcd restarted")
+        await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=30, what="/readyz 200 again")
+        assert "edgewatch_pool_coordinator_etcd_restarts_total 1.0" in _get(f"{ops}/metrics")[1]
+        assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
+        etcd_pid = coordinator.supervisor.pid
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Cancellation (what SIGTERM does through run_until_signalled) stops etcd: no process left.
+    assert task.cancelled()
+    assert etcd_pid is not None and not _alive(etcd_pid)
+    assert coordinator.supervisor.pid is None
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+async def _put_ok(target: str, credentials: grpc.ChannelCredentials, key: bytes) -> bool:
+    return await _put(target, credentials, key) is None
+
+
+async def _put_refused(target: str, credentials: grpc.ChannelCredentials, key: bytes) -> bool:
+    return await _put(target, credentials, key) is not None
+
+
+async def _fake_approver(kube: AsyncClient, ca: PoolCA, control_plane: ControlPlane, signed: list[str]) -> None:
+    """Signs every pending coordinator CSR with the pool CA (the controller's job, not under test here)."""
+    while True:
+        async for csr in kube.list(CertificateSigningRequest):
+            spec, status = csr.spec, csr.status
+            if spec.signerName not in (COORDINATOR_SERVING_SIGNER, COORDINATOR_CLIENT_SIGNER):
+                continue
+            if not csr.metadata.name.startswith(f"edgewatch-coordinator-{COORDINATOR_NODE}-"):
+                continue
+            if status is not None and status.certificate:
+                continue
+            request = x509.load_pem_x509_csr(base64.b64decode(spec.request))
+            if spec.signerName == COORDINATOR_SERVING_SIGNER:
+                san = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+                pem = sign_serving(ca, public_key=request.public_key(),
+                                   ips=[str(i) for i in san.get_values_for_type(x509.IPAddress)],
+                                   dns=san.get_values_for_type(x509.DNSName), lifetime_s=spec.expirationSeconds)
+            else:
+                pem = sign_client_certificate(ca, public_key=request.public_key(),  # type: ignore[arg-type]
+                                              node="root", lifetime_s=spec.expirationSeconds, now=_now())
+            name = csr.metadata.name
+            await asyncio.to_thread(control_plane.kubectl, "certificate", "approve", name)
+            body = json.loads(await asyncio.to_thread(control_plane.kubectl, "get", "csr", name, "-o", "json"))
+            body["status"]["certificate"] = base64.b64encode(pem).decode()
+            await asyncio.to_thread(control_plane.kubectl, "replace", "--raw",
+                                    f"/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/status",
+                                    "-f", "-", input_text=json.dumps(body))
+            signed.append(name)
+        await asyncio.sleep(0.3)
+
+
+async def test_the_coordinator_requests_its_certificates_through_csrs(
+        kube: AsyncClient, binaries: Binaries, control_plane: ControlPlane,
+        pool_world: tuple[str, PoolCA, Path, list[str]]) -> None:
+    pool, ca, folder, nodes = pool_world
+    n1 = f"{pool}-edge-1"
+    await _make_node(kube, n1, pool)
+    nodes.append(n1)
+    port = _free_port_block()
+    config = _config(pool, folder, binaries, port)
+    tls = TlsFiles.under(config.data_dir)
+    coordinator = PoolCoordinator(client=kube, config=config)
+    signed: list[str] = []
+    approver = asyncio.create_task(_fake_approver(kube, ca, control_plane, signed))
+    task = asyncio.create_task(coordinator.run())
+    try:
+        await _wait(lambda: coordinator.ops_ports, timeout_s=10, what="the ops endpoints")
+        ops = f"http://127.0.0.1:{coordinator.ops_ports['127.0.0.1']}"
+        await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=90, what="/readyz 200")
+        assert len(coordinator.serving.requested) == 1 and len(coordinator.root.requested) == 1
+        assert set(signed) == {*coordinator.serving.requested, *coordinator.root.requested}
+        for files in (tls.server, tls.root):
+            assert files.key_file.stat().st_mode & 0o777 == 0o600
+        served = _served_certificate(port, tls)
+        assert served.subject.rfc4514_string() == "CN=edgewatch-coordinator"
+        assert await _put(f"127.0.0.1:{port}", _node_credentials(ca, n1), PoolKeys(pool).heartbeat(n1)) is None
+    finally:
+        task.cancel()
+        approver.cancel()
+        await asyncio.gather(task, approver, return_exceptions=True)
+        for name in signed:
+            await asyncio.to_thread(control_plane.kubectl, "delete", "csr", name, "--ignore-not-found")
