@@ -34,12 +34,22 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 	touch $(STAMP)
 
 # The network lab needs nftables and iproute2, the clock-skew fault libfaketime, from Debian's
-# packages (root).
+# packages (root). The arm64 image (make image) is made from Debian's arm64 packages, so apt knows
+# the architecture arm64 (its package lists fetched once), and it is run under qemu-user
+# (qemu-user-static: tests/integration/test_image_arm64.py).
 FAKETIME := /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 system-deps:
 	@command -v nft >/dev/null && command -v ip >/dev/null && [ -e $(FAKETIME) ] || { \
 	  echo "installing nftables, iproute2 and libfaketime (Debian packages)"; \
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iproute2 libfaketime >/dev/null; }
+	@[ "$$(dpkg --print-architecture)" = arm64 ] || dpkg --print-foreign-architectures | grep -qx arm64 && \
+	  ls /var/lib/apt/lists/*_binary-arm64_Packages* >/dev/null 2>&1 || { \
+	  echo "adding the architecture arm64 to apt (the arm64 image's Debian packages)"; \
+	  dpkg --add-architecture arm64 && apt-get update -q >/dev/null; }
+	@command -v qemu-aarch64-static >/dev/null || { \
+	  echo "installing qemu-user-static (Debian package; runs the arm64 image's smoke test)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-user-static >/dev/null || { \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-user-static >/dev/null; }; }
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kube-proxy from the Go module proxy,
 # cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores); and CoreDNS with its
@@ -69,10 +79,14 @@ peers: setup
 	@bash hack/binaries/build.sh superedge >/dev/null
 	$(VENV)/bin/pytest -m peers tests
 
-# edgewatch's image (and pause) as OCI archives, built here offline from this checkout and Debian's
-# Python (edgewatch_lab.testing.images; the Dockerfile stays the user-facing recipe); prints their paths.
+# edgewatch's image (and pause) as OCI archives, built here offline from this checkout, Debian's
+# Python and PyPI's wheels (edgewatch_lab.testing.images; the Dockerfile stays the user-facing recipe):
+# one archive for linux/amd64 and linux/arm64 (an OCI image index, arm64 from Debian's arm64 packages
+# and PyPI's aarch64 wheels; about 30 s cold with pip's and apt's downloads, nothing warm); prints
+# its path, then pause's (the lab's nodes import the host-platform archive ensure_images builds).
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 image: setup node-binaries
-	$(PY) -m edgewatch_lab.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause"
+	$(PY) -m edgewatch_lab.testing.images --platforms $(IMAGE_PLATFORMS) --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause"
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit
@@ -110,6 +124,6 @@ clean-lab: setup
 	$(PY) -c "from edgewatch_lab.testing.realnode import cleanup_stale; print(cleanup_stale())"
 	$(PY) -c "from edgewatch_lab.testing.controlplane import ControlPlane; print(ControlPlane.cleanup_stale())"
 
-# The image's SBOM (CycloneDX JSON, by cyclonedx-py from the image's own Python packages; edgewatch_lab.testing.sbom), written next to the image archive and checked against pyproject.toml's pins; prints its path.
+# The image's SBOMs, one per platform (CycloneDX JSON, by cyclonedx-py from the image's own Python packages; edgewatch_lab.testing.sbom), written next to the image archive and checked against pyproject.toml's pins; prints their paths.
 sbom: setup node-binaries
-	@archive="$$($(PY) -m edgewatch_lab.testing.images --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause" | head -n1)" && [ -n "$$archive" ] && $(PY) -m edgewatch_lab.testing.sbom "$$archive"
+	@archive="$$($(PY) -m edgewatch_lab.testing.images --platforms $(IMAGE_PLATFORMS) --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause" | head -n1)" && [ -n "$$archive" ] && $(PY) -m edgewatch_lab.testing.sbom "$$archive"

@@ -94,3 +94,46 @@ def test_debian_closure_refuses_a_missing_root():
                          ("/lib64/ld-linux-x86-64.so.2", "/usr/lib64/ld-linux-x86-64.so.2")])
 def test_merged_path(path, merged):
     assert merged_path(path) == merged
+
+
+def test_index_lists_one_manifest_per_platform_under_one_name(tmp_path):
+    from edgewatch_lab.testing.ociimage import PlatformImage, write_oci_index
+
+    images = []
+    for arch in ("amd64", "arm64"):
+        root = tmp_path / arch
+        (root / "usr/bin").mkdir(parents=True)
+        (root / "usr/bin/tool").write_text(arch)
+        layer = write_layer(root, tmp_path / f"{arch}.tar")
+        images.append(PlatformImage(layers=[layer], config=image_config(diff_ids=[layer.digest], entrypoint=["x"],
+                                                                          architecture=arch)))
+    digest = write_oci_index(tmp_path / "img.tar", name="ghcr.io/edgewatch/edgewatch:0.1.0", images=images)
+    files = members(tmp_path / "img.tar")
+    [entry] = json.loads(files["index.json"])["manifests"]  # one name for every platform
+    assert entry["digest"] == digest and entry["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    assert entry["annotations"]["io.containerd.image.name"] == "ghcr.io/edgewatch/edgewatch:0.1.0"
+    listed = json.loads(files[f"blobs/sha256/{digest[7:]}"])["manifests"]
+    assert [d["platform"] for d in listed] == [{"os": "linux", "architecture": "amd64"},
+                                               {"os": "linux", "architecture": "arm64"}]
+    for descriptor, image in zip(listed, images, strict=True):
+        manifest = json.loads(files[f"blobs/sha256/{descriptor['digest'][7:]}"])
+        config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'][7:]}"])
+        assert config["architecture"] == descriptor["platform"]["architecture"]
+        assert [m["digest"] for m in manifest["layers"]] == [image.layers[0].digest]
+    for name, data in files.items():
+        if name.startswith("blobs/sha256/"):
+            assert name.rsplit("/", 1)[1] == hashlib.sha256(data).hexdigest()
+    with pytest.raises(ValueError, match="one image per platform"):
+        write_oci_index(tmp_path / "twice.tar", name="x:1", images=[images[0], images[0]])
+
+
+def test_wheel_platforms_cover_debian_12_glibc_per_architecture():
+    from edgewatch_lab.testing.images import wheel_platforms
+
+    arm = wheel_platforms("arm64")
+    assert {"manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64",
+            "manylinux_2_36_aarch64"} <= set(arm)
+    assert "manylinux_2_37_aarch64" not in arm and all("aarch64" in p for p in arm)
+    assert "manylinux_2_17_x86_64" in wheel_platforms("amd64")
+    with pytest.raises(ImageError, match="riscv64"):
+        wheel_platforms("riscv64")

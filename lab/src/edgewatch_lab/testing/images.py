@@ -23,11 +23,26 @@ How the edgewatch image is made (the Dockerfile stays the user-facing recipe)
     The Dockerfile's base is ``python:3.11-slim`` (CPython 3.11 on Debian 12); this one is Debian
     12's own CPython 3.11. Both run the same edgewatch wheel.
 
-Cache: ``~/.cache/edgewatch/images/`` (``EDGEWATCH_CACHE`` overrides the root), keyed by a hash of
-the sources, ``pyproject.toml``, this module and the Debian package versions; a hit costs nothing.
+Other architectures (issue 24: linux/arm64 beside linux/amd64)
+    The same recipe, mirrored: the same Debian packages at the same versions as installed here,
+    for that architecture, fetched with ``apt-get download <pkg>:<arch>=<version>`` (``Architecture:
+    all`` packages without the qualifier) and unpacked with ``dpkg-deb -x`` (the ``.deb`` files
+    cached in ``<cache>/debs/<arch>/``); edgewatch and its pins installed by pip from PyPI's wheels
+    for that platform (``pip install --target --platform manylinux_2_X_<machine> --only-binary=:all:
+    --python-version 3.11 --implementation cp``: every pin must have such a wheel or be pure
+    Python); byte-compiled by this host's Python (the same CPython version, so the same ``.pyc``).
+    ``apt`` must know the architecture (``make system-deps`` runs ``dpkg --add-architecture arm64``
+    and ``apt-get update``). ``build_edgewatch_image(platforms=...)`` with several platforms writes one
+    multi-platform archive (an OCI image index: ``edgewatch_lab.testing.ociimage.write_oci_index``).
 
-Limits: needs a Debian/Ubuntu host with those packages installed (``dpkg-query``) and pip's access
-to PyPI (or its cache) for the pinned dependencies; linux/amd64 only.
+Cache: ``~/.cache/edgewatch/images/`` (``EDGEWATCH_CACHE`` overrides the root), keyed by a hash of
+the sources, ``pyproject.toml``, this module and the Debian package versions (and the platforms);
+a hit costs nothing. The lab's nodes run the host's platform only (``ensure_images``);
+``ensure_edgewatch_image`` gives the multi-platform archive (``make image``, ``make sbom``).
+
+Limits: needs a Debian/Ubuntu host with those packages installed (``dpkg-query``), apt's package
+lists for every other architecture built, and pip's access to PyPI (or its cache) for the pinned
+dependencies; linux/amd64 and linux/arm64 only.
 """
 
 from __future__ import annotations
@@ -45,9 +60,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgewatch import __version__
-from edgewatch_lab.testing.ociimage import image_config, write_layer, write_oci_archive
+from edgewatch_lab.testing.ociimage import PlatformImage, image_config, write_layer, write_oci_archive, write_oci_index
 
-__all__ = ["EDGEWATCH_IMAGE", "PAUSE_IMAGE", "ImageError", "Images", "debian_closure", "ensure_images"]
+__all__ = ["EDGEWATCH_IMAGE", "MULTI_PLATFORMS", "PAUSE_IMAGE", "ImageError", "Images", "debian_closure",
+           "ensure_edgewatch_image", "ensure_images"]
 
 EDGEWATCH_REPOSITORY = "ghcr.io/edgewatch/edgewatch"
 EDGEWATCH_IMAGE = f"{EDGEWATCH_REPOSITORY}:{__version__}"
@@ -62,6 +78,12 @@ _SKIPPED_PREFIXES = ("/usr/share/doc", "/usr/share/man", "/usr/share/locale", "/
                      "/usr/share/lintian", "/usr/share/bug", "/etc/")
 _MERGED = {"/bin/": "/usr/bin/", "/sbin/": "/usr/sbin/", "/lib/": "/usr/lib/", "/lib64/": "/usr/lib64/"}
 IMAGE_UID = 65532
+#: Debian architecture -> the machine name in PyPI's wheel platform tags.
+WHEEL_MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+#: Debian 12's glibc: wheels tagged manylinux_2_17 .. manylinux_2_36 run on it.
+GLIBC_MINOR = 36
+#: What ``make image`` builds: issue 24's two platforms.
+MULTI_PLATFORMS = ("linux/amd64", "linux/arm64")
 _Progress = Callable[[str], None]
 
 
@@ -147,31 +169,118 @@ def merged_path(path: str) -> str:
     return path
 
 
-def _copy_packages(packages: list[str], rootfs: Path) -> int:
+def _merged_root(rootfs: Path) -> None:
     for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
         (rootfs / target).mkdir(parents=True, exist_ok=True)
         (rootfs / link).symlink_to(target)
-    copied = 0
-    for package in packages:
-        for listed in _run(["dpkg-query", "-L", package], timeout_s=30).splitlines():
-            if not listed.startswith("/") or listed.startswith(_SKIPPED_PREFIXES):
-                continue
-            source = Path(listed)
-            if not source.is_symlink() and not source.is_file():
-                continue
-            dest = rootfs / merged_path(listed).lstrip("/")
-            if dest.exists() or dest.is_symlink():
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_symlink():
-                dest.symlink_to(os.readlink(source))
-            else:
-                shutil.copy2(source, dest)
-            copied += 1
+
+
+def _place(source: Path, listed: str, rootfs: Path, *, move: bool = False) -> bool:
+    """Copy (or move) the file or symlink ``source``, installed at ``listed``, into ``rootfs`` at its
+    merged-/usr path; the first package to ship a path wins."""
+    if not listed.startswith("/") or listed.startswith(_SKIPPED_PREFIXES):
+        return False
+    if not source.is_symlink() and not source.is_file():
+        return False
+    dest = rootfs / merged_path(listed).lstrip("/")
+    if dest.exists() or dest.is_symlink():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_symlink():
+        dest.symlink_to(os.readlink(source))
+    elif move:
+        os.replace(source, dest)
+    else:
+        shutil.copy2(source, dest)
+    return True
+
+
+def _finish_root(rootfs: Path) -> None:
     sh = rootfs / "usr/bin/sh"
     if not sh.exists() and not sh.is_symlink():
         sh.symlink_to("dash")
+
+
+def _copy_packages(packages: list[str], rootfs: Path) -> int:
+    _merged_root(rootfs)
+    copied = 0
+    for package in packages:
+        for listed in _run(["dpkg-query", "-L", package], timeout_s=30).splitlines():
+            copied += _place(Path(listed), listed, rootfs)
+    _finish_root(rootfs)
     return copied
+
+
+def host_architecture() -> str:
+    """This host's Debian architecture (``dpkg --print-architecture``: ``amd64``, ``arm64``)."""
+    return _run(["dpkg", "--print-architecture"], timeout_s=30).strip()
+
+
+def foreign_debs(packages: list[str], arch: str) -> list[tuple[str, str]]:
+    """``(URI, file name)`` of the ``.deb`` of each of ``packages`` for ``arch``: apt's candidate
+    version (``apt-get download --print-uris``; ``Architecture: all`` packages without the
+    qualifier), in ``packages``' order. Raises ImageError when apt does not know ``arch``."""
+    foreign = _run(["dpkg", "--print-foreign-architectures"], timeout_s=30).split()
+    if arch != host_architecture() and arch not in foreign:
+        raise ImageError(f"apt does not know the architecture {arch} (make system-deps adds it: "
+                         f"dpkg --add-architecture {arch} && apt-get update)")
+    rows = _run(["dpkg-query", "-W", "-f", "${Package}\t${Architecture}\n", *packages], timeout_s=30)
+    specs = [name if package_arch == "all" else f"{name}:{arch}"
+             for name, package_arch in (row.split("\t") for row in rows.splitlines())]
+    try:
+        out = _run(["apt-get", "download", "--print-uris", *specs], timeout_s=120)
+    except ImageError as exc:
+        raise ImageError(f"{exc} (make system-deps runs apt-get update for {arch})") from exc
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith("'"):
+            found.append((parts[0].strip("'"), parts[1]))
+    if len(found) != len(specs):
+        raise ImageError(f"apt-get download --print-uris listed {len(found)} files for {len(specs)} packages")
+    return found
+
+
+def _fetch_debs(packages: list[str], arch: str, folder: Path, progress: _Progress) -> list[Path]:
+    """The ``.deb`` files of ``packages`` for ``arch`` (``foreign_debs``), downloaded by ``apt-get
+    download`` into ``folder`` unless already there; in ``packages``' order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [name for _uri, name in foreign_debs(packages, arch)]
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing:
+        progress(f"{arch}: apt-get download {len(missing)} Debian packages into {folder}")
+        specs = [f"{f.split('_')[0]}{'' if f.endswith('_all.deb') else ':' + arch}={f.split('_')[1].replace('%3a', ':')}"
+                 for f in missing]
+        with tempfile.TemporaryDirectory(prefix="edgewatch-debs-", dir=folder) as tmp:
+            try:
+                proc = subprocess.run(["apt-get", "download", "-q", *specs], cwd=tmp, capture_output=True,
+                                      text=True, timeout=900)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ImageError(f"apt-get download: {exc}") from exc
+            if proc.returncode != 0:
+                raise ImageError(f"apt-get download of {arch} packages failed (exit {proc.returncode}; "
+                                 f"make system-deps runs apt-get update): {proc.stderr.strip()[-2000:]}")
+            for f in missing:
+                if not (Path(tmp) / f).is_file():
+                    raise ImageError(f"apt-get download wrote no {f}")
+                os.replace(Path(tmp) / f, folder / f)
+    return [folder / f for f in files]
+
+
+def _unpack_debs(debs: list[Path], rootfs: Path) -> int:
+    """Unpack each ``.deb`` (``dpkg-deb -x``) and place its files as ``_copy_packages`` places installed ones."""
+    _merged_root(rootfs)
+    placed = 0
+    for deb in debs:
+        with tempfile.TemporaryDirectory(prefix="edgewatch-deb-") as tmp:
+            _run(["dpkg-deb", "-x", str(deb), tmp], timeout_s=300)
+            for dirpath, dirnames, filenames in os.walk(tmp):
+                names = filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+                for name in sorted(names):
+                    source = Path(dirpath) / name
+                    placed += _place(source, "/" + os.path.relpath(source, tmp), rootfs, move=True)
+    _finish_root(rootfs)
+    return placed
 
 
 def _write_base_files(rootfs: Path) -> None:
@@ -190,10 +299,19 @@ def _write_base_files(rootfs: Path) -> None:
     script.chmod(0o755)
 
 
-def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress) -> None:
+def wheel_platforms(arch: str) -> list[str]:
+    """pip's ``--platform`` values for wheels that run on Debian 12 (glibc 2.36) on ``arch``. Pure."""
+    machine = WHEEL_MACHINES.get(arch)
+    if machine is None:
+        raise ImageError(f"no wheel platform for the architecture {arch} (known: {', '.join(WHEEL_MACHINES)})")
+    return [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC_MINOR, 16, -1)] + [f"manylinux2014_{machine}"]
+
+
+def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress, *, arch: str | None = None) -> None:
     target = rootfs / "usr/lib/python3/dist-packages"
     target.mkdir(parents=True, exist_ok=True)
-    progress(f"pip install {repo} (the Dockerfile's `pip install .`, pinned by pyproject.toml)")
+    progress(f"pip install {repo} (the Dockerfile's `pip install .`, pinned by pyproject.toml)"
+             + (f", {arch} wheels" if arch else ""))
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     with tempfile.TemporaryDirectory(prefix="edgewatch-src-") as src:
         # What the Dockerfile copies (pyproject.toml, README.md, src/), so the build's own
@@ -201,8 +319,17 @@ def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress) -> None:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(repo / name, Path(src) / name)
         shutil.copytree(repo / "src", Path(src) / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target), src],
-             timeout_s=900, env=env)
+        pip = [sys.executable, "-m", "pip"]
+        if arch is None:
+            _run([*pip, "install", "--quiet", "--no-compile", "--target", str(target), src], timeout_s=900, env=env)
+        else:
+            # edgewatch itself is pure Python: its wheel, then it and its pins from the platform's wheels.
+            wheels = Path(src) / "wheels"
+            _run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), src], timeout_s=900, env=env)
+            platforms = [arg for p in wheel_platforms(arch) for arg in ("--platform", p)]
+            _run([*pip, "install", "--quiet", "--no-compile", "--target", str(target), "--only-binary=:all:",
+                  *platforms, "--python-version", PYTHON.removeprefix("python"), "--implementation", "cp",
+                  *map(str, sorted(wheels.glob("edgewatch-*.whl")))], timeout_s=900, env=env)
     shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts with this venv's shebang
     progress("byte-compiling the standard library and the packages")
     for folder in (rootfs / "usr/lib" / PYTHON, target):
@@ -210,10 +337,13 @@ def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress) -> None:
              timeout_s=900)
 
 
-def source_hash(repo: Path, packages: list[str]) -> str:
+def source_hash(repo: Path, packages: list[str], platforms: tuple[str, ...] = ()) -> str:
     """A digest of what the edgewatch image is built from: the package sources, pyproject.toml,
-    the image-building modules and the Debian package versions (16 hex characters)."""
+    the image-building modules, the Debian package versions and (when given) the platforms (16 hex
+    characters)."""
     h = hashlib.sha256()
+    if platforms:
+        h.update(",".join(platforms).encode())
     files = [repo / "pyproject.toml", Path(__file__), Path(__file__).with_name("ociimage.py")]
     files += sorted((repo / "src" / "edgewatch").rglob("*.py")) + sorted((repo / "src" / "edgewatch").rglob("*.yaml"))
     for path in files:
@@ -223,29 +353,53 @@ def source_hash(repo: Path, packages: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_edgewatch_image(*, repo: Path, out: Path, progress: _Progress) -> None:
-    """Build ``EDGEWATCH_IMAGE`` from ``repo`` into the OCI archive ``out`` (see the module docstring).
+def _architecture(platform: str) -> str:
+    os_name, _, arch = platform.partition("/")
+    if os_name != "linux" or arch not in WHEEL_MACHINES:
+        raise ImageError(f"unsupported platform {platform!r} (known: {', '.join(f'linux/{a}' for a in WHEEL_MACHINES)})")
+    return arch
+
+
+def _build_platform(repo: Path, packages: list[str], arch: str, host_arch: str, tmp: Path,
+                    progress: _Progress) -> PlatformImage:
+    rootfs = tmp / f"rootfs-{arch}"
+    rootfs.mkdir()
+    progress(f"{arch}: Debian files of {len(packages)} packages ({', '.join(ROOT_PACKAGES)} and their dependencies)")
+    if arch == host_arch:
+        _copy_packages(packages, rootfs)
+    else:
+        _unpack_debs(_fetch_debs(packages, arch, cache_dir() / "debs" / arch, progress), rootfs)
+    _write_base_files(rootfs)
+    _install_edgewatch(repo, rootfs, progress, arch=None if arch == host_arch else arch)
+    progress(f"{arch}: writing the layer")
+    layer = write_layer(rootfs, tmp / f"layer-{arch}.tar", owners={"home/nonroot": (IMAGE_UID, IMAGE_UID)})
+    shutil.rmtree(rootfs)
+    config = image_config(
+        diff_ids=[layer.digest], entrypoint=["edgewatch"], user=f"{IMAGE_UID}:{IMAGE_UID}",
+        env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+        labels={"org.opencontainers.image.title": "edgewatch", "org.opencontainers.image.version": __version__},
+        architecture=arch,
+    )
+    return PlatformImage(layers=[layer], config=config)
+
+
+def build_edgewatch_image(*, repo: Path, out: Path, progress: _Progress, platforms: tuple[str, ...] = ()) -> None:
+    """Build ``EDGEWATCH_IMAGE`` from ``repo`` into the OCI archive ``out`` (see the module docstring):
+    for this host's platform only by default (one manifest), or for each of ``platforms``
+    (``linux/amd64``, ``linux/arm64``) as one multi-platform image index.
 
     Raises ImageError.
     """
     packages = debian_closure()
+    host_arch = host_architecture()
+    archs = [_architecture(p) for p in platforms] or [host_arch]
     with tempfile.TemporaryDirectory(prefix="edgewatch-image-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        rootfs.mkdir()
-        progress(f"Debian files of {len(packages)} packages ({', '.join(ROOT_PACKAGES)} and their dependencies)")
-        _copy_packages(packages, rootfs)
-        _write_base_files(rootfs)
-        _install_edgewatch(repo, rootfs, progress)
-        progress("writing the layer")
-        layer = write_layer(rootfs, Path(tmp) / "layer.tar",
-                            owners={"home/nonroot": (IMAGE_UID, IMAGE_UID)})
-        config = image_config(
-            diff_ids=[layer.digest], entrypoint=["edgewatch"], user=f"{IMAGE_UID}:{IMAGE_UID}",
-            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-            labels={"org.opencontainers.image.title": "edgewatch", "org.opencontainers.image.version": __version__},
-        )
+        images = [_build_platform(repo, packages, arch, host_arch, Path(tmp), progress) for arch in archs]
         tmp_out = out.with_suffix(".tmp")
-        write_oci_archive(tmp_out, name=EDGEWATCH_IMAGE, layers=[layer], config=config)
+        if platforms:
+            write_oci_index(tmp_out, name=EDGEWATCH_IMAGE, images=images)
+        else:
+            write_oci_archive(tmp_out, name=EDGEWATCH_IMAGE, layers=images[0].layers, config=images[0].config)
         os.replace(tmp_out, out)
 
 
@@ -293,23 +447,59 @@ def ensure_images(*, pause_binary: Path, repo: Path | None = None, progress: _Pr
         report(f"building {EDGEWATCH_IMAGE} into {edgewatch_tar}")
         build_edgewatch_image(repo=repo, out=edgewatch_tar, progress=report)
         for old in folder.glob("edgewatch-*.oci.tar"):
-            if old != edgewatch_tar:
+            if old != edgewatch_tar and not old.name.endswith("-multi.oci.tar"):
                 old.unlink(missing_ok=True)
         report(f"built {edgewatch_tar} ({edgewatch_tar.stat().st_size // (1 << 20)} MiB)")
     return Images(edgewatch=edgewatch_tar, pause=pause_tar)
 
 
+def ensure_edgewatch_image(*, platforms: tuple[str, ...] = MULTI_PLATFORMS, repo: Path | None = None,
+                           progress: _Progress | None = None) -> Path:
+    """The multi-platform edgewatch archive (one image index, a manifest per entry of ``platforms``),
+    built on first use (a minute or two) and cached as ``edgewatch-<version>-<key>-multi.oci.tar``.
+
+    Raises ImageError (no checkout, a missing Debian package, apt, pip or a copy failed).
+    """
+    report = progress or (lambda line: print(f"[edgewatch image] {line}", file=sys.stderr, flush=True))
+    repo = repo or Path(__file__).resolve().parents[4]
+    if not (repo / "pyproject.toml").is_file():
+        raise ImageError(f"{repo} is not an edgewatch checkout (no pyproject.toml)")
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    packages = debian_closure()
+    host_arch = host_architecture()
+    foreign = [name for p in platforms if (arch := _architecture(p)) != host_arch
+               for _uri, name in foreign_debs(packages, arch)]
+    key = source_hash(repo, packages, (*platforms, *foreign))
+    out = folder / f"edgewatch-{__version__}-{key}-multi.oci.tar"
+    if not out.exists():
+        report(f"building {EDGEWATCH_IMAGE} for {', '.join(platforms)} into {out}")
+        build_edgewatch_image(repo=repo, out=out, progress=report, platforms=tuple(platforms))
+        for old in folder.glob("edgewatch-*-multi.oci.tar"):
+            if old != out:
+                old.unlink(missing_ok=True)
+        report(f"built {out} ({out.stat().st_size // (1 << 20)} MiB)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgewatch_lab.testing.images --pause PATH``: build (or find) both archives, print their paths."""
+    """``python -m edgewatch_lab.testing.images --pause PATH [--platforms ...]``: build (or find) the
+    archives, print their paths: edgewatch's (the multi-platform one when ``--platforms`` is given),
+    then pause."""
     parser = argparse.ArgumentParser(prog="python -m edgewatch_lab.testing.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pause", type=Path, required=True, help="the static pause binary (make node-binaries)")
+    parser.add_argument("--platforms", default="",
+                        help=f"comma-separated, e.g. {','.join(MULTI_PLATFORMS)}: also build the multi-platform "
+                             "archive and print it first (default: this host's platform only)")
     args = parser.parse_args(argv)
     try:
         images = ensure_images(pause_binary=args.pause)
+        platforms = tuple(p.strip() for p in args.platforms.split(",") if p.strip())
+        edgewatch = ensure_edgewatch_image(platforms=platforms) if platforms else images.edgewatch
     except ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(images.edgewatch)
+    print(edgewatch)
     print(images.pause)
     return 0
 
