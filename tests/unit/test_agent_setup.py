@@ -250,3 +250,19 @@ def test_per_node_metric_series_are_dropped_when_a_node_leaves(tmp_path: Path) -
     del agent.peers.detectors[NodeName("a-9")]
     agent.exchange.export({})  # a-9 left the group
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) is None
+
+
+async def test_the_node_certificate_is_wanted_for_an_auto_pool_or_with_the_flag(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    agent = _agent(tmp_path, state_dir=state)
+    assert agent.certificates is not None  # made, but run only once wanted
+    assert not agent.coordinators.certificate_wanted()
+    _with_config(agent, "a: http://198.18.0.10:2379")
+    assert not agent.coordinators.certificate_wanted()
+    assert await agent.coordinators._tls_for("a") is None  # an explicit URL keeps the configured TLS (none)
+    _with_config(agent, "a: auto")
+    assert agent.coordinators.certificate_wanted()  # an edgewatch-run coordinator: certificates only
+    assert agent.coordinators._certificate_ready is False
+    flagged = _agent(tmp_path, state_dir=state, coordinator_client_certificate=True)
+    assert flagged.coordinators.certificate_wanted()
+    assert _agent(tmp_path).certificates is None  # no state folder, no certificate

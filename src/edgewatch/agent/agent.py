@@ -104,6 +104,10 @@ SHUTDOWN_RECANCEL_S = 15.0
 named in a warning, with its stack, and cancelled again (longer than any part's own bounded
 clean-up: the pool coordinator's release of its leadership takes at most a few seconds)."""
 
+CERTIFICATE_WANTED_POLL_S = 1.0
+"""How often the agent checks whether it needs its coordinator client certificate yet (its pool
+turned ``auto``), seconds."""
+
 
 @dataclass(frozen=True)
 class AgentSnapshot:
@@ -156,8 +160,8 @@ class Agent:
             node=config.node, url=config.coordinator_url, pool=config.pool, tls=config.coordinator_tls, kube=client,
             registry=self.registry, link=self.link, verdicts=self.peers, settings=self.membership,
             clock=self.cloud_clock, namespace=config.namespace, api_timeout_s=config.api_timeout_s,
-            node_certificate=(CertificateFiles.under(config.state_dir)
-                              if config.coordinator_client_certificate and config.state_dir is not None else None))
+            node_certificate=CertificateFiles.under(config.state_dir) if config.state_dir is not None else None,
+            certificate_always=config.coordinator_client_certificate)
         self.exchange = ExchangeLoop(
             node=config.node, listen_address=config.listen_address, kubelet_healthz_url=config.kubelet_healthz_url,
             period_s=config.votes.exchange_period_s, peers=self.peers, roster=self.membership, link=self.link,
@@ -183,7 +187,7 @@ class Agent:
                 coordinators=self.coordinators, link=self.link,
                 address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
         self.certificates: CertificateRequester | None = None
-        if config.coordinator_client_certificate and config.state_dir is not None:
+        if config.state_dir is not None:  # requested once wanted: the flag, or an 'auto' pool
             self.certificates = CertificateRequester(
                 client=client, node=config.node, state_dir=config.state_dir, registry=self.registry,
                 timeout_s=config.api_timeout_s, lifetime_s=config.coordinator_certificate_lifetime_s,
@@ -237,8 +241,15 @@ class Agent:
         if self.pool_cache is not None:
             loops["pool-cache"] = self.pool_cache.run()
         if self.certificates is not None:
-            loops["coordinator-certificate"] = self.certificates.run()
+            loops["coordinator-certificate"] = self._certificate_when_wanted(self.certificates)
         return loops
+
+    async def _certificate_when_wanted(self, requester: CertificateRequester) -> None:
+        """Run the certificate requester once this node needs a certificate (``--coordinator-
+        certificate``, or its pool's coordinator is run by edgewatch), then for good (rotation)."""
+        while not self.coordinators.certificate_wanted():
+            await asyncio.sleep(CERTIFICATE_WANTED_POLL_S)
+        await requester.run()
 
     async def run(self) -> None:
         """Serve the peer port and run every loop until cancelled; shut down cleanly (every task

@@ -161,8 +161,11 @@ class CoordinatorRunner:
         verdicts: the local verdicts (the leader never vouches for an ``unhealthy`` node).
         settings: the ConfigMap's pool settings and the own Node (:class:`PoolSettings`).
         clock: the controller's clock, in which carried renewTimes are written.
-        node_certificate: this node's coordinator client certificate files
-            (``--coordinator-certificate``), or None: then ``tls`` (module docstring).
+        node_certificate: where this node's coordinator client certificate is kept (the state
+            folder), or None: then ``tls`` always (module docstring).
+        certificate_always: ``--coordinator-certificate``: every coordinator uses the node's own
+            certificate. Off, only an ``auto`` pool's does (an edgewatch-run coordinator always
+            authenticates nodes by their certificates); an explicit URL then uses ``tls``.
         namespace: where the pool CA ConfigMaps live (the edgewatch namespace).
         api_timeout_s: bound of the pool CA read.
         ca_retry_s: after a failed pool CA read, the next one is this much later.
@@ -171,19 +174,21 @@ class CoordinatorRunner:
     def __init__(self, *, node: NodeName, url: str | None, pool: str | None, tls: CoordinatorTLS | None,
                  kube: AsyncClient, registry: CollectorRegistry, link: CloudLinkView, verdicts: Verdicts,
                  settings: PoolSettings, clock: ControllerClock, node_certificate: CertificateFiles | None = None,
-                 namespace: str = "edgewatch", api_timeout_s: float = 10.0, ca_retry_s: float = 10.0) -> None:
+                 certificate_always: bool = True, namespace: str = "edgewatch", api_timeout_s: float = 10.0,
+                 ca_retry_s: float = 10.0) -> None:
         self.node = node
         self.url = url
         self.pool = pool
         self.tls = tls
         self.node_certificate = node_certificate
+        self.certificate_always = certificate_always
         self.namespace = namespace
         self.api_timeout_s = api_timeout_s
         self.ca_retry_s = ca_retry_s
         self._certificate_ready = False
         self._ca_retry_at = 0.0
         self._waiting_for: str | None = None  # what the last "waiting" log line said (logged once each)
-        if node_certificate is not None and tls is not None:
+        if node_certificate is not None and certificate_always and tls is not None:
             log.warning("--coordinator-certificate is on: the coordinator uses this node's own certificate and "
                         "the pool CA; the configured coordinator TLS files are ignored")
         self._kube = kube
@@ -218,6 +223,16 @@ class CoordinatorRunner:
         re-reads the link at once."""
         if self.current is not None:
             self.current.cloud_link_changed()
+
+    def certificate_wanted(self) -> bool:
+        """Whether this node needs its coordinator client certificate now: always with
+        ``certificate_always``, else while its pool's coordinator is run by edgewatch (``auto``)."""
+        if self.node_certificate is None:
+            return False
+        if self.certificate_always:
+            return True
+        pool = self.pool_of_node()
+        return pool is not None and pool in self._settings.pool_coordinators.auto
 
     def certificate_changed(self, files: CertificateFiles) -> None:
         """The certificate requester's notice (a ``CertificateListener``): a certificate exists at
@@ -301,7 +316,7 @@ class CoordinatorRunner:
         certificate is not there yet, or the pool CA could not be read (retried after
         ``ca_retry_s``). Without ``node_certificate``: ``tls`` as given."""
         files = self.node_certificate
-        if files is None:
+        if files is None or not (self.certificate_always or pool in self._settings.pool_coordinators.auto):
             return self.tls
         if not self._certificate_ready:
             self._waiting("waiting for this node's coordinator client certificate before joining pool "
