@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import json
 import sys
 import time
@@ -21,7 +22,15 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
 from edgewatch.agent.coordinator import HeartbeatRejected, parse_heartbeat
+from edgewatch.certs import CertificateError, build_request, check_certificate, new_key
+from edgewatch.controller import coordinatorcsr
+from edgewatch.controller.csrpolicy import AgentIdentity, Deny, Ignore, Sign
+from edgewatch.controller.poolca import make_ca, sign_client_certificate
+from edgewatch.names import COORDINATOR_CLIENT_SIGNER, COORDINATOR_SERVING_SIGNER, NODE_NAME_EXTRA
 from edgewatch.controller.autonomy import parse_autonomy_duration
 from edgewatch.core.beacon import BeaconHolder, Beacon, sign_beacon
 from edgewatch.core.evidence import decode_evidence
@@ -285,6 +294,75 @@ def cloud_reviews(draw: st.DrawFn) -> tuple[str, bytes]:
     return header, json.dumps(doc).encode()
 
 
+
+CSR_KEY = new_key()
+CSR_CA = make_ca("a", now=dt.datetime.now(dt.timezone.utc))
+AGENT = AgentIdentity()
+COORDINATOR = coordinatorcsr.CoordinatorIdentity()
+
+
+def _csr_spec(request_pem: bytes, *, signer: str, username: str, node: str) -> dict[str, object]:
+    return {"signerName": signer, "request": base64.b64encode(request_pem).decode(), "usages": ["client auth"],
+            "username": username, "groups": ["system:serviceaccounts"], "extra": {NODE_NAME_EXTRA: [node]},
+            "expirationSeconds": 3600}
+
+
+@st.composite
+def csr_specs(draw: st.DrawFn) -> object:
+    """A CSR ``spec`` as the API serves it: junk, or a valid agent / coordinator request with one
+    field replaced or its PEM's DER mutated (an attacker's own token and key)."""
+    if draw(st.booleans()):
+        return draw(json_values)
+    kind = draw(st.sampled_from(["agent", "root", "serving"]))
+    if kind == "serving":
+        pem = build_request(common_name="edgewatch-coordinator", key=CSR_KEY, dns_names=("localhost",),
+                            ip_addresses=("10.0.0.1", "127.0.0.1"))
+        spec = _csr_spec(pem, signer=COORDINATOR_SERVING_SIGNER, username=COORDINATOR.username, node="a-1")
+        spec["usages"] = ["server auth", "digital signature"]
+    else:
+        pem = build_request(common_name="root" if kind == "root" else "a-1", key=CSR_KEY)
+        spec = _csr_spec(pem, signer=COORDINATOR_CLIENT_SIGNER, node="a-1",
+                         username=COORDINATOR.username if kind == "root" else AGENT.username)
+    how = draw(st.sampled_from(["field", "der", "none"]))
+    if how == "field":
+        spec[draw(st.sampled_from(sorted(spec)))] = draw(json_values)
+    elif how == "der":
+        der = bytearray(x509.load_pem_x509_csr(pem).public_bytes(serialization.Encoding.DER))
+        der[draw(st.integers(0, 4095)) % len(der)] ^= draw(st.integers(1, 255))  # ECDSA DER lengths vary
+        spec["request"] = base64.b64encode(b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der))
+                                           + b"-----END CERTIFICATE REQUEST-----\n").decode()
+    return spec
+
+
+def _csr_policy(spec: object) -> None:
+    """The controller's signer policies (agents' client certificates, the coordinator's serving and
+    root ones): a decision, never an exception."""
+    d = coordinatorcsr.decide_api(spec, agent=AGENT, coordinator=COORDINATOR, pool_of=lambda node: "a",
+                                  node_addresses=lambda node: ("10.0.0.1",))
+    assert isinstance(d, (Deny, Ignore, Sign, coordinatorcsr.SignServing, coordinatorcsr.SignRoot)), d
+
+
+@st.composite
+def issued_certificates(draw: st.DrawFn) -> bytes:
+    """What a signer returns: junk, or a real certificate for our key with one byte flipped."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=600))
+    pem = sign_client_certificate(CSR_CA, public_key=CSR_KEY.public_key(), node="a-1", lifetime_s=3600,
+                                  now=dt.datetime.now(dt.timezone.utc))
+    if draw(st.booleans()):
+        return pem
+    der = bytearray(x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER))
+    der[draw(st.integers(0, 4095)) % len(der)] ^= draw(st.integers(1, 255))  # ECDSA DER lengths vary
+    return b"-----BEGIN CERTIFICATE-----\n" + base64.encodebytes(bytes(der)) + b"-----END CERTIFICATE-----\n"
+
+
+def _issued_certificate(pem: bytes) -> None:
+    """The requester's check of what the signer returned (agents and the coordinator pod)."""
+    try:
+        check_certificate(pem, common_name="a-1", key=CSR_KEY, requested_s=3600)
+    except CertificateError:
+        pass
+
 TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] = [
     ("peer envelope (decode_envelope)", _envelope, envelopes()),
     ("evidence Lease (decode_evidence)", _evidence, evidence_texts()),
@@ -302,6 +380,8 @@ TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] =
     ("beacon key annotation (BeaconHolder.trust)", _beacon_key, beacon_keys),
     ("pool-cache client token and cloud reviews (parse_token_review, parse_access_review)", _cloud_reviews,
      cloud_reviews()),
+    ("certificate requests (csrpolicy, coordinatorcsr)", _csr_policy, csr_specs()),
+    ("issued certificates (certs.check_certificate)", _issued_certificate, issued_certificates()),
 ]
 
 
