@@ -42,14 +42,27 @@ def test_pool_ca_accepted_as_the_one_root() -> None:
 
 
 @pytest.mark.parametrize("bad, match", [
-    (None, "missing"), (b"", "missing"), (b"x" * 20000, "bytes"), (b"not pem", "exactly one"),
-    (CA.cert_pem() * 2, "exactly one"),
+    (None, "missing"), (b"", "missing"), (b"x" * 20000, "bytes"), (b"not pem", "nothing else"),
+    (CA.cert_pem() * 5, "at most 4"), (CA.cert_pem() + CA.key_pem(), "nothing else"),
     (b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "does not parse"),
 ])
 def test_bad_pool_ca_is_refused(bad: bytes | None, match: str) -> None:
     with pytest.raises(CoordinatorError, match=match) as err:
         check_pool_ca(bad)
     assert err.value.reason == "tls"
+
+
+def test_a_bundle_of_old_and_new_pool_ca_is_trusted_together() -> None:
+    new = make_ca("p", now=NOW)
+    assert check_pool_ca(CA.cert_pem() + new.cert_pem()) == CA.cert_pem() + new.cert_pem()
+    assert check_pool_ca(b"# rotation\n" + CA.cert_pem() + b"\n" + new.cert_pem()) == CA.cert_pem() + new.cert_pem()
+
+
+def test_a_leaf_certificate_in_a_bundle_is_refused() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = sign_client_certificate(CA, public_key=key.public_key(), node="n1", lifetime_s=3600, now=NOW)
+    with pytest.raises(CoordinatorError, match="#2 is not a CA"):
+        check_pool_ca(CA.cert_pem() + leaf)
 
 
 def test_a_leaf_certificate_is_not_a_pool_ca() -> None:

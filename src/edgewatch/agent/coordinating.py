@@ -28,11 +28,26 @@ This node's own certificate (``--coordinator-certificate``, issue 23)
     carries heartbeats exactly as with no coordinator. A missing or bad pool CA is retried every
     ``ca_retry_s`` (10 s), logged once per distinct reason.
 
-    Rotation: the requester writes the new key and certificate over the same paths, and the
-    coordinator reads them at every new etcd client (each session, each pool-cache client), so the
-    next connection presents the new certificate without a restart. A connection already open keeps
-    the certificate it was opened with until it ends (etcd checks a client certificate at the TLS
-    handshake only). The pool CA is read again only when a coordinator is started (a new target).
+    Rotation and expiry (``edgewatch.agent.coordinator.certlife``): the requester writes the new key
+    and certificate over the same paths, and the coordinator reads them at every new etcd client.
+    etcd checks a client certificate at the TLS handshake only, so on :meth:`certificate_changed`
+    the session opened before is ended within ``rotation_jitter_s`` (30 s, a uniform draw: a pool's
+    nodes do not all reconnect at once) and reconnects at once with the new one (a leader whose
+    lease survives the quick reconnect keeps leading). A session never outlives its certificate:
+    its end is the validity the requester recorded on receipt (``<state>/coordinator-client.json``:
+    ``valid_s`` and ``received_at`` on this node's own wall clock), counted on our monotonic clock
+    from the notice; notAfter is never compared with our clock. It then ends with
+    ``certificate_expired`` (logged, counted in ``edgewatch_coordinator_errors_total``), and no
+    session is opened until a new certificate is announced.
+
+    Pool CA rotation: while a coordinator runs with this node's certificate, the pool CA ConfigMap is
+    re-read every ``ca_refresh_s`` (60 s, one bounded GET; a period rather than a watch: one small
+    request a minute is cheaper on a thin uplink than another long-lived watch per node, and a CA
+    rotation takes hours, old and new CA trusted together as a bundle). A changed ``ca.crt`` (up to
+    ``MAX_POOL_CA_CERTS`` CA certificates, :func:`~edgewatch.agent.coordinator.check_pool_ca`) is the
+    new trust root from the next connection on, and the open session reconnects within
+    ``rotation_jitter_s`` (same coordinator: leadership kept if the lease survives). A failed or
+    unusable re-read keeps the roots in use (logged once per reason, tried again after the period).
 
 What it is handed
     The settings (this node, ``--coordinator``, ``--pool``, TLS, this node's certificate files and
@@ -57,11 +72,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Mapping
+import random
+import time
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from cryptography import x509
 from prometheus_client import CollectorRegistry
 
+from edgewatch.agent import certstore
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinator import (
     CoordinatorError,
@@ -70,6 +89,7 @@ from edgewatch.agent.coordinator import (
     PoolCoordinator,
     check_pool_ca,
 )
+from edgewatch.agent.coordinator.certlife import ROTATION_JITTER_S, certificate_deadline, reconnect_delay
 from edgewatch.agent.coordinator.config import ClientTLS
 from edgewatch.agent.membership import NodeInfo
 from edgewatch.agent.ports import CloudLinkView
@@ -167,15 +187,21 @@ class CoordinatorRunner:
             certificate. Off, only an ``auto`` pool's does (an edgewatch-run coordinator always
             authenticates nodes by their certificates); an explicit URL then uses ``tls``.
         namespace: where the pool CA ConfigMaps live (the edgewatch namespace).
-        api_timeout_s: bound of the pool CA read.
-        ca_retry_s: after a failed pool CA read, the next one is this much later.
+        api_timeout_s: bound of the pool CA read, seconds.
+        ca_retry_s: after a failed pool CA read, the next one is this much later, seconds.
+        ca_refresh_s: the pool CA is re-read this often while a coordinator runs with it, seconds.
+        rotation_jitter_s: a session opened before a rotation (certificate or pool CA) ends within
+            this many seconds of it (uniform), seconds.
+        rng: the random source of that jitter.
+        wall: our wall clock (the certificate record's ``received_at``), seconds.
     """
 
     def __init__(self, *, node: NodeName, url: str | None, pool: str | None, tls: CoordinatorTLS | None,
                  kube: AsyncClient, registry: CollectorRegistry, link: CloudLinkView, verdicts: Verdicts,
                  settings: PoolSettings, clock: ControllerClock, node_certificate: CertificateFiles | None = None,
                  certificate_always: bool = True, namespace: str = "edgewatch", api_timeout_s: float = 10.0,
-                 ca_retry_s: float = 10.0) -> None:
+                 ca_retry_s: float = 10.0, ca_refresh_s: float = 60.0, rotation_jitter_s: float = ROTATION_JITTER_S,
+                 rng: random.Random | None = None, wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.url = url
         self.pool = pool
@@ -185,7 +211,13 @@ class CoordinatorRunner:
         self.namespace = namespace
         self.api_timeout_s = api_timeout_s
         self.ca_retry_s = ca_retry_s
+        self.ca_refresh_s = ca_refresh_s
+        self.rotation_jitter_s = rotation_jitter_s
+        self._rng = rng or random.Random()
+        self._wall = wall
         self._certificate_ready = False
+        self._cert_expires_at: float | None = None  # monotonic, of the certificate in the files (certlife)
+        self._ca_refresh_at = 0.0
         self._ca_retry_at = 0.0
         self._waiting_for: str | None = None  # what the last "waiting" log line said (logged once each)
         if node_certificate is not None and certificate_always and tls is not None:
@@ -237,14 +269,46 @@ class CoordinatorRunner:
     def certificate_changed(self, files: CertificateFiles) -> None:
         """The certificate requester's notice (a ``CertificateListener``): a certificate exists at
         ``files`` (stored and valid at start, or newly issued). The first one lets a coordinator
-        start; a later one (a rotation) is read by the next etcd client the coordinator opens."""
+        start; a later one (a rotation) is read by the next etcd client the coordinator opens, and
+        the session open now reconnects within ``rotation_jitter_s`` seconds. Each bounds the
+        sessions opened with it by its validity (module docstring, ``certlife``)."""
         if self.node_certificate is None:
             return
         self.node_certificate = files
         first = not self._certificate_ready
         self._certificate_ready = True
-        log.info("coordinator client certificate %s", "available" if first else
-                 "rotated: the next coordinator connection uses it", extra={"node": self.node})
+        self._cert_expires_at = self._certificate_expiry(files)
+        left = "unknown" if self._cert_expires_at is None else f"{self._cert_expires_at - time.monotonic():.0f} s"
+        coordinator = self.current
+        if first or coordinator is None or not isinstance(coordinator.tls, NodeCertificateTLS):
+            log.info("coordinator client certificate %s (valid for %s)", "available" if first else "rotated",
+                     left, extra={"node": self.node})
+            if coordinator is not None and isinstance(coordinator.tls, NodeCertificateTLS):
+                coordinator.certificate_changed(expires_at_s=self._cert_expires_at)
+            return
+        delay = reconnect_delay(draw=self._rng.random(), jitter_s=self.rotation_jitter_s)
+        coordinator.certificate_changed(expires_at_s=self._cert_expires_at, reconnect_in_s=delay)
+        log.info("coordinator client certificate rotated (valid for %s): the session reconnects with it in "
+                 "%.1f s", left, delay, extra={"node": self.node, "pool": coordinator.pool})
+
+    def _certificate_expiry(self, files: CertificateFiles) -> float | None:
+        """When the certificate in ``files`` expires, monotonic seconds: the validity the requester
+        recorded on receipt from its receipt (``certlife.certificate_deadline``); without a usable
+        record, the certificate's own validity (notAfter - notBefore) from now; None if neither
+        can be read (then no bound: the handshake still checks it)."""
+        stored = certstore.load(files, node=self.node)
+        if stored is not None:
+            return certificate_deadline(now_mono_s=time.monotonic(), now_wall_s=self._wall(),
+                                        received_at_wall_s=stored.received_at, valid_s=stored.certificate.valid_s)
+        try:
+            cert = x509.load_pem_x509_certificate(files.cert_file.read_bytes())
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read this node's coordinator client certificate's validity: %s", exc,
+                        extra={"node": self.node})
+            return None
+        log.info("no usable certificate record: counting the certificate's own validity from now",
+                 extra={"node": self.node})
+        return time.monotonic() + (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds()
 
     # -- the target ------------------------------------------------------------------------------------
 
@@ -307,6 +371,7 @@ class CoordinatorRunner:
                         waiting_logged = True
                     if want is not None:
                         waiting_logged = False
+                    await self._refresh_pool_ca()
                     await asyncio.sleep(poll_s)
             finally:
                 await self._stop()
@@ -346,6 +411,35 @@ class CoordinatorRunner:
                       f"path carries heartbeats meanwhile", warning=True)
         return _WAIT
 
+    async def _refresh_pool_ca(self) -> None:
+        """Every ``ca_refresh_s``, while a coordinator runs with this node's certificate: re-read the
+        pool CA; if ``ca.crt`` changed, hand the coordinator the new roots (``trust_changed``: its
+        session reconnects within ``rotation_jitter_s``). A failed read keeps the roots in use."""
+        coordinator = self.current
+        if coordinator is None or not isinstance(coordinator.tls, NodeCertificateTLS) or self.node_certificate is None:
+            return
+        now = time.monotonic()
+        if now < self._ca_refresh_at:
+            return
+        self._ca_refresh_at = now + self.ca_refresh_s
+        name = pool_ca_name(coordinator.pool)
+        try:
+            async with asyncio.timeout(self.api_timeout_s):
+                cm = await self._kube.get(ConfigMap, name, namespace=self.namespace)
+            tls = node_tls(self.node_certificate, (cm.data or {}).get(POOL_CA_CONFIGMAP_KEY))
+        except (CoordinatorError, *API_ERRORS) as exc:
+            self._waiting(f"pool CA ConfigMap {self.namespace}/{name} could not be re-read ({type(exc).__name__}: "
+                          f"{exc}); keeping the CA in use, retrying in {self.ca_refresh_s:.0f} s", warning=True)
+            return
+        self._waiting_for = None
+        if tls.ca_pem == coordinator.tls.ca_pem or self.current is not coordinator:
+            return
+        delay = reconnect_delay(draw=self._rng.random(), jitter_s=self.rotation_jitter_s)
+        coordinator.trust_changed(tls, reconnect_in_s=delay)
+        log.info("pool CA changed (%d certificate(s) now trusted): the coordinator session reconnects with the "
+                 "new trust root in %.1f s", tls.ca_pem.count(b"-----BEGIN"), delay,
+                 extra={"node": self.node, "pool": coordinator.pool})
+
     def _waiting(self, message: str, *, warning: bool = False) -> None:
         if message != self._waiting_for:
             self._waiting_for = message
@@ -362,6 +456,9 @@ class CoordinatorRunner:
             log.error("not joining pool %s through %s: %s", pool, url, exc,
                       extra={"kind": "coordinator_config", "pool": pool})
             return False
+        if isinstance(tls, NodeCertificateTLS):
+            coordinator.certificate_changed(expires_at_s=self._cert_expires_at)  # ends no later than it
+            self._ca_refresh_at = time.monotonic() + self.ca_refresh_s  # just read
         self.current = coordinator
         self.target = target
         log.info("joining pool %s through coordinator %s", pool, url, extra={"pool": pool})

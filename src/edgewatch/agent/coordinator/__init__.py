@@ -98,8 +98,10 @@ Errors
 A bad URL (scheme other than http/https, no host, credentials or a path in it) raises
 ``CoordinatorError`` from the constructor. Run-time failures never escape ``run()``: each attempt
 logs one WARNING with a classified reason (``unreachable``, ``tls``, ``auth``, ``timeout``,
-``etcd``, ``internal``) and a hint, counts ``edgewatch_coordinator_errors_total{reason}`` and keeps
-the text in ``last_error``.
+``etcd``, ``certificate_expired``, ``internal``) and a hint, counts
+``edgewatch_coordinator_errors_total{reason}`` and keeps the text in ``last_error``. A session
+ended on purpose to reconnect (a rotated certificate or pool CA) is no error: it is counted in
+``edgewatch_coordinator_reconnects_total{reason}`` and reconnects after the smallest backoff.
 
 TLS with client certificates (how a production pool etcd should be run)
 -----------------------------------------------------------------------
@@ -112,7 +114,8 @@ does this itself (``NodeCertificateTLS``: the certificate the controller signed 
 pool CA from its ConfigMap as the only root; ``edgewatch.agent.coordinating``). With etcd auth enabled, etcd maps the CN to an
 etcd user: grant each node's user write access to ``heartbeats/<node>`` and ``leader*`` of its pool
 and read access to the pool prefix only. The files are read at every (re)connect, so rotated
-certificates are picked up without a restart.
+certificates are picked up without a restart; a session opened before a rotation is ended within
+30 s of it, and none outlives its certificate (``certlife``, ``PoolCoordinator.certificate_changed``).
 
 Untrusted input: values read from etcd are validated (size, JSON, schema, node name matching the
 key); rejects are logged and counted in ``edgewatch_coordinator_rejected_total{reason}``. A malformed
@@ -129,7 +132,8 @@ and ``Forwarding``, all of them on ``CoordinatorState``)::
 
     config        CoordinatorConfig (timings, limits), CoordinatorTLS, NodeCertificateTLS, check_pool_ca,
                   parse_coordinator_url, KEY_ROOT
-    errors        CoordinatorError and classify_error (the reasons under "Errors")
+    errors        CoordinatorError and classify_error (the reasons under "Errors"), Reconnect
+    certlife      how long a session may live on its client certificate: pure decisions
     roles         Role, RoleDecision, decide_role: the pure state machine
     backoff       next_backoff (reconnects, failed forwards)
     schema        Heartbeat and its validation on read (parse_heartbeat, HeartbeatRejected)

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.poolkeys import KEY_ROOT
 
-__all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "ClientTLS", "CoordinatorConfig",
+__all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "MAX_POOL_CA_CERTS", "ClientTLS", "CoordinatorConfig",
            "CoordinatorEndpoint", "CoordinatorTLS", "NodeCertificateTLS", "check_pool_ca", "parse_coordinator_url"]
 
 
@@ -134,46 +134,62 @@ class CoordinatorTLS:
 
 
 MAX_CA_PEM_BYTES = 16 * 1024
-"""A pool CA certificate read from the cloud larger than this is refused (one P-256 CA is ~700 B)."""
+"""A pool CA bundle read from the cloud larger than this is refused (one P-256 CA is ~700 B)."""
+
+MAX_POOL_CA_CERTS = 4
+"""At most this many CA certificates in the pool CA bundle: the current CA and the one being
+rotated to (or from), with room for one more; each must be a CA."""
 
 
 def check_pool_ca(pem: bytes | str | None) -> bytes:
-    """The pool CA certificate (``ca.crt`` of the pool CA ConfigMap) as the coordinator's only trust
-    root: exactly one PEM certificate, at most :data:`MAX_CA_PEM_BYTES`, a CA (BasicConstraints
-    ``ca=True``). Returns it re-encoded (PEM), so nothing but that one certificate is trusted.
+    """The pool CA bundle (``ca.crt`` of the pool CA ConfigMap) as the coordinator's only trust
+    roots: 1 to :data:`MAX_POOL_CA_CERTS` PEM certificates and nothing else, at most
+    :data:`MAX_CA_PEM_BYTES`, each a CA (BasicConstraints ``ca=True``). Several certificates let
+    the old and the new pool CA both be trusted while the pool CA is rotated. Returns them
+    re-encoded (PEM, in order), so nothing but those certificates is trusted.
 
     Raises:
-        CoordinatorError: (reason ``tls``) missing, too large, not one certificate, or not a CA.
+        CoordinatorError: (reason ``tls``) missing, too large, no or too many certificates, another
+            PEM block (a key, say), or one that is not a CA.
     """
     if pem is None or not pem:
         raise CoordinatorError("tls", "the pool CA certificate is missing (ConfigMap key ca.crt)")
     data = pem.encode() if isinstance(pem, str) else bytes(pem)
     if len(data) > MAX_CA_PEM_BYTES:
         raise CoordinatorError("tls", f"the pool CA certificate is {len(data)} bytes (at most {MAX_CA_PEM_BYTES})")
-    if data.count(b"-----BEGIN") != 1:
-        raise CoordinatorError("tls", "the pool CA must be exactly one PEM certificate")
+    blocks = data.count(b"-----BEGIN")
+    if blocks < 1 or blocks != data.count(b"-----BEGIN CERTIFICATE-----"):
+        raise CoordinatorError("tls", "the pool CA must be one or more PEM certificates and nothing else")
+    if blocks > MAX_POOL_CA_CERTS:
+        raise CoordinatorError("tls", f"the pool CA bundle has {blocks} certificates (at most {MAX_POOL_CA_CERTS})")
     try:
-        cert = x509.load_pem_x509_certificate(data)
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        raise CoordinatorError("tls", "the pool CA certificate has no BasicConstraints") from None
+        certs = x509.load_pem_x509_certificates(data)
     except ValueError as exc:
         raise CoordinatorError("tls", f"the pool CA certificate does not parse: {exc}") from None
-    if not constraints.ca:
-        raise CoordinatorError("tls", "the pool CA certificate is not a CA certificate")
-    return cert.public_bytes(serialization.Encoding.PEM)
+    if len(certs) != blocks:
+        raise CoordinatorError("tls", "the pool CA bundle does not parse: a certificate block is malformed")
+    for number, cert in enumerate(certs, start=1):
+        try:
+            constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        except x509.ExtensionNotFound:
+            raise CoordinatorError("tls", f"the pool CA certificate #{number} has no BasicConstraints") from None
+        except ValueError as exc:
+            raise CoordinatorError("tls", f"the pool CA certificate #{number} does not parse: {exc}") from None
+        if not constraints.ca:
+            raise CoordinatorError("tls", f"the pool CA certificate #{number} is not a CA certificate")
+    return b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in certs)
 
 
 @dataclass(frozen=True)
 class NodeCertificateTLS:
     """Client TLS from this node's own coordinator client certificate (``--coordinator-certificate``,
     issue 23): the key and certificate files the agent's certificate requester keeps in its state
-    folder (``edgewatch.agent.certstore``), and, as the one trust root, the pool CA certificate
+    folder (``edgewatch.agent.certstore``), and, as the only trust roots, the pool CA bundle
     (``ca_pem``, checked by :func:`check_pool_ca`; never the system roots).
 
     The key and certificate are read at every new client (every session and every pool-cache
     client), so a rotated pair (written over the same paths) is used by the next connection without
-    restarting anything; a connection already open keeps the certificate it was opened with.
+    restarting anything; the session opened before is ended soon after (``certlife``).
     """
 
     ca_pem: bytes

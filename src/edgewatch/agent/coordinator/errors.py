@@ -7,7 +7,7 @@ from __future__ import annotations
 import aetcd
 import grpc
 
-__all__ = ["CoordinatorError", "classify_error"]
+__all__ = ["CoordinatorError", "Reconnect", "classify_error", "reconnect_of"]
 
 
 class CoordinatorError(RuntimeError):
@@ -15,12 +15,33 @@ class CoordinatorError(RuntimeError):
 
     Attributes:
         reason: short class for metrics/logs: ``config``, ``unreachable``, ``tls``, ``auth``,
-            ``timeout``, ``etcd``, ``internal``.
+            ``timeout``, ``etcd``, ``certificate_expired`` (``certlife``), ``internal``.
     """
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class Reconnect(Exception):
+    """A session ended on purpose to reconnect at once (not an error): ``reason`` is
+    ``certificate_rotated`` or ``trust_changed``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def reconnect_of(exc: BaseException) -> Reconnect | None:
+    """The :class:`Reconnect` a session ended with (also inside exception groups), else None."""
+    if isinstance(exc, Reconnect):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = reconnect_of(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def classify_error(exc: BaseException, *, url: str) -> CoordinatorError:

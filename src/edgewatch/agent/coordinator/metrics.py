@@ -1,5 +1,6 @@
 """The coordinator's metrics (``edgewatch_coordinator_*``): role, reachability, Ready, forwards by
-outcome, leadership terms, rejected values, session errors by reason, delegated nodes."""
+outcome, leadership terms, rejected values, session errors by reason, reconnects on purpose,
+delegated nodes."""
 
 from __future__ import annotations
 
@@ -29,9 +30,15 @@ class _Metrics:
                                 registry=registry)
         self.errors = Counter("edgewatch_coordinator_errors_total",
                               "Coordinator session failures, by reason", ["reason"], registry=registry)
+        self.reconnects = Counter("edgewatch_coordinator_reconnects_total",
+                                  "Sessions ended on purpose to reconnect, by reason (certificate_rotated, "
+                                  "trust_changed)", ["reason"], registry=registry)
         self.delegated = Gauge("edgewatch_coordinator_delegated_nodes",
                                "Delegated heartbeats the leader currently forwards", registry=registry)
         for role in Role:
             self.role.labels(role=role.value).set(1 if role is Role.PENDING else 0)
         for outcome in [*(o.value for o in RenewOutcome), "skipped_unhealthy", "verdict_error", "no_life_sign"]:
             self.forwards.labels(outcome=outcome)
+        self.errors.labels(reason="certificate_expired")
+        for reason in ("certificate_rotated", "trust_changed"):
+            self.reconnects.labels(reason=reason)

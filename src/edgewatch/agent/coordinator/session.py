@@ -1,7 +1,9 @@
 """The coordinator session (``Session``, a part of ``PoolCoordinator``): ``run`` keeps one with
 the pool's etcd and reconnects after any failure (classified, logged, counted; capped jittered
 backoff), ``close`` stops it and releases leadership; a session follows the own cloud link and puts
-this node's heartbeat, and runs the leader-key watch, the health probe and the election."""
+this node's heartbeat, and runs the leader-key watch, the health probe and the election. A session
+lives no longer than its client certificate, and one opened before a rotation ends soon after it
+(``certlife``; :meth:`Session.certificate_changed`, :meth:`Session.trust_changed`)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,16 @@ import contextlib
 import datetime as dt
 import logging
 import random
+import time
 
 import aetcd
 import grpc
 
 from edgewatch.agent.coordinator.backoff import next_backoff
+from edgewatch.agent.coordinator.certlife import CERTIFICATE_EXPIRED, CERTIFICATE_ROTATED, session_end
+from edgewatch.agent.coordinator.config import ClientTLS
 from edgewatch.agent.coordinator.election import Election
-from edgewatch.agent.coordinator.errors import CoordinatorError, classify_error
+from edgewatch.agent.coordinator.errors import CoordinatorError, Reconnect, classify_error, reconnect_of
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
@@ -45,23 +50,34 @@ class Session(Election):
         loop = asyncio.get_running_loop()
         backoff = 0.0
         while not self._closing:
-            started = loop.time()
+            started, on_purpose = loop.time(), False
             try:
                 await apart(self._session(), name=f"coordinator-session-{self.pool}")
             except Exception as exc:  # noqa: BLE001 - classified, logged and counted; never escapes
-                error = classify_error(exc, url=self.endpoint.url)
-                self.last_error = str(error)
-                self.metrics.errors.labels(reason=error.reason).inc()
-                extra = {"pool": self.pool, "node": self.node, "reason": error.reason, "url": self.endpoint.url}
-                if error.reason == "internal":
-                    log.error("coordinator session failed: %s", error, exc_info=exc, extra=extra)
+                again = reconnect_of(exc)
+                if again is not None:  # on purpose, not an error: reconnect after the smallest backoff
+                    self.metrics.reconnects.labels(reason=again.reason).inc()  # (a leader lease survives it)
+                    log.info("coordinator session ended to reconnect: %s", again.reason,
+                             extra={"pool": self.pool, "node": self.node, "reason": again.reason})
+                    on_purpose = True
                 else:
-                    log.warning("coordinator session failed: %s", error, extra=extra)
-            if loop.time() - started > self.config.connect_backoff_max_s:
-                backoff = 0.0  # the session lived a while: this is a new failure, start small
+                    self._session_failed(exc)
+            if on_purpose or loop.time() - started > self.config.connect_backoff_max_s:
+                backoff = 0.0  # the session lived a while (or ended on purpose): start small
             backoff = next_backoff(backoff, initial=self.config.connect_backoff_initial_s,
                                    cap=self.config.connect_backoff_max_s)
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+
+    def _session_failed(self, exc: Exception) -> None:
+        """Classify, log and count a session's failure."""
+        error = classify_error(exc, url=self.endpoint.url)
+        self.last_error = str(error)
+        self.metrics.errors.labels(reason=error.reason).inc()
+        extra = {"pool": self.pool, "node": self.node, "reason": error.reason, "url": self.endpoint.url}
+        if error.reason == "internal":
+            log.error("coordinator session failed: %s", error, exc_info=exc, extra=extra)
+        else:
+            log.warning("coordinator session failed: %s", error, extra=extra)
 
     async def close(self, graceful: bool = True) -> None:
         """Stop ``run()`` and, if ``graceful``, revoke the leader lease so a follower takes over at
@@ -93,6 +109,49 @@ class Session(Election):
             finally:
                 await self._close_client(client)
 
+    # -- the client certificate's life (certlife) ------------------------------------------------------
+
+    def certificate_changed(self, *, expires_at_s: float | None, reconnect_in_s: float | None = None) -> None:
+        """The client certificate in the files is now one that expires at ``expires_at_s`` (our
+        monotonic clock, ``time.monotonic()``; None: unknown, no bound). With ``reconnect_in_s`` it
+        replaced the one before: a session opened earlier ends that many seconds from now and
+        reconnects with it at once. Sessions opened from now on end at ``expires_at_s``."""
+        now = time.monotonic()
+        self._cert_expires_at = expires_at_s
+        if reconnect_in_s is not None:
+            self._cert_rotated_at, self._cert_reconnect_at = now, now + max(0.0, reconnect_in_s)
+        self._cert_wake.set()
+
+    def trust_changed(self, tls: ClientTLS, *, reconnect_in_s: float) -> None:
+        """Use ``tls`` (a new trust root: the pool CA changed) from the next connection on; a
+        session opened before ends ``reconnect_in_s`` seconds from now and reconnects with it at
+        once (``trust_changed``)."""
+        now = time.monotonic()
+        self.tls = tls
+        self._trust_changed_at, self._trust_reconnect_at = now, now + max(0.0, reconnect_in_s)
+        self._cert_wake.set()
+
+    async def _certificate_guard(self, *, connected_at: float, expires_at: float | None) -> None:
+        """Ends the session (raises) when the certificate it connected with expires
+        (``certificate_expired``, a ``CoordinatorError``) or was replaced, or the trust root changed
+        since it connected (``Reconnect``); ``certlife.session_end`` decides."""
+        while True:
+            self._cert_wake.clear()
+            now = time.monotonic()
+            reason, wait = session_end(now_s=now, connected_at_s=connected_at, expires_at_s=expires_at,
+                                       rotated_at_s=self._cert_rotated_at, reconnect_at_s=self._cert_reconnect_at)
+            if reason == CERTIFICATE_EXPIRED:
+                raise CoordinatorError(CERTIFICATE_EXPIRED, "this node's coordinator client certificate expired "
+                                       "(by our clock since its receipt): session ended; waiting for a new one")
+            if reason == CERTIFICATE_ROTATED:
+                raise Reconnect(CERTIFICATE_ROTATED)
+            trust, trust_wait = session_end(now_s=now, connected_at_s=connected_at, expires_at_s=None,
+                                            rotated_at_s=self._trust_changed_at,
+                                            reconnect_at_s=self._trust_reconnect_at)
+            if trust is not None:
+                raise Reconnect("trust_changed")
+            await wait_event(self._cert_wake, min(wait, trust_wait, 3600.0))
+
     # -- session -------------------------------------------------------------------------------------
 
     def new_client(self) -> aetcd.Client:
@@ -115,8 +174,12 @@ class Session(Election):
             await bounded(client.close(), 2.0)
 
     async def _session(self) -> None:
-        client = self._new_client()
-        cancelled = False
+        expires_at, connected_at = self._cert_expires_at, time.monotonic()
+        if expires_at is not None and connected_at >= expires_at:
+            raise CoordinatorError(CERTIFICATE_EXPIRED, "this node's coordinator client certificate expired (by "
+                                   "our clock since its receipt): not connecting; waiting for a new one")
+        client = self._new_client()  # reads the certificate files now: the one expiring at expires_at
+        cancelled = on_purpose = False
         try:
             snapshot = await self._rpc(client.get_prefix(self.keys.leadership))
             self._healthy = True
@@ -132,14 +195,19 @@ class Session(Election):
                 tg.create_task(self._observe_leader(client, snapshot.header.revision))
                 tg.create_task(self._heartbeat_loop(client))
                 tg.create_task(self._election_loop(client))
+                tg.create_task(self._certificate_guard(connected_at=connected_at, expires_at=expires_at))
         except asyncio.CancelledError:
             cancelled = True
+            raise
+        except Exception as exc:
+            on_purpose = reconnect_of(exc) is not None
             raise
         finally:
             was_healthy = self._healthy
             self._set_pending()
             if was_healthy:
-                log.log(logging.INFO if cancelled else logging.WARNING, "coordinator session ended; role pending",
+                log.log(logging.INFO if cancelled or on_purpose else logging.WARNING,
+                        "coordinator session ended; role pending",
                         extra={"pool": self.pool, "node": self.node, "cancelled": cancelled})
             await self._close_client(client)
 

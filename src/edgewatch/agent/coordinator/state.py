@@ -129,6 +129,14 @@ class CoordinatorState:
         self._election_wake: asyncio.Event | None = None
         self._stepdown_wake: asyncio.Event | None = None
         self._run_task: asyncio.Task[None] | None = None
+        # The client certificate's life (``certlife``; monotonic seconds): when the one in the files
+        # now expires, and when it was last replaced / when older sessions must end.
+        self._cert_expires_at: float | None = None
+        self._cert_rotated_at: float | None = None
+        self._cert_reconnect_at: float | None = None
+        self._trust_changed_at: float | None = None  # the same for a new trust root (pool CA)
+        self._trust_reconnect_at: float | None = None
+        self._cert_wake = asyncio.Event()  # set when any of these change
 
     # -- read-only view ------------------------------------------------------------------------------
 
