@@ -30,6 +30,7 @@ from edgewatch.core.wire import (
     MAX_HEARTBEATS_PER_ENVELOPE,
     MAX_NAMES_PER_LIST,
     PROTOCOL_VERSION,
+    STATEMENT_VERSION,
     Heartbeat,
     Rejected,
     RejectReason,
@@ -130,6 +131,7 @@ def raw_envelope(*, heartbeats: list[object], ages: list[object] | None = None, 
         "heartbeats": heartbeats,
         "ages": ages if ages is not None else [0.0] * len(heartbeats) if isinstance(heartbeats, list) else [0.0],
         "beacon": "",
+        "versions": [4, PROTOCOL_VERSION],
     }
     payload.update(overrides)
     return frame(canonical_json({k: v for k, v in payload.items() if v is not ...}), keyring=keyring)
@@ -169,7 +171,7 @@ def reason_of(fn: Callable[[], object]) -> RejectReason:
 
 def signed_hb_dict(**overrides: object) -> dict[str, object]:
     payload: dict[str, object] = {
-        "v": PROTOCOL_VERSION,
+        "v": STATEMENT_VERSION,
         "origin": "node-c",
         "incarnation": 1,
         "seq": 1,
@@ -234,10 +236,11 @@ def test_a_node_cannot_sign_as_another() -> None:
     """node-c signs an envelope and a heartbeat claiming to be node-a with its own, published key."""
     forged_env = frame(canonical_json({
         "v": PROTOCOL_VERSION, "sender": "node-a", "receiver": "node-b", "epoch": EPOCH, "seq": 1,
-        "nonce": fresh_nonce(), "reply_to": None, "heartbeats": [hb("node-a").to_wire()], "ages": [0.0], "beacon": ""}),
+        "nonce": fresh_nonce(), "reply_to": None, "heartbeats": [hb("node-a").to_wire()], "ages": [0.0], "beacon": "",
+        "versions": [4, PROTOCOL_VERSION]}),
         keyring=ring("node-c"))
     assert reason_of(lambda: dec(forged_env)) is RejectReason.SENDER_MISMATCH
-    forged_hb = ring("node-c").sign({"v": PROTOCOL_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,
+    forged_hb = ring("node-c").sign({"v": STATEMENT_VERSION, "origin": "node-a", "incarnation": 1, "seq": 1,
                                      "kubelet_ok": True, "cloud_ok": True, "alive": ["node-a"], "dead": [], "carrier": "", "beacon": ""},
                                     domain=HEARTBEAT_DOMAIN)
     assert reason_of(lambda: decode_heartbeat(forged_hb, keyring=ring("node-b"))) is RejectReason.SENDER_MISMATCH
@@ -372,7 +375,9 @@ def test_oversized_is_refused_before_anything_else() -> None:
         b"\xff\xfe{}",
         b'{"v": 2, "sender": "node-a"}',  # JSON without a frame (a v1 agent)
         b"[1, 2]",
-        b"edgewatch-envelope/v2 " + KID + b" " + ZSIG + b"\n{}",  # wrong magic (an older agent)
+        b"edgewatch-envelope " + KID + b" " + ZSIG + b"\n{}",  # no version in the magic
+        b"edgewatch-envelope/vX " + KID + b" " + ZSIG + b"\n{}",  # not a version number
+        # an older agent's magic (v2, v3) is VERSION: tests/unit/test_wire_version_policy.py
         ENVELOPE_MAGIC + b" " + KID + b" " + ZSIG + b" extra\n{}",  # too many words
         ENVELOPE_MAGIC + b" " + KID + b" \xff\xfe\n{}",  # not ASCII
         ENVELOPE_MAGIC + b" bad/key " + ZSIG + b"\n{}",  # key id with a slash

@@ -70,6 +70,7 @@ from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName, Verdict
+from edgewatch.core.versions import PeerVersions
 from edgewatch.core.book import HeartbeatBook, select_relays
 from edgewatch.core.wire import (
     DecodedEnvelope,
@@ -143,6 +144,7 @@ class PeerExchange:
         self.incarnation = time.time_ns()
         self.seq = 0
         self._sent: dict[NodeName, int] = {}  # envelopes sent per receiver (their seq) in this epoch
+        self.versions = PeerVersions(max_peers=wire.replay_max_senders)  # envelope version per peer
         self._signed_at = 0.0  # monotonic time our current heartbeat was signed
         self.kubelet_ok = False
         self.own: Heartbeat | None = None
@@ -285,10 +287,13 @@ class PeerExchange:
                 targets.add(peer)
         return sorted(targets)
 
-    def envelope_for(self, peer: NodeName, *, now_mono: float, nonce: str, reply_to: str | None = None) -> bytes:
+    def envelope_for(self, peer: NodeName, *, now_mono: float, nonce: str, reply_to: str | None = None,
+                     version: int | None = None) -> bytes:
         """Encode an envelope to ``peer``: our heartbeat first, then relays chosen for it, each with
         its age on our monotonic clock (``now_mono``, seconds). ``nonce``: fresh random 32 hex;
-        ``reply_to``: the nonce of the request this answers (None for a request)."""
+        ``reply_to``: the nonce of the request this answers (None for a request); ``version``: the
+        protocol version to write (default: the one negotiated with ``peer``,
+        :class:`edgewatch.core.versions.PeerVersions`)."""
         assert self.own is not None
         wire = self.config.wire
         relays = select_relays(self.book, for_peer=peer, now=now_mono, max_count=wire.max_relays,
@@ -300,7 +305,8 @@ class PeerExchange:
         raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
                               reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
                               relayed=aged, keyring=self._keyring, max_bytes=wire.max_bytes,
-                              beacon=self.beacon.token)
+                              beacon=self.beacon.token,
+                              version=version if version is not None else self.versions.version_for(peer))
         self.book.mark_relayed(relays)
         return raw
 
@@ -312,6 +318,7 @@ class PeerExchange:
         env = decode_envelope(raw, keyring=self._keyring, receiver=self.me, max_bytes=wire.max_bytes,
                               guard=self.guard, reply_to=reply_to, heartbeat_max_age_s=wire.heartbeat_max_age_s,
                               sender_allowed=sender_allowed)
+        self.versions.heard(env.sender, version=env.version, versions=env.versions)  # authenticated, accepted
         self.beacon.offer(env.beacon)  # adopted only if the controller's key signed it and it is newer
         return env
 
@@ -328,20 +335,42 @@ class PeerExchange:
             self.record(peer, ok=False, now=now_mono)
             self.metrics.probes.labels(result="no_address").inc()
             return False
+        version: int | None = self.versions.version_for(peer)
+        while version is not None:
+            outcome = await self._attempt(session, peer, address, version=version, now_mono=now_mono)
+            if outcome != "refused":
+                return outcome == "ok"
+            # Refused without an authenticated answer (a 0.1.0 agent answers 400 to a v5 header):
+            # the same probe again at N-1, at once (edgewatch.core.versions).
+            version = self.versions.refused(peer, version)
+            if version is not None:
+                log.info("%s refused our envelope; speaking protocol v%d to it", peer, version,
+                         extra={"kind": "version_fallback", "peer": peer, "version": version})
+        self.metrics.probes.labels(result="rejected").inc()
+        self.record(peer, ok=False, now=time.monotonic())
+        return False
+
+    async def _attempt(self, session: aiohttp.ClientSession, peer: NodeName, address: str, *, version: int,
+                       now_mono: float) -> str:
+        """One request of a probe at ``version``: ``ok``, ``failed`` (counted and recorded), or
+        ``refused`` (HTTP 400 with no envelope: the caller may retry at a lower version)."""
         nonce = secrets.token_hex(16)
         try:
-            body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce)
+            body = self.envelope_for(peer, now_mono=now_mono, nonce=nonce, version=version)
         except ValueError as exc:  # over max_bytes (or unencodable): refuse this one, never stop the agent
             log.error("not probing %s: cannot encode our envelope: %s", peer, exc,
                       extra={"kind": "encode_failed", "peer": peer})
             self.metrics.probes.labels(result="unencodable").inc()
             self.record(peer, ok=False, now=now_mono)
-            return False
+            return "failed"
         url = f"http://{_host(address)}:{self.config.port}{EXCHANGE_PATH}"
         try:
             async with session.post(url, data=body, headers={"Content-Type": "application/octet-stream"},
                                     timeout=aiohttp.ClientTimeout(total=self.config.probe_timeout_s)) as resp:
                 raw = await read_body(resp.content, self.config.wire.max_bytes)
+                if resp.status == 400 and raw.startswith((b"rejected: malformed", b"rejected: version")):
+                    log.debug("%s refused our v%d envelope: %r", peer, version, raw[:80])
+                    return "refused"
                 if resp.status not in (200, 409):
                     raise ConnectionError(f"HTTP {resp.status}: {raw[:200]!r}")
                 refused = resp.headers.get(REFUSED_HEADER) if resp.status == 409 else None
@@ -352,18 +381,18 @@ class PeerExchange:
             self.metrics.messages.labels(result=str(exc.reason)).inc()
             self.metrics.probes.labels(result="rejected").inc()
             self.record(peer, ok=False, now=time.monotonic())
-            return False
+            return "failed"
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError) as exc:
             log.debug("probe of %s failed: %s", peer, exc or type(exc).__name__)
             self.metrics.probes.labels(result="failed").inc()
             self.record(peer, ok=False, now=time.monotonic())
-            return False
+            return "failed"
         if refused:
             log.debug("%s refused our request (%s) but answered", peer, refused[:40])
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)
-        return True
+        return "ok"
 
     async def run_period(self, session: aiohttp.ClientSession, *,
                          leader: NodeName | None = None) -> dict[NodeName, Decision]:
@@ -441,7 +470,7 @@ class PeerExchange:
                 self._count_refused(request, exc)
                 sender, nonce = exc.answer_to
                 answer = self.envelope_for(sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
-                                           reply_to=nonce)
+                                           reply_to=nonce, version=exc.answer_version)
                 return web.Response(status=409, body=answer, content_type="application/octet-stream",
                                     headers={REFUSED_HEADER: exc.reason.value})
             status = 403 if exc.reason in _FORBIDDEN else 400
@@ -451,7 +480,7 @@ class PeerExchange:
         if self.own is None:
             return web.Response(status=503, text="not ready")
         answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
-                                   reply_to=env.nonce)
+                                   reply_to=env.nonce, version=env.version)  # the request's: its sender reads it
         return web.Response(body=answer, content_type="application/octet-stream")
 
     def _count_refused(self, request: web.Request, exc: Rejected) -> None:

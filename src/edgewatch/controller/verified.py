@@ -41,7 +41,7 @@ from edgewatch.core.identity import KeyRecordError, PublicKeys
 from edgewatch.core.quorum import Decision, Vote
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict, is_node_name
-from edgewatch.core.wire import Rejected
+from edgewatch.core.wire import Rejected, RejectReason
 
 __all__ = ["CountedVerdict", "VerifiedEdge"]
 
@@ -156,9 +156,16 @@ class VerifiedEdge:
         try:
             accepted, refused = decode_evidence(text, writer=NodeName(writer), verifier=self.keys)
         except Rejected as exc:
+            if exc.reason is RejectReason.VERSION:  # an agent of a release this one does not read
+                log.warning("evidence of %s refused: %s", writer, exc.detail,
+                            extra={"kind": "evidence_version", "node": writer, "reason": exc.reason.value})
             self.on_result(exc.reason.value)
             return [exc.reason.value]
         results = [r.reason.value for r in refused]
+        for refusal in refused:
+            if refusal.reason is RejectReason.VERSION:
+                log.warning("a statement carried by %s refused: %s", writer, refusal.detail,
+                            extra={"kind": "evidence_version", "node": writer, "reason": refusal.reason.value})
         for hb in accepted:
             result = self.book.offer(hb, carrier=NodeName(writer))
             results.append(result)

@@ -1,4 +1,4 @@
-"""The envelope of the agents' peer protocol v4 (:mod:`edgewatch.core.wire` describes the whole
+"""The envelope of the agents' peer protocol, v4 and v5 (:mod:`edgewatch.core.wire` describes the whole
 protocol and its freshness argument): one message from a sender to a receiver, a frame of one
 ASCII header line (magic, key id, signature) and a canonical JSON body carrying the sender's own
 heartbeat, a few relayed ones and their ages.
@@ -8,6 +8,11 @@ oversized message, checks the signature over the body bytes before parsing anyth
 without duplicate keys or non-finite numbers), then the schema, the sender and receiver binding,
 the reply binding, the sender's own heartbeat (:mod:`edgewatch.core.heartbeat`) and the
 :class:`~edgewatch.core.replay.ReplayGuard`; relayed heartbeats are checked one by one.
+
+Versions: :func:`encode_envelope` writes the version it is given (per peer,
+:class:`edgewatch.core.versions.PeerVersions`); :func:`decode_envelope` reads v4 exactly as release
+0.1.0 writes it and v5 (v4 plus ``"versions": [min, max]``, the sender's supported range), chosen
+by the header's magic ``edgewatch-envelope/v<N>``; any other N is VERSION, before the signature.
 
 Limits: pure (nonces and epochs come from the caller); hostile input never raises anything but
 :class:`~edgewatch.core.rejection.Rejected`; a relayed heartbeat that fails is reported, never
@@ -29,11 +34,14 @@ from edgewatch.core.checks import bounded_age, positive_int, positive_seconds
 from edgewatch.core.heartbeat import Heartbeat, decode_heartbeat
 from edgewatch.core.protocol import (
     _MAX_COUNTER,
-    ENVELOPE_DOMAIN,
     ENVELOPE_MAGIC,
     MAX_AGE_S,
     MAX_HEARTBEATS_PER_ENVELOPE,
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    envelope_domain,
+    envelope_magic,
 )
 from edgewatch.core.rejection import Rejected, RejectReason
 from edgewatch.core.replay import ReplayGuard
@@ -44,24 +52,27 @@ from edgewatch.core.wireschema import (
     _STRICT,
     _VERIFICATION_DETAIL,
     _check_owner,
+    _check_version,
     _Counter,
     _NodeNameStr,
     _schema_detail,
-    _Version,
 )
 
 __all__ = ["DecodedEnvelope", "HeartbeatResult", "_parse_json", "decode_envelope", "encode_envelope"]
 
 _NONCE: Final = re.compile(r"[0-9a-f]{32}")
+_MAGIC: Final = re.compile(rb"edgewatch-envelope/v([0-9]{1,6})")
 _HEADER_MAX: Final = 256  # magic + space + 32-hex key id + space + 128 hex, with room to spare
 
 _NonceStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 
 
 class _EnvelopeModel(BaseModel):
+    """The body of a v4 envelope, exactly as release 0.1.0 writes it."""
+
     model_config = _STRICT
 
-    v: _Version
+    v: Annotated[int, Field(ge=4, le=4)]
     sender: _NodeNameStr
     receiver: _NodeNameStr
     epoch: _Counter
@@ -84,6 +95,26 @@ class _EnvelopeModel(BaseModel):
             if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age <= MAX_AGE_S:
                 raise ValueError(f"every age must be a number of seconds in [0, {MAX_AGE_S}]")
         return self
+
+
+_Range = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class _EnvelopeModelV5(_EnvelopeModel):
+    """The body of a v5 envelope: v4's, plus the sender's supported range ``versions``."""
+
+    v: Annotated[int, Field(ge=5, le=5)]  # type: ignore[assignment]
+    versions: Annotated[list[_Range], Field(min_length=2, max_length=2)]
+
+    @model_validator(mode="after")
+    def _range_holds_v(self) -> _EnvelopeModelV5:
+        low, high = self.versions
+        if not low <= self.v <= high:
+            raise ValueError(f"versions [{low}, {high}] must hold v={self.v}")
+        return self
+
+
+_MODELS: Final[dict[int, type[_EnvelopeModel]]] = {4: _EnvelopeModel, 5: _EnvelopeModelV5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +154,10 @@ class DecodedEnvelope:
     own_age_s: float
     relayed: tuple[HeartbeatResult, ...]
     beacon: str = ""
+    version: int = MIN_PROTOCOL_VERSION
+    """The envelope's protocol version (its header's magic and body's ``v``)."""
+    versions: tuple[int, int] = (MIN_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION)
+    """``(min, max)`` the sender advertised (a v4 envelope advertises nothing: ``(4, 4)``)."""
 
     @property
     def heartbeats(self) -> tuple[Heartbeat, ...]:
@@ -144,6 +179,7 @@ def encode_envelope(
     keyring: Signer,
     max_bytes: int | None = None,
     beacon: str = "",
+    version: int = PROTOCOL_VERSION,
 ) -> bytes:
     """Sign and encode one envelope: the header line, then canonical JSON.
 
@@ -165,11 +201,16 @@ def encode_envelope(
         max_bytes: if given, refuse to produce a larger message.
         beacon: the newest controller beacon token the sender holds, passed on so that a peer
             cut off from the cloud can sign with a current beacon ("" if none).
+        version: the protocol version to write, the one negotiated with ``receiver``
+            (:meth:`edgewatch.core.versions.PeerVersions.version_for`): 4 exactly as release 0.1.0
+            writes it, or 5 (adds ``versions``, this release's range).
 
     Raises:
         ValueError: any argument invalid, too many heartbeats, or the
             result longer than ``max_bytes``.
     """
+    if version not in _MODELS:
+        raise ValueError(f"version must be one of {sorted(_MODELS)}, got {version!r}")
     if not is_node_name(sender) or not is_node_name(receiver):
         raise ValueError("sender and receiver must be valid node names")
     if sender == receiver:
@@ -188,8 +229,8 @@ def encode_envelope(
     if len(beats) > MAX_HEARTBEATS_PER_ENVELOPE:
         raise ValueError(f"at most {MAX_HEARTBEATS_PER_ENVELOPE} heartbeats per envelope")
     ages = [round(bounded_age("age", age, MAX_AGE_S), 3) for _hb, age in beats]
-    body = canonical_json({
-        "v": PROTOCOL_VERSION,
+    fields: dict[str, object] = {
+        "v": version,
         "sender": sender,
         "receiver": receiver,
         "epoch": epoch,
@@ -199,9 +240,12 @@ def encode_envelope(
         "heartbeats": [hb.to_wire() for hb, _age_s in beats],
         "ages": ages,
         "beacon": beacon,
-    })
-    key_id, mac = keyring.sign_bytes(body, domain=ENVELOPE_DOMAIN)
-    raw = b"%s %s %s\n%s" % (ENVELOPE_MAGIC, key_id.encode("ascii"), mac.encode("ascii"), body)
+    }
+    if version >= 5:
+        fields["versions"] = list(SUPPORTED_VERSIONS)
+    body = canonical_json(fields)
+    key_id, mac = keyring.sign_bytes(body, domain=envelope_domain(version))
+    raw = b"%s %s %s\n%s" % (envelope_magic(version), key_id.encode("ascii"), mac.encode("ascii"), body)
     if max_bytes is not None and len(raw) > max_bytes:
         raise ValueError(f"envelope is {len(raw)} bytes, more than max_bytes={max_bytes}")
     return raw
@@ -240,9 +284,10 @@ def _parse_json(raw: bytes) -> object:
         raise Rejected(RejectReason.MALFORMED, f"not UTF-8 JSON: {type(exc).__name__}: {exc}") from None
 
 
-def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes]:
-    """Split the frame and check the signature over the body bytes; returns
-    ``(key_id, body)``. Nothing of the body is interpreted here."""
+def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes, int]:
+    """Split the frame, refuse a version this release does not speak (VERSION) and check the
+    signature over the body bytes; returns ``(key_id, body, version)``. Nothing of the body is
+    interpreted here."""
     newline = raw.find(b"\n", 0, _HEADER_MAX + 1)
     if newline < 0:
         hint = " (JSON without a header line: an edgewatch v1 agent?)" if raw[:1] == b"{" else ""
@@ -250,17 +295,20 @@ def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes]:
                        f"envelope: no '{ENVELOPE_MAGIC.decode()} KEY_ID MAC' header line{hint}")
     header, body = raw[:newline], raw[newline + 1:]
     words = header.split(b" ")
-    if not words or words[0] != ENVELOPE_MAGIC:
+    magic = _MAGIC.fullmatch(words[0]) if words else None
+    if magic is None:
         raise Rejected(RejectReason.MALFORMED, f"envelope: header does not start with {ENVELOPE_MAGIC.decode()}")
+    version = int(magic.group(1))
+    _check_version(version, "envelope")
     if len(words) < 3:
         raise Rejected(RejectReason.UNSIGNED, "envelope: header has no key id and MAC")
     if len(words) > 3 or not header.isascii():
         raise Rejected(RejectReason.MALFORMED, "envelope: header must be 'MAGIC KEY_ID MAC' in ASCII")
     key_id, mac = words[1].decode("ascii"), words[2].decode("ascii")
-    outcome = keyring.verify_bytes(key_id=key_id, mac=mac, data=body, domain=ENVELOPE_DOMAIN)
+    outcome = keyring.verify_bytes(key_id=key_id, mac=mac, data=body, domain=envelope_domain(version))
     if outcome is not Verification.OK:
         raise Rejected(_FROM_VERIFICATION[outcome], f"envelope: {_VERIFICATION_DETAIL[outcome]}")
-    return key_id, body
+    return key_id, body, version
 
 
 def decode_envelope(
@@ -316,12 +364,14 @@ def decode_envelope(
     size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
     if size > limit:
         raise Rejected(RejectReason.OVERSIZED, f"{size} bytes > max_bytes={limit}")
-    key_id, body = _authenticate_frame(bytes(raw), keyring=keyring)
+    key_id, body, version = _authenticate_frame(bytes(raw), keyring=keyring)
     obj = _parse_json(body)
     if not isinstance(obj, dict):
         raise Rejected(RejectReason.MALFORMED, f"envelope: body is {type(obj).__name__}, not an object")
+    if obj.get("v") != version:
+        raise Rejected(RejectReason.MALFORMED, f"envelope: body's v is not the header's version {version}")
     try:
-        env = _EnvelopeModel.model_validate(obj)
+        env = _MODELS[version].model_validate(obj)
     except ValidationError as exc:
         raise Rejected(RejectReason.MALFORMED, _schema_detail("envelope", exc)) from None
     if env.sender == env.receiver:
@@ -351,7 +401,11 @@ def decode_envelope(
     own_age = float(env.ages[0])
     if own_age > max_age:
         raise Rejected(RejectReason.STALE, f"sender's own heartbeat is {own_age:.3f} s old (> {max_age:g} s)")
-    guard.admit(sender=sender, epoch=env.epoch, seq=env.seq, proven=reply_to is not None, nonce=env.nonce)
+    try:
+        guard.admit(sender=sender, epoch=env.epoch, seq=env.seq, proven=reply_to is not None, nonce=env.nonce)
+    except Rejected as exc:
+        exc.answer_version = version
+        raise
     results: list[HeartbeatResult] = []
     for index, (item, age) in enumerate(zip(env.heartbeats[1:], env.ages[1:]), start=1):
         try:
@@ -377,4 +431,6 @@ def decode_envelope(
         own_age_s=own_age,
         relayed=tuple(results),
         beacon=env.beacon,
+        version=version,
+        versions=(env.versions[0], env.versions[1]) if isinstance(env, _EnvelopeModelV5) else (version, version),
     )

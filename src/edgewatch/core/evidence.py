@@ -8,6 +8,16 @@ only that node's agent write it, ``deploy/15-policy-agent.yaml``), with the anno
 
     [<the writer's own heartbeat>, <a cut-off peer's own heartbeat it carries>, ...]
 
+That bare list is evidence v4 (release 0.1.0, and what this release writes:
+:data:`~edgewatch.core.protocol.EVIDENCE_WRITE_VERSION`). Evidence v5 wraps the same list with its
+version and the writer's supported range, so a reader tells formats apart before reading
+statements::
+
+    {"v": 5, "versions": [4, 5], "statements": [<own>, <carried>, ...]}
+
+The controller reads both and counts their statements alike (the statements have one format in
+both); any other ``v`` is refused with the reason ``version``.
+
 A heartbeat is a statement "at beacon B, I see these members alive and these dead, my kubelet is
 (not) OK, my cloud link is (not) up", signed with its origin's own key. The controller:
 
@@ -35,12 +45,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from edgewatch.core.protocol import EVIDENCE_WRITE_VERSION, SUPPORTED_VERSIONS
 from edgewatch.core.quorum import Decision, Vote
 from edgewatch.core.reach import decide_reach
 from edgewatch.core.signing import Verifier, canonical_json
 from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, Rejected, RejectReason, decode_heartbeat
+from edgewatch.core.wireschema import _check_version
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -61,9 +73,11 @@ MAX_STATEMENTS: Final = 64
 """Most heartbeats in one evidence list (the writer's own plus the ones it carries)."""
 
 
-def encode_evidence(own: Heartbeat, carried: Iterable[Heartbeat] = ()) -> str:
+def encode_evidence(own: Heartbeat, carried: Iterable[Heartbeat] = (), *,
+                    version: int = EVIDENCE_WRITE_VERSION) -> str:
     """The evidence annotation: canonical JSON of ``[own, *carried]`` (carried ones de-duplicated by
-    origin, never the writer's own again).
+    origin, never the writer's own again); ``version`` 4 writes that list as release 0.1.0 does,
+    5 wraps it (see the module).
 
     Raises:
         ValueError: more than :data:`MAX_STATEMENTS` heartbeats, or over
@@ -77,7 +91,10 @@ def encode_evidence(own: Heartbeat, carried: Iterable[Heartbeat] = ()) -> str:
             items.append(hb.to_wire())
     if len(items) > MAX_STATEMENTS:
         raise ValueError(f"{len(items)} statements; at most {MAX_STATEMENTS}")
-    text = canonical_json(items).decode("utf-8")
+    if version not in (4, 5):
+        raise ValueError(f"evidence version must be 4 or 5, got {version!r}")
+    document: object = items if version == 4 else {"v": 5, "versions": list(SUPPORTED_VERSIONS), "statements": items}
+    text = canonical_json(document).decode("utf-8")
     if len(text.encode("utf-8")) > MAX_EVIDENCE_BYTES:
         raise ValueError(f"evidence over {MAX_EVIDENCE_BYTES} bytes")
     return text
@@ -99,6 +116,27 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
+def _statements(document: object) -> object:
+    """The statement list of parsed evidence of either version (VERSION: a version this release
+    does not read; MALFORMED: neither shape)."""
+    if isinstance(document, list):
+        return document  # v4
+    if not isinstance(document, dict):
+        raise Rejected(RejectReason.MALFORMED, "evidence must be a list (v4) or an object (v5)")
+    version = document.get("v")
+    _check_version(version, "evidence")
+    if version == 4:
+        raise Rejected(RejectReason.MALFORMED, "evidence v4 is a bare list, not an object")
+    if isinstance(version, bool) or version != 5 or set(document) != {"v", "versions", "statements"}:
+        raise Rejected(RejectReason.MALFORMED, "evidence v5 must be {v: 5, versions: [min, max], statements: [...]}")
+    versions = document["versions"]
+    if (not isinstance(versions, list) or len(versions) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in versions)
+            or not versions[0] <= 5 <= versions[1]):
+        raise Rejected(RejectReason.MALFORMED, "evidence v5: versions must be [min, max] holding 5")
+    return document["statements"]
+
+
 def _no_constants(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
@@ -106,12 +144,15 @@ def _no_constants(name: str) -> object:
 def decode_evidence(text: object, *, writer: NodeName, verifier: Verifier) -> tuple[list[Heartbeat], list[Refusal]]:
     """Verify an untrusted evidence annotation written by ``writer``.
 
+    Reads evidence v4 (a list, as release 0.1.0 writes it) and v5 (the wrapped list).
+
     Returns ``(accepted heartbeats, refusals)``. The size is checked before anything is parsed;
     each statement is verified on its own (a bad one never drops the others), except that the
     first must be ``writer``'s own: if it is not, or the list is not a list, everything is refused.
 
     Raises:
-        Rejected: OVERSIZED, or MALFORMED (not a JSON list of at most :data:`MAX_STATEMENTS`
+        Rejected: OVERSIZED, VERSION (evidence of a version older than N-1 or newer than N), or
+            MALFORMED (not a JSON list of at most :data:`MAX_STATEMENTS`
             objects, or a first statement that is not the writer's own).
     """
     if not isinstance(text, str):
@@ -122,6 +163,7 @@ def decode_evidence(text: object, *, writer: NodeName, verifier: Verifier) -> tu
         items = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except (ValueError, RecursionError) as exc:
         raise Rejected(RejectReason.MALFORMED, f"evidence is not JSON: {exc}") from None
+    items = _statements(items)
     if not isinstance(items, list) or not items or len(items) > MAX_STATEMENTS:
         raise Rejected(RejectReason.MALFORMED, f"evidence must be a list of 1-{MAX_STATEMENTS} heartbeats")
     accepted: list[Heartbeat] = []

@@ -1,4 +1,4 @@
-"""The heartbeat of the agents' peer protocol v4 (:mod:`edgewatch.core.wire` describes the whole
+"""The heartbeat (statement format 4, unchanged in protocol v5) of the agents' peer protocol (:mod:`edgewatch.core.wire` describes the whole
 protocol): one agent's observation (its vote), signed by its origin with its own key (domain
 ``edgewatch/heartbeat/v4``, :mod:`edgewatch.core.identity`) and relayed unchanged by anyone.
 
@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError, model_validator
 
-from edgewatch.core.protocol import HEARTBEAT_DOMAIN, MAX_NAMES_PER_LIST, PROTOCOL_VERSION
+from edgewatch.core.protocol import HEARTBEAT_DOMAIN, MAX_NAMES_PER_LIST, STATEMENT_VERSION
 from edgewatch.core.quorum import Vote
 from edgewatch.core.rejection import Rejected, RejectReason
 from edgewatch.core.signing import Signer, Verification, Verifier
@@ -28,6 +28,7 @@ from edgewatch.core.wireschema import (
     _STRICT,
     _VERIFICATION_DETAIL,
     _check_owner,
+    _check_version,
     _Counter,
     _NodeNameStr,
     _schema_detail,
@@ -107,7 +108,7 @@ class Heartbeat:
     def to_wire(self) -> dict[str, object]:
         """The signed JSON object (as Python values)."""
         return {
-            "v": PROTOCOL_VERSION,
+            "v": STATEMENT_VERSION,
             "origin": self.origin,
             "incarnation": self.incarnation,
             "seq": self.seq,
@@ -177,7 +178,7 @@ def sign_heartbeat(
     """
     try:
         payload: dict[str, object] = {
-            "v": PROTOCOL_VERSION,
+            "v": STATEMENT_VERSION,
             "origin": origin,
             "incarnation": incarnation,
             "seq": seq,
@@ -200,7 +201,8 @@ def sign_heartbeat(
 def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
     """Verify and parse one heartbeat object (parsed JSON).
 
-    Checks in order: signature (UNSIGNED / UNKNOWN_KEY / BAD_SIGNATURE /
+    Checks in order: a ``v`` other than the statement version (VERSION: a statement of a release
+    this one does not speak), signature (UNSIGNED / UNKNOWN_KEY / BAD_SIGNATURE /
     MALFORMED), then the strict schema (MALFORMED), then that the key is
     the origin's own (SENDER_MISMATCH). Freshness is not a
     property of the heartbeat but of the age it arrives with
@@ -209,6 +211,8 @@ def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
     Raises:
         Rejected: for any hostile ``obj``.
     """
+    if isinstance(obj, dict):
+        _check_version(obj.get("v"), "heartbeat", low=STATEMENT_VERSION, high=STATEMENT_VERSION)
     _authenticate(obj, keyring=keyring, domain=HEARTBEAT_DOMAIN, what="heartbeat")
     try:
         model = _HeartbeatModel.model_validate(obj)

@@ -32,6 +32,9 @@ class RejectReason(enum.StrEnum):
     """A further request from a sender epoch that no answer has confirmed
     yet (see :class:`ReplayGuard`); genuine right after a restart."""
     SENDER_MISMATCH = "sender_mismatch"
+    VERSION = "version"
+    """A protocol or evidence version this release does not speak (older than N-1 or newer than
+    N, :data:`edgewatch.core.protocol.MIN_PROTOCOL_VERSION`)."""
 
 
 class Rejected(Exception):
@@ -43,13 +46,15 @@ class Rejected(Exception):
     bound to its sender and refused only by the :class:`ReplayGuard` (a
     request that may be genuine, e.g. right after the sender restarted): the
     receiver may still answer it, so the sender's probe succeeds, without
-    absorbing anything from it. None otherwise.
+    absorbing anything from it. None otherwise. ``answer_version`` is then the protocol version
+    of that envelope (answer in it: the sender just proved it reads it).
     """
 
     def __init__(self, reason: RejectReason, detail: str, *,
-                 answer_to: tuple[NodeName, str] | None = None) -> None:
+                 answer_to: tuple[NodeName, str] | None = None, answer_version: int | None = None) -> None:
         detail = detail[:_DETAIL_MAX]
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
         self.answer_to = answer_to
+        self.answer_version = answer_version

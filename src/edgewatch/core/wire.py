@@ -1,4 +1,4 @@
-"""The agent-to-agent wire format (peer protocol v4) and its strict decoder:
+"""The agent-to-agent wire format (peer protocol v5, and v4 of release 0.1.0) and its strict decoder:
 the overview of the protocol, and its public face (every name in ``__all__``
 is importable from here). Each part lives in a module of its own: the
 heartbeat (schema, signing, decoding) in :mod:`edgewatch.core.heartbeat`, the
@@ -49,14 +49,18 @@ Two layers:
 ``Envelope`` — one message from SENDER to RECEIVER, a frame of one ASCII
     header line and a canonical JSON body::
 
-        edgewatch-envelope/v4 <key_id: 32 hex> <mac: 128 hex>\n
-        {"v": 4, "sender": "node-a", "receiver": "node-b",
+        edgewatch-envelope/v5 <key_id: 32 hex> <mac: 128 hex>\n
+        {"v": 5, "versions": [4, 5], "sender": "node-a", "receiver": "node-b",
          "epoch": 1700000000123456789, "seq": 17,
          "nonce": "<32 hex = 16 random bytes>", "reply_to": null | "<32 hex>",
          "heartbeats": [<node-a's own heartbeat>, <relayed>, ...],
          "ages": [0.012, 3.5, ...]}
 
-    The signature (the sender's own key, domain ``edgewatch/envelope/v4``)
+    A v4 envelope (release 0.1.0) has the magic ``edgewatch-envelope/v4``, ``"v": 4``, no
+    ``versions`` and the domain ``edgewatch/envelope/v4``; an agent writes each peer the version
+    negotiated with it (:mod:`edgewatch.core.versions`) and reads both. Heartbeats keep ``"v": 4``
+    in both, so any statement is relayed to and counted by any member (docs/versions.md).
+    The signature (the sender's own key, domain ``edgewatch/envelope/v<N>``)
     covers every body byte and is checked before the body is parsed; the
     key's owner must be the body's ``sender``. ``epoch`` identifies the sender's
     run (its agent's start time in ns; compared only with the same sender's
@@ -119,10 +123,9 @@ Limits
     (never make it younger than its true freshness allows: the origin's
     seq orders it) and can withhold heartbeats. ``alive``/``dead`` list at
     most the origin and its neighbours (about 25 B each), so a heartbeat is
-    under 1 KiB at any group size. Version 4 (neighbour lists, ``carrier``)
-    is not compatible with version 3: agents of both versions do not hear
-    each other (roll out while the cloud link is up, when the edge view does
-    not decide anything).
+    under 1 KiB at any group size. Versions: N and N-1 (5 and 4) are spoken,
+    anything else is refused (VERSION) before its signature is checked;
+    version 3 agents and this one do not hear each other.
 
 Sources
     Seed 003; van Renesse, Minsky, Hayden 1998 (gossip-style failure
@@ -153,8 +156,10 @@ from edgewatch.core.protocol import (
     MAX_AGE_S,
     MAX_HEARTBEATS_PER_ENVELOPE,
     MAX_NAMES_PER_LIST,
+    MIN_PROTOCOL_VERSION,
     NONCE_HEX_LENGTH,
     PROTOCOL_VERSION,
+    STATEMENT_VERSION,
 )
 from edgewatch.core.rejection import Rejected, RejectReason
 from edgewatch.core.replay import ReplayGuard, SenderState
@@ -167,8 +172,10 @@ __all__ = [
     "MAX_AGE_S",
     "MAX_HEARTBEATS_PER_ENVELOPE",
     "MAX_NAMES_PER_LIST",
+    "MIN_PROTOCOL_VERSION",
     "NONCE_HEX_LENGTH",
     "PROTOCOL_VERSION",
+    "STATEMENT_VERSION",
     "DecodedEnvelope",
     "Heartbeat",
     "HeartbeatResult",
