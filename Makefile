@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-real fuzz clean-lab sbom
+.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -108,6 +108,10 @@ bench-lab: setup binaries
 # (200 Services x 10 endpoints; about 16 minutes).
 bench-cache: setup binaries
 	$(PY) bench/pool_cache.py 5 20
+
+# The pool coordinator pod's RSS and CPU (program + etcd) under its pool's load, pools of 5 and 20, and its recovery time.
+bench-coordinator: setup binaries
+	$(PY) bench/coordinator_pod.py 5 20 --recovery
 
 # What a real lab node costs and how many fit: pools of 1, 4 and 8 real nodes (kubelet, containerd,
 # runc, kube-proxy, the agent and two pods each) idle for 90 s (about 10 minutes).

@@ -30,7 +30,11 @@ def _flags(argv: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     i = 1
     while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+        if "=" in argv[i]:  # --flag=value
+            name, _, value = argv[i].partition("=")
+            out[name] = value
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             out[argv[i]] = argv[i + 1]
             i += 2
         else:
@@ -50,7 +54,7 @@ def test_the_argv_is_exactly_the_documented_one() -> None:
         "--listen-metrics-urls", "http://127.0.0.1:12382",
         "--cert-file", "/d/tls/server.crt", "--key-file", "/d/tls/server.key", "--trusted-ca-file", "/d/tls/ca.crt",
         "--client-cert-auth", "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1h",
-        "--quota-backend-bytes", str(1024**3), "--snapshot-count", "10000",
+        "--quota-backend-bytes", str(1024**3), "--snapshot-count", "10000", "--enable-grpc-gateway=false",
     ]
 
 
