@@ -103,7 +103,13 @@ def test_resources_and_security() -> None:
     (container,) = _pod_spec(_dep())["containers"]
     assert container["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
     assert container["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                            "runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True,
                                             "capabilities": {"drop": ["ALL"]}}
+    # the kubelet makes the hostPath root's: an init container with CHOWN alone hands it over first
+    (owner,) = _pod_spec(_dep())["initContainers"]
+    assert owner["command"] == ["chown", "65532:65532", container["volumeMounts"][0]["mountPath"]]
+    assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert owner["volumeMounts"] == container["volumeMounts"]
 
 
 @pytest.mark.parametrize("kw", [{"pool": "Bad_Pool"}, {"pool": ""}, {"image": ""}, {"port": 0}, {"ops_port": 65536}])

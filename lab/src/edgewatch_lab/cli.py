@@ -54,8 +54,11 @@ def playground_list() -> None:
 @click.option("--install", "install_method", type=click.Choice(["kustomize", "helm"]), default="kustomize",
               show_default=True, help="Install edgewatch from deploy/ (kustomize overlay, kubectl apply) "
               "or from charts/edgewatch (helm install with the same settings as values).")
+@click.option("--coordinators", "coordinator_mode", type=click.Choice(["process", "pods"]), default=None,
+              help="How pools with a coordinator get it (default: the scenario's topology, itself "
+              "'process'): an etcd the lab runs, or pods as shipped (poolCoordinators {pool: auto}).")
 def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-                   keep_logs: bool, install_method: str) -> None:
+                   keep_logs: bool, install_method: str, coordinator_mode: str | None) -> None:
     """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
 
     Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
@@ -63,7 +66,7 @@ def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Pat
     from edgewatch_lab.playground.cli import run_one
 
     sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs,
-                     install_method=install_method))
+                     install_method=install_method, coordinator_mode=coordinator_mode))
 
 
 @playground.command("compare")

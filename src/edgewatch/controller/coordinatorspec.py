@@ -60,6 +60,10 @@ def coordinator_labels(pool: str) -> dict[str, str]:
     return {_NAME_LABEL: "edgewatch", _COMPONENT_LABEL: COORDINATOR_COMPONENT, POOL_LABEL: pool}
 
 
+RUN_AS_USER = 65532
+"""The image's user (the Dockerfile's ``USER 65532:65532``), which the coordinator runs as."""
+
+
 def coordinator_deployment(*, pool: str, namespace: str, image: str, port: int = DEFAULT_COORDINATOR_PORT,
                            ops_port: int = DEFAULT_COORDINATOR_OPS_PORT,
                            data_root: str = DEFAULT_DATA_ROOT) -> dict[str, Any]:
@@ -83,8 +87,9 @@ def coordinator_deployment(*, pool: str, namespace: str, image: str, port: int =
           the pod IP (= the node's; ``host: 127.0.0.1`` cannot be set on host network);
         * requests 50m / 64Mi, limit 512Mi: one etcd for one pool (OpenYurt's coordinator used
           370-450 MB), bounded so it cannot starve the node's workloads;
-        * read-only root, no privilege escalation, no capabilities; root user, because the hostPath
-          data folder is root's;
+        * read-only root, no privilege escalation, no capabilities, the image's user 65532; the
+          kubelet makes the hostPath data folder root's 0755, so an init container (root, CHOWN
+          only) hands it to that user once, as the agent DaemonSet does;
         * 30 s grace: etcd's clean shutdown; ``system-node-critical`` as the agent.
 
     Raises:
@@ -110,7 +115,16 @@ def coordinator_deployment(*, pool: str, namespace: str, image: str, port: int =
                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
         "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER, "runAsNonRoot": True,
                             "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+    }
+    owner = {  # the kubelet creates the hostPath folder as root 0755: hand it to the user once
+        "name": "data-owner",
+        "image": image,
+        "command": ["chown", f"{RUN_AS_USER}:{RUN_AS_USER}", DATA_DIR],
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}},
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
     }
     return {
@@ -133,6 +147,7 @@ def coordinator_deployment(*, pool: str, namespace: str, image: str, port: int =
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [
                             {"key": POOL_LABEL, "operator": "In", "values": [pool]}]}]}}},
+                    "initContainers": [owner],
                     "containers": [container],
                     "volumes": [{"name": "data", "hostPath": {"path": f"{data_root.rstrip('/')}/{pool}",
                                                               "type": "DirectoryOrCreate"}}],

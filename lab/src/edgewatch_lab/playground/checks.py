@@ -17,6 +17,7 @@ from rich.table import Table
 
 from edgewatch_lab.playground.proxycheck import follow_lags
 from edgewatch_lab.playground.report import detection, detection_target, evictions_after, report_end, round_s
+from edgewatch_lab.playground.expectation import COORDINATOR_KEYS
 from edgewatch_lab.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = ["ExpectationResult", "check_expectations", "expectations_table"]
@@ -55,6 +56,15 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
     targets = exp.target_nodes(scenario)
     label = f"pool {exp.pool}" if exp.pool is not None else compact_node_names(targets)
     nodes = report["nodes"]
+    if key in COORDINATOR_KEYS:
+        return _check_coordinator(report, exp, key, end)
+    if exp.killed is not None:
+        targets = [n for n in targets if bool(nodes.get(n, {}).get("kills")) == exp.killed]
+        which = "killed" if exp.killed else "never killed"
+        if not targets:
+            return ExpectationResult(f"{label} ({which}): {key.replace('_', ' ')}", False,
+                                     f"no node of {label} was {which} in this run")
+        label = f"{compact_node_names(targets)} ({which} of {label})"
     missing = [n for n in targets if n not in nodes]
     value = getattr(exp, key)
 
@@ -236,6 +246,30 @@ def _check_follows(report: dict[str, Any], exp: Expectation, key: str, targets: 
     return ExpectationResult(desc, ok, "; ".join(seen[:6]))
 
 
+
+
+def _check_coordinator(report: dict[str, Any], exp: Expectation, key: str, end: float) -> ExpectationResult:
+    """The pool's coordinator after each ``kill-coordinator``: its ``recoveries`` in the report."""
+    value = float(getattr(exp, key))
+    field, what = {"coordinator_moved_within_s": ("ready_s", "coordinator pod Ready on another node"),
+                   "led_within_s": ("led_s", "a live leader"),
+                   "cache_from_coordinator_within_s": ("cache_s", "every live node's cache from the coordinator")}[key]
+    desc = f"pool {exp.pool}: {what} within {_fmt_s(value)} s of a coordinator kill"
+    recoveries = report.get("coordinators", {}).get(exp.pool, {}).get("recoveries", [])
+    if not recoveries:
+        return ExpectationResult(desc, False, f"no kill-coordinator of pool {exp.pool} was recorded")
+    ok, seen = True, []
+    for rec in recoveries:
+        secs = rec.get(field)
+        where = f" ({rec['node']} killed" + (f", moved to {rec['moved_to']})" if rec.get("moved_to") else ")") \
+            if rec.get("node") else ""
+        if secs is None:
+            ok = False
+            seen.append(f"never after the kill at {_fmt_s(rec['t'])} s{where}")
+        else:
+            ok = ok and secs <= value
+            seen.append(f"{_fmt_s(secs)} s after the kill at {_fmt_s(rec['t'])} s{where}")
+    return ExpectationResult(desc, ok, f"saw {'; '.join(seen)}")
 
 
 def expectations_table(results: list[ExpectationResult], title: str | None = None) -> Table:

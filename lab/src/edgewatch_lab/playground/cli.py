@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from edgewatch_lab.playground.report import format_summary_table
-from edgewatch_lab.playground.runner import RunResult, run_scenario
+from edgewatch_lab.playground.runner import RunResult, run_scenario, with_coordinator_mode
 from edgewatch_lab.playground.scenario import ScenarioError, load_scenario
 
 
@@ -67,13 +67,14 @@ def _install_line(result: RunResult) -> str:
 
 
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-            keep_logs: bool, install_method: str = "kustomize") -> int:
+            keep_logs: bool, install_method: str = "kustomize", coordinator_mode: str | None = None) -> int:
     """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario.
-    ``install_method``: how edgewatch is installed (``install.METHODS``)."""
+    ``install_method``: how edgewatch is installed (``install.METHODS``); ``coordinator_mode``
+    (``process`` / ``pods``) overrides the scenario's ``coordinators``."""
     console = Console()
     try:
-        scenario = load_scenario(name)
-    except ScenarioError as exc:
+        scenario = with_coordinator_mode(load_scenario(name), coordinator_mode)
+    except (ScenarioError, ValueError) as exc:
         console.print(f"[red]{exc}[/]")
         return 2
     binaries = binaries_with_progress(console)

@@ -25,6 +25,13 @@ own node credential; the agent and the sample pods run there as real containers 
 built here (``edgewatch_lab.testing.images``). A kill SIGKILLs all their processes, containers included;
 a revive boots them again with their disk kept.
 
+Coordinators (a pool's ``coordinator: true``): by default (``coordinators: process``) the lab runs
+an etcd per pool on a host of its own, ``<pool>-coord``, and names it in ``poolCoordinators``. With
+``coordinators: pods`` the ConfigMap says ``{<pool>: auto}`` and nothing else: edgewatch's controller
+keeps the coordinator Deployment, the scheduler puts its pod on a node of the pool and that node's
+kubelet simulator runs it like the agent (with the etcd of the lab's binaries on its PATH, as the
+image carries etcd); killing the coordinator then means killing its node (the runner does it).
+
 Limits: one machine; on simulated nodes, pods other than edgewatch's are only reported Running (no
 containers); logs are files in the run folder (``log_files()``).
 """
@@ -45,6 +52,7 @@ from pathlib import Path
 
 import yaml
 
+from edgewatch.core.poolconfig import AUTO
 from edgewatch.names import POOL_LABEL
 from edgewatch_lab.playground import install
 from edgewatch_lab.playground.scenario import Scenario
@@ -118,6 +126,12 @@ class PlaygroundCluster:
         #: What ``install`` installed (``install.install``'s record; empty before, or without edgewatch).
         self.installed: dict[str, object] = {}
 
+    @property
+    def coordinator_pods(self) -> bool:
+        """True when the pools' coordinators run as edgewatch ships them (``coordinators: pods``:
+        the controller's Deployment, pods scheduled onto the pool's nodes), not as lab processes."""
+        return self.scenario.topology.coordinators == "pods"
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def __enter__(self) -> "PlaygroundCluster":
@@ -158,7 +172,7 @@ class PlaygroundCluster:
             for host in self.lab.add_pool(pool.name, pool.nodes):
                 add(host.name, host, host.address, covered=True)
                 self.nodes[host.name].is_real = sc.is_real(host.name)
-            if pool.coordinator and self.edgewatch:
+            if pool.coordinator and self.edgewatch and not self.coordinator_pods:
                 self.coordinator_hosts[pool.name] = self.lab.add_host(f"{pool.name}-coord", pool=pool.name)
         for name in skewed:  # a skew at 0 s is the node's clock from its boot on; later ones step it
             at_boot = [st.seconds for st in sc.steps if st.action == "skew" and st.node == name and st.at == 0]
@@ -166,8 +180,9 @@ class PlaygroundCluster:
         timings = ClusterTimings(node_monitor_grace_s=sc.timings.node_monitor_grace_s,
                                  not_ready_toleration_s=int(sc.timings.toleration_s),
                                  unreachable_toleration_s=int(sc.timings.toleration_s))
+        self.binaries = self.binaries or ensure_binaries()
         self.cp = ControlPlane(address=self.lab.cloud_address, timings=timings, audit=self.edgewatch,
-                               binaries=self.binaries or ensure_binaries()).start()
+                               binaries=self.binaries).start()
         self.admin_kubeconfig = self.cp.kubeconfig
         self.cp.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
         if self.edgewatch:
@@ -183,7 +198,9 @@ class PlaygroundCluster:
         (there is no key to create: each agent makes its own, see ``edgewatch.core.identity``)."""
         assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
         sc = self.scenario
-        coordinators = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
+        coordinators: dict[str, str] = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
+        if self.coordinator_pods:  # edgewatch runs them: one ConfigMap line per pool, as an operator writes
+            coordinators = {p.name: AUTO for p in sc.topology.pools if p.coordinator}
         config = {"grouping": "on" if sc.topology.grouping else "off", "groupLabel": POOL_LABEL,
                   "coverLabel": POOL_LABEL,
                   "poolCoordinators": yaml.safe_dump(coordinators) if coordinators else ""}
@@ -239,7 +256,9 @@ class PlaygroundCluster:
         argv = [sys.executable, "-m", "edgewatch_lab.testing.kubeletsim", "--kubeconfig", str(self.admin_kubeconfig),
                 "--node", name, "--address", node.address, "--index", str(node.index),
                 "--label", f"topology.kubernetes.io/zone={pool}",
-                "--run-image", EDGEWATCH_IMAGE, "--node-root", str(node.root)]
+                "--run-image", EDGEWATCH_IMAGE, "--node-root", str(node.root),
+                # the real image carries etcd (the pool coordinator pods run it): so does the lab's
+                "--image-bin-dir", str((self.binaries or ensure_binaries()).etcd.parent)]
         if node.covered:
             argv += ["--label", f"{POOL_LABEL}={pool}"]
         if (node.root / "clock").is_dir():

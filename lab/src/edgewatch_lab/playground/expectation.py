@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 if TYPE_CHECKING:
     from edgewatch_lab.playground.scenario import Scenario
 
-__all__ = ["BASELINE_STATES", "CHECK_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
+__all__ = ["BASELINE_STATES", "CHECK_KEYS", "COORDINATOR_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
            "StrictModel"]
 
 #: Node states in edgewatch runs (the controller's ``edgewatch.io/state`` annotation).
@@ -94,7 +94,10 @@ CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
     "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
     "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
+    "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s",
 )
+#: The keys judged on a pool's coordinator after each ``kill-coordinator`` (``pool`` targets only).
+COORDINATOR_KEYS: Final = ("coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s")
 
 
 class Expectation(StrictModel):
@@ -132,6 +135,19 @@ class Expectation(StrictModel):
     #: After every kill, the Service's ready endpoints on live nodes are back to their count before
     #: the kill within this many seconds.
     replaced_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: Which of the targeted nodes the entry is about, known only at run time: True = those killed
+    #: during the run (e.g. the node the coordinator pod ran on), False = those never killed.
+    killed: StrictBool | None = None
+    #: After every ``kill-coordinator`` of the pool, its coordinator pod is Ready on another node
+    #: within this many seconds (``coordinators: pods``).
+    coordinator_moved_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: After every ``kill-coordinator`` of the pool, a live node of the pool leads it within this
+    #: many seconds (what the agents publish: their ``EdgePoolCoordinator`` Node condition).
+    led_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: After every ``kill-coordinator`` of the pool, every live node of the pool serves its pool
+    #: cache from the coordinator again within this many seconds (the agents' metric
+    #: ``edgewatch_poolcache_source``).
+    cache_from_coordinator_within_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -139,6 +155,9 @@ class Expectation(StrictModel):
             raise ValueError("give exactly one of 'pool' or 'nodes'")
         if self.nodes is not None and len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"nodes: a node is listed twice: {self.nodes}")
+        coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(self, k) is not None]
+        if coordinator_keys and self.pool is None:
+            raise ValueError(f"{', '.join(coordinator_keys)}: give the pool (its coordinator), not nodes")
         if not self.checks():
             raise ValueError(f"nothing to check: give at least one of {', '.join(CHECK_KEYS)}")
         if self.state_at_end is not None:
@@ -156,6 +175,7 @@ class Expectation(StrictModel):
         return [k for k in CHECK_KEYS if getattr(self, k) is not None]
 
     def target_nodes(self, scenario: Scenario) -> list[str]:
+        """The nodes named by ``pool`` / ``nodes`` (before the run-time ``killed`` filter)."""
         return scenario.nodes_of(self.pool) if self.pool is not None else list(self.nodes or [])
 
     def comparison(self, key: str) -> Comparison:

@@ -36,6 +36,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgewatch_lab.playground.coordinators import CoordinatorSeries, coordinator_recoveries
 
 __all__ = [
     "NodeRecord",
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
-               "pool_scope_cloud", "live_ready", "node_costs")
+               "pool_scope_cloud", "live_ready", "node_costs", "coordinators")
 
 
 def round_s(x: float) -> float:
@@ -193,6 +194,8 @@ class Recording:
     #: core), "rss_mib", "ready_s" / "agent_ready_s" (real nodes: seconds from start to Node
     #: Ready / agent pod Ready)}``.
     node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each coordinator pool's coordinator over the run (``edgewatch_lab.playground.coordinators``).
+    coordinators: dict[str, CoordinatorSeries] = field(default_factory=dict)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -225,6 +228,8 @@ class Recording:
             nodes[name] = NodeRecord(**rec)
         data = dict(data)
         data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
+        data["coordinators"] = {pool: CoordinatorSeries(**{k: [list(r) for r in v] for k, v in series.items()})
+                                for pool, series in data.get("coordinators", {}).items()}
         return cls(**{**data, "nodes": nodes})
 
 
@@ -270,7 +275,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
     [[t, "key:effect", "added"|"removed"]], and ``kills`` [{t, revived_at, pods}] - every down interval
     with the pods bound at the kill (null: unknown)), and ``summary`` (``evictions_on_live_nodes``,
     ``endpoint_removals_on_live_nodes``, ``killed_nodes_not_evicted``, ``max_detection_s``,
-    ``max_eviction_s``, ``undetected``; see the module docstring).
+    ``max_eviction_s``, ``undetected``; see the module docstring), and ``coordinators`` (per pool
+    with a coordinator: its series and ``recoveries``, ``edgewatch_lab.playground.coordinators``).
     """
     ended_at = recording.ended_at if recording.ended_at is not None else _last_time(recording)
     faults = sorted((dict(f) for f in recording.faults), key=lambda f: float(f["t"]))
@@ -317,6 +323,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "pool_scope_cloud": dict(recording.pool_scope_cloud),
         "live_ready": [[t, n] for t, n in sorted(recording.live_ready, key=lambda x: x[0])],
         "node_costs": {k: dict(v) for k, v in recording.node_costs.items()},
+        "coordinators": {pool: {**asdict(series), "recoveries": coordinator_recoveries(
+            asdict(series), faults, pool=pool, end=ended_at)} for pool, series in sorted(recording.coordinators.items())},
     }
     report["summary"] = _summarize(report)
     return report

@@ -4,6 +4,13 @@ faults while recording what the API shows, then stop everything and write the re
 ``run_scenario`` is what ``edgewatch playground run`` calls; it returns the report (a dict, see
 ``edgewatch_lab.playground.report.build_report``) and the expectation results.
 
+Pool coordinators with ``coordinators: pods`` (as shipped): before t=0 the runner also waits for
+each coordinator pod Ready, published and the pool led; ``kill-coordinator`` kills the node the pod
+is bound to (found through the API) as ``kill`` does, ``revive-coordinator`` waits (at most
+``REVIVE_COORDINATOR_WAIT_S``) for the Deployment's pod Ready on another node, and ``kill-leader``
+finds the leader in what the agents publish. Each coordinator pool is recorded throughout
+(``coordinatorwatch``).
+
 Limits: times are seconds from the scenario's start (t=0 once every pod is a ready endpoint and,
 with edgewatch, every node has a published verdict); a step runs as close to its ``at`` as the
 previous step's duration allows (a kill waits for the processes to die, well under a second).
@@ -21,15 +28,23 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from edgewatch.names import EDGE_CONDITION_TYPE
+from edgewatch.kube.errors import API_ERRORS
+from edgewatch.names import EDGE_CONDITION_TYPE, POOL_COORDINATORS_CONFIGMAP, ROLE_CONDITION_TYPE
 from edgewatch_lab.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch_lab.playground.identities import read_identities
+from edgewatch_lab.playground.coordinators import leader_from_conditions, newest_placement
+from edgewatch_lab.playground.coordinatorwatch import (
+    CoordinatorWatch,
+    coordinator_node,
+    coordinator_pods,
+    wait_coordinator_ready,
+)
 from edgewatch_lab.playground.observer import Observer
 from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
@@ -41,6 +56,13 @@ from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
 from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
 
 log = logging.getLogger(__name__)
+
+#: The values of a topology's ``coordinators`` (and of ``run_scenario``'s ``coordinator_mode``).
+COORDINATOR_MODES = ("process", "pods")
+
+#: The longest a ``revive-coordinator`` step waits for the rescheduled coordinator pod
+#: (``coordinators: pods``), seconds; the next steps wait with it.
+REVIVE_COORDINATOR_WAIT_S = 120.0
 
 STATE_STYLE = {"normal": "green", "disconnected": "yellow", "failed": "red", "unknown": "magenta",
                "not_ready": "dark_orange"}
@@ -71,13 +93,31 @@ def _targets(step: Any, scenario: Scenario) -> list[str]:
     return []
 
 
-async def _leader_of(cluster: PlaygroundCluster, pool: str) -> str | None:
-    """The node whose agent leads ``pool`` (read from the pool's coordinator: the candidacy with
-    the lowest create revision, ``edgewatch.poolkeys.leader_of``)."""
+async def _published_leader(cluster: PlaygroundCluster, client: AsyncClient, pool: str) -> str | None:
+    """The node leading ``pool`` as its live agents publish it (their ``EdgePoolCoordinator`` Node
+    conditions, ``coordinators.leader_from_conditions``): what the lab can read once the
+    coordinator admits only the pool's nodes (``coordinators: pods``)."""
+    lab = cluster.lab
+    members = cluster.scenario.nodes_of(pool)
+    alive = [n for n in members if lab is None or not lab.faults(n).killed]
+    messages: dict[str, str | None] = {}
+    async for node in client.list(Node):
+        if node.metadata.name in members and node.status is not None:
+            cond = next((c for c in node.status.conditions or [] if c.type == ROLE_CONDITION_TYPE), None)
+            messages[node.metadata.name] = cond.message if cond is not None else None
+    return leader_from_conditions(messages, alive=alive)
+
+
+async def _leader_of(cluster: PlaygroundCluster, pool: str, client: AsyncClient | None = None) -> str | None:
+    """The node whose agent leads ``pool``: with ``coordinators: pods`` as the agents publish it
+    (:func:`_published_leader`); else read from the lab's etcd (the candidacy with the lowest
+    create revision, ``edgewatch.poolkeys.leader_of``)."""
     import aetcd
 
     from edgewatch.poolkeys import Candidate, PoolKeys, leader_of
 
+    if cluster.coordinator_pods and client is not None:
+        return await _published_leader(cluster, client, pool)
     etcd = cluster.coordinators.get(pool)
     if etcd is None:
         return None
@@ -114,6 +154,11 @@ class ScenarioPlayer:
         #: Real nodes: monotonic time the Node was first seen Ready / its agent pod Ready.
         self._ready_at: dict[str, float] = {}
         self._agent_ready_at: dict[str, float] = {}
+        #: Pools with a coordinator (edgewatch runs), watched during the run.
+        self.coordinator_pools = {p.name: p.node_names() for p in scenario.topology.pools
+                                  if p.coordinator and cluster.edgewatch}
+        #: ``coordinators: pods``: the node each pool's last kill-coordinator killed.
+        self._coordinator_killed: dict[str, str] = {}
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -171,8 +216,29 @@ class ScenarioPlayer:
                 return healthy == len(self.scenario.node_names())  # covered nodes only
 
             await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
+            if self.cluster.coordinator_pods and self.coordinator_pools:
+                await self._coordinators_running(timeout_s=180 + slack)
         if self.proxies.nodes or self.proxies.dns_nodes:
             await self.proxies.start(timeout_s=120 + slack)
+
+    async def _coordinators_running(self, *, timeout_s: float) -> None:
+        """``coordinators: pods``: wait until each coordinator pool's pod is Ready, published in
+        the discovery ConfigMap, and its agents publish a leader."""
+        for pool in self.coordinator_pools:
+            async def running(pool: str = pool) -> bool:
+                try:
+                    _node, ready = newest_placement(await coordinator_pods(
+                        self.client, namespace=EDGEWATCH_NAMESPACE, pool=pool))
+                    if not ready:
+                        return False
+                    cm = await self.client.get(ConfigMap, POOL_COORDINATORS_CONFIGMAP, namespace=EDGEWATCH_NAMESPACE)
+                    return bool((cm.data or {}).get(pool)) and await _published_leader(
+                        self.cluster, self.client, pool) is not None
+                except API_ERRORS:  # not there yet, or a slow answer: look again
+                    return False
+
+            await wait_for(running, timeout_s=timeout_s,
+                           what=f"pool {pool}'s coordinator pod Ready and published, and a leader elected")
 
     async def play(self) -> Recording:
         """Run the steps on time while the observer records; returns the recording."""
@@ -188,6 +254,8 @@ class ScenarioPlayer:
             tg.create_task(self._observe(stop))
             if self.proxies.nodes or self.proxies.dns_nodes:
                 tg.create_task(self._observe_proxies(stop))
+            if self.coordinator_pools:
+                tg.create_task(self._observe_coordinators(stop))
             display = tg.create_task(self._display(stop)) if self.live else None
             try:
                 for step in self.scenario.steps:
@@ -233,6 +301,30 @@ class ScenarioPlayer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
 
+    async def _observe_coordinators(self, stop: asyncio.Event) -> None:
+        """Record each coordinator pool's coordinator about once a second (``CoordinatorWatch``)."""
+        assert self.observer is not None
+        lab = self.cluster.lab
+        assert lab is not None
+
+        def reachable(node: str) -> bool:
+            faults = lab.faults(node)
+            return not faults.killed and not faults.cloud_cut
+
+        watch = CoordinatorWatch(client=self.client, namespace=EDGEWATCH_NAMESPACE, pools=self.coordinator_pools,
+                                 addresses={n: v.address for n, v in self.cluster.nodes.items()}, reachable=reachable)
+        self.recording.coordinators = watch.series
+        try:
+            while not stop.is_set():
+                try:
+                    await watch.poll(self.observer.now())
+                except Exception:  # noqa: BLE001 - a look that failed must not end the run
+                    log.exception("watching the pool coordinators failed once")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            await watch.close()
+
     async def _observe(self, stop: asyncio.Event) -> None:
         assert self.observer is not None
         while not stop.is_set():
@@ -263,13 +355,25 @@ class ScenarioPlayer:
             fault.update(nodes=targets, percent=step.percent)
         elif action in ("kill", "kill-leader"):
             node = step.node if action == "kill" else await self._leader_or_first(step.pool)
-            pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
-            before = cluster.container_count(node)
-            await loop.run_in_executor(None, cluster.kill_node, node)
-            self.recording.nodes[node].record_kill(t, pods=pods)
-            if before is not None:
-                self.recording.nodes[node].containers_at_kill[t] = [before, cluster.container_count(node) or 0]
+            await self._kill(node, t)
             fault["node"] = node
+        elif action == "kill-coordinator" and cluster.coordinator_pods:
+            # as shipped, the coordinator is a pod: the node it runs on dies
+            node = None
+            for _ in range(3):  # bounded: each look is one API call with the client's timeout
+                with contextlib.suppress(*API_ERRORS):
+                    node = await coordinator_node(self.client, namespace=EDGEWATCH_NAMESPACE, pool=step.pool)
+                    break
+            if node is not None and not lab.faults(node).killed:
+                await self._kill(node, t)
+                self._coordinator_killed[step.pool] = node
+            fault.update(pool=step.pool, node=node)
+        elif action == "revive-coordinator" and cluster.coordinator_pods:
+            # nothing to start: wait (bounded) for the Deployment's pod Ready on another node
+            node, waited = await wait_coordinator_ready(
+                self.client, namespace=EDGEWATCH_NAMESPACE, pool=step.pool,
+                not_on=self._coordinator_killed.get(step.pool), timeout_s=REVIVE_COORDINATOR_WAIT_S)
+            fault.update(pool=step.pool, node=node, waited_s=round(waited, 1))
         elif action == "revive":
             await loop.run_in_executor(None, cluster.revive_node, step.node)
             self.recording.nodes[step.node].record_revive(t)
@@ -298,11 +402,21 @@ class ScenarioPlayer:
         self.recording.faults.append(fault)
         log.info("t=%.1f %s %s", t, action, {k: v for k, v in fault.items() if k not in ("t", "action")})
 
+    async def _kill(self, node: str, t: float) -> None:
+        """Kill ``node`` (its machine dies) and record it with the pods bound to it."""
+        cluster = self.cluster
+        pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
+        before = cluster.container_count(node)
+        await asyncio.get_running_loop().run_in_executor(None, cluster.kill_node, node)
+        self.recording.nodes[node].record_kill(t, pods=pods)
+        if before is not None:
+            self.recording.nodes[node].containers_at_kill[t] = [before, cluster.container_count(node) or 0]
+
     async def _leader_or_first(self, pool: str) -> str:
         """The pool's leader. Without one (baseline, or none elected) the pool's last node that is
         neither killed nor cut from the cloud — the node a leader would be — deterministic."""
         with contextlib.suppress(Exception):
-            leader = await _leader_of(self.cluster, pool)
+            leader = await _leader_of(self.cluster, pool, self.client)
             if leader:
                 return leader
         lab = self.cluster.lab
@@ -359,12 +473,26 @@ async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Co
             await client.close()
 
 
+def with_coordinator_mode(scenario: Scenario, mode: str | None) -> Scenario:
+    """``scenario`` with its topology's ``coordinators`` set to ``mode`` (``process`` or ``pods``;
+    None: unchanged). Raises ValueError for another mode."""
+    if mode is None or mode == scenario.topology.coordinators:
+        return scenario
+    if mode not in COORDINATOR_MODES:
+        raise ValueError(f"coordinator mode must be one of {', '.join(COORDINATOR_MODES)}, got {mode!r}")
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    data["topology"]["coordinators"] = mode
+    return Scenario.model_validate(data)
+
+
 def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
                  keep_logs: bool = False, binaries: Binaries | None = None,
-                 install_method: str = "kustomize") -> RunResult:
+                 install_method: str = "kustomize", coordinator_mode: str | None = None) -> RunResult:
     """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
     default to ``ensure_binaries()``; ``install_method`` is how edgewatch is installed
-    (``install.METHODS``: the kustomize base or the Helm chart)."""
+    (``install.METHODS``: the kustomize base or the Helm chart); ``coordinator_mode`` (``process``
+    or ``pods``) overrides the topology's ``coordinators``."""
+    scenario = with_coordinator_mode(scenario, coordinator_mode)
     kind = "stock Kubernetes" if baseline else "edgewatch"
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
         cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries,
@@ -385,4 +513,4 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     return RunResult(report=report, expectations=expectations, logs=logs, install=dict(cluster.installed))
 
 
-__all__ = ["RunResult", "ScenarioPlayer", "run_scenario", "ApiError"]
+__all__ = ["COORDINATOR_MODES", "RunResult", "ScenarioPlayer", "run_scenario", "with_coordinator_mode", "ApiError"]

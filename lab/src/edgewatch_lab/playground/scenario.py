@@ -12,6 +12,9 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
                                                         # kubelet, containerd and runc; the rest simulated)
       grouping: false
       cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
+      coordinators: process # how pools with coordinator: true get it: process = an etcd the lab runs
+                            # on a host of its own; pods = as shipped (poolCoordinators {pool: auto}:
+                            # the controller's Deployment, a pod on one of the pool's nodes)
     timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
     steps:                                   # times are seconds from the scenario's start
       - {at: 10, action: cut-cloud, pool: a}                 # or nodes: [a-1, a-2]
@@ -22,8 +25,9 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 170, action: revive, node: a-2}               # kill/revive also cloud-2..cloud-N
       - {at: 175, action: skew, node: a-4, seconds: -40}     # a-4's clock (kubelet, agent) 40 s slow; 0 ends it
       - {at: 180, action: kill-leader, pool: a}              # pools with coordinator: true only
-      - {at: 185, action: kill-coordinator, pool: a}         # pools with coordinator: true only
-      - {at: 190, action: revive-coordinator, pool: a}
+      - {at: 185, action: kill-coordinator, pool: a}         # pools with coordinator: true only;
+                                                             # coordinators: pods kills the node its pod runs on
+      - {at: 190, action: revive-coordinator, pool: a}       # pods: waits for the rescheduled pod Ready
       - {at: 195, action: restart-controller}
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
       - {at: 200, action: heal}                              # ends every cut, split and loss
@@ -62,6 +66,16 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   containers were running and none survived the kill;
 * ``replaced_within_s``: after every kill of the node, the sample Service had again as many ready
   endpoints on live nodes as just before the kill within this many seconds;
+* ``killed``: true = the entry is about those of its targets killed during the run (kill,
+  kill-leader, kill-coordinator with ``coordinators: pods``), false = about those never killed;
+  which nodes those are is known only at run time (a target set left empty fails every check);
+* ``coordinator_moved_within_s`` (``coordinators: pods``): after every ``kill-coordinator`` of the
+  pool, its coordinator pod is Ready on another node within this many seconds;
+* ``led_within_s``: after every ``kill-coordinator`` of the pool, a live node of the pool leads it
+  (the agents' ``EdgePoolCoordinator`` Node condition) within this many seconds;
+* ``cache_from_coordinator_within_s``: after every ``kill-coordinator`` of the pool, every live node
+  of the pool serves its pool cache from the coordinator (the agents' ``edgewatch_poolcache_source``
+  metric) within this many seconds; these three take ``pool``, not ``nodes``;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -89,7 +103,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import (
@@ -120,6 +134,7 @@ from edgewatch_lab.playground.steps import (
 )
 from edgewatch_lab.playground.expectation import (
     BASELINE_STATES,
+    COORDINATOR_KEYS,
     EDGEWATCH_STATES,
     Comparison,
     Expectation,
@@ -237,6 +252,10 @@ class Topology(_Model):
     #: Cloud nodes ``cloud-1..cloud-N`` (zone ``cloud``, no agent): cloud-1 is the tainted
     #: control-plane node, the others ordinary workers. Real clusters have at least the first.
     cloud_nodes: Annotated[int, Field(ge=1, le=20)] = 1
+    #: How the pools with ``coordinator: true`` get it: ``process`` (an etcd the lab runs on a host
+    #: of its own, named in ``poolCoordinators``) or ``pods`` (as shipped: ``{pool: auto}``, the
+    #: controller's Deployment, its pod scheduled onto one of the pool's nodes).
+    coordinators: Literal["process", "pods"] = "process"
 
     def cloud_node_names(self) -> list[str]:
         """``cloud-1`` .. ``cloud-<cloud_nodes>``."""
@@ -449,6 +468,14 @@ class Scenario(_Model):
                 if without:
                     problems.append(f"expect[{i}]: coredns checks on {', '.join(without)}, which run no "
                                     "CoreDNS (list them in the pool's coredns)")
+            coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(e, k) is not None]
+            if coordinator_keys and e.pool in pools and not pools[e.pool].coordinator:
+                problems.append(f"expect[{i}]: {', '.join(coordinator_keys)} on pool {e.pool!r}, which has no "
+                                "coordinator (set coordinator: true)")
+            elif (e.coordinator_moved_within_s is not None and e.pool in pools
+                  and self.topology.coordinators != "pods"):
+                problems.append(f"expect[{i}]: coordinator_moved_within_s needs coordinators: pods in the "
+                                "topology (a lab process does not move)")
             if not unknown and e.containers_stopped is not None and (e.pool in pools or e.nodes):
                 simulated = [n for n in e.target_nodes(self) if not self.is_real(n)]
                 if simulated:

@@ -55,6 +55,7 @@ from edgewatch_lab.testing.podsetup import (
     IMAGE_UID,
     LIBFAKETIME,
     ContainerSetup,
+    container_path,
 )
 from edgewatch_lab.testing.podspec import (
     BACKOFF_MAX_S,
@@ -71,7 +72,7 @@ from edgewatch_lab.testing.podspec import (
 
 __all__ = [
     "BACKOFF_MAX_S", "BACKOFF_START_S", "CLOCK_MOUNT", "IMAGE_ENTRYPOINT", "IMAGE_GID", "IMAGE_UID",
-    "LIBFAKETIME", "SETUP_RETRY_S", "PodRunner", "PodRunnerConfig", "PodSetupError", "expand",
+    "LIBFAKETIME", "SETUP_RETRY_S", "PodRunner", "PodRunnerConfig", "PodSetupError", "container_path", "expand",
     "field_value", "file_mode", "format_rfc3339", "read_clock_offset", "restart_delay", "runs_here",
     "write_clock_offset",
 ]
@@ -98,6 +99,9 @@ class PodRunnerConfig:
         apiserver_host, apiserver_port: what ``KUBERNETES_SERVICE_HOST``/``PORT`` say.
         clock_dir: folder holding the node's ``faketime`` file, or None (true clock).
         probe_timeout_cap_s: longest probe timeout, seconds.
+        image_bin_dirs: folders of the image's own programs besides edgewatch (the real image
+            carries etcd in /usr/local/bin): put first on the containers' PATH and made visible to
+            them like the rest of the "image".
     """
 
     node_name: str
@@ -108,6 +112,7 @@ class PodRunnerConfig:
     apiserver_port: int
     clock_dir: Path | None = None
     probe_timeout_cap_s: float = 5.0
+    image_bin_dirs: tuple[str, ...] = ()
 
 
 @dataclass

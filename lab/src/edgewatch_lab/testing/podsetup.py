@@ -11,7 +11,8 @@ expansion, ``fieldRef``, Secret and ConfigMap keys, ``KUBERNETES_SERVICE_*``, an
 variables when the node's clock is skewed.
 
 Limits: no subPath, no token refresh, no ``resourceFieldRef``; the "image" is the host's Python and
-edgewatch (``IMAGE_*`` are the Dockerfile's user and entrypoint).
+edgewatch (``IMAGE_*`` are the Dockerfile's user and entrypoint), plus the folders of
+``PodRunnerConfig.image_bin_dirs`` (etcd, which the real image carries), first on ``PATH``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ IMAGE_GID = 65532
 IMAGE_ENTRYPOINT = ("edgewatch",)
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 CLOCK_MOUNT = "/run/edgewatch-lab-clock"
+IMAGE_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+
+
+def container_path(image_bin_dirs: tuple[str, ...] | list[str] = ()) -> str:
+    """A container's ``PATH``: the image's extra program folders (``PodRunnerConfig.image_bin_dirs``,
+    e.g. etcd's, which the real image has in /usr/local/bin) first, then the image's usual ones."""
+    dirs = [d for d in image_bin_dirs if d] + [d for d in IMAGE_PATH if d not in image_bin_dirs]
+    return ":".join(dict.fromkeys(dirs))
 
 
 def _write(path: Path, data: bytes, *, mode: int, fs_group: int | None) -> None:
@@ -150,7 +159,7 @@ class ContainerSetup:
 
     async def _env(self, p: _Pod, c: dict[str, Any]) -> dict[str, str]:
         meta = p.pod["metadata"]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOSTNAME": self.config.node_name,
+        env = {"PATH": container_path(self.config.image_bin_dirs), "HOSTNAME": self.config.node_name,
                "HOME": "/tmp",
                "KUBERNETES_SERVICE_HOST": self.config.apiserver_host,
                "KUBERNETES_SERVICE_PORT": str(self.config.apiserver_port),
@@ -197,5 +206,6 @@ class ContainerSetup:
         src = str(Path(edgewatch.__file__).resolve().parent.parent)
         overlay = self.pod_dir(p) / "overlay" / spec["name"]
         return {"argv": command + args, "env": env, "mounts": mounts, "uid": uid, "gid": gid, "groups": groups,
-                "image_paths": [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), src],
+                "image_paths": [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), src,
+                                *self.config.image_bin_dirs],
                 "overlay_dir": str(overlay), "workdir": spec.get("workingDir") or "/"}
