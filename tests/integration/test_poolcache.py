@@ -379,3 +379,51 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     # Outside our namespace too: the same objects at the same resourceVersions at the start.
     assert {e[1:] for e in _events(cached.decode()) if e[0] == "ADDED" and e[1] != ns} == {
         e[1:] for e in _events(direct.decode()) if e[0] == "ADDED" and e[1] != ns}
+
+
+async def test_a_coordinator_that_moved_is_followed_even_with_the_same_leader(kube: AsyncClient, etcd: EtcdServer,
+                                                                              binaries: Binaries, tmp_path: Path,
+                                                                              namespace: str) -> None:
+    """The coordinator's pod moved to another node (a new, empty etcd at another address) and the
+    same node leads again: its area has the same name, but the feed must leave the dead etcd's
+    connection for the new one (found by the coordinator-pod scenario: a 30 s stale cache)."""
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/nodes/n-1/"
+    keys = CacheKeys(prefix, SERVICES)
+
+    def service(name: str, rv: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace,
+                                                                     "resourceVersion": rv}, "spec": {}}
+
+    second = EtcdServer(binary=binaries.etcd, data_dir=tmp_path / "etcd2")
+    await asyncio.to_thread(second.start)
+    try:
+        for server, name, rv in ((etcd, "old", "7"), (second, "new", "8")):
+            client = _client(server)
+            await client.put(keys.object_key(namespace, name), encode_object(service(name, rv)))
+            await client.put(keys.rv, rv.encode())
+            await client.close()
+        current = [_Coordinator(etcd, prefix)]
+        cache = ResourceCache(SERVICES)
+        node = NodePoolCache(caches={SERVICES: cache}, http=http_client_of(kube), coordinator=lambda: current[0],
+                             cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
+
+        def names() -> list[str]:
+            try:
+                objects, _ = cache.list(namespace=namespace, label_selector=None, field_selector=None,
+                                        resource_version=None, resource_version_match=None)
+            except Exception:  # noqa: BLE001 - not filled yet
+                return []
+            return [o["metadata"]["name"] for o in objects]
+
+        task = asyncio.create_task(node.run())
+        try:
+            await wait_until(lambda: names() == ["old"], timeout_s=15, what="the first coordinator's cache")
+            current[0] = _Coordinator(second, prefix)  # same leader, same area name, another etcd
+            await wait_until(lambda: names() == ["new"], timeout_s=15, what="the moved coordinator's cache")
+            assert node.source is Source.COORDINATOR
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await asyncio.to_thread(second.cleanup)

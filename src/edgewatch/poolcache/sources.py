@@ -177,6 +177,7 @@ class NodePoolCache:
         self.history: list[tuple[float, Source]] = []
         self._ready_seen = 0.0
         self._feed_prefix: str | None = None  # the leader's area the coordinator feed reads
+        self._feed_view: CoordinatorView | None = None  # the coordinator it reads it from
 
     def _choose(self) -> Source:
         coordinator = self._coordinator()
@@ -207,27 +208,30 @@ class NodePoolCache:
 
     async def run(self) -> None:
         """Choose the source every ``poll_s`` and run its feed; until cancelled. The coordinator
-        feed follows the current leader's area, and moves to a new leader's only once that leader
-        is synced (Ready): until then the old leader's last state is served, never a half-written
-        one."""
+        feed follows the current coordinator and its leader's area, and moves to a new one (a
+        coordinator at another address, or a new leader) only once it is synced (Ready): until
+        then the last state is served, never a half-written one."""
         if not self.caches:
             return
         feed: asyncio.Task[None] | None = None
         try:
             while True:
                 wanted = self._choose()
-                prefix = self._coordinator_prefix() if wanted is Source.COORDINATOR else None
-                moved = wanted is Source.COORDINATOR and prefix is not None and prefix != self._feed_prefix
+                view, prefix = self._coordinator_target() if wanted is Source.COORDINATOR else (None, None)
+                moved = (wanted is Source.COORDINATOR and prefix is not None
+                         and (prefix != self._feed_prefix or view is not self._feed_view))
                 if feed is None or wanted is not self.source or moved:
                     if feed is not None:
                         feed.cancel()
                         await asyncio.wait({feed})
                     if moved and self.source is Source.COORDINATOR and self._feed_prefix is not None:
-                        log.info("pool cache: following the new pool leader's cache",
-                                 extra={"from": self._feed_prefix, "to": prefix})
+                        log.info("pool cache: following the pool coordinator's new leader or address",
+                                 extra={"from": self._feed_prefix, "to": prefix,
+                                        "new_coordinator": view is not self._feed_view})
                     self._set_source(wanted)
-                    self._feed_prefix = prefix if wanted is Source.COORDINATOR else None
-                    feed = asyncio.create_task(self._feed(wanted, self._feed_prefix),
+                    on_coordinator = wanted is Source.COORDINATOR
+                    self._feed_view, self._feed_prefix = (view, prefix) if on_coordinator else (None, None)
+                    feed = asyncio.create_task(self._feed(wanted, self._feed_view, self._feed_prefix),
                                                name=f"pool-cache-feed-{wanted.value}")
                 await asyncio.sleep(self.config.poll_s)
         finally:
@@ -235,13 +239,14 @@ class NodePoolCache:
                 feed.cancel()
                 await asyncio.wait({feed})
 
-    def _coordinator_prefix(self) -> str | None:
-        """The area to read while on the coordinator: the leader's once it is Ready, else the one
-        being read (None: none yet)."""
+    def _coordinator_target(self) -> tuple[CoordinatorView | None, str | None]:
+        """What to read while on the coordinator: the current coordinator and its leader's area
+        once it is Ready, else what is being read (a coordinator that moved to another address
+        is a new object: its feed must not stay on the old one's connection)."""
         coordinator = self._coordinator()
         if coordinator is not None and coordinator.ready and coordinator.cache_prefix is not None:
-            return coordinator.cache_prefix
-        return self._feed_prefix
+            return coordinator, coordinator.cache_prefix
+        return self._feed_view, self._feed_prefix
 
     # -- feeds ---------------------------------------------------------------------------------------
 
@@ -263,10 +268,10 @@ class NodePoolCache:
                 cache.bookmark(event.resource_version)
         return sink
 
-    async def _feed(self, source: Source, prefix: str | None) -> None:
+    async def _feed(self, source: Source, view: CoordinatorView | None, prefix: str | None) -> None:
         """Run ``source``'s feeds (one per resource; the coordinator's read the leader's area
-        ``prefix``) until cancelled; retry after any failure."""
-        if source is Source.LAST_KNOWN or (source is Source.COORDINATOR and prefix is None):
+        ``prefix`` of the coordinator ``view``) until cancelled; retry after any failure."""
+        if source is Source.LAST_KNOWN or (source is Source.COORDINATOR and (prefix is None or view is None)):
             return
         attempt = 0
         while True:
@@ -277,11 +282,8 @@ class NodePoolCache:
                 if source is Source.CLOUD:
                     await apart(self._cloud_feeds(), name=f"poolcache-{source.value}-feeds")
                 else:
-                    coordinator = self._coordinator()
-                    if coordinator is None:
-                        return
-                    await apart(self._coordinator_feeds(coordinator, prefix or ""),
-                                name=f"poolcache-{source.value}-feeds")
+                    assert view is not None and prefix is not None
+                    await apart(self._coordinator_feeds(view, prefix), name=f"poolcache-{source.value}-feeds")
             except Exception as exc:  # noqa: BLE001 - any failure: retry while still the source
                 leaf = exc
                 while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
