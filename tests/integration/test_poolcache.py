@@ -333,7 +333,8 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
                              sync_key=prefix.encode() + b"sync",
                              node="n-1", metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
-    node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: _Coordinator(etcd, prefix),
+    coordinator = _Coordinator(etcd, prefix)  # one object, as the agent's runner keeps one per session target
+    node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: coordinator,
                          cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
     ssl_ctx, cert = self_signed_tls(dir=tmp_path / "tls")
     runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry(),

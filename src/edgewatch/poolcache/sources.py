@@ -98,7 +98,9 @@ def choose_source(*, current: Source, coordinator_ready: bool, coordinator_healt
 
 
 class CoordinatorView(Protocol):
-    """What the node cache needs of the pool coordinator (``edgewatch.agent.coordinator``)."""
+    """What the node cache needs of the pool coordinator (``edgewatch.agent.coordinator``). One
+    object per coordinator session target (the agent's runner keeps one until the URL, pool or
+    trust changes): a different object is a different coordinator, whose feed starts anew."""
 
     @property
     def cache_prefix(self) -> str | None:
