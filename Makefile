@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom
+.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom e2e-coordinator-pod
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -131,3 +131,7 @@ clean-lab: setup
 # The image's SBOMs, one per platform (CycloneDX JSON, by cyclonedx-py from the image's own Python packages; edgewatch_lab.testing.sbom), written next to the image archive and checked against pyproject.toml's pins; prints their paths.
 sbom: setup node-binaries
 	@archive="$$($(PY) -m edgewatch_lab.testing.images --platforms $(IMAGE_PLATFORMS) --pause "$$(bash hack/binaries/build-node.sh 2>/dev/null)/pause" | head -n1)" && [ -n "$$archive" ] && $(PY) -m edgewatch_lab.testing.sbom "$$archive"
+
+# The coordinator-pod scenario (pool coordinator as a pod, its node killed), apart from make test for now (see tests/e2e/test_scenarios.py).
+e2e-coordinator-pod: setup binaries node-binaries
+	EDGEWATCH_E2E_ONLY=coordinator-pod $(VENV)/bin/pytest tests/e2e -k coordinator-pod
