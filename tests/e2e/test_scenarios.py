@@ -19,7 +19,6 @@ without another run; its run asserts the release was deployed and its record Sec
 
 from __future__ import annotations
 
-
 import io
 import os
 
