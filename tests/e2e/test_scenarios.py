@@ -30,6 +30,8 @@ from edgewatch_lab.playground.scenario import builtin_scenarios, load_scenario
 
 AGENT_SA = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
+#: The pool coordinator's pod (``coordinators: pods``): its own ServiceAccount, to request its certificate.
+COORDINATOR_SA = "system:serviceaccount:edgewatch:edgewatch-coordinator"
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
@@ -47,13 +49,8 @@ def _expected_cost_s(name: str) -> float:
     return scenario.end_time + (90.0 if scenario.real_node_names() else 0.0) + 3.0 * max(0, nodes - 6)
 
 
-#: Run by their own make target, not by ``make test``: ``coordinator-pod`` passed alone but failed
-#: twice beside another scenario on a 2-core machine (the first time a real pool-cache bug, fixed;
-#: the second not yet understood): ``make e2e-coordinator-pod`` until it is.
-OWN_TARGET = frozenset({"coordinator-pod"})
-
 RUNS = [(name, False) for name in sorted(builtin_scenarios(), key=lambda n: (-_expected_cost_s(n), n))
-        if name not in OWN_TARGET or os.environ.get("EDGEWATCH_E2E_ONLY") == name]
+        if os.environ.get("EDGEWATCH_E2E_ONLY", name) == name]
 
 
 PARAMS = [pytest.param(n, b, id=f"{n}{'-baseline' if b else ''}",
@@ -81,7 +78,10 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
             assert result.install["secret"] == "secret/sh.helm.release.v1.edgewatch.v1", result.install
         ids = result.report["identities"]
         users = {(i["component"], i["username"]) for i in ids}
-        assert users == {("agent", AGENT_SA), ("controller", CONTROLLER_SA)}, f"{name}: identities {ids}"
+        expected = {("agent", AGENT_SA), ("controller", CONTROLLER_SA)}
+        if scenario.topology.coordinators == "pods":
+            expected.add(("pool-coordinator", COORDINATOR_SA))
+        assert users == expected, f"{name}: identities {ids}"
         agent = next(i for i in ids if i["component"] == "agent")
         assert agent["requests"] > 0 and set(agent["node_names"]) <= set(scenario.node_names())
         assert agent["node_names"], "agent tokens carry no node claim (not bound to their pods)"

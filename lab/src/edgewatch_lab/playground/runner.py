@@ -52,7 +52,7 @@ from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.testing.binaries import Binaries
 from edgewatch_lab.testing.kubeletsim import make_client
-from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
+from edgewatch_lab.testing.smoke import create_until_done, ready_endpoints, wait_for
 from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
 
 log = logging.getLogger(__name__)
@@ -182,10 +182,11 @@ class ScenarioPlayer:
         # Start-up work grows with the node count on this one machine (every node's processes start at once).
         slack = 4.0 * len(wanted)
         await wait_for(nodes_schedulable, timeout_s=90 + slack, what="every node Ready and schedulable")
-        await self.client.create(sample_service(namespace=WORKLOAD_NAMESPACE))
+        await create_until_done(self.client, sample_service(namespace=WORKLOAD_NAMESPACE), timeout_s=60)
         if self.proxies.dns_nodes:  # what CoreDNS answers with the pods' addresses
-            await self.client.create(sample_headless_service(namespace=WORKLOAD_NAMESPACE))
-        await self.client.create(sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas))
+            await create_until_done(self.client, sample_headless_service(namespace=WORKLOAD_NAMESPACE), timeout_s=60)
+        await create_until_done(self.client, sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas),
+                                timeout_s=60)
 
         async def serving() -> bool:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import time
 
-from lightkube import AsyncClient
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 from rich.console import Console
@@ -25,17 +26,49 @@ from edgewatch_lab.testing.workload import sample_deployment, sample_service
 async def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.5, what: str):  # type: ignore[no-untyped-def]
     """Poll the async ``predicate`` until it returns a truthy value; return that value.
 
+    A transport error inside ``predicate`` (a request timeout while the one machine is busy
+    starting dozens of nodes) counts as "not yet" and is polled again; it is re-raised only once
+    the deadline has passed, so a dead apiserver still fails the wait with its real cause.
+
     Raises:
         TimeoutError: not true within ``timeout_s`` seconds (the message names ``what``).
+        httpx.TransportError: the last poll's error, when polls were still failing at the deadline.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        value = await predicate()
+        try:
+            value = await predicate()
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(interval_s)
+
+
+async def create_until_done(client: AsyncClient, obj, *, timeout_s: float):  # type: ignore[no-untyped-def]
+    """Create ``obj``, retrying transport errors (timeouts under load) for up to ``timeout_s`` seconds.
+
+    A create whose response was lost may have been applied, so the retry's 409 AlreadyExists
+    counts as done (the lab creates each object under a name of its own, once).
+
+    Raises:
+        httpx.TransportError: still failing at the deadline.
+        lightkube.ApiError: any refusal other than AlreadyExists.
+    """
+    async def attempt() -> bool:
+        try:
+            await client.create(obj)
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+        return True
+
+    what = f"creating {type(obj).__name__} {obj.metadata.name if obj.metadata else ''}"
+    return await wait_for(attempt, timeout_s=timeout_s, interval_s=1.0, what=what)
 
 
 async def ready_endpoints(client: AsyncClient, *, namespace: str, service: str) -> list[str]:
