@@ -345,6 +345,7 @@ async def run_sessions(spec: dict[str, Any]) -> None:
     """N agent sessions (the load); prints a JSON status line when it changes (at most every 0.1 s),
     and restarts every session on a new URL when stdin says ``url <URL>``."""
     from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role
+    from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
     from edgewatch.poolcache.resources import DEFAULT_RESOURCES
     from edgewatch_lab.testing.kubeletsim import make_client
 
@@ -354,11 +355,14 @@ async def run_sessions(spec: dict[str, Any]) -> None:
     nodes: list[dict[str, Any]] = spec["nodes"]
     sessions: dict[str, Any] = {}
     tasks: dict[str, asyncio.Task[None]] = {}
+    published = PublicKeys()  # every session holds the others' published keys, as agents do
+    keyrings = {n["name"]: NodeKeyring(node=n["name"], keys=[NodeKey.generate()], public=published) for n in nodes}
 
     def make(n: dict[str, Any], url: str) -> Any:
         cut = bool(n["cut"])
         return PoolCoordinator(url=url, pool=POOL, node=n["name"], kube=kube, cloud_ok=lambda: not cut,
                                verdict_of=lambda _n: "healthy", config=config,
+                               signer=keyrings[n["name"]],
                                tls=NodeCertificateTLS(ca_pem=ca_pem, cert_file=Path(n["cert"]),
                                                       key_file=Path(n["key"])),
                                pool_resources=DEFAULT_RESOURCES)

@@ -37,6 +37,7 @@ from edgewatch.core.evidence import decode_evidence
 from edgewatch.core.grouping import parse_grouping_config
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys, parse_key_record
 from edgewatch.core.poolconfig import parse_pool_coordinators
+from edgewatch.core.seal import SealRejected, seal, unseal
 from edgewatch.core.roster import RosterError, decode_roster
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import (
@@ -50,7 +51,7 @@ from edgewatch.core.wire import (
 )
 from edgewatch.poolcache.feed import ObjectRejected, check_object
 from edgewatch.poolcache.reviews import MalformedReview, bearer_token, parse_access_review, parse_token_review
-from edgewatch.poolcache.layout import CacheKeys, decode_value, encode_object, encode_tombstone
+from edgewatch.poolcache.layout import CacheKeys, decode_value, encode_tombstone
 from edgewatch.poolcache.resources import DEFAULT_RESOURCES, PoolResourcesError, parse_pool_resources
 from edgewatch.poolcache.selectors import SelectorError, parse_field_selector, parse_label_selector
 from edgewatch.timefmt import parse_rfc3339
@@ -152,11 +153,40 @@ def beacon_tokens(draw: st.DrawFn) -> str:
     return draw(st.sampled_from([good, good[:-1], good + "0", good.replace(".", ":")]) | st.text(max_size=220))
 
 
-def _coordinator_heartbeat(value: bytes) -> None:
+#: a-1 (``A``) writes heartbeats and leads the pool cache.
+HEARTBEAT_KEY = b"/edgewatch/pools/a/heartbeats/a-1"
+
+
+def _coordinator_heartbeat(item: tuple[bool, bytes]) -> None:
+    sealed, value = item  # sealed by a-1: the parser behind the seal is reached
     try:
-        parse_heartbeat("a-1", value)
+        parse_heartbeat("a-1", seal(value, key=HEARTBEAT_KEY, signer=A) if sealed else value, key=HEARTBEAT_KEY,
+                        verifier=A)
     except HeartbeatRejected:
         pass
+
+
+def _sealed_value(value: bytes) -> None:
+    try:
+        unseal(value, key=HEARTBEAT_KEY, writer="a-1", verifier=A)
+    except SealRejected:
+        pass
+
+
+@st.composite
+def sealed_values(draw: st.DrawFn) -> bytes:
+    """A value of the coordinator's etcd as its host could write it: junk, or a-1's seal with one
+    byte changed, cut, or moved from another key."""
+    good = seal(draw(st.binary(max_size=120)), key=HEARTBEAT_KEY, signer=A)
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return draw(st.binary(max_size=300))
+    if choice == 1:
+        i = draw(st.integers(0, len(good) - 1))
+        return good[:i] + bytes([good[i] ^ draw(st.integers(1, 255))]) + good[i + 1:]
+    if choice == 2:
+        return good[:draw(st.integers(0, len(good)))]
+    return seal(b"{}", key=draw(st.binary(max_size=60)), signer=A)
 
 
 def _pool_object(obj: object) -> None:
@@ -194,14 +224,14 @@ def roster_data(draw: st.DrawFn) -> object:
     return {"group": draw(st.text(max_size=20)), "members": text}
 
 
-SLICES = CacheKeys(prefix="/edgewatch/pools/a/", resource=DEFAULT_RESOURCES[0])
+SLICES = CacheKeys(prefix="/edgewatch/pools/a/nodes/a-1/", resource=DEFAULT_RESOURCES[0], writer="a-1")
 SLICE = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4", "endpoints": [],
          "metadata": {"name": "web-x1", "namespace": "default", "resourceVersion": "42"}}
 
 
 def _pool_value(item: tuple[bytes, bytes]) -> None:
     try:
-        decode_value(SLICES, *item)
+        decode_value(SLICES, *item, verifier=A)
     except ObjectRejected:
         pass
 
@@ -209,17 +239,18 @@ def _pool_value(item: tuple[bytes, bytes]) -> None:
 @st.composite
 def pool_values(draw: st.DrawFn) -> tuple[bytes, bytes]:
     """A (key, value) of the coordinator's etcd: junk, or a valid object or tombstone with the key
-    or one field mutated (a compromised pool coordinator writes anything)."""
+    or one field mutated, sealed by the leader for the key (a compromised pool coordinator writes
+    anything; what passes the seal must still be checked)."""
     key = draw(st.sampled_from([SLICES.object_key("default", "web-x1"), SLICES.objects, SLICES.base])
                | st.text(max_size=60).map(lambda t: SLICES.objects + t.encode()) | st.binary(max_size=80))
     if draw(st.booleans()):
         return key, draw(st.binary(max_size=300))
     if draw(st.booleans()):
-        return key, encode_tombstone(draw(st.text(max_size=24)))
+        return key, encode_tombstone(draw(st.text(max_size=24)), key=key, signer=A)
     obj = json.loads(json.dumps(SLICE))
     where = obj if draw(st.booleans()) else obj["metadata"]
     where[draw(st.sampled_from(sorted(where)) | st.text(max_size=12))] = draw(json_values)
-    return key, encode_object(obj)
+    return key, seal(json.dumps(obj).encode(), key=key, signer=A)
 
 
 def _annotation_times(text: str) -> None:
@@ -369,7 +400,8 @@ TARGETS: list[tuple[str, Callable[[object], None], st.SearchStrategy[object]]] =
     ("key record and its proofs (parse_key_record, PublicKeys.update)", _key_record, key_records()),
     ("beacon token (BeaconHolder.offer)", _beacon, beacon_tokens()),
     ("coordinator heartbeat (parse_heartbeat)", _coordinator_heartbeat,
-     st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode())),
+     st.tuples(st.booleans(), st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))),
+    ("sealed coordinator value (unseal)", _sealed_value, sealed_values()),
     ("pool-cache object (check_object)", _pool_object, json_values),
     ("label and field selectors", _selectors, st.text(max_size=120)),
     ("edgewatch-config keys", _config, st.dictionaries(st.sampled_from(

@@ -5,6 +5,7 @@ ClusterRole of deploy/10-rbac-agent.yaml, kube-proxy, a ServiceAccount without r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 from pathlib import Path
@@ -46,11 +47,10 @@ class CuttableRelay:
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except OSError:
-                pass
+                with contextlib.suppress(OSError):  # a side closed: the pipe ends
+                    while data := await src.read(65536):
+                        dst.write(data)
+                        await dst.drain()
             finally:
                 dst.close()
 
@@ -143,7 +143,5 @@ class AgentCloud:
         if self.http is not None:
             await self.http.aclose()
         for kind, name in ((ClusterRoleBinding, self.role), (ClusterRole, self.role), (Namespace, self.ns)):
-            try:
+            with contextlib.suppress(Exception):  # cleanup of a test's objects
                 await self.kube.delete(kind, name)
-            except Exception:  # noqa: BLE001 - cleanup of a test's objects
-                pass

@@ -25,6 +25,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import CollectorRegistry
 
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.agent.coordinator import (
     CoordinatorConfig,
     CoordinatorError,
@@ -66,6 +67,10 @@ async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what:
     return time.monotonic() - start
 
 
+def _keyring(node: str) -> NodeKeyring:
+    """A node's own keyring (seals the pool cache it writes while leading)."""
+    return NodeKeyring(node=node, keys=[NodeKey.generate()])
+
 
 class Pool:
     """Nodes with cloud flags, their cloud Leases, a kubelet-like renewer, and one coordinator each."""
@@ -79,9 +84,13 @@ class Pool:
         self.cloud = {n: True for n in self.nodes}
         self.verdicts = {n: "healthy" for n in self.nodes}
         self.registries = {n: CollectorRegistry() for n in self.nodes}
+        #: What every agent holds of the others' published keys (a node outside ``nodes`` that
+        #: writes into the pool, e.g. a test's raw client, registers its keyring here too).
+        self.published = published = PublicKeys()
+        self.keyrings = {n: NodeKeyring(node=n, keys=[NodeKey.generate()], public=published) for n in self.nodes}
         self.coordinators = {
             n: PoolCoordinator(url=url, pool=self.name, node=n, kube=kube, cloud_ok=lambda n=n: self.cloud[n],
-                               verdict_of=self.verdicts.__getitem__, config=config,
+                               verdict_of=self.verdicts.__getitem__, config=config, signer=self.keyrings[n],
                                tls=(tls or {}).get(n), registry=self.registries[n])
             for n in self.nodes
         }
@@ -340,7 +349,7 @@ async def test_coordinator_killed_and_restarted(kube: AsyncClient, etcd: EtcdSer
 async def test_wrong_url_is_a_clear_error_and_stays_pending(kube: AsyncClient) -> None:
     with pytest.raises(CoordinatorError) as err:
         PoolCoordinator(url="etcd://127.0.0.1:2379", pool="p", node="n", kube=kube, cloud_ok=lambda: True,
-                        verdict_of=lambda _n: "healthy")
+                        verdict_of=lambda _n: "healthy", signer=_keyring("n"))
     assert err.value.reason == "config" and "unsupported scheme 'etcd'" in str(err.value)
 
     from edgewatch_lab.testing.controlplane import free_port
@@ -348,7 +357,7 @@ async def test_wrong_url_is_a_clear_error_and_stays_pending(kube: AsyncClient) -
     url = f"http://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
     registry = CollectorRegistry()
     c = PoolCoordinator(url=url, pool="p", node="n", kube=kube, cloud_ok=lambda: True,
-                        verdict_of=lambda _n: "healthy", config=FAST, registry=registry)
+                        verdict_of=lambda _n: "healthy", config=FAST, registry=registry, signer=_keyring("n"))
     task = asyncio.create_task(c.run())
     try:
         await wait_until(lambda: (registry.get_sample_value("edgewatch_coordinator_errors_total",
@@ -392,7 +401,8 @@ async def test_tls_with_client_certificates(kube: AsyncClient, binaries: Binarie
         assert rejected.last_error is not None and "TLS" in rejected.last_error
         with pytest.raises(CoordinatorError, match="not https"):
             PoolCoordinator(url=server.client_url.replace("https", "http"), pool="p", node="n", kube=kube,
-                            cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", tls=tls[good])
+                            cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", tls=tls[good],
+                            signer=_keyring("n"))
     finally:
         if pool is not None:
             await pool.close()
@@ -401,32 +411,45 @@ async def test_tls_with_client_certificates(kube: AsyncClient, binaries: Binarie
 
 
 async def test_untrusted_values_in_etcd_are_rejected_not_fatal(kube: AsyncClient, etcd: EtcdServer) -> None:
+    """What the coordinator's host (any key, any value) or a buggy member can put there: each value
+    is refused with its reason and counted, the election and the leader go on."""
     from edgewatch.agent.coordinator import _EtcdClient
+    from edgewatch.core.seal import seal
     from edgewatch.poolkeys import PoolKeys
 
     pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
     raw = _EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
+    # a published node that is not running (its keys are known to every agent)
+    stranger = NodeKeyring(node="no-lease", keys=[NodeKey.generate()], public=pool.published)
     try:
         # A lease-less candidacy, and one under a name no node can have, would block the election
-        # for ever if obeyed (the lowest create revision leads): they must be ignored.
+        # for ever if obeyed (the lowest create revision leads): they must be ignored. So must a
+        # candidacy the host wrote for a member without that member's seal.
         keys = PoolKeys(pool.name)
-        await raw.put(keys.candidate("no-lease"), b"no-lease")
+        await raw.put(keys.candidate("no-lease"), seal(b"no-lease", key=keys.candidate("no-lease"), signer=stranger))
         await raw.put(keys.candidates + b"NOT a node!", b"x", lease=int((await raw.lease(60)).id))
+        member = pool.nodes[1]
+        await raw.put(keys.candidate(member), member.encode(), lease=int((await raw.lease(60)).id))
         await pool.start()
-        await wait_until(lambda: len(pool.leaders()) == 1, timeout_s=15, what="an election despite the bad key")
+        await wait_until(lambda: len(pool.leaders()) == 1, timeout_s=15, what="an election despite the bad keys")
         leader = pool.leaders()[0]
-        assert sum(pool.metric(n, "edgewatch_coordinator_rejected_total", {"reason": "leader_key"})
-                   for n in pool.nodes) >= 1
+        for reason in ("leader_key", "candidacy_unsigned"):
+            assert sum(pool.metric(n, "edgewatch_coordinator_rejected_total", {"reason": reason})
+                       for n in pool.nodes) >= 1, reason
         prefix = f"/edgewatch/pools/{pool.name}/heartbeats/"
         other = next(n for n in pool.nodes if n != leader)
-        await raw.put(f"{prefix}garbage-node".encode(), b"{not json")
-        await raw.put(f"{prefix}{other}-x".encode(), (b'{"node":"%s","renew_time":"2030-01-01T00:00:00.000000Z",'
-                                                       b'"delegate":true,"cloud_ok":false,"incarnation":1}'
-                                                       % other.encode()))
+        body = (b'{"node":"%s","renew_time":"2030-01-01T00:00:00.000000Z","delegate":true,"cloud_ok":false,'
+                b'"incarnation":1}')
+        garbage = f"{prefix}no-lease".encode()
+        await raw.put(garbage, seal(b"{not json", key=garbage, signer=stranger))
+        await raw.put(garbage, seal(body % b"someone-else", key=garbage, signer=stranger))
+        await raw.put(f"{prefix}{other}".encode(), body % other.encode())  # the host's forgery: no seal
+        forged = f"{prefix}{other}-x".encode()
+        await raw.put(forged, seal(body % f"{other}-x".encode(), key=forged, signer=stranger))  # another's key
         await raw.put(f"{prefix}Bad_Key".encode(), b"{}")
         await wait_until(lambda: all(pool.metric(leader, "edgewatch_coordinator_rejected_total", {"reason": r}) >= 1
-                                     for r in ("json", "node_mismatch", "key")),
-                         timeout_s=10, what="the three rejects counted")
+                                     for r in ("json", "node_mismatch", "key", "unsigned", "not_writer")),
+                         timeout_s=10, what="the five rejects counted")
         await asyncio.sleep(1)
         assert pool.leaders() == [leader] and not any(t.done() for t in pool.tasks.values())
         assert pool.coordinators[leader].forwarded == {}
@@ -453,11 +476,14 @@ async def test_a_node_with_a_skewed_clock_is_carried_by_what_the_leader_observed
         "spec": {"holderIdentity": skewed, "leaseDurationSeconds": 40,
                  "renewTime": format_micro_time(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30))}}))
     key = f"/edgewatch/pools/{pool.name}/heartbeats/{skewed}".encode()
+    skewed_keys = NodeKeyring(node=skewed, keys=[NodeKey.generate()], public=pool.published)
 
     async def put() -> None:
+        from edgewatch.core.seal import seal
+
         hb = Heartbeat(node=skewed, renew_time=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew_s),
                        delegate=True, cloud_ok=False, incarnation=1)
-        await raw.put(key, hb.to_json(), lease=lease)
+        await raw.put(key, seal(hb.to_json(), key=key, signer=skewed_keys), lease=lease)
 
     try:
         lease = int((await raw.lease(40)).id)
@@ -567,9 +593,10 @@ async def test_close_as_a_wake_up_fires_ends_the_session(kube: AsyncClient, etcd
     agent's ConfigMap test hung for 600 s under load. Every offset of a few iterations is tried."""
     for offset in range(3):
         leads = wake != "election"  # a cut-off node never campaigns: a follower, waiting on its election wake-up
-        c = PoolCoordinator(url=etcd.client_url, pool=f"wake-{_suffix()}", node=f"cw-{_suffix()}", kube=kube,
+        node = f"cw-{_suffix()}"
+        c = PoolCoordinator(url=etcd.client_url, pool=f"wake-{_suffix()}", node=node, kube=kube,
                             cloud_ok=lambda leads=leads: leads, verdict_of=lambda _n: "healthy", config=FAST,
-                            registry=CollectorRegistry())
+                            registry=CollectorRegistry(), signer=_keyring(node))
         task = asyncio.create_task(c.run())
         try:
             want = Role.LEADER if leads else Role.FOLLOWER
@@ -601,9 +628,10 @@ async def test_close_is_bounded_while_the_coordinator_is_stalled(kube: AsyncClie
     import os
     import signal
 
-    c = PoolCoordinator(url=etcd.client_url, pool=f"stall-{_suffix()}", node=f"cw-{_suffix()}", kube=kube,
+    node = f"cw-{_suffix()}"
+    c = PoolCoordinator(url=etcd.client_url, pool=f"stall-{_suffix()}", node=node, kube=kube,
                         cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", config=FAST,
-                        registry=CollectorRegistry())
+                        registry=CollectorRegistry(), signer=_keyring(node))
     pid = etcd.pid
     assert pid is not None
     task: asyncio.Task[None] | None = None

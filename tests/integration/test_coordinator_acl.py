@@ -23,6 +23,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role, _EtcdClient
 from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
@@ -102,8 +103,10 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
     again = await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
     assert again.steps == () and not again.enabled_auth
 
+    published = PublicKeys()  # each agent holds the other's published keys
     coordinators = {n: PoolCoordinator(url=server.client_url, pool=pool, node=n, kube=kube, cloud_ok=lambda: True,
-                                       verdict_of=lambda _n: "healthy", config=FAST, tls=_issue(ca, n, folder))
+                                       verdict_of=lambda _n: "healthy", config=FAST, tls=_issue(ca, n, folder),
+                                       signer=NodeKeyring(node=n, keys=[NodeKey.generate()], public=published))
                     for n in (n1, n2)}
     tasks: dict[str, asyncio.Task[None]] = {}
     attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,

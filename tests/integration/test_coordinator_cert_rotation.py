@@ -27,6 +27,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from prometheus_client import CollectorRegistry
 
+from edgewatch.core.identity import NodeKey, NodeKeyring
 from edgewatch.agent import certstore
 from edgewatch.agent.certificates import check_certificate
 from edgewatch.agent.certstore import CertificateFiles
@@ -123,6 +124,7 @@ async def running_pool(kube: AsyncClient, binaries: Binaries, *, left_s: float =
     registry = CollectorRegistry()
     runner = CoordinatorRunner(node=node, url=server.client_url, pool=pool, tls=None, kube=kube,  # type: ignore[arg-type]
                                registry=registry, link=_Link(), verdicts=_Verdicts(), settings=_Settings(),
+                               signer=NodeKeyring(node=node, keys=[NodeKey.generate()]),
                                clock=_Clock(), node_certificate=files, namespace=namespace, ca_retry_s=0.3,
                                ca_refresh_s=0.3, rotation_jitter_s=0.5)
     task = None

@@ -30,6 +30,8 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from prometheus_client import CollectorRegistry
 
+from edgewatch.core.identity import NodeKey, NodeKeyring
+from edgewatch.core.seal import unseal
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import CoordinatorRunner
 from edgewatch.poolkeys import PoolKeys
@@ -172,9 +174,11 @@ async def test_node_session_with_its_own_certificate_waits_connects_leads_and_ro
                                                        ca_key_pem=ca.key_pem()))
     files = CertificateFiles.under(folder / "state")
     registry = CollectorRegistry()
+    keyring = NodeKeyring(node=node, keys=[NodeKey.generate()])
     runner = CoordinatorRunner(node=node, url=server.client_url, pool=pool, tls=None, kube=kube,  # type: ignore[arg-type]
                                registry=registry, link=_Link(), verdicts=_Verdicts(), settings=_Settings(),
-                               clock=_Clock(), node_certificate=files, namespace=namespace, ca_retry_s=0.3)
+                               signer=keyring, clock=_Clock(), node_certificate=files, namespace=namespace,
+                               ca_retry_s=0.3)
     task = None
     await kube.create(Namespace.from_dict({"metadata": {"name": namespace}}))
     try:
@@ -202,8 +206,10 @@ async def test_node_session_with_its_own_certificate_waits_connects_leads_and_ro
         assert coordinator.tls.ca_pem == ca.cert_pem() and coordinator.leader == node
         admin = client(server, coordinator.tls.credentials())
         try:
-            heartbeat = await admin.get(f"{KEY_ROOT}{pool}/heartbeats/{node}".encode())
-            assert heartbeat is not None and json.loads(heartbeat.value)["node"] == node
+            hb_key = f"{KEY_ROOT}{pool}/heartbeats/{node}".encode()
+            heartbeat = await admin.get(hb_key)
+            assert heartbeat is not None
+            assert json.loads(unseal(heartbeat.value, key=hb_key, writer=node, verifier=keyring))["node"] == node
             candidacy = await admin.get(PoolKeys(pool).candidate(node))
             assert candidacy is not None and candidacy.lease != 0
         finally:

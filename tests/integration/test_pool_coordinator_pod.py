@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -200,10 +201,8 @@ async def pool_world(kube: AsyncClient) -> AsyncIterator[tuple[str, PoolCA, Path
         yield pool, ca, folder, nodes
     finally:
         for name in nodes:
-            try:
+            with contextlib.suppress(Exception):  # best-effort cleanup
                 await kube.delete(Node, name)
-            except Exception:  # noqa: BLE001 - best-effort cleanup
-                pass
         await kube.delete(ConfigMap, pool_ca_name(pool), namespace=NAMESPACE)
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -211,7 +210,7 @@ async def pool_world(kube: AsyncClient) -> AsyncIterator[tuple[str, PoolCA, Path
 def _config(pool: str, folder: Path, binaries: Binaries, port: int) -> CoordinatorConfig:
     return CoordinatorConfig(pool=pool, namespace=NAMESPACE, node=COORDINATOR_NODE, host_ip="127.0.0.1", port=port,
                              ops_port=0, data_dir=folder / "data", etcd_binary=str(binaries.etcd), api_timeout_s=10,
-                             csr_poll_s=0.5, probe_interval_s=0.5, debounce_s=0.5,
+                             csr_poll_s=0.5, probe_interval_s=0.5, debounce_s=0.5, ca_refresh_s=0.5,
                              informer=InformerConfig(backoff_initial_s=0.2, backoff_max_s=2))
 
 
@@ -291,6 +290,26 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
         await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=30, what="/readyz 200 again")
         assert "edgewatch_pool_coordinator_etcd_restarts_total 1.0" in _get(f"{ops}/metrics")[1]
         assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
+
+        # The pool CA rotated (the bundle new + old in its ConfigMap): etcd restarted to load it
+        # (it reads its client CA pool only at start); then a node certificate of the new CA gets
+        # in, and one of the old CA still does.
+        new_ca = make_ca(pool, now=_now())
+        bundle = new_ca.cert_pem() + ca.cert_pem()
+        await kube.patch(ConfigMap, pool_ca_name(pool), {"data": {POOL_CA_CONFIGMAP_KEY: bundle.decode()}},
+                         namespace=NAMESPACE, patch_type=PatchType.MERGE)
+        await _wait(lambda: tls.ca_file.read_bytes() == bundle and coordinator.supervisor.starts == 3
+                    and coordinator.supervisor.pid, timeout_s=20, what="etcd restarted with the new CA")
+        await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=30, what="/readyz 200 after the CA change")
+        key = certs.new_key()
+        new_cert = sign_client_certificate(new_ca, public_key=key.public_key(), node=n2, lifetime_s=3600, now=_now())
+        by_new_ca = grpc.ssl_channel_credentials(root_certificates=bundle, private_key=_pem_key(key),
+                                                 certificate_chain=new_cert)
+        assert await _put(target, by_new_ca, keys.heartbeat(n2)) is None
+        assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
+        metrics = _get(f"{ops}/metrics")[1]
+        assert 'edgewatch_pool_coordinator_ca_reads_total{result="changed"} 1.0' in metrics
+        assert 'edgewatch_pool_coordinator_ca_reads_total{result="unchanged"}' in metrics
         etcd_pid = coordinator.supervisor.pid
     finally:
         task.cancel()

@@ -31,10 +31,12 @@ from edgewatch.poolcache.apiserver import client_kubeconfig, make_app, self_sign
 from edgewatch.poolcache.authn import AccessControl, Attributes, UserInfo
 from edgewatch.poolcache.reviews import Authentication, Authorization
 from edgewatch.poolcache.etcdfeed import run_coordinator_feed
-from edgewatch.poolcache.layout import CacheKeys, encode_object
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
+from edgewatch.poolcache.layout import CacheArea, CacheKeys, encode_marker, encode_object
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
 from edgewatch.poolcache.reflector import ReflectorConfig
 from edgewatch.poolcache.resources import ENDPOINTSLICES, SERVICES
+from edgewatch.core.seal import seal, unseal
 from edgewatch.poolcache.sources import NodeCacheConfig, NodePoolCache, Source
 from edgewatch.poolcache.store import ResourceCache
 from edgewatch_lab.testing.binaries import Binaries
@@ -113,12 +115,19 @@ def _cache_state(caches: dict, ns: str) -> dict[tuple[str, str], str]:
     return out
 
 
+#: The published keys every node holds; the leader ``n-1`` seals what it writes, ``n-2`` reads.
+PUBLISHED = PublicKeys()
+LEADER_KEYS = NodeKeyring(node="n-1", keys=[NodeKey.generate()], public=PUBLISHED)
+READER_KEYS = NodeKeyring(node="n-2", keys=[NodeKey.generate()], public=PUBLISHED)
+
+
 class _Coordinator:
     """The parts of a pool coordinator the node cache reads (the coordinator's own tests cover how
-    ready/healthy are derived); flags set by the test, a real etcd behind ``new_client``."""
+    ready/healthy are derived); flags set by the test, a real etcd behind ``new_client``; the
+    leader is ``n-1``."""
 
     def __init__(self, etcd: EtcdServer, prefix: str) -> None:
-        self.etcd, self.cache_prefix = etcd, prefix
+        self.etcd, self.cache_area = etcd, CacheArea("n-1", prefix)
         self.healthy = True
         self.ready = True
 
@@ -136,13 +145,13 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
     registry = CollectorRegistry()
     leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
                              sync_key=prefix.encode() + b"sync",
-                             node="n-1", metrics=LeaderMetrics(registry), config=FAST)
+                             node="n-1", signer=LEADER_KEYS, metrics=LeaderMetrics(registry), config=FAST)
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
     node = NodePoolCache(caches=caches, http=http_client_of(kube),
-                         coordinator=lambda: coordinator, cloud_ok=lambda: True, registry=CollectorRegistry(),
-                         config=NodeCacheConfig(poll_s=0.1))
+                         coordinator=lambda: coordinator, cloud_ok=lambda: True, verifier=READER_KEYS,
+                         registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
     coordinator = _Coordinator(etcd, prefix)
     async with asyncio.TaskGroup() as tg:
         lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))
@@ -151,7 +160,9 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
             # The sync key comes after the initial sync, and carries what was synced.
             async def sync_value() -> dict[str, Any] | None:
                 got = await etcd_client.get(leader.sync_key)
-                return json.loads(got.value) if got is not None else None
+                if got is None:
+                    return None
+                return json.loads(unseal(got.value, key=leader.sync_key, writer="n-1", verifier=READER_KEYS))
             deadline = time.monotonic() + 20
             while (synced := await sync_value()) is None:
                 assert time.monotonic() < deadline, "leader-informer-sync never written"
@@ -209,19 +220,29 @@ async def test_leader_writes_the_cloud_into_etcd_and_nodes_read_it_back(kube: As
     await etcd_client.close()
 
 
-async def test_malformed_values_in_etcd_are_refused_and_the_rest_is_served(kube: AsyncClient, etcd: EtcdServer,
-                                                                             namespace: str) -> None:
-    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
-    keys = CacheKeys(prefix, SERVICES)
+async def test_malformed_and_forged_values_in_etcd_are_refused_and_the_rest_is_served(
+        kube: AsyncClient, etcd: EtcdServer, namespace: str) -> None:
+    """The coordinator's host writes what it likes into the leader's area: unsealed, sealed by
+    another pool member (its real key), moved from another key; and the leader's own values are
+    checked after their seal (malformed, mismatched, oversized). Only the good one is served."""
+    prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/nodes/n-1/"
+    keys = CacheKeys(prefix, SERVICES, "n-1")
     good = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ok", "namespace": namespace,
                                                                  "resourceVersion": "7"}, "spec": {}}
+    forged = {**good, "metadata": {**good["metadata"], "name": "forged"}}
     client = _client(etcd)
-    await client.put(keys.object_key(namespace, "ok"), encode_object(good))
-    await client.put(keys.object_key(namespace, "bad"), b"{not json")
+    await client.put(keys.object_key(namespace, "ok"), encode_object(good, keys=keys, signer=LEADER_KEYS))
+    await client.put(keys.object_key(namespace, "bad"), seal(b"{not json", key=keys.object_key(namespace, "bad"),
+                                                             signer=LEADER_KEYS))
     await client.put(keys.object_key(namespace, "big"), b"x" * 1_200_000)
-    await client.put(keys.object_key(namespace, "other"), encode_object({**good, "metadata": {**good["metadata"],
-                                                                                              "name": "ok"}}))
-    await client.put(keys.rv, b"9")
+    await client.put(keys.object_key(namespace, "other"), seal(json.dumps(good).encode(),
+                                                               key=keys.object_key(namespace, "other"),
+                                                               signer=LEADER_KEYS))
+    await client.put(keys.object_key(namespace, "forged"), json.dumps(forged).encode())  # no seal
+    await client.put(keys.object_key(namespace, "member"), encode_object(  # a member's real key
+        {**good, "metadata": {**good["metadata"], "name": "member"}}, keys=keys, signer=READER_KEYS))
+    await client.put(keys.object_key(namespace, "moved"), encode_object(good, keys=keys, signer=LEADER_KEYS))
+    await client.put(keys.rv, encode_marker("9", key=keys.rv, signer=LEADER_KEYS))
     cache = ResourceCache(SERVICES)
     rejected: list[str] = []
     events: list[Any] = []
@@ -232,16 +253,19 @@ async def test_malformed_values_in_etcd_are_refused_and_the_rest_is_served(kube:
             raise asyncio.CancelledError
 
     task = asyncio.create_task(run_coordinator_feed(etcd=client, keys=keys, sink=sink, rpc_timeout_s=3.0,
-                                                    on_rejected=rejected.append))
+                                                    verifier=READER_KEYS, on_rejected=rejected.append))
     await wait_until(lambda: len(events) == 1, timeout_s=10, what="the initial state")
     reset = events[0]
     assert [o["metadata"]["name"] for o in reset.objects] == ["ok"] and reset.resource_version == "9"
-    assert sorted(rejected) == ["malformed", "mismatch", "oversized"]
+    assert sorted(rejected) == ["bad_signature", "malformed", "mismatch", "not_writer", "oversized", "unsigned"]
     cache.replace(reset.objects, reset.resource_version, source="coordinator")
-    await client.put(keys.object_key(namespace, "worse"), b"[]")
-    await client.put(keys.rv, b"10")
+    await client.put(keys.object_key(namespace, "worse"), seal(b"[]", key=keys.object_key(namespace, "worse"),
+                                                               signer=LEADER_KEYS))
+    await client.put(keys.rv, b"99")  # an unsealed bookmark: refused, not fed
+    await client.put(keys.rv, encode_marker("10", key=keys.rv, signer=LEADER_KEYS))
     await wait_until(lambda: len(events) == 2 or task.done(), timeout_s=10, what="the bookmark after a bad value")
     assert "shape" in rejected or "kind" in rejected
+    assert rejected.count("unsigned") == 2 and events[1].resource_version == "10"
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
@@ -256,14 +280,14 @@ async def test_node_falls_back_to_the_cloud_and_then_keeps_the_last_state(kube: 
     etcd_client = _client(etcd)
     lease = int((await etcd_client.lease(30)).id)
     leader = PoolCacheLeader(resources=(SERVICES,), http=http_client_of(kube), prefix=prefix,
-                             sync_key=prefix.encode() + b"sync", node="n-1",
+                             sync_key=prefix.encode() + b"sync", node="n-1", signer=LEADER_KEYS,
                              metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     coordinator = _Coordinator(etcd, prefix)
     cloud_up = [True]
     caches = {SERVICES: ResourceCache(SERVICES)}
     node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: coordinator,
-                         cloud_ok=lambda: cloud_up[0], registry=CollectorRegistry(),
-                         config=NodeCacheConfig(poll_s=0.1, handover_grace_s=1.0))
+                         cloud_ok=lambda: cloud_up[0], verifier=READER_KEYS,
+                         registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1, handover_grace_s=1.0))
     async with asyncio.TaskGroup() as tg:
         lead = tg.create_task(leader.run(etcd=etcd_client, rpc=_rpc, lease=lease))
         feed = tg.create_task(node.run())
@@ -331,11 +355,12 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     lease = int((await etcd_client.lease(30)).id)
     leader = PoolCacheLeader(resources=(ENDPOINTSLICES, SERVICES), http=http_client_of(kube), prefix=prefix,
                              sync_key=prefix.encode() + b"sync",
-                             node="n-1", metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
+                             node="n-1", signer=LEADER_KEYS, metrics=LeaderMetrics(CollectorRegistry()), config=FAST)
     caches = {r: ResourceCache(r) for r in (ENDPOINTSLICES, SERVICES)}
     coordinator = _Coordinator(etcd, prefix)  # one object, as the agent's runner keeps one per session target
     node = NodePoolCache(caches=caches, http=http_client_of(kube), coordinator=lambda: coordinator,
-                         cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
+                         cloud_ok=lambda: True, verifier=READER_KEYS, registry=CollectorRegistry(),
+                         config=NodeCacheConfig(poll_s=0.1))
     ssl_ctx, cert = self_signed_tls(dir=tmp_path / "tls")
     runner = web.AppRunner(make_app(caches=caches, upstream=None, registry=CollectorRegistry(),
                                     access=AccessControl(client=_Reviews(), cloud_ok=lambda: True)))
@@ -389,7 +414,7 @@ async def test_a_coordinator_that_moved_is_followed_even_with_the_same_leader(ku
     same node leads again: its area has the same name, but the feed must leave the dead etcd's
     connection for the new one (found by the coordinator-pod scenario: a 30 s stale cache)."""
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/nodes/n-1/"
-    keys = CacheKeys(prefix, SERVICES)
+    keys = CacheKeys(prefix, SERVICES, "n-1")
 
     def service(name: str, rv: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace,
@@ -400,13 +425,15 @@ async def test_a_coordinator_that_moved_is_followed_even_with_the_same_leader(ku
     try:
         for server, name, rv in ((etcd, "old", "7"), (second, "new", "8")):
             client = _client(server)
-            await client.put(keys.object_key(namespace, name), encode_object(service(name, rv)))
-            await client.put(keys.rv, rv.encode())
+            await client.put(keys.object_key(namespace, name),
+                             encode_object(service(name, rv), keys=keys, signer=LEADER_KEYS))
+            await client.put(keys.rv, encode_marker(rv, key=keys.rv, signer=LEADER_KEYS))
             await client.close()
         current = [_Coordinator(etcd, prefix)]
         cache = ResourceCache(SERVICES)
         node = NodePoolCache(caches={SERVICES: cache}, http=http_client_of(kube), coordinator=lambda: current[0],
-                             cloud_ok=lambda: True, registry=CollectorRegistry(), config=NodeCacheConfig(poll_s=0.1))
+                             cloud_ok=lambda: True, verifier=READER_KEYS, registry=CollectorRegistry(),
+                             config=NodeCacheConfig(poll_s=0.1))
 
         def names() -> list[str]:
             try:

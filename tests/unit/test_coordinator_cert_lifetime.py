@@ -16,6 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
+from edgewatch.core.identity import NodeKey, NodeKeyring
 from edgewatch.agent import certstore
 from edgewatch.agent.certificates import check_certificate
 from edgewatch.agent.certstore import CertificateFiles
@@ -128,6 +129,7 @@ def make_runner(files: CertificateFiles, kube: FakeKube, *, wall: float = 10_000
     return CoordinatorRunner(node="n1", url="https://127.0.0.1:2379", pool="p", tls=None, kube=kube,  # type: ignore[arg-type]
                              registry=CollectorRegistry(), link=SimpleNamespace(up=True),  # type: ignore[arg-type]
                              verdicts=SimpleNamespace(verdict_of=lambda _n: "healthy"),  # type: ignore[arg-type]
+                             signer=NodeKeyring(node="n1", keys=[NodeKey.generate()]),
                              settings=SimpleNamespace(), clock=SimpleNamespace(),  # type: ignore[arg-type]
                              node_certificate=files, namespace="ew", ca_refresh_s=0.0,
                              rng=random.Random(1), wall=lambda: wall)
@@ -135,7 +137,8 @@ def make_runner(files: CertificateFiles, kube: FakeKube, *, wall: float = 10_000
 
 def coordinator_with(files: CertificateFiles) -> PoolCoordinator:
     return PoolCoordinator(url="https://127.0.0.1:2379", pool="p", node="n1", kube=object(),  # type: ignore[arg-type]
-                           cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", tls=node_tls(files, CA.cert_pem()))
+                           cloud_ok=lambda: True, verdict_of=lambda _n: "healthy", tls=node_tls(files, CA.cert_pem()),
+                           signer=NodeKeyring(node="n1", keys=[NodeKey.generate()]))
 
 
 def test_the_expiry_is_the_recorded_validity_from_receipt_on_our_clocks(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
+from edgewatch.core.seal import seal
 from edgewatch.agent.coordinator import (
     CoordinatorConfig,
     CoordinatorError,
@@ -166,46 +168,66 @@ def test_parse_url_rejects_with_a_clear_message(url: str, words: str) -> None:
 # -- heartbeat validation -------------------------------------------------------------------------------
 
 
-def _value(**overrides: object) -> bytes:
+#: edge-1's keyring; edge-2 is another published node (the forger in the cases below).
+_PUBLISHED = PublicKeys()
+_EDGE1 = NodeKeyring(node="edge-1", keys=[NodeKey.generate()], public=_PUBLISHED)
+_EDGE2 = NodeKeyring(node="edge-2", keys=[NodeKey.generate()], public=_PUBLISHED)
+_KEY = b"/edgewatch/pools/p/heartbeats/edge-1"
+
+
+def _value(*, sealed_by: NodeKeyring | None = _EDGE1, key: bytes = _KEY, **overrides: object) -> bytes:
     data: dict[str, object] = {"node": "edge-1", "renew_time": "2030-01-02T03:04:05.123456Z", "delegate": True,
                                "cloud_ok": False, "incarnation": 7}
     data.update(overrides)
-    return json.dumps(data).encode()
+    body = json.dumps(data).encode()
+    return body if sealed_by is None else seal(body, key=key, signer=sealed_by)
+
+
+def _parse(node: str, value: bytes) -> Heartbeat:
+    return parse_heartbeat(node, value, key=_KEY, verifier=_EDGE2)
 
 
 def test_heartbeat_round_trip() -> None:
     hb = Heartbeat(node="edge-1", renew_time=dt.datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc),
                    delegate=True, cloud_ok=False, incarnation=7)
-    assert parse_heartbeat("edge-1", hb.to_json()) == hb
+    assert _parse("edge-1", seal(hb.to_json(), key=_KEY, signer=_EDGE1)) == hb
     assert json.loads(hb.to_json())["renew_time"] == "2030-01-02T03:04:05.123456Z"
 
 
 def test_heartbeat_ignores_unknown_fields() -> None:
-    assert parse_heartbeat("edge-1", _value(future_field=1)).delegate is True
+    assert _parse("edge-1", _value(future_field=1)).delegate is True
+
+
+def _sealed(body: bytes) -> bytes:
+    return seal(body, key=_KEY, signer=_EDGE1)
 
 
 @pytest.mark.parametrize(("node", "value", "reason"), [
     ("edge-1", b"x" * 5000, "too_large"),
-    ("edge-1", b"{not json", "json"),
-    ("edge-1", b"\xff\xfe", "json"),
-    ("edge-1", b"[]", "schema"),
+    ("edge-1", _sealed(b"{not json"), "json"),
+    ("edge-1", _sealed(b"\xff\xfe"), "json"),
+    ("edge-1", _sealed(b"[]"), "schema"),
     ("edge-1", _value(delegate="true"), "schema"),          # strict: no string for a bool
     ("edge-1", _value(renew_time="2030-01-02T03:04:05"), "schema"),  # naive time
     ("edge-1", _value(renew_time="yesterday"), "schema"),
     ("edge-1", _value(incarnation=-1), "schema"),
     ("edge-1", _value(node="Edge_1"), "schema"),
     ("edge-1", _value(node="edge-2"), "node_mismatch"),     # one node cannot speak for another
-    ("edge-1", json.dumps({"node": "edge-1"}).encode(), "schema"),
+    ("edge-1", _sealed(json.dumps({"node": "edge-1"}).encode()), "schema"),
+    # what the coordinator's host can write, and a member with its own real key
+    ("edge-1", _value(sealed_by=None), "unsigned"),
+    ("edge-1", _value(sealed_by=_EDGE2), "not_writer"),
+    ("edge-1", _value(key=b"/edgewatch/pools/other/heartbeats/edge-1"), "bad_signature"),  # moved
 ])
 def test_heartbeat_rejects(node: str, value: bytes, reason: str) -> None:
     with pytest.raises(HeartbeatRejected) as err:
-        parse_heartbeat(node, value)
+        _parse(node, value)
     assert err.value.reason == reason
 
 
-@given(st.binary(max_size=300))
-def test_heartbeat_parser_never_crashes_on_garbage(value: bytes) -> None:
+@given(st.binary(max_size=300), st.booleans())
+def test_heartbeat_parser_never_crashes_on_garbage(value: bytes, sealed: bool) -> None:
     try:
-        parse_heartbeat("edge-1", value)
+        _parse("edge-1", _sealed(value) if sealed else value)
     except HeartbeatRejected as err:
-        assert err.reason in {"too_large", "json", "schema", "node_mismatch"}
+        assert err.reason in {"too_large", "json", "schema", "node_mismatch", "unsigned", "malformed"}

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
+from edgewatch.core.identity import NodeKey, NodeKeyring
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import _WAIT, CoordinatorRunner, node_tls
 from edgewatch.agent.coordinator import CoordinatorError, CoordinatorTLS, NodeCertificateTLS, check_pool_ca
@@ -129,6 +130,7 @@ def runner(kube: FakeKube, files: CertificateFiles | None, tls: CoordinatorTLS |
     return CoordinatorRunner(node="n1", url="https://127.0.0.1:2379", pool="p", tls=tls, kube=kube,  # type: ignore[arg-type]
                              registry=CollectorRegistry(), link=SimpleNamespace(up=True),  # type: ignore[arg-type]
                              verdicts=SimpleNamespace(verdict_of=lambda _n: "healthy"),  # type: ignore[arg-type]
+                             signer=NodeKeyring(node="n1", keys=[NodeKey.generate()]),
                              settings=SimpleNamespace(), clock=SimpleNamespace(),  # type: ignore[arg-type]
                              node_certificate=files, namespace="ew", ca_retry_s=0.0)
 

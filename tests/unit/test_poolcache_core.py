@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, check_object, strip_object
 from edgewatch.core.types import is_decimal
+from edgewatch.core.identity import NodeKey, NodeKeyring
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value, encode_object, encode_tombstone
+from edgewatch.core.seal import seal
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backoff_delay
 from edgewatch.poolcache.resources import (DEFAULT_RESOURCES, ENDPOINTS, ENDPOINTSLICES, SERVICES,
                                            PoolResourcesError, parse_pool_resources, selectable_fields)
@@ -74,22 +76,36 @@ def test_check_object_and_strip() -> None:
         assert err.value.reason == reason
 
 
+#: The leader's keyring (writes and, holding every published key, reads).
+LEADER = NodeKeyring(node="a-1", keys=[NodeKey.generate()])
+
+
 def test_etcd_values_round_trip_and_refuse_what_does_not_match_its_key() -> None:
-    keys = CacheKeys("/edgewatch/pools/a/", SERVICES)
+    keys = CacheKeys("/edgewatch/pools/a/nodes/a-1/", SERVICES, "a-1")
     key = keys.object_key("default", "a")
-    assert key == b"/edgewatch/pools/a/cache/core/v1/services/o/default/a"
-    assert decode_value(keys, key, encode_object(svc("a", "5"))) == svc("a", "5")
-    assert decode_value(keys, key, encode_tombstone("9")) == Tombstone("default", "a", "9")
-    cases = [(key, encode_object(svc("b", "5")), "mismatch"), (key, b"{", "malformed"),
-             (key, b"x" * 1_100_000, "oversized"), (keys.base + b"zz", encode_object(svc("a", "5")), "key"),
-             (key, b'{"tombstone": {"resourceVersion": "x"}}', "malformed"),
+    assert key == b"/edgewatch/pools/a/nodes/a-1/cache/core/v1/services/o/default/a"
+    assert decode_value(keys, key, encode_object(svc("a", "5"), keys=keys, signer=LEADER),
+                        verifier=LEADER) == svc("a", "5")
+    assert decode_value(keys, key, encode_tombstone("9", key=key, signer=LEADER),
+                        verifier=LEADER) == Tombstone("default", "a", "9")
+
+    def sealed(body: bytes) -> bytes:
+        return seal(body, key=key, signer=LEADER)
+
+    cases = [(key, encode_object(svc("b", "5"), keys=keys, signer=LEADER), "bad_signature"),  # b's value under a's key
+             (key, seal(b'{"kind":"Service"}', key=keys.object_key("default", "b"), signer=LEADER), "bad_signature"),
+             (key, sealed(b"{"), "malformed"), (key, b"{}", "unsigned"),
+             (key, b"x" * 1_100_000, "oversized"),
+             (keys.base + b"zz", encode_object(svc("a", "5"), keys=keys, signer=LEADER), "key"),
+             (key, sealed(json.dumps(svc("b", "5")).encode()), "mismatch"),
+             (key, sealed(b'{"tombstone": {"resourceVersion": "x"}}'), "malformed"),
              # "\u00b2" ("²") passes str.isdigit but not int(): once it crashed the node feeds
-             (key, b'{"tombstone": {"resourceVersion": "\\u00b2"}}', "malformed"),
-             (key, encode_object(svc("a", "\u00b2")), "resource_version")]
+             (key, sealed(b'{"tombstone": {"resourceVersion": "\\u00b2"}}'), "malformed"),
+             (key, encode_object(svc("a", "\u00b2"), keys=keys, signer=LEADER), "resource_version")]
     for k, value, reason in cases:
         with pytest.raises(ObjectRejected) as err:
-            decode_value(keys, k, value)
-        assert err.value.reason == reason
+            decode_value(keys, k, value, verifier=LEADER)
+        assert err.value.reason == reason, (k, value[:80])
 
 
 @pytest.mark.parametrize(("text", "ok"), [("0", True), ("18446744073709551615", True), ("1" * 21, False),
@@ -101,9 +117,14 @@ def test_a_resource_version_is_ascii_digits_only(text: object, ok: bool) -> None
 
 @given(st.binary(max_size=300))
 def test_decode_value_never_raises_anything_else(value: bytes) -> None:
-    keys = CacheKeys("/p/", SERVICES)
+    keys = CacheKeys("/p/nodes/a-1/", SERVICES, "a-1")
+    key = keys.object_key("n", "a")
+    try:  # the raw bytes, and the same bytes sealed by the leader (so the parser is reached)
+        decode_value(keys, key, value, verifier=LEADER)
+    except ObjectRejected as exc:
+        assert exc.reason
     try:
-        decoded = decode_value(keys, keys.object_key("n", "a"), value)
+        decoded = decode_value(keys, key, seal(value, key=key, signer=LEADER), verifier=LEADER)
     except ObjectRejected as exc:
         assert exc.reason  # refused with a metric label
     else:  # accepted only as a tombstone or the very object the key names
@@ -242,3 +263,32 @@ async def test_reflector_drops_bad_objects_and_keeps_going() -> None:
     assert [o["metadata"]["name"] for o in events[0].objects] == ["ok"]
     assert events[1] == Change("ADDED", svc("z", "103"))
     assert sorted(rejected) == ["event_type", "kind", "name"]
+
+
+class _View:
+    """A Ready coordinator led by ``leader`` (what the node cache reads of it)."""
+
+    def __init__(self, leader: str) -> None:
+        from edgewatch.poolcache.layout import CacheArea
+
+        self.cache_area = CacheArea(leader, f"/edgewatch/pools/a/nodes/{leader}/")
+        self.ready = self.healthy = True
+
+    def new_client(self) -> None:
+        raise AssertionError("not read in this test")
+
+
+@pytest.mark.parametrize(("leader", "source"), [("a-1", Source.COORDINATOR), ("a-9", Source.LAST_KNOWN)])
+def test_a_coordinator_whose_leaders_keys_are_unknown_here_is_not_read(leader: str, source: Source) -> None:
+    """Every value a9 wrote would be refused (and stay refused until it changes), so a node that has
+    not seen a9's published keys (it joined while this node was cut off) does not read its area."""
+    from prometheus_client import CollectorRegistry
+
+    from edgewatch.poolcache.sources import NodePoolCache
+    from edgewatch.poolcache.store import ResourceCache
+
+    view = _View(leader)
+    node = NodePoolCache(caches={SERVICES: ResourceCache(SERVICES)}, http=None,  # type: ignore[arg-type]
+                         coordinator=lambda: view, cloud_ok=lambda: False, verifier=LEADER,
+                         registry=CollectorRegistry())
+    assert node._choose() is source

@@ -158,7 +158,7 @@ class Agent:
                                   metrics=self.metrics, link=self.link, beacon=self.beacon)
         self.coordinators = CoordinatorRunner(
             node=config.node, url=config.coordinator_url, pool=config.pool, tls=config.coordinator_tls, kube=client,
-            registry=self.registry, link=self.link, verdicts=self.peers, settings=self.membership,
+            registry=self.registry, link=self.link, verdicts=self.peers, signer=self.keyring, settings=self.membership,
             clock=self.cloud_clock, namespace=config.namespace, api_timeout_s=config.api_timeout_s,
             node_certificate=CertificateFiles.under(config.state_dir) if config.state_dir is not None else None,
             certificate_always=config.coordinator_client_certificate)
@@ -184,7 +184,7 @@ class Agent:
             self.pool_cache = PoolCacheHost(
                 resources=self.membership, http=http,
                 upstream=Upstream(url=cloud_endpoint[0], ssl=cloud_endpoint[1]) if cloud_endpoint else None,
-                coordinators=self.coordinators, link=self.link,
+                coordinators=self.coordinators, link=self.link, verifier=self.keyring,
                 address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
         self.certificates: CertificateRequester | None = None
         if config.state_dir is not None:  # requested once wanted: the flag, or an 'auto' pool

@@ -44,6 +44,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.core.seal import SealVerifier
 from edgewatch.kube.api import HttpClient
 from edgewatch.names import DEFAULT_POOL_CACHE_PORT
 from edgewatch.poolcache.apiserver import Upstream, client_kubeconfig, make_app, self_signed_tls
@@ -87,6 +88,8 @@ class PoolCacheHost:
             credentials, never ours), or None.
         coordinators: the pool coordinator now in use (:class:`CoordinatorSource`).
         link: this node's cloud link.
+        verifier: every node's published keys (the agent's keyring): the coordinator's values
+            count only sealed by the leader whose area is read.
         address, port: where to serve (HTTPS).
         state_dir: the agent's state folder (TLS files and kubeconfig under ``pool-cache/``), or
             None (a temporary folder).
@@ -96,7 +99,8 @@ class PoolCacheHost:
     """
 
     def __init__(self, *, resources: PoolScope, http: HttpClient, upstream: Upstream | None,
-                 coordinators: CoordinatorSource, link: CloudLinkView, address: str = "127.0.0.1",
+                 coordinators: CoordinatorSource, link: CloudLinkView, verifier: SealVerifier,
+                 address: str = "127.0.0.1",
                  port: int = DEFAULT_POOL_CACHE_PORT, state_dir: Path | None = None,
                  config: NodeCacheConfig | None = None, retry_s: float = 5.0,
                  review_policy: ReviewPolicy | None = None) -> None:
@@ -105,6 +109,7 @@ class PoolCacheHost:
         self.upstream = upstream
         self._coordinators = coordinators
         self._link = link
+        self._verifier = verifier
         self.address = address
         self.port = port
         self.state_dir = state_dir
@@ -153,7 +158,8 @@ class PoolCacheHost:
         self.registry = registry = CollectorRegistry()
         self.caches = caches = {r: ResourceCache(r) for r in resources}
         self.node = node = NodePoolCache(caches=caches, http=self.http, coordinator=self._coordinators.current_coordinator,
-                                         cloud_ok=self._cloud_ok, registry=registry, config=self.config)
+                                         cloud_ok=self._cloud_ok, verifier=self._verifier, registry=registry,
+                                         config=self.config)
         app = make_app(caches=caches, upstream=self.upstream, registry=registry, access=self.access)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -94,6 +94,7 @@ from edgewatch.agent.coordinator.config import ClientTLS
 from edgewatch.agent.membership import NodeInfo
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.poolconfig import PoolCoordinators
+from edgewatch.core.signing import Signer
 from edgewatch.core.types import NodeName
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap
 from edgewatch.kube.errors import API_ERRORS, status_code
@@ -179,6 +180,7 @@ class CoordinatorRunner:
         registry: the agent's registry (each session's metrics go there).
         link: this node's cloud link.
         verdicts: the local verdicts (the leader never vouches for an ``unhealthy`` node).
+        signer: this node's keyring (seals the pool cache it writes while leading).
         settings: the ConfigMap's pool settings and the own Node (:class:`PoolSettings`).
         clock: the controller's clock, in which carried renewTimes are written.
         node_certificate: where this node's coordinator client certificate is kept (the state
@@ -198,6 +200,7 @@ class CoordinatorRunner:
 
     def __init__(self, *, node: NodeName, url: str | None, pool: str | None, tls: CoordinatorTLS | None,
                  kube: AsyncClient, registry: CollectorRegistry, link: CloudLinkView, verdicts: Verdicts,
+                 signer: Signer,
                  settings: PoolSettings, clock: ControllerClock, node_certificate: CertificateFiles | None = None,
                  certificate_always: bool = True, namespace: str = "edgewatch", api_timeout_s: float = 10.0,
                  ca_retry_s: float = 10.0, ca_refresh_s: float = 60.0, rotation_jitter_s: float = ROTATION_JITTER_S,
@@ -206,6 +209,7 @@ class CoordinatorRunner:
         self.url = url
         self.pool = pool
         self.tls = tls
+        self._signer = signer
         self.node_certificate = node_certificate
         self.certificate_always = certificate_always
         self.namespace = namespace
@@ -450,7 +454,7 @@ class CoordinatorRunner:
         try:
             coordinator = PoolCoordinator(url=url, pool=pool, node=self.node, kube=self._kube,
                                           cloud_ok=self._cloud_ok, verdict_of=self._verdicts.verdict_of,
-                                          tls=tls, registry=self._session_registry(),
+                                          signer=self._signer, tls=tls, registry=self._session_registry(),
                                           pool_resources=cached, wall=self._clock.now)
         except CoordinatorError as exc:
             log.error("not joining pool %s through %s: %s", pool, url, exc,

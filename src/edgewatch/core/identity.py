@@ -425,6 +425,10 @@ class NodeKeyring:
         """The node that published ``key_id``, or None if unknown."""
         return self.public.owner(key_id)
 
+    def keys_of(self, node: NodeName | str) -> tuple[str, ...]:
+        """Ids of ``node``'s published keys (this node's own included); empty if unknown."""
+        return self.public.keys_of(node)  # type: ignore[arg-type]
+
     def sign_bytes(self, data: bytes, *, domain: str) -> tuple[str, str]:
         """``(key id, hex signature)`` of raw bytes with the signing key.
 

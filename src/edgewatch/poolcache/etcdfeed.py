@@ -14,8 +14,9 @@ How
     receiver fills in the object's last state), an ``rv`` put is a bookmark, and an etcd delete
     (a tombstone's lease expired) is nothing. An ``epoch`` put (the leader re-listed and found
     deletions) reads the whole resource again (a new Reset); the reconcile's own puts before it
-    that are not newer than what was fed are skipped. Every value is checked (:func:`decode_value`); a bad
-    one is dropped, logged and counted — never a crash, never a partial state: the rest of the
+    that are not newer than what was fed are skipped. Every value is checked (:func:`decode_value`,
+    :func:`decode_marker`: the seal of the area's owner, the leader, before any parsing); a bad one
+    is dropped, logged and counted — never a crash, never a partial state: the rest of the
     resource goes on.
 
 Errors
@@ -39,9 +40,10 @@ from typing import Any
 import aetcd
 from aetcd import utils as etcd_utils
 
+from edgewatch.core.signing import Verifier
 from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, Sink
-from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value
+from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_marker, decode_value
 from edgewatch.waits import bounded
 
 log = logging.getLogger(__name__)
@@ -58,14 +60,15 @@ def _newest(*versions: str) -> str:
 
 
 async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_timeout_s: float,
-                               on_rejected: Callable[[str], None] = lambda _r: None) -> None:
+                               verifier: Verifier, on_rejected: Callable[[str], None] = lambda _r: None) -> None:
     """Feed ``sink`` with ``keys.resource`` from the coordinator until cancelled or an etcd error.
 
     Args:
         etcd: a client of the pool's coordinator (the caller closes it).
-        keys: the resource's keys in the pool.
+        keys: the resource's keys in the leader's area (``keys.writer``: the leader).
         sink: receives one Reset, then Change and Bookmark events.
         rpc_timeout_s: bound of the range read and of opening the watch, seconds.
+        verifier: every node's published keys; a value counts only sealed by ``keys.writer``.
         on_rejected: called with a reason for every value dropped as malformed (metrics).
 
     Raises:
@@ -74,7 +77,7 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
     name = keys.resource.name
     while True:
         revision, present, last_rv = await _read_whole(etcd=etcd, keys=keys, sink=sink, rpc_timeout_s=rpc_timeout_s,
-                                                       on_rejected=on_rejected)
+                                                       verifier=verifier, on_rejected=on_rejected)
         async with asyncio.timeout(rpc_timeout_s):
             watch = await etcd.watch(keys.base, range_end=etcd_utils.prefix_range_end(keys.base),
                                      start_revision=revision + 1)
@@ -82,23 +85,21 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
             async for event in watch:
                 kv = event.kv
                 if kv.key == keys.epoch:
-                    if event.kind != "DELETE":
+                    if event.kind != "DELETE" and _marker(keys, kv.key, kv.value, verifier, on_rejected) is not None:
                         log.info("pool cache: the leader re-listed %s and found deletions; reading it again", name,
                                  extra={"resource": name})
                         break
                     continue
                 if kv.key == keys.rv:
                     if event.kind != "DELETE":
-                        rv = kv.value.decode(errors="replace")
-                        if is_decimal(rv):
+                        rv = _marker(keys, kv.key, kv.value, verifier, on_rejected)
+                        if rv is not None:
                             last_rv = max(last_rv, int(rv))
                             await sink(Bookmark(rv))
-                        else:
-                            on_rejected("resource_version")
                     continue
                 if event.kind == "DELETE":
                     continue  # a tombstone expired (its DELETED went out when it was put)
-                decoded = _decode(keys, kv.key, kv.value, on_rejected)
+                decoded = _decode(keys, kv.key, kv.value, verifier, on_rejected)
                 if decoded is None:
                     continue
                 rv = int(decoded.resource_version if isinstance(decoded, Tombstone)
@@ -124,7 +125,7 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
                 await bounded(watch.cancel(), 1.0)  # aetcd's cancel can swallow a cancellation
 
 
-async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_timeout_s: float,
+async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_timeout_s: float, verifier: Verifier,
                       on_rejected: Callable[[str], None]) -> tuple[int, set[bytes], int]:
     """Read the resource's prefix and hand a Reset to ``sink``; returns (etcd revision, live
     object keys, the Reset's resourceVersion)."""
@@ -135,11 +136,13 @@ async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_ti
     versions = ["0"]
     for kv in listing:
         if kv.key == keys.rv:
-            versions.append(kv.value.decode(errors="replace"))
+            rv = _marker(keys, kv.key, kv.value, verifier, on_rejected)
+            if rv is not None:
+                versions.append(rv)
             continue
         if kv.key == keys.epoch:
             continue
-        decoded = _decode(keys, kv.key, kv.value, on_rejected)
+        decoded = _decode(keys, kv.key, kv.value, verifier, on_rejected)
         if decoded is None:
             continue
         if isinstance(decoded, Tombstone):
@@ -155,13 +158,27 @@ async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_ti
     return listing.header.revision, present, int(rv)
 
 
-def _decode(keys: CacheKeys, key: bytes, value: bytes,
+def _marker(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier,
+            on_rejected: Callable[[str], None]) -> str | None:
+    try:
+        return decode_marker(keys, key, value, verifier=verifier)
+    except ObjectRejected as exc:
+        _refused(keys, key, value, exc, on_rejected)
+        return None
+
+
+def _decode(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier,
             on_rejected: Callable[[str], None]) -> dict[str, Any] | Tombstone | None:
     try:
-        return decode_value(keys, key, value)
+        return decode_value(keys, key, value, verifier=verifier)
     except ObjectRejected as exc:
-        on_rejected(exc.reason)
-        log.warning("pool cache: refused a value in the coordinator: %s", exc,
-                    extra={"resource": keys.resource.name, "key": key[:200].decode(errors="replace"),
-                           "reason": exc.reason, "bytes": len(value)})
+        _refused(keys, key, value, exc, on_rejected)
         return None
+
+
+def _refused(keys: CacheKeys, key: bytes, value: bytes, exc: ObjectRejected,
+             on_rejected: Callable[[str], None]) -> None:
+    on_rejected(exc.reason)
+    log.warning("pool cache: refused a value in the coordinator: %s", exc,
+                extra={"resource": keys.resource.name, "key": key[:200].decode(errors="replace"),
+                       "reason": exc.reason, "bytes": len(value)})

@@ -24,9 +24,11 @@ so a node's coordinator feed can emit a DELETED event at the right resourceVersi
 attached to a short etcd lease (minutes) and vanish by themselves; a node that missed one re-lists
 (its watch from an old etcd revision fails as compacted, or it starts over).
 
-All values are untrusted on read (anyone with write access to the pool's etcd): :func:`decode_value`
-checks size and shape, and the object's own checks follow
-(:func:`edgewatch.poolcache.feed.check_object`).
+Every value (objects, tombstones, ``rv``, ``epoch``) is **sealed** by the leader's node key for
+the key it is stored under (:mod:`edgewatch.core.seal`), and untrusted on read (the host of
+the coordinator can write anything): :func:`decode_value` and :func:`decode_marker` check the size,
+then the seal against the area's owner (:attr:`CacheKeys.writer`), and only then parse; the
+object's own checks follow (:func:`edgewatch.poolcache.feed.check_object`).
 
 Limits: pure, no I/O.
 """
@@ -35,13 +37,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from edgewatch.core.seal import SealRejected, seal, unseal
+from edgewatch.core.signing import Signer, Verifier
 from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import MAX_OBJECT_BYTES, ObjectRejected, check_object, resource_version_of
 from edgewatch.poolcache.resources import PoolResource
 
-__all__ = ["CacheKeys", "Tombstone", "decode_value", "encode_object", "encode_tombstone"]
+__all__ = ["CacheArea", "CacheKeys", "Tombstone", "decode_marker", "decode_value", "encode_marker", "encode_object",
+           "encode_tombstone"]
+
+_MAX_MARKER_BYTES = 512
+"""Bound of an ``rv`` or ``epoch`` value, seal included (bytes)."""
+
+
+class CacheArea(NamedTuple):
+    """A leader's area of the pool's etcd: the node that writes it and its key prefix."""
+
+    writer: str
+    prefix: str
 
 
 @dataclass(frozen=True)
@@ -55,10 +70,12 @@ class Tombstone:
 
 @dataclass(frozen=True)
 class CacheKeys:
-    """The etcd keys of one resource in one leader's area of a pool (``prefix`` ends with ``/``)."""
+    """The etcd keys of one resource in one leader's area of a pool (``prefix`` ends with ``/``),
+    and whose area it is (``writer``: the only node whose seal is accepted there)."""
 
     prefix: str
     resource: PoolResource
+    writer: str
 
     @property
     def base(self) -> bytes:
@@ -103,31 +120,65 @@ class CacheKeys:
         return parts[0], parts[1]
 
 
-def encode_object(obj: dict[str, Any]) -> bytes:
-    """An object's etcd value (compact JSON)."""
-    return json.dumps(obj, separators=(",", ":")).encode()
+def encode_object(obj: dict[str, Any], *, keys: CacheKeys, signer: Signer) -> bytes:
+    """An object's etcd value: compact JSON, sealed by ``signer`` for the object's key."""
+    return seal(json.dumps(obj, separators=(",", ":")).encode(), key=keys.key_of(obj), signer=signer)
 
 
-def encode_tombstone(resource_version: str) -> bytes:
-    """A tombstone's etcd value."""
-    return json.dumps({"tombstone": {"resourceVersion": resource_version}}, separators=(",", ":")).encode()
+def encode_tombstone(resource_version: str, *, key: bytes, signer: Signer) -> bytes:
+    """A tombstone's etcd value for the object key ``key``, sealed by ``signer``."""
+    body = json.dumps({"tombstone": {"resourceVersion": resource_version}}, separators=(",", ":")).encode()
+    return seal(body, key=key, signer=signer)
 
 
-def decode_value(keys: CacheKeys, key: bytes, value: bytes) -> dict[str, Any] | Tombstone:
-    """Decode one object key's value from etcd: the object, or a :class:`Tombstone`.
+def encode_marker(text: str, *, key: bytes, signer: Signer) -> bytes:
+    """An ``rv`` or ``epoch`` value (``text``), sealed by ``signer`` for ``key``."""
+    return seal(text.encode(), key=key, signer=signer)
 
-    The size is checked before parsing; the object must match the key (namespace, name) and the
-    resource (``check_object``).
+
+def _unseal(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier) -> bytes:
+    try:
+        return unseal(value, key=key, writer=keys.writer, verifier=verifier)
+    except SealRejected as exc:
+        raise ObjectRejected(exc.reason, str(exc)) from None
+
+
+def decode_marker(keys: CacheKeys, key: bytes, value: bytes, *, verifier: Verifier) -> str:
+    """The text of an ``rv`` or ``epoch`` value, once its seal is the area owner's for ``key``.
 
     Raises:
-        ObjectRejected: reasons ``key``, ``oversized``, ``malformed``, ``mismatch`` and those of
+        ObjectRejected: ``oversized``, the reasons of :func:`~edgewatch.core.seal.unseal`,
+            ``resource_version`` (an ``rv`` that is not decimal), ``malformed`` (not UTF-8).
+    """
+    if len(value) > _MAX_MARKER_BYTES:
+        raise ObjectRejected("oversized", f"{len(value)} bytes > {_MAX_MARKER_BYTES}")
+    try:
+        text = _unseal(keys, key, value, verifier).decode()
+    except UnicodeDecodeError:
+        raise ObjectRejected("malformed", "a marker that is not UTF-8") from None
+    if key == keys.rv and not is_decimal(text):
+        raise ObjectRejected("resource_version", f"rv {text[:40]!r} is not decimal")
+    return text
+
+
+def decode_value(keys: CacheKeys, key: bytes, value: bytes, *, verifier: Verifier) -> dict[str, Any] | Tombstone:
+    """Decode one object key's value from etcd: the object, or a :class:`Tombstone`.
+
+    The size is checked first, then the seal (the area owner's, for this key), then the JSON; the
+    object must match the key (namespace, name) and the resource (``check_object``).
+
+    Raises:
+        ObjectRejected: reasons ``key``, ``oversized``, those of
+            :func:`~edgewatch.core.seal.unseal` (``unsigned``, ``unknown_key``,
+            ``not_writer``, ``bad_signature``), ``malformed``, ``mismatch`` and those of
             ``check_object``.
     """
     namespace, name = keys.parse_key(key)
     if len(value) > MAX_OBJECT_BYTES:
         raise ObjectRejected("oversized", f"{len(value)} bytes > {MAX_OBJECT_BYTES}")
+    payload = _unseal(keys, key, value, verifier)
     try:
-        data = json.loads(value)
+        data = json.loads(payload)
     except ValueError as exc:
         raise ObjectRejected("malformed", f"not JSON: {str(exc)[:100]}") from None
     if isinstance(data, dict) and set(data) == {"tombstone"}:

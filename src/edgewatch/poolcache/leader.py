@@ -47,7 +47,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from edgewatch.kube.api import HttpClient
 from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, ObjectRejected, Reset, resource_version_of
-from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_value, encode_object, encode_tombstone
+from edgewatch.core.seal import seal
+from edgewatch.core.signing import Signer
+from edgewatch.poolcache.layout import (CacheKeys, Tombstone, decode_value, encode_marker, encode_object,
+                                        encode_tombstone)
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.timefmt import format_micro_time
@@ -108,8 +111,9 @@ class _Writer:
     """
 
     def __init__(self, *, keys: CacheKeys, etcd: aetcd.Client, rpc: Rpc[Any], tombstone_lease: Callable[[], Awaitable[int]],
-                 txn_ops: int, metrics: LeaderMetrics, queue_size: int = 10_000) -> None:
+                 txn_ops: int, metrics: LeaderMetrics, signer: Signer, queue_size: int = 10_000) -> None:
         self.keys = keys
+        self.signer = signer
         self.etcd = etcd
         self.rpc = rpc
         self.tombstone_lease = tombstone_lease
@@ -164,11 +168,11 @@ class _Writer:
         for key, change in ordered:
             obj_rv = change.obj["metadata"]["resourceVersion"]
             if change.type == "DELETED":
-                ops.append(tx.put(key, encode_tombstone(obj_rv), lease=lease))
+                ops.append(tx.put(key, encode_tombstone(obj_rv, key=key, signer=self.signer), lease=lease))
                 self.stored.pop(key, None)
                 tombstones += 1
             else:
-                ops.append(tx.put(key, encode_object(change.obj)))
+                ops.append(tx.put(key, encode_object(change.obj, keys=self.keys, signer=self.signer)))
                 self.stored[key] = obj_rv
                 puts += 1
         step = self.txn_ops - 1  # room for the rv key in every transaction
@@ -176,7 +180,8 @@ class _Writer:
             chunk = ops[start:start + step]
             last = ordered[start + len(chunk) - 1][1].obj["metadata"]["resourceVersion"] if chunk else rv
             upto = rv if start + step >= len(ops) else last
-            await self.rpc(self.etcd.transaction(compare=[], success=[*chunk, tx.put(self.keys.rv, upto.encode())],
+            rv_value = encode_marker(upto, key=self.keys.rv, signer=self.signer)
+            await self.rpc(self.etcd.transaction(compare=[], success=[*chunk, tx.put(self.keys.rv, rv_value)],
                                                  failure=[]))
         self.rv = rv
         name = self.keys.resource.name
@@ -189,7 +194,7 @@ class _Writer:
         listing = await self.rpc(self.etcd.get_prefix(self.keys.objects))
         for kv in listing:
             try:
-                decoded = decode_value(self.keys, kv.key, kv.value)
+                decoded = decode_value(self.keys, kv.key, kv.value, verifier=self.signer)
             except ObjectRejected as exc:
                 self.metrics.rejected.labels(resource=self.keys.resource.name, reason=exc.reason, by="leader").inc()
                 stored[kv.key] = ""  # rewritten (or tombstoned) by the reconcile below
@@ -213,19 +218,21 @@ class _Writer:
             seen.add(key)
             rv = obj["metadata"]["resourceVersion"]
             if stored.get(key) != rv:
-                ops.append(tx.put(key, encode_object(obj)))
+                ops.append(tx.put(key, encode_object(obj, keys=self.keys, signer=self.signer)))
                 stored[key] = rv
                 puts += 1
         gone = [key for key in stored if key not in seen]
         if gone:
             lease = await self.tombstone_lease()
             for key in gone:
-                ops.append(tx.put(key, encode_tombstone(event.resource_version), lease=lease))
+                ops.append(tx.put(key, encode_tombstone(event.resource_version, key=key, signer=self.signer),
+                                  lease=lease))
                 del stored[key]
                 tombstones += 1
-        ops.append(tx.put(self.keys.rv, event.resource_version.encode()))
+        ops.append(tx.put(self.keys.rv, encode_marker(event.resource_version, key=self.keys.rv, signer=self.signer)))
         if tombstones:  # nodes cannot replay several deletions at one resourceVersion: re-read
-            ops.append(tx.put(self.keys.epoch, f"{event.resource_version}:{time.time_ns()}".encode()))
+            epoch = f"{event.resource_version}:{time.time_ns()}"
+            ops.append(tx.put(self.keys.epoch, encode_marker(epoch, key=self.keys.epoch, signer=self.signer)))
         for start in range(0, len(ops), self.txn_ops):
             await self.rpc(self.etcd.transaction(compare=[], success=ops[start:start + self.txn_ops], failure=[]))
         self.rv = event.resource_version
@@ -248,14 +255,17 @@ class PoolCacheLeader:
             (``poolkeys.PoolKeys.writer``, ``/edgewatch/pools/<pool>/nodes/<node>/``), the only
             one readers follow while it leads and the only one it may write.
         sync_key: its ``leader-informer-sync`` key (``poolkeys.PoolKeys.sync``).
-        node: this node (written into the sync key, for people reading etcd).
+        node: this node (written into the sync key, for people reading etcd; the owner of ``prefix``).
+        signer: this node's keyring: every value written is sealed with its key
+            (:mod:`edgewatch.core.seal`), which readers check against ``node``'s published keys.
         metrics: where to count.
         config: settings.
     """
 
     def __init__(self, *, resources: Sequence[PoolResource], http: HttpClient, prefix: str, sync_key: bytes, node: str,
-                 metrics: LeaderMetrics, config: CacheLeaderConfig | None = None) -> None:
+                 signer: Signer, metrics: LeaderMetrics, config: CacheLeaderConfig | None = None) -> None:
         self.resources = tuple(resources)
+        self.signer = signer
         self.http = http
         self.prefix = prefix
         self.node = node
@@ -278,8 +288,9 @@ class PoolCacheLeader:
         writers: dict[PoolResource, _Writer] = {}
         reflectors: list[CloudReflector] = []
         for resource in self.resources:
-            writer = _Writer(keys=CacheKeys(self.prefix, resource), etcd=etcd, rpc=rpc,
-                             tombstone_lease=tombstone_lease, txn_ops=self.config.txn_ops, metrics=self.metrics)
+            writer = _Writer(keys=CacheKeys(self.prefix, resource, self.node), etcd=etcd, rpc=rpc,
+                             tombstone_lease=tombstone_lease, txn_ops=self.config.txn_ops, metrics=self.metrics,
+                             signer=self.signer)
             writers[resource] = writer
             name = resource.name
             reflectors.append(CloudReflector(
@@ -313,7 +324,8 @@ class PoolCacheLeader:
             if synced:
                 value = {"leader": self.node, "synced_at": format_micro_time(dt.datetime.now(dt.timezone.utc)),
                          "resources": {r.name: w.rv for r, w in writers.items()}}
-                await rpc(etcd.put(self.sync_key, json.dumps(value).encode(), lease=lease))
+                sealed = seal(json.dumps(value).encode(), key=self.sync_key, signer=self.signer)
+                await rpc(etcd.put(self.sync_key, sealed, lease=lease))
             else:
                 log.warning("not renewing leader-informer-sync: an informer is out of sync with the cloud",
                             extra={"unsynced": [r.resource.name for r in reflectors if not r.synced]})

@@ -51,7 +51,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from edgewatch.kube.api import HttpClient
 from edgewatch.poolcache.etcdfeed import run_coordinator_feed
 from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, Reset
-from edgewatch.poolcache.layout import CacheKeys
+from edgewatch.core.seal import SealVerifier
+from edgewatch.poolcache.layout import CacheArea, CacheKeys
 from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backoff_delay
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.poolcache.store import BadRequest, CacheFull, ResourceCache
@@ -103,8 +104,8 @@ class CoordinatorView(Protocol):
     trust changes): a different object is a different coordinator, whose feed starts anew."""
 
     @property
-    def cache_prefix(self) -> str | None:
-        """The current leader's area (``poolkeys.PoolKeys.writer``); None without a leader."""
+    def cache_area(self) -> CacheArea | None:
+        """The current leader and its area (``poolkeys.PoolKeys.writer``); None without a leader."""
 
     @property
     def healthy(self) -> bool: ...
@@ -159,6 +160,9 @@ class NodePoolCache:
         http: the cloud API's HTTP client (agent credentials).
         coordinator: returns the pool coordinator now in use, or None (no coordinator: cloud only).
         cloud_ok: this node's cloud link state.
+        verifier: every node's published keys (the agent's keyring): a coordinator value counts
+            only sealed by the leader whose area is read (:mod:`edgewatch.core.seal`), and a
+            coordinator whose leader's keys are not known here is not read.
         registry: where the metrics go.
         config: settings.
 
@@ -168,8 +172,9 @@ class NodePoolCache:
 
     def __init__(self, *, caches: Mapping[PoolResource, ResourceCache], http: HttpClient,
                  coordinator: Callable[[], CoordinatorView | None], cloud_ok: Callable[[], bool],
-                 registry: CollectorRegistry, config: NodeCacheConfig | None = None) -> None:
+                 verifier: SealVerifier, registry: CollectorRegistry, config: NodeCacheConfig | None = None) -> None:
         self.caches = dict(caches)
+        self.verifier = verifier
         self.http = http
         self._coordinator = coordinator
         self._cloud_ok = cloud_ok
@@ -178,13 +183,13 @@ class NodePoolCache:
         self.source = Source.LAST_KNOWN
         self.history: list[tuple[float, Source]] = []
         self._ready_seen = 0.0
-        self._feed_prefix: str | None = None  # the leader's area the coordinator feed reads
+        self._feed_area: CacheArea | None = None  # the leader's area the coordinator feed reads
         self._feed_view: CoordinatorView | None = None  # the coordinator it reads it from
 
     def _choose(self) -> Source:
         coordinator = self._coordinator()
         now = time.monotonic()
-        ready = bool(coordinator is not None and coordinator.ready)
+        ready = bool(coordinator is not None and coordinator.ready and self._leader_known(coordinator))
         healthy = bool(coordinator is not None and coordinator.healthy)
         if ready:
             self._ready_seen = now
@@ -219,21 +224,21 @@ class NodePoolCache:
         try:
             while True:
                 wanted = self._choose()
-                view, prefix = self._coordinator_target() if wanted is Source.COORDINATOR else (None, None)
-                moved = (wanted is Source.COORDINATOR and prefix is not None
-                         and (prefix != self._feed_prefix or view is not self._feed_view))
+                view, area = self._coordinator_target() if wanted is Source.COORDINATOR else (None, None)
+                moved = (wanted is Source.COORDINATOR and area is not None
+                         and (area != self._feed_area or view is not self._feed_view))
                 if feed is None or wanted is not self.source or moved:
                     if feed is not None:
                         feed.cancel()
                         await asyncio.wait({feed})
-                    if moved and self.source is Source.COORDINATOR and self._feed_prefix is not None:
+                    if moved and self.source is Source.COORDINATOR and self._feed_area is not None:
                         log.info("pool cache: following the pool coordinator's new leader or address",
-                                 extra={"from": self._feed_prefix, "to": prefix,
+                                 extra={"from": self._feed_area.prefix, "to": area.prefix if area else None,
                                         "new_coordinator": view is not self._feed_view})
                     self._set_source(wanted)
                     on_coordinator = wanted is Source.COORDINATOR
-                    self._feed_view, self._feed_prefix = (view, prefix) if on_coordinator else (None, None)
-                    feed = asyncio.create_task(self._feed(wanted, self._feed_view, self._feed_prefix),
+                    self._feed_view, self._feed_area = (view, area) if on_coordinator else (None, None)
+                    feed = asyncio.create_task(self._feed(wanted, self._feed_view, self._feed_area),
                                                name=f"pool-cache-feed-{wanted.value}")
                 await asyncio.sleep(self.config.poll_s)
         finally:
@@ -241,14 +246,23 @@ class NodePoolCache:
                 feed.cancel()
                 await asyncio.wait({feed})
 
-    def _coordinator_target(self) -> tuple[CoordinatorView | None, str | None]:
+    def _leader_known(self, coordinator: CoordinatorView) -> bool:
+        """Whether this node holds the published keys of the coordinator's leader: without them
+        every value it wrote would be refused (and stay refused: a feed does not re-read a value
+        that did not change), so such a coordinator is not Ready for this node until they come."""
+        area = coordinator.cache_area
+        return area is not None and bool(self.verifier.keys_of(area.writer))
+
+    def _coordinator_target(self) -> tuple[CoordinatorView | None, CacheArea | None]:
         """What to read while on the coordinator: the current coordinator and its leader's area
         once it is Ready, else what is being read (a coordinator that moved to another address
         is a new object: its feed must not stay on the old one's connection)."""
         coordinator = self._coordinator()
-        if coordinator is not None and coordinator.ready and coordinator.cache_prefix is not None:
-            return coordinator, coordinator.cache_prefix
-        return self._feed_view, self._feed_prefix
+        if coordinator is not None and coordinator.ready and self._leader_known(coordinator):
+            area = coordinator.cache_area
+            if area is not None:
+                return coordinator, area
+        return self._feed_view, self._feed_area
 
     # -- feeds ---------------------------------------------------------------------------------------
 
@@ -270,10 +284,10 @@ class NodePoolCache:
                 cache.bookmark(event.resource_version)
         return sink
 
-    async def _feed(self, source: Source, view: CoordinatorView | None, prefix: str | None) -> None:
-        """Run ``source``'s feeds (one per resource; the coordinator's read the leader's area
-        ``prefix`` of the coordinator ``view``) until cancelled; retry after any failure."""
-        if source is Source.LAST_KNOWN or (source is Source.COORDINATOR and (prefix is None or view is None)):
+    async def _feed(self, source: Source, view: CoordinatorView | None, area: CacheArea | None) -> None:
+        """Run ``source``'s feeds (one per resource; the coordinator's read the leader's ``area``
+        of the coordinator ``view``) until cancelled; retry after any failure."""
+        if source is Source.LAST_KNOWN or (source is Source.COORDINATOR and (area is None or view is None)):
             return
         attempt = 0
         while True:
@@ -284,8 +298,8 @@ class NodePoolCache:
                 if source is Source.CLOUD:
                     await apart(self._cloud_feeds(), name=f"poolcache-{source.value}-feeds")
                 else:
-                    assert view is not None and prefix is not None
-                    await apart(self._coordinator_feeds(view, prefix), name=f"poolcache-{source.value}-feeds")
+                    assert view is not None and area is not None
+                    await apart(self._coordinator_feeds(view, area), name=f"poolcache-{source.value}-feeds")
             except Exception as exc:  # noqa: BLE001 - any failure: retry while still the source
                 leaf = exc
                 while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
@@ -309,14 +323,14 @@ class NodePoolCache:
                     on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
                         resource=n, source="cloud", reason=reason).inc()).run())
 
-    async def _coordinator_feeds(self, coordinator: CoordinatorView, prefix: str) -> None:
+    async def _coordinator_feeds(self, coordinator: CoordinatorView, area: CacheArea) -> None:
         etcd = coordinator.new_client()
         try:
             async with asyncio.TaskGroup() as tg:
                 for resource in self.caches:
                     name = resource.name
                     tg.create_task(run_coordinator_feed(
-                        etcd=etcd, keys=CacheKeys(prefix, resource),
+                        etcd=etcd, keys=CacheKeys(area.prefix, resource, area.writer), verifier=self.verifier,
                         sink=self._sink(resource, Source.COORDINATOR), rpc_timeout_s=self.config.rpc_timeout_s,
                         on_rejected=lambda reason, n=name: self.metrics.rejected.labels(
                             resource=n, source="coordinator", reason=reason).inc()))

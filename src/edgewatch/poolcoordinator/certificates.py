@@ -38,7 +38,7 @@ from edgewatch.names import (
     POOL_CA_CONFIGMAP_KEY, pool_ca_name,
 )
 
-__all__ = ["SERVING_COMMON_NAME", "TlsFiles", "install_pool_ca", "parse_ca", "root_credentials", "root_spec",
+__all__ = ["SERVING_COMMON_NAME", "TlsFiles", "install_pool_ca", "parse_ca", "read_pool_ca", "write_pool_ca", "root_credentials", "root_spec",
            "serving_spec"]
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,28 @@ def parse_ca(pem: object) -> bytes:
     return data
 
 
+async def read_pool_ca(*, client: AsyncClient, namespace: str, pool: str, timeout_s: float) -> bytes:
+    """The pool's CA certificate(s) from its ConfigMap (one GET, bounded by ``timeout_s`` seconds).
+
+    Raises:
+        ValueError: no usable CA in the ConfigMap. The API's errors (``API_ERRORS``), 404 included.
+    """
+    async with asyncio.timeout(timeout_s):
+        cm = await client.get(ConfigMap, pool_ca_name(pool), namespace=namespace)
+    return parse_ca((cm.data or {}).get(POOL_CA_CONFIGMAP_KEY))
+
+
+def write_pool_ca(ca_file: Path, pem: bytes) -> None:
+    """Write ``pem`` to ``ca_file`` (0644, atomically, the folder synced).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    ca_file.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(ca_file, pem, mode=0o644)
+    fsync_dir(ca_file.parent)
+
+
 async def install_pool_ca(*, client: AsyncClient, namespace: str, pool: str, ca_file: Path, timeout_s: float,
                           backoff_initial_s: float = 1.0, backoff_cap_s: float = 30.0,
                           rng: random.Random | None = None) -> bytes:
@@ -116,9 +138,7 @@ async def install_pool_ca(*, client: AsyncClient, namespace: str, pool: str, ca_
     attempt = 0
     while True:
         try:
-            async with asyncio.timeout(timeout_s):
-                cm = await client.get(ConfigMap, name, namespace=namespace)
-            pem = parse_ca((cm.data or {}).get(POOL_CA_CONFIGMAP_KEY))
+            pem = await read_pool_ca(client=client, namespace=namespace, pool=pool, timeout_s=timeout_s)
         except (ValueError, *API_ERRORS) as exc:
             missing = status_code(exc) == 404
             attempt += 1
@@ -128,9 +148,7 @@ async def install_pool_ca(*, client: AsyncClient, namespace: str, pool: str, ca_
                     extra={"pool": pool})
             await asyncio.sleep(delay)
             continue
-        ca_file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(ca_file, pem, mode=0o644)
-        fsync_dir(ca_file.parent)
+        write_pool_ca(ca_file, pem)
         log.info("pool CA installed", extra={"pool": pool, "file": str(ca_file)})
         return pem
 

@@ -9,7 +9,8 @@ when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_sign
    node, e.g. a public one);
 2. installs the pool CA (``<data-dir>/tls/ca.crt``, from its ConfigMap, waiting for it), then
    obtains the serving and root certificates through CSRs and keeps rotating them
-   (``edgewatch.poolcoordinator.certificates``, ``edgewatch.csr``);
+   (``edgewatch.poolcoordinator.certificates``, ``edgewatch.csr``); reads the CA again every
+   ``ca_refresh_s`` and restarts etcd when it changed (etcd loads it only at start);
 3. once both are there, runs etcd (``etcdprocess``), probes it (``health``) and keeps its access
    control equal to the pool's Nodes (``members``).
 
@@ -35,7 +36,9 @@ from edgewatch.certfiles import CertificateFiles
 from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.informer import InformerConfig
 from edgewatch.opsserver import serve_ops
-from edgewatch.poolcoordinator.certificates import TlsFiles, install_pool_ca, root_credentials, root_spec, serving_spec
+from edgewatch.kube.errors import API_ERRORS
+from edgewatch.poolcoordinator.certificates import (TlsFiles, install_pool_ca, read_pool_ca, root_credentials,
+                                                     root_spec, serving_spec, write_pool_ca)
 from edgewatch.poolcoordinator.etcdprocess import EtcdSupervisor, etcd_argv
 from edgewatch.poolcoordinator.health import EtcdProbe
 from edgewatch.poolcoordinator.members import MembersLoop
@@ -65,6 +68,8 @@ class CoordinatorConfig:
         csr_poll_s: time between two GETs of a pending CSR, seconds.
         probe_interval_s: time between two etcd probes, seconds.
         debounce_s: quiet time after a membership change before reconciling, seconds.
+        ca_refresh_s: how often the pool CA's ConfigMap is read again, seconds (default 60 s, as
+            the agents do); a change is written to ``ca.crt`` and etcd is restarted to load it.
         informer: the Node informer's timings.
     """
 
@@ -82,6 +87,7 @@ class CoordinatorConfig:
     csr_poll_s: float = 2.0
     probe_interval_s: float = 2.0
     debounce_s: float = 1.0
+    ca_refresh_s: float = 60.0
     informer: InformerConfig | None = None
 
 
@@ -181,3 +187,28 @@ class PoolCoordinator:
                 tg.create_task(self.supervisor.run(), name="etcd")
                 tg.create_task(self.probe.run(), name="etcd-probe")
                 tg.create_task(self.members.run(), name="members")
+                tg.create_task(self._follow_pool_ca(), name="pool-ca")
+
+    async def _follow_pool_ca(self) -> None:
+        """Every ``ca_refresh_s``: read the pool CA again; when it changed (a rotation: the bundle
+        ``new + old``, then ``new``), write it and restart etcd, which loads its client CA pool only
+        at start. A failed read keeps the CA in use (logged, counted) and is retried next time."""
+        c = self.config
+        while True:
+            await asyncio.sleep(c.ca_refresh_s)
+            try:
+                pem = await read_pool_ca(client=self._client, namespace=c.namespace, pool=c.pool,
+                                         timeout_s=c.api_timeout_s)
+            except (ValueError, *API_ERRORS) as exc:
+                self.metrics.ca_reads.labels("error").inc()
+                log.warning("pool CA could not be read again (%s: %s); keeping the one in use",
+                            type(exc).__name__, exc, extra={"pool": c.pool})
+                continue
+            if pem == self.tls.ca_file.read_bytes():
+                self.metrics.ca_reads.labels("unchanged").inc()
+                continue
+            write_pool_ca(self.tls.ca_file, pem)
+            self.metrics.ca_reads.labels("changed").inc()
+            log.info("pool CA changed (%d certificate(s) now trusted): restarting etcd to load it",
+                     pem.count(b"-----BEGIN"), extra={"pool": c.pool})
+            await self.supervisor.restart("the pool CA changed")

@@ -16,7 +16,9 @@ jittered backoff (``edgewatch.kube.backoff``; the schedule starts over after ``s
 running), and on cancellation etcd is sent SIGTERM, then SIGKILL after ``stop_timeout_s``, and
 waited for: no process is left behind.
 
-Certificate rotation needs no restart: etcd re-reads ``--cert-file``/``--key-file`` for every new
+A new pool CA does need one: etcd reads ``--trusted-ca-file`` only when it starts, so the
+coordinator calls :meth:`EtcdSupervisor.restart` when the CA changes (a few seconds without etcd:
+the agents reconnect as after any blip). Certificate rotation needs no restart: etcd re-reads ``--cert-file``/``--key-file`` for every new
 client TLS handshake (etcd-io/etcd#7829, ``pkg/transport`` ``GetCertificate``; also for clients
 that connect by IP address, without SNI, since etcd-io/etcd#9570, v3.2/v3.3 on); the integration
 test checks it on the binary we ship.
@@ -161,6 +163,7 @@ class EtcdSupervisor:
         self.stable_s = stable_s
         self._rng = rng
         self._proc: asyncio.subprocess.Process | None = None
+        self._restart_reason: str | None = None
         self.starts = 0
 
     @property
@@ -178,12 +181,29 @@ class EtcdSupervisor:
             started = time.monotonic()
             code = await self._run_once()
             ran_s = time.monotonic() - started
+            reason, self._restart_reason = self._restart_reason, None
+            if reason is not None:  # asked for (restart()): at once, and not a crash
+                attempt = 0
+                log.info("etcd stopped to be restarted: %s", reason, extra={"exit_code": code, "reason": reason})
+                self._on_restart()
+                continue
             attempt = 1 if ran_s >= self.stable_s else attempt + 1
             delay = backoff_delay(attempt, initial=self.backoff_initial_s, cap=self.backoff_cap_s, rng=self._rng)
             log.warning("etcd exited with code %s after %.1f s; restarting in %.1f s", code, ran_s, delay,
                         extra={"exit_code": code, "ran_s": round(ran_s, 1)})
             await asyncio.sleep(delay)
             self._on_restart()
+
+    async def restart(self, reason: str) -> bool:
+        """Stop the running etcd (SIGTERM, SIGKILL after ``stop_timeout_s``) so that :meth:`run`
+        starts it again at once, e.g. to load a new ``--trusted-ca-file`` (etcd reads its client
+        CA pool only when it starts). Returns False if no etcd was running (nothing to do)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return False
+        self._restart_reason = reason
+        await self._stop(proc)
+        return True
 
     async def _run_once(self) -> int:
         proc = await asyncio.create_subprocess_exec(

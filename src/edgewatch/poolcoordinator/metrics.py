@@ -38,6 +38,9 @@ class CoordinatorMetrics:
                                       ["result"], registry=registry)
         self.certificate_requests = Counter(f"{prefix}_certificate_requests", "Certificate signing requests by "
                                             "certificate and result.", ["certificate", "result"], registry=registry)
+        self.ca_reads = Counter(f"{prefix}_ca_reads", "Periodic reads of the pool CA by result (unchanged, "
+                                "changed: etcd restarted to load it, error: the CA in use kept).", ["result"],
+                                registry=registry)
         self.members = Gauge(f"{prefix}_members", "The pool's member Nodes.", registry=registry)
         self.members.set_function(members)
         self.ready = Gauge(f"{prefix}_ready", "1 when the coordinator is ready (/readyz), else 0.", registry=registry)

@@ -19,6 +19,7 @@ from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.forwarding import Forwarding
 from edgewatch.agent.coordinator.leaderkey import LeaderKeyWatch
 from edgewatch.agent.coordinator.roles import Role, decide_role
+from edgewatch.core.seal import seal
 from edgewatch.waits import apart, wait_event
 
 __all__ = ["Election"]
@@ -72,7 +73,8 @@ class Election(LeaderKeyWatch, Forwarding):
             started = asyncio.get_running_loop().time()
             won, responses = await self._rpc(client.transaction(
                 compare=[client.transactions.create(key) == 0],
-                success=[client.transactions.put(key, self.node.encode(), lease=lease)],
+                success=[client.transactions.put(key, seal(self.node.encode(), key=key, signer=self.signer),
+                                                 lease=lease)],
                 failure=[client.transactions.get(key)]))
             if won:  # our candidacy is in: are we the lowest? (re-read: others may be newer to us)
                 self._apply_snapshot(await self._rpc(client.get_prefix(self.keys.leadership)))

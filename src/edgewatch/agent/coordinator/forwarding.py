@@ -71,7 +71,7 @@ class Forwarding(CoordinatorState):
             return None
         try:
             hb = parse_heartbeat(kv.key[len(self.heartbeat_prefix):].decode(errors="replace"), kv.value,
-                                 max_bytes=self.config.max_value_bytes)
+                                 key=kv.key, verifier=self.signer, max_bytes=self.config.max_value_bytes)
         except HeartbeatRejected:
             return None  # _ingest reports it
         if not hb.delegate:
@@ -93,7 +93,8 @@ class Forwarding(CoordinatorState):
             try:
                 if not is_dns1123_subdomain(node):
                     raise HeartbeatRejected("key", f"{node[:80]!r} is not a node name")
-                hb = parse_heartbeat(node, value, max_bytes=self.config.max_value_bytes)
+                hb = parse_heartbeat(node, value, key=key, verifier=self.signer,
+                                     max_bytes=self.config.max_value_bytes)
             except HeartbeatRejected as exc:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
                 log.warning("rejected heartbeat from the coordinator: %s", exc,

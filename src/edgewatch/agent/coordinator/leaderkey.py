@@ -6,7 +6,9 @@ repairs a missed event) and deletes this node's own candidacy left by its previo
 Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision); only the
 leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
 control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
-candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete."""
+candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete.
+Both values are sealed by the node the key names (``edgewatch.core.seal``): one that is not (the
+coordinator's host writing a candidacy or a sync for a node) is counted and treated as absent."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from aetcd import utils as etcd_utils
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.state import CoordinatorState, _LeaderKey
+from edgewatch.core.seal import SealRejected, unseal
 from edgewatch.core.types import is_dns1123_subdomain
 from edgewatch.waits import bounded
 
@@ -60,6 +63,8 @@ class LeaderKeyWatch(CoordinatorState):
             name = key[len(candidates):].decode(errors="replace")
             if deleted:
                 self._candidates.pop(name, None)
+            elif (refused := self._refused(key, kv.value, name, "candidacy")) is not None:
+                self._candidates.pop(name, None)  # not this node's own: as if absent
             else:
                 if kv.lease == 0 or not is_dns1123_subdomain(name):
                     self.metrics.rejected.labels(reason="leader_key").inc()
@@ -69,12 +74,26 @@ class LeaderKeyWatch(CoordinatorState):
             return True
         if key.startswith(syncs):
             name = key[len(syncs):].decode(errors="replace")
-            if deleted:
+            if deleted or self._refused(key, kv.value, name, "sync") is not None:
                 self._syncs.pop(name, None)
             else:
                 self._syncs[name] = kv.mod_revision
             return True
         return False
+
+    def _refused(self, key: bytes, value: bytes, name: str, what: str) -> str | None:
+        """None if ``value`` is sealed by node ``name`` for ``key``; else the reason, counted
+        (``edgewatch_coordinator_rejected_total{reason="<what>_<reason>"}``) and logged."""
+        try:
+            if len(value) > self.config.max_value_bytes:
+                raise SealRejected("too_large", f"{len(value)} bytes > {self.config.max_value_bytes}")
+            unseal(value, key=key, writer=name, verifier=self.signer)
+        except SealRejected as exc:
+            self.metrics.rejected.labels(reason=f"{what}_{exc.reason}").inc()
+            log.warning("ignoring a %s not sealed by its node: %s", what, exc,
+                        extra={"pool": self.pool, "node": self.node, "candidate": name[:80], "reason": exc.reason})
+            return exc.reason
+        return None
 
     def _note_sync(self) -> None:
         """The current leader's sync key is at its observed mod revision (0: absent); note when we

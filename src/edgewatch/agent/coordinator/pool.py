@@ -22,6 +22,8 @@ class PoolCoordinator(Session):
         cloud_ok: this node's own cloud link state (cheap; read on :meth:`cloud_link_changed` and
             every ``cloud_recheck_s``).
         verdict_of: the peer verdict of a node: "healthy", "unhealthy" or "unknown".
+        signer: this node's keyring: what it writes into its pool-cache area while it leads is
+            sealed with its node key (``edgewatch.core.seal``).
         config: timings, see ``CoordinatorConfig``.
         tls: client-certificate TLS (required by a production etcd); needs an https URL.
         registry: where the metrics are registered.

@@ -1,5 +1,6 @@
-"""The heartbeat a pool member puts under ``heartbeats/<node>`` (``Heartbeat``) and its validation
-on read (``parse_heartbeat``, ``HeartbeatRejected``): etcd content is untrusted."""
+"""The heartbeat a pool member puts under ``heartbeats/<node>`` (``Heartbeat``), sealed with its
+node key (``edgewatch.core.seal``), and its validation on read (``parse_heartbeat``,
+``HeartbeatRejected``): etcd content is untrusted, even from the coordinator's host."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from edgewatch.core.seal import SealRejected, unseal
+from edgewatch.core.signing import Verifier
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN
 from edgewatch.timefmt import format_micro_time
 
@@ -43,14 +46,21 @@ class HeartbeatRejected(ValueError):
         self.reason = reason
 
 
-def parse_heartbeat(node: str, value: bytes, *, max_bytes: int = 4096) -> Heartbeat:
-    """Validate the value of ``heartbeats/<node>``.
+def parse_heartbeat(node: str, value: bytes, *, key: bytes, verifier: Verifier, max_bytes: int = 4096) -> Heartbeat:
+    """Validate the value of ``heartbeats/<node>`` (read under ``key``): its size, then ``node``'s
+    seal (``verifier``: every node's published keys), then its JSON.
 
     Raises:
-        HeartbeatRejected: reason ``too_large``, ``json``, ``schema`` or ``node_mismatch``.
+        HeartbeatRejected: reason ``too_large``, the seal's (``unsigned``, ``malformed``,
+            ``unknown_key``, ``not_writer``, ``bad_signature``), ``json``, ``schema`` or
+            ``node_mismatch``.
     """
     if len(value) > max_bytes:
         raise HeartbeatRejected("too_large", f"{len(value)} bytes > {max_bytes}")
+    try:
+        value = unseal(value, key=key, writer=node, verifier=verifier)
+    except SealRejected as exc:
+        raise HeartbeatRejected(exc.reason, str(exc)) from None
     try:
         json.loads(value)  # only to tell bad JSON from a bad schema
     except (ValueError, UnicodeDecodeError) as exc:

@@ -25,6 +25,7 @@ from edgewatch.agent.coordinator.errors import CoordinatorError, Reconnect, clas
 from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
+from edgewatch.core.seal import seal
 from edgewatch.waits import apart, bounded, stop_task, wait_event
 
 __all__ = ["Session"]
@@ -274,7 +275,8 @@ class Session(Election):
             cloud = self._cloud
             hb = Heartbeat(node=self.node, renew_time=dt.datetime.now(dt.timezone.utc), delegate=not cloud,
                            cloud_ok=cloud, incarnation=self.incarnation)
-            await self._rpc(client.put(self.heartbeat_key(self.node), hb.to_json(), lease=self._hb_lease))
+            key = self.heartbeat_key(self.node)
+            await self._rpc(client.put(key, seal(hb.to_json(), key=key, signer=self.signer), lease=self._hb_lease))
             await wait_event(self._hb_wake, self.config.heartbeat_interval_s)
             reply = await self._rpc(client.refresh_lease(self._hb_lease))
             if reply is None or reply.TTL <= 0:

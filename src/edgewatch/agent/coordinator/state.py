@@ -19,8 +19,10 @@ from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.agent.coordinator.metrics import _Metrics
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
+from edgewatch.core.signing import Signer
 from edgewatch.core.types import is_dns1123_label, is_dns1123_subdomain
 from edgewatch.kube.api import AsyncClient
+from edgewatch.poolcache.layout import CacheArea
 from edgewatch.poolcache.leader import CacheLeaderConfig, LeaderMetrics, PoolCacheLeader
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.kube.http import http_client_of
@@ -55,6 +57,7 @@ class CoordinatorState:
         kube: AsyncClient,
         cloud_ok: Callable[[], bool],
         verdict_of: Callable[[str], str],
+        signer: Signer,
         config: CoordinatorConfig | None = None,
         tls: ClientTLS | None = None,
         registry: CollectorRegistry | None = None,
@@ -72,6 +75,7 @@ class CoordinatorState:
             raise CoordinatorError("config", f"client TLS given but the coordinator URL {url!r} is not https://")
         self.pool = pool
         self.node = node
+        self.signer = signer
         self.kube = kube
         self._cloud_ok_fn = cloud_ok
         self._verdict_of = verdict_of
@@ -90,7 +94,7 @@ class CoordinatorState:
         if http is None and self.pool_resources:
             raise CoordinatorError("config", "the pool cache needs a lightkube AsyncClient (its HTTP client)")
         self.cache_leader = PoolCacheLeader(resources=self.pool_resources, http=http, prefix=self.keys.writer(node),
-                                            sync_key=self.keys.sync(node), node=node,
+                                            sync_key=self.keys.sync(node), node=node, signer=signer,
                                             metrics=LeaderMetrics(registry), config=cache_config)
 
         # Observed state (written only from the event loop).
@@ -171,6 +175,12 @@ class CoordinatorState:
         leader. Only the leader can write there: a node serves nothing else."""
         leader = self.leader
         return None if leader is None else self.keys.writer(leader)
+
+    @property
+    def cache_area(self) -> CacheArea | None:
+        """The current leader and its area (:attr:`cache_prefix`), read at once; None without a leader."""
+        leader = self.leader
+        return None if leader is None else CacheArea(leader, self.keys.writer(leader))
 
     def _observed_leader(self) -> str | None:
         return leader_of({name: Candidate(kv.lease, kv.create_revision) for name, kv in self._candidates.items()})
