@@ -12,7 +12,7 @@ For each pool size N it starts the real control plane (``edgewatch_lab.testing.c
   benchmark, not the pod's ServiceAccount). Its serving and root certificates are pre-issued with
   the pool CA into ``<data-dir>/tls/`` as ``edgewatch.csr`` would have stored them, so it requests
   none (no controller runs here); then waits for its ``/readyz``;
-* runs the load in one separate process (``--sessions``, not measured): N real agent sessions
+* runs the load in one separate process (``bench/_coordinator_load.py``, not measured): N real agent sessions
   (``edgewatch.agent.coordinator.PoolCoordinator``, default timings: heartbeats every 10 s) each
   with its own node certificate (CN = node). Node 0 starts first and leads with the pool cache on
   (EndpointSlices and Services: its informer writes into etcd); every other node starts after it,
@@ -69,8 +69,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-POOL = "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _coordinator_load import POOL, Load, first_time  # noqa: E402  (this folder)
+from _measure import proc_cpu_s, proc_rss_mib  # noqa: E402
 NAMESPACE = "edgewatch"
 SERVICES_NS = "bench"
 
@@ -155,17 +156,6 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 # -- /proc ---------------------------------------------------------------------------------------------
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _cpu_s(pid: int) -> float:
-    return parse_stat(Path(f"/proc/{pid}/stat").read_text())[1] / CLK_TCK
-
 
 def children(pid: int) -> list[int]:
     """PIDs whose parent is ``pid`` (a scan of /proc)."""
@@ -337,139 +327,6 @@ def wait_until(predicate: Callable[[], bool], *, timeout_s: float, what: str, st
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(step_s)
     return time.monotonic() - t0
-
-
-# -- the load process (--sessions) ------------------------------------------------------------------------
-
-async def run_sessions(spec: dict[str, Any]) -> None:
-    """N agent sessions (the load); prints a JSON status line when it changes (at most every 0.1 s),
-    and restarts every session on a new URL when stdin says ``url <URL>``."""
-    from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role
-    from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
-    from edgewatch.poolcache.resources import DEFAULT_RESOURCES
-    from edgewatch_lab.testing.kubeletsim import make_client
-
-    ca_pem = Path(spec["ca"]).read_bytes()
-    kube = make_client(spec["kubeconfig"], timeout_s=10)
-    config = CoordinatorConfig()
-    nodes: list[dict[str, Any]] = spec["nodes"]
-    sessions: dict[str, Any] = {}
-    tasks: dict[str, asyncio.Task[None]] = {}
-    published = PublicKeys()  # every session holds the others' published keys, as agents do
-    keyrings = {n["name"]: NodeKeyring(node=n["name"], keys=[NodeKey.generate()], public=published) for n in nodes}
-
-    def make(n: dict[str, Any], url: str) -> Any:
-        cut = bool(n["cut"])
-        return PoolCoordinator(url=url, pool=POOL, node=n["name"], kube=kube, cloud_ok=lambda: not cut,
-                               verdict_of=lambda _n: "healthy", config=config,
-                               signer=keyrings[n["name"]],
-                               tls=NodeCertificateTLS(ca_pem=ca_pem, cert_file=Path(n["cert"]),
-                                                      key_file=Path(n["key"])),
-                               pool_resources=DEFAULT_RESOURCES)
-
-    async def start(url: str, *, leader_first: bool) -> None:
-        for i, n in enumerate(nodes):
-            sessions[n["name"]] = s = make(n, url)
-            tasks[n["name"]] = asyncio.create_task(s.run())
-            if i == 0 and leader_first:
-                deadline = time.monotonic() + 60
-                while s.role is not Role.LEADER and time.monotonic() < deadline:
-                    await asyncio.sleep(0.1)
-
-    async def stop_all() -> None:
-        await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
-        for t in tasks.values():
-            t.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
-        sessions.clear()
-        tasks.clear()
-
-    def status() -> dict[str, Any]:
-        ss = list(sessions.values())
-        leaders = sorted(s.node for s in ss if s.role is Role.LEADER)
-        lead = sessions.get(leaders[0]) if leaders else None
-        writes = 0.0
-        if lead is not None:
-            writes = sum(sample.value for metric in lead.cache_leader.metrics.writes.collect()
-                         for sample in metric.samples if sample.name.endswith("_total"))
-        return {"healthy": sum(s.healthy for s in ss), "ready": sum(s.ready for s in ss), "leaders": leaders,
-                "seen_leader": sorted({str(s.leader) for s in ss}),
-                "forwarded": sorted(lead.forwarded) if lead is not None else [], "writes": writes}
-
-    lines: asyncio.Queue[str] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-    threading.Thread(target=lambda: [loop.call_soon_threadsafe(lines.put_nowait, line) for line in sys.stdin],
-                     daemon=True).start()
-    await start(spec["url"], leader_first=True)
-    last: dict[str, Any] = {}
-    last_print = 0.0
-    try:
-        while True:
-            with contextlib.suppress(asyncio.QueueEmpty):
-                cmd = lines.get_nowait().split()
-                if cmd and cmd[0] == "url":
-                    print(json.dumps({"event": "restarting", "t": time.time()}), flush=True)
-                    await stop_all()
-                    await start(cmd[1], leader_first=False)
-                    print(json.dumps({"event": "restarted", "t": time.time()}), flush=True)
-                elif cmd and cmd[0] == "quit":
-                    return
-            now = status()
-            changed = {k: v for k, v in now.items() if k != "writes"} != {k: v for k, v in last.items() if k != "writes"}
-            if changed or time.monotonic() - last_print > 2:
-                print(json.dumps({"t": time.time(), **now}), flush=True)
-                last, last_print = now, time.monotonic()
-            await asyncio.sleep(0.1)
-    finally:
-        await stop_all()
-        await kube.close()
-
-
-class Load:
-    """The load process and the last status it printed (read by a thread)."""
-
-    def __init__(self, spec_file: Path, log: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--sessions", str(spec_file)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=open(log, "ab"), text=True,
-                                     start_new_session=True)
-        self.status: dict[str, Any] = {}
-        self.history: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with contextlib.suppress(ValueError):
-                entry = json.loads(line)
-                self.history.append(entry)
-                if "event" not in entry:
-                    self.status = entry
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self.send("quit")
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
-def first_time(history: list[dict[str, Any]], after: float, predicate: Callable[[dict[str, Any]], bool]) -> float | None:
-    """The wall time of the first status line after ``after`` that satisfies ``predicate``."""
-    for entry in history:
-        if "event" not in entry and entry["t"] >= after and predicate(entry):
-            return float(entry["t"])
-    return None
 
 
 # -- the cloud side ----------------------------------------------------------------------------------------
@@ -647,13 +504,13 @@ def measure(n: int, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]
             restarts0 = prom_value(pod.get("/metrics")[1], "edgewatch_pool_coordinator_etcd_restarts_total")
             writes0 = load.status.get("writes", 0.0)
             stats = TreeStats()
-            stats.cpu_start = {"python": _cpu_s(pid), "etcd": _cpu_s(etcd_pid)}
+            stats.cpu_start = {"python": proc_cpu_s(pid), "etcd": proc_cpu_s(etcd_pid)}
             t_end = time.monotonic() + args.seconds
-            stats.add(time.monotonic(), _rss_mib(pid), _rss_mib(etcd_pid))
+            stats.add(time.monotonic(), proc_rss_mib(pid), proc_rss_mib(etcd_pid))
             while time.monotonic() < t_end:
                 time.sleep(1.0)
-                stats.add(time.monotonic(), _rss_mib(pid), _rss_mib(etcd_pid))
-            stats.cpu_end = {"python": _cpu_s(pid), "etcd": _cpu_s(etcd_pid)}
+                stats.add(time.monotonic(), proc_rss_mib(pid), proc_rss_mib(etcd_pid))
+            stats.cpu_end = {"python": proc_cpu_s(pid), "etcd": proc_cpu_s(etcd_pid)}
             stop.set()
             churner.join(timeout=30)
             row.update(stats.summary())
@@ -734,11 +591,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds after every session joined")
     parser.add_argument("--recovery", action="store_true", help="then kill the pod and time the recovery")
     parser.add_argument("--keep", action="store_true", help="keep the run folder (logs)")
-    parser.add_argument("--sessions", type=Path, help=argparse.SUPPRESS)  # the load process
     args = parser.parse_args()
-    if args.sessions:
-        asyncio.run(run_sessions(json.loads(args.sessions.read_text())))
-        return 0
     if not args.nodes or any(not 2 <= n <= 250 for n in args.nodes):
         parser.error("pool sizes must be 2 .. 250")
     rows, failed = [], False

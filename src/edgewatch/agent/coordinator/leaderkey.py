@@ -63,7 +63,7 @@ class LeaderKeyWatch(CoordinatorState):
             name = key[len(candidates):].decode(errors="replace")
             if deleted:
                 self._candidates.pop(name, None)
-            elif (refused := self._refused(key, kv.value, name, "candidacy")) is not None:
+            elif self._refused(key, kv.value, name, "candidacy") is not None:
                 self._candidates.pop(name, None)  # not this node's own: as if absent
             else:
                 if kv.lease == 0 or not is_dns1123_subdomain(name):
