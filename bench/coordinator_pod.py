@@ -56,7 +56,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -72,6 +71,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _coordinator_load import POOL, Load, first_time  # noqa: E402  (this folder)
 from _measure import proc_cpu_s, proc_rss_mib  # noqa: E402
+
+from edgewatch_lab.testing.coordinatorpki import free_port_block, issue_pod_certificates  # noqa: E402
 NAMESPACE = "edgewatch"
 SERVICES_NS = "bench"
 
@@ -183,31 +184,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def issue_pod_certificates(ca: Any, data_dir: Path, *, node: str, host_ip: str) -> None:
-    """The pod's serving and root certificates into ``<data_dir>/tls`` as ``edgewatch.csr`` stores
-    them (so the program requests none), and the pool CA file."""
-    import ipaddress
-
-    from edgewatch import certfiles, certs
-    from edgewatch.controller.poolca import sign_client_certificate, sign_serving_certificate
-    from edgewatch.poolcoordinator.certificates import SERVING_COMMON_NAME, TlsFiles, root_spec, serving_spec
-
-    lifetime = 86400
-    tls = TlsFiles.under(data_dir)
-    tls.folder.mkdir(parents=True, exist_ok=True)
-    tls.ca_file.write_bytes(ca.cert_pem())
-    key = certs.new_key()
-    ips = [ipaddress.ip_address(a) for a in dict.fromkeys((host_ip, "127.0.0.1"))]
-    pem = sign_serving_certificate(ca, public_key=key.public_key(), cn=SERVING_COMMON_NAME, ips=ips,
-                                   dns_names=["localhost"], lifetime_s=lifetime, now=_now())
-    certfiles.save(tls.server, key=key, certificate=serving_spec(node=node, host_ip=host_ip).check(pem, key, lifetime),
-                   received_at=time.time())
-    key = certs.new_key()
-    pem = sign_client_certificate(ca, public_key=key.public_key(), node="root", lifetime_s=lifetime, now=_now())
-    certfiles.save(tls.root, key=key, certificate=root_spec(node=node).check(pem, key, lifetime),
-                   received_at=time.time())
-
-
 def issue_node_certificate(ca: Any, folder: Path, node: str) -> dict[str, str]:
     """Node ``node``'s own client certificate (CN = node) in ``folder``; the file paths."""
     from cryptography.hazmat.primitives import serialization
@@ -226,24 +202,6 @@ def issue_node_certificate(ca: Any, folder: Path, node: str) -> dict[str, str]:
 
 
 # -- the pod ---------------------------------------------------------------------------------------------
-
-def free_port_block(host: str = "127.0.0.1") -> int:
-    """A port p with p .. p+3 free (etcd's client, the ops, peer and metrics ports)."""
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port > 65000:
-            continue
-        try:
-            for p in range(port, port + 4):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no block of 4 free ports")
-
 
 @dataclass
 class Pod:

@@ -39,7 +39,7 @@ CONTROLLER = ROOT / "deploy" / "40-controller.yaml"
 
 # The alerts issue 24 asks for; each must exist and have a firing and a non-firing promtool case.
 ALERTS = {"EdgewatchNodeFailed", "EdgewatchNodeCutOff", "EdgewatchEvidenceRefused", "EdgewatchControllerNoLeader",
-          "EdgewatchControllerNotReconciling", "EdgewatchPoolCoordinatorNotReady"}
+          "EdgewatchControllerNotReconciling", "EdgewatchPoolCoordinatorNotReady", "EdgewatchAgentNotReady"}
 
 RULES_HEADER = (
     "# GENERATED from prometheusrule.yaml's spec (the one source; tests/integration/test_alerts.py checks\n"

@@ -39,18 +39,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from edgewatch import certfiles, certs
+from edgewatch import certs
 from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
 from edgewatch.kube.api import AsyncClient, CertificateSigningRequest, ConfigMap, Node, PatchType
 from edgewatch.kube.informer import InformerConfig
 from edgewatch.names import (
     COORDINATOR_CLIENT_SIGNER, COORDINATOR_SERVING_SIGNER, POOL_CA_CONFIGMAP_KEY, POOL_LABEL, pool_ca_name,
 )
-from edgewatch.poolcoordinator.certificates import TlsFiles, root_spec, serving_spec
+from edgewatch.poolcoordinator.certificates import TlsFiles
 from edgewatch.poolcoordinator.coordinator import CoordinatorConfig, PoolCoordinator
 from edgewatch.poolkeys import PoolKeys
 from edgewatch_lab.testing.binaries import Binaries
 from edgewatch_lab.testing.controlplane import ControlPlane
+from edgewatch_lab.testing.coordinatorpki import free_port_block, issue_pod_certificates
 
 pytestmark = pytest.mark.controlplane
 
@@ -91,14 +92,8 @@ def sign_serving(ca: PoolCA, *, public_key: Any, ips: list[str], dns: list[str],
 
 def _issue_as_the_requester(ca: PoolCA, tls: TlsFiles) -> None:
     """Both certificates into tls/, with their records, as edgewatch.csr would have stored them."""
-    key = certs.new_key()
-    spec = serving_spec(node=COORDINATOR_NODE, host_ip="127.0.0.1")
-    pem = sign_serving(ca, public_key=key.public_key(), ips=["127.0.0.1"], dns=["localhost"])
-    certfiles.save(tls.server, key=key, certificate=spec.check(pem, key, 3600), received_at=time.time())
-    key = certs.new_key()
-    spec = root_spec(node=COORDINATOR_NODE)
-    pem = sign_client_certificate(ca, public_key=key.public_key(), node="root", lifetime_s=3600, now=_now())
-    certfiles.save(tls.root, key=key, certificate=spec.check(pem, key, 3600), received_at=time.time())
+    issue_pod_certificates(ca, tls.folder.parent, node=COORDINATOR_NODE, host_ip="127.0.0.1", lifetime_s=3600,
+                           write_ca=False)
 
 
 def _node_credentials(ca: PoolCA, node: str) -> grpc.ChannelCredentials:
@@ -106,24 +101,6 @@ def _node_credentials(ca: PoolCA, node: str) -> grpc.ChannelCredentials:
     pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=3600, now=_now())
     return grpc.ssl_channel_credentials(root_certificates=ca.cert_pem(), private_key=_pem_key(key),
                                         certificate_chain=pem)
-
-
-def _free_port_block() -> int:
-    """A port p with p .. p+3 free on loopback (etcd's client, the ops, peer and metrics ports)."""
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port > 65000:
-            continue
-        try:
-            for p in range(port, port + 4):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no block of 4 free ports")
 
 
 async def _put(target: str, credentials: grpc.ChannelCredentials, key: bytes, value: bytes = b"x") -> str | None:
@@ -222,7 +199,7 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
     for name, in_pool in ((n1, True), (n2, True), (n3, False)):
         await _make_node(kube, name, pool if in_pool else None)
         nodes.append(name)
-    port = _free_port_block()
+    port = free_port_block()
     target = f"127.0.0.1:{port}"
     config = _config(pool, folder, binaries, port)
     tls = TlsFiles.under(config.data_dir)
@@ -368,7 +345,7 @@ async def test_the_coordinator_requests_its_certificates_through_csrs(
     n1 = f"{pool}-edge-1"
     await _make_node(kube, n1, pool)
     nodes.append(n1)
-    port = _free_port_block()
+    port = free_port_block()
     config = _config(pool, folder, binaries, port)
     tls = TlsFiles.under(config.data_dir)
     coordinator = PoolCoordinator(client=kube, config=config)

@@ -14,9 +14,9 @@ from _fakekube import FakeKube
 from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, generate_latest
 
-from edgewatch.controller.cutoff import CutOffTracker
+from edgewatch.controller.cutoff import CutOffTracker, SinceTracker, agent_silent
 from edgewatch.controller.metrics import ControllerMetrics
-from edgewatch.controller.model import ControllerConfig, NodeState
+from edgewatch.controller.model import CloudView, ControllerConfig, NodeState
 from edgewatch.controller.reconciler import Reconciler
 from edgewatch.names import POOL_LABEL
 from edgewatch.timefmt import format_micro_time
@@ -131,6 +131,78 @@ async def test_the_reconciler_exports_a_dead_nodes_cut_off_and_drops_it_when_the
         await kube.delete(Node, "dead")
         await eventually(lambda: series(registry) == set(), timeout_s=5, what="the deleted node's series gone")
         assert rec.plans["live"].effective_state is NodeState.NORMAL
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- the silent-agent series (edgewatch_controller_agent_silent_seconds) ---------------------------------
+
+SILENT = "edgewatch_controller_agent_silent_seconds"
+
+
+@pytest.mark.parametrize(("cloud", "own", "silent"), [
+    (CloudView.OK, False, True),  # the kubelet renews, the agent says nothing: not running, not ready
+    (CloudView.OK, True, False),
+    (CloudView.DELEGATED, False, False),  # carried by a peer: cut off, its agent cannot be heard
+    (CloudView.DELEGATED, True, False),
+    (CloudView.LOST, False, False),  # down or cut off: the cut-off series' case, not this one
+    (CloudView.LOST, True, False),
+])
+def test_an_agent_is_silent_only_on_a_node_that_renews_its_own_lease(cloud: CloudView, own: bool,
+                                                                      silent: bool) -> None:
+    assert agent_silent(cloud=cloud, own_statement=own) is silent
+
+
+def test_the_silent_series_counts_from_the_first_judgment_and_goes_with_the_condition() -> None:
+    registry, clock = CollectorRegistry(), FakeClock()
+    tracker = SinceTracker(ControllerMetrics(registry).agent_silent, clock)
+    tracker.set("a", pool="p1", active=True, now=clock.now)
+    clock.now += 40
+    tracker.set("a", pool="p1", active=True, now=clock.now)  # still silent: the start stands
+    assert registry.get_sample_value(SILENT, {"node": "a", "pool": "p1"}) == 40.0
+    tracker.set("a", pool="p1", active=False, now=clock.now)
+    assert registry.get_sample_value(SILENT, {"node": "a", "pool": "p1"}) is None and len(tracker) == 0
+
+
+async def test_the_reconciler_exports_a_live_node_whose_agent_is_silent() -> None:
+    """A node whose kubelet renews its Lease but whose agent never published a signed statement
+    (no agent runs here): its silent-agent series appears and grows; a node whose Lease stopped
+    (cut off or dead) gets none; the series goes when the node is deleted."""
+    kube = FakeKube()
+    for name in ("dead", "live"):
+        kube.put("Node", {"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": name, "uid": f"uid-{name}", "labels": {POOL_LABEL: "p1"},
+                                       "annotations": {}},
+                          "spec": {"taints": []}, "status": {"conditions": []}})
+        kube.put("Lease", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"name": name, "namespace": "kube-node-lease"},
+                           "spec": {"holderIdentity": name, "leaseDurationSeconds": 2,
+                                    "renewTime": format_micro_time(dt.datetime.now(dt.timezone.utc))}})
+
+    async def renew_live() -> None:
+        while True:
+            lease = kube.obj("Lease", "live", "kube-node-lease")
+            lease["spec"]["renewTime"] = format_micro_time(dt.datetime.now(dt.timezone.utc))
+            kube.put("Lease", lease)
+            await asyncio.sleep(0.4)
+
+    def silent() -> set[str]:
+        return {s.labels["node"] for fam in registry.collect() for s in fam.samples if s.name == SILENT}
+
+    registry = CollectorRegistry()
+    rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(registry),  # type: ignore[arg-type]
+                     resync_s=2.0, hold_interval_s=0.5, evidence_ttl_s=2.0, beacon_period_s=0.2)
+    tasks = [asyncio.create_task(rec.run()), asyncio.create_task(renew_live())]
+    try:
+        await eventually(lambda: silent() == {"live"} and series(registry) == {("dead", "p1")}, timeout_s=10,
+                         what="the live node's silent-agent series, the dead node's cut-off one")
+        first = registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0
+        await eventually(lambda: (registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0)
+                         >= first + 0.5, timeout_s=5, what="the silent seconds growing")
+        await kube.delete(Node, "live")
+        await eventually(lambda: silent() == set(), timeout_s=5, what="the deleted node's series gone")
     finally:
         for task in tasks:
             task.cancel()

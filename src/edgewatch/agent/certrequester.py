@@ -16,16 +16,14 @@ RBAC it needs: ``certificates.k8s.io`` ``certificatesigningrequests``: ``create`
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from edgewatch import csr
-from edgewatch.agent.certificates import DEFAULT_FRACTION
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.core.types import NodeName
 from edgewatch.csr import CertificateListener, NotDecided, RequestRefused
@@ -57,33 +55,21 @@ class CertificateRequester(csr.CertificateRequester):
         node: this node.
         state_dir: where the files live (``CertificateFiles.under``).
         registry: where the metrics are registered.
-        timeout_s: bound of one API call, seconds.
-        lifetime_s: ``expirationSeconds`` asked for (600 .. 86400; default 24 h).
-        fraction: rotate after this fraction of the validity (default 2/3; tests use less).
-        listeners: told of every new certificate (and of a stored one at start).
-        poll_s: time between two GETs of the pending CSR, seconds (default 2 s).
-        wait_s: give a request up after this long without a decision, seconds (default 300 s).
-        backoff_initial_s / backoff_cap_s: the retry schedule after a failed attempt (default 5 s
-            doubling up to 300 s, jittered).
-        wall: our wall clock (the stored record's ``received_at``); ``time.time`` by default.
-        rng: random source of the backoff's jitter.
+        options: the rest of :class:`edgewatch.csr.CertificateRequester`'s arguments, documented
+            there (``timeout_s`` required; ``lifetime_s``, ``fraction``, ``listeners``, ``poll_s``,
+            ``wait_s``, the backoff, ``wall``, ``rng``); not ``on_result``, which counts here.
 
     Raises:
         ValueError: ``lifetime_s`` or ``fraction`` out of range.
     """
 
     def __init__(self, *, client: AsyncClient, node: NodeName, state_dir: Path, registry: CollectorRegistry,
-                 timeout_s: float, lifetime_s: int = DEFAULT_LIFETIME_S, fraction: float = DEFAULT_FRACTION,
-                 listeners: Sequence[CertificateListener] = (), poll_s: float = 2.0, wait_s: float = 300.0,
-                 backoff_initial_s: float = 5.0, backoff_cap_s: float = 300.0,
-                 wall: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 **options: Any) -> None:
         spec = csr.CertificateSpec(signer_name=COORDINATOR_CLIENT_SIGNER, usages=("client auth",), common_name=node,
                                    usage=ExtendedKeyUsageOID.CLIENT_AUTH, generate_name=f"{node}-coordinator-",
                                    what="coordinator client")
-        super().__init__(client=client, spec=spec, files=CertificateFiles.under(state_dir), timeout_s=timeout_s,
-                         lifetime_s=lifetime_s, fraction=fraction, listeners=listeners, on_result=self._count,
-                         poll_s=poll_s, wait_s=wait_s, backoff_initial_s=backoff_initial_s,
-                         backoff_cap_s=backoff_cap_s, wall=wall, rng=rng)
+        super().__init__(client=client, spec=spec, files=CertificateFiles.under(state_dir), on_result=self._count,
+                         **options)
         self.node = node
         self.metrics = CertificateMetrics(registry, self.expiry_s)
 

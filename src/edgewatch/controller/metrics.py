@@ -36,6 +36,9 @@ class ControllerMetrics:
         csr_decisions: coordinator-client CertificateSigningRequests decided, by ``result``
             (``signed``, ``denied``, ``failed``: approved by someone else, refused by the policy) and
             ``reason`` (``ok``, or the policy's: ``edgewatch.controller.csrpolicy``).
+        agent_silent: per covered node whose agent is silent now (its kubelet renews its Lease,
+            no fresh signed statement of its own: the agent is not running, not ready or cannot
+            reach the API), labels ``node`` and ``pool``: seconds since (``edgewatch.controller.cutoff``).
         node_cut_off: per covered node the controller judges cut off now (state ``disconnected`` or
             ``unknown``), labels ``node`` and ``pool`` (its ``edgewatch.io/pool``): seconds since it
             was first judged so; no series for any other node (``edgewatch.controller.cutoff``).
@@ -84,6 +87,10 @@ class ControllerMetrics:
         self.node_cut_off = Gauge("edgewatch_controller_node_cut_off_seconds",
                                   "Seconds since the controller judged the node cut off (disconnected or "
                                   "unknown); no series while it is not.", ["node", "pool"], registry=registry)
+        self.agent_silent = Gauge("edgewatch_controller_agent_silent_seconds",
+                                  "Seconds since the controller found the node's agent silent (the node "
+                                  "renews its own Lease, no fresh signed statement of its own); no series "
+                                  "while it is not.", ["node", "pool"], registry=registry)
         self.pool_coordinator_ready = Gauge("edgewatch_controller_pool_coordinator_ready",
                                             "1 if the auto pool's coordinator pod is Ready and published, else "
                                             "0; no series for other pools.", ["pool"], registry=registry)

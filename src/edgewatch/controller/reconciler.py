@@ -69,7 +69,7 @@ from typing import Any, TypeVar
 
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage, pool_out_of_service
 from edgewatch.controller.csrsigner import CsrSigner, node_addresses
-from edgewatch.controller.cutoff import CutOffTracker
+from edgewatch.controller.cutoff import CutOffTracker, SinceTracker, agent_silent
 from edgewatch.controller.decision import plan
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import (
@@ -180,6 +180,7 @@ class Reconciler:
         self._reconciles_ok = metrics.reconciles.labels(result="ok")
         self._exported: dict[NodeState, int] = {}  # the state counts last set on the gauge
         self.cut_off = CutOffTracker(metrics.node_cut_off, self.clock)  # per-node cut-off seconds
+        self.agents_silent = SinceTracker(metrics.agent_silent, self.clock)  # per-node silent-agent seconds
         self.coverage = Coverage()
         self.observations = Observations()
         self.queue = WorkQueue()
@@ -263,6 +264,7 @@ class Reconciler:
         if op == "DELETED":
             self.plans.pop(name)
             self.cut_off.forget(name)
+            self.agents_silent.forget(name)
             self.shown.forget(name)
             self.observations.forget(name=name)
             self._unproven.pop(name, None)
@@ -381,6 +383,7 @@ class Reconciler:
                 if exc.status.code == 404:
                     self.plans.pop(name)
                     self.cut_off.forget(name)
+                    self.agents_silent.forget(name)
                     self.shown.forget(name)
                     self.observations.forget(name=name)
                     self._unproven.pop(name, None)
@@ -404,6 +407,7 @@ class Reconciler:
         # on the Node (that is our output); a delegate mark needs the node's own word.
         verdict = self.verified.verdict(name)
         requeue_proof: float | None = None
+        own = None
         if lease_snap is not None:
             own = self.verified.own_life(name, now=now)
             why = unproven_carry(node=name, lease=lease_snap, own_carrier=None if own is None else own.heartbeat.carrier)
@@ -416,6 +420,10 @@ class Reconciler:
                              out_of_service_pool=oos_pool)
         if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
             self.metrics.plans_reused.inc()
+            held = self.plans.get(name)
+            if held is not None:
+                self.agents_silent.set(name, pool=snap.labels.get(POOL_LABEL), now=now,
+                                       active=agent_silent(cloud=held.cloud, own_statement=own is not None))
             return sooner(self.plans.due_in(name, now), requeue_proof)
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
                  out_of_service_pool=oos_pool)
@@ -424,6 +432,8 @@ class Reconciler:
         previous = self.plans.get(name)
         self.plans.put(name, p)
         self.cut_off.judged(name, pool=snap.labels.get(POOL_LABEL), state=p.effective_state, now=now)
+        self.agents_silent.set(name, pool=snap.labels.get(POOL_LABEL), now=now,
+                               active=agent_silent(cloud=p.cloud, own_statement=own is not None))
         if previous is None or previous.effective_state != p.effective_state:
             log.info("node %s: %s", name, p.explanation,
                      extra={"kind": "state", "node": name, "state": p.effective_state.value,
@@ -518,6 +528,7 @@ class Reconciler:
         name = node.metadata.name
         self.plans.pop(name)
         self.cut_off.forget(name)
+        self.agents_silent.forget(name)
         taints = [t for t in (node.spec.taints or [] if node.spec else [])]
         kept = [t for t in taints if (t.key, t.effect) not in MANAGED_TAINT_IDS
                 or (t.key, t.effect) == OUT_OF_SERVICE_TAINT.ident and t.value != OUT_OF_SERVICE_TAINT.value]
