@@ -14,19 +14,18 @@ skip). No apiserver.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import NodeState
-from edgewatch_lab.testing.binaries import BinariesError, ensure_helm, ensure_promtool
+
+from _tools import helm, promtool, run  # noqa: F401 - helm and promtool are fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -67,28 +66,6 @@ def rules_file_text() -> str:
 
 def alert_rules() -> list[dict[str, Any]]:
     return [r for g in rule_spec()["groups"] for r in g["rules"] if "alert" in r]
-
-
-def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    """promtool, as `make binaries` builds it (cached: a no-op then); a failed build fails the tests."""
-    try:
-        return ensure_promtool(build_timeout_s=1800)
-    except BinariesError as exc:
-        pytest.fail(f"{exc}; run `make binaries`")
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    """helm, as `make binaries` builds it; a failed build fails the tests."""
-    try:
-        return ensure_helm(build_timeout_s=1800)
-    except BinariesError as exc:
-        pytest.fail(f"{exc}; run `make binaries`")
 
 
 # -- one source ------------------------------------------------------------------------------------

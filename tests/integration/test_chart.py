@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from edgewatch_lab.testing.binaries import Binaries, BinariesError, ensure_helm
+from edgewatch_lab.testing.binaries import Binaries
+
+import _tools as tools
+from _tools import helm  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -36,21 +39,12 @@ Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" cluster-wide)
 
 
 @pytest.fixture(scope="module")
-def helm() -> Path:
-    """helm, as `make binaries` builds it (cached: a no-op then); a failed build fails the tests."""
-    try:
-        return ensure_helm(build_timeout_s=1800)
-    except BinariesError as exc:
-        pytest.fail(f"{exc}; run `make binaries`")
-
-
-@pytest.fixture(scope="module")
 def kubectl(binaries: Binaries) -> Path:
     return binaries.kubectl
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=120)
+    return tools.run(*args, timeout_s=120)
 
 
 def check(*args: str | Path) -> str:

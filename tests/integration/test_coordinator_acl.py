@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import secrets
 import shutil
 import tempfile
@@ -20,18 +19,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role, _EtcdClient
-from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
+from edgewatch.controller.poolca import PoolCA, make_ca
 from edgewatch.kube.api import AsyncClient
 from edgewatch.poolkeys import PoolKeys
 from edgewatch.pooletcd.provisioner import reconcile_acl
 from edgewatch_lab.testing.binaries import Binaries
-from edgewatch_lab.testing.etcd import EtcdServer, EtcdServerTLS
+from edgewatch_lab.testing.etcd import EtcdServer
+
+from _pki import issue, now, pool_ca_etcd
 
 pytestmark = pytest.mark.controlplane
 
@@ -39,18 +38,9 @@ FAST = CoordinatorConfig(heartbeat_interval_s=2.0, forward_interval_s=2.0, healt
                          connect_backoff_max_s=2.0)
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 def _issue(ca: PoolCA, node: str, folder: Path) -> NodeCertificateTLS:
     files = CertificateFiles.under(folder / node)
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=3600, now=_now())
-    files.key_file.parent.mkdir(parents=True, exist_ok=True)
-    files.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()))
-    files.cert_file.write_bytes(pem)
+    issue(ca, node, files)
     return NodeCertificateTLS(ca_pem=ca.cert_pem(), cert_file=files.cert_file, key_file=files.key_file)
 
 
@@ -77,10 +67,8 @@ async def _denied(call: Callable[[], object]) -> str:
 async def world(binaries: Binaries) -> AsyncIterator[tuple[EtcdServer, PoolCA, str, Path]]:
     folder = Path(tempfile.mkdtemp(prefix="edgewatch-coord-acl-"))
     pool = f"acl-{secrets.token_hex(3)}"
-    ca = make_ca(pool, now=_now())
-    server = EtcdServer(binary=binaries.etcd, data_dir=folder / "data",
-                        tls=EtcdServerTLS.signed_by_ca(folder / "etcd", ca_cert_pem=ca.cert_pem(),
-                                                       ca_key_pem=ca.key_pem()))
+    ca = make_ca(pool, now=now())
+    server = pool_ca_etcd(binaries, folder, ca)
     try:
         await asyncio.to_thread(server.start)
         yield server, ca, pool, folder

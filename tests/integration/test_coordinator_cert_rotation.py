@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,61 +33,25 @@ from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import CoordinatorRunner
 from edgewatch.agent.coordinator import NodeCertificateTLS, PoolCoordinator, Role
 from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
-from edgewatch.core.poolconfig import PoolCoordinators
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, pool_ca_name
 from edgewatch_lab.testing.binaries import Binaries
-from edgewatch_lab.testing.etcd import EtcdServer, EtcdServerTLS
+from edgewatch_lab.testing.etcd import EtcdServer
+
+from _pki import Clock, Link, Settings, Verdicts, now, pool_ca_etcd, stop_pool, wait_until
 
 pytestmark = pytest.mark.controlplane
 
 LIFETIME_S = 3600
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 def store(ca: PoolCA, node: str, files: CertificateFiles, *, left_s: float = LIFETIME_S) -> None:
     """What the requester stores on receipt of a certificate from ``ca``; ``left_s``: the validity
     left, by the record (received ``LIFETIME_S - left_s`` seconds ago on our wall clock)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=LIFETIME_S, now=_now())
+    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=LIFETIME_S, now=now())
     files.key_file.parent.mkdir(parents=True, exist_ok=True)
     certstore.save(files, key=key, certificate=check_certificate(pem, node=node, key=key, requested_s=LIFETIME_S),
                    received_at=time.time() - (LIFETIME_S - left_s))
-
-
-async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
-class _Link:
-    up = True
-
-
-class _Verdicts:
-    @staticmethod
-    def verdict_of(node: str) -> str:
-        return "healthy"
-
-
-class _Settings:
-    def __init__(self) -> None:
-        self.config_synced = asyncio.Event()
-        self.config_synced.set()
-        self.own = None
-        self.pool_coordinators = PoolCoordinators()
-        self.pool_resources = ()
-
-
-class _Clock:
-    @staticmethod
-    def now() -> dt.datetime:
-        return _now()
 
 
 @dataclass
@@ -116,16 +79,14 @@ async def running_pool(kube: AsyncClient, binaries: Binaries, *, left_s: float =
     folder = Path(tempfile.mkdtemp(prefix="edgewatch-coord-rotation-"))
     tag = secrets.token_hex(3)
     pool, node, namespace = f"rot-{tag}", f"n1-{tag}", f"ew-rot-{tag}"
-    ca = make_ca(pool, now=_now())
-    server = EtcdServer(binary=binaries.etcd, data_dir=folder / "data",
-                        tls=EtcdServerTLS.signed_by_ca(folder / "etcd", ca_cert_pem=ca.cert_pem(),
-                                                       ca_key_pem=ca.key_pem()))
+    ca = make_ca(pool, now=now())
+    server = pool_ca_etcd(binaries, folder, ca)
     files = CertificateFiles.under(folder / "state")
     registry = CollectorRegistry()
     runner = CoordinatorRunner(node=node, url=server.client_url, pool=pool, tls=None, kube=kube,  # type: ignore[arg-type]
-                               registry=registry, link=_Link(), verdicts=_Verdicts(), settings=_Settings(),
+                               registry=registry, link=Link(), verdicts=Verdicts(), settings=Settings(),
                                signer=NodeKeyring(node=node, keys=[NodeKey.generate()]),
-                               clock=_Clock(), node_certificate=files, namespace=namespace, ca_retry_s=0.3,
+                               clock=Clock(), node_certificate=files, namespace=namespace, ca_retry_s=0.3,
                                ca_refresh_s=0.3, rotation_jitter_s=0.5)
     task = None
     await kube.create(Namespace.from_dict({"metadata": {"name": namespace}}))
@@ -142,13 +103,7 @@ async def running_pool(kube: AsyncClient, binaries: Binaries, *, left_s: float =
         yield Pool(ca=ca, node=node, pool=pool, namespace=namespace, files=files, server=server, runner=runner,
                    registry=registry)
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.to_thread(server.cleanup)
-        with contextlib.suppress(Exception):
-            await kube.delete(Namespace, namespace)
+        await stop_pool(task, server, kube, namespace)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -192,7 +147,7 @@ async def test_a_rotation_reconnects_the_open_session_with_the_new_certificate(
 
         # 2. A "rotation" to a certificate etcd refuses (another CA): with no etcd restart, the open
         #    session ends and the next one presents the new certificate -- and is refused.
-        store(make_ca("rogue", now=_now()), p.node, p.files)
+        store(make_ca("rogue", now=now()), p.node, p.files)
         p.runner.certificate_changed(p.files)
         await wait_until(lambda: p.sample("edgewatch_coordinator_errors_total", "tls") >= 1, timeout_s=15,
                          what="the reconnect with the refused certificate to fail with tls")
@@ -203,7 +158,7 @@ async def test_a_rotation_reconnects_the_open_session_with_the_new_certificate(
 async def test_a_pool_ca_change_restarts_the_session_with_the_new_root(kube: AsyncClient, binaries: Binaries) -> None:
     async with running_pool(kube, binaries) as p:
         coordinator = p.coordinator()
-        other = make_ca("next", now=_now())
+        other = make_ca("next", now=now())
         name = pool_ca_name(p.pool)
         # 1. ca.crt now names another CA only: the agent no longer trusts this etcd's serving
         #    certificate; the open session reconnects with the new root and is refused (TLS).

@@ -18,25 +18,18 @@ import base64
 import ipaddress
 import json
 import ssl
-import subprocess
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from prometheus_client import CollectorRegistry
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from edgewatch.controller.metrics import ControllerMetrics
-from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.reconciler import Reconciler
-from edgewatch.kube.client import api_client
 from edgewatch.names import (
     COORDINATOR_CLIENT_SIGNER,
     COORDINATOR_SERVICE_ACCOUNT,
@@ -46,6 +39,10 @@ from edgewatch.names import (
 )
 from edgewatch_lab.testing.controlplane import ControlPlane
 
+from _pki import csr_conditions as _conditions
+from _pki import csr_request, wait_csr
+from _tokens import Token, kubectl_as, pod_bound_token, running_reconciler, wait_namespaces_settled
+
 pytestmark = pytest.mark.controlplane
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -53,19 +50,6 @@ POOL = "shop-c"
 ADDRESSES = {"n1": "10.77.0.1", "n2": "10.77.0.2"}
 LABEL = "edgewatch-test=coordinator-csr"
 IP = ipaddress.ip_address
-
-
-@dataclass(frozen=True)
-class Token:
-    """kubectl as one real token (a kubeconfig with the CA, the server and only that token)."""
-
-    label: str
-    kubeconfig: Path
-    kubectl_bin: Path
-
-    def run(self, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.kubectl_bin), f"--kubeconfig={self.kubeconfig}", *args],
-                              capture_output=True, text=True, timeout=30, input=input_text)
 
 
 @dataclass
@@ -77,39 +61,8 @@ class World:
     folder: Path
 
 
-def _token(cp: ControlPlane, folder: Path, label: str, token: str) -> Token:
-    assert cp.ca_file is not None and cp.binaries is not None
-    path = folder / f"{label}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "cp", "cluster": {
-            "server": cp.apiserver_url,
-            "certificate-authority-data": base64.b64encode(cp.ca_file.read_bytes()).decode()}}],
-        "users": [{"name": label, "user": {"token": token}}],
-        "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": label}}],
-        "current-context": "cp",
-    }))
-    return Token(label=label, kubeconfig=path, kubectl_bin=cp.binaries.kubectl)
-
-
-def _pod_token(cp: ControlPlane, folder: Path, *, pod: str, account: str) -> Token:
-    cp.kubectl("apply", "-f", "-", input_text=json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "edgewatch"},
-        "spec": {"nodeName": "n1", "serviceAccountName": account, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "main", "image": "ghcr.io/edgewatch/edgewatch:0.1.0"}]}}))
-    uid = cp.kubectl("get", "pod", pod, "-n", "edgewatch", "-o", "jsonpath={.metadata.uid}")
-    return _token(cp, folder, pod, cp.kubectl(
-        "create", "token", account, "-n", "edgewatch", "--bound-object-kind=Pod",
-        f"--bound-object-name={pod}", f"--bound-object-uid={uid}").strip())
-
-
 def _setup(cp: ControlPlane, folder: Path) -> tuple[Token, Token, Path]:
-    deadline = time.monotonic() + 120
-    for ns in ("edgewatch", "edgewatch-nodes"):  # another module's delete may still be under way
-        while cp.kubectl("get", "namespace", ns, "--ignore-not-found", "-o", "jsonpath={.status.phase}") \
-                == "Terminating":
-            assert time.monotonic() < deadline, f"namespace {ns} still terminating"
-            time.sleep(0.5)
+    wait_namespaces_settled(cp)
     cp.kubectl("apply", "-k", str(DEPLOY))
     for node, address in ADDRESSES.items():
         cp.kubectl("apply", "-f", "-", input_text=json.dumps({
@@ -118,10 +71,11 @@ def _setup(cp: ControlPlane, folder: Path) -> tuple[Token, Token, Path]:
         cp.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(
             {"status": {"addresses": [{"type": "InternalIP", "address": address},
                                       {"type": "Hostname", "address": node}]}}))
-    coordinator = _pod_token(cp, folder, pod="coordinator-n1", account=COORDINATOR_SERVICE_ACCOUNT)
-    agent = _pod_token(cp, folder, pod="agent-n1", account="edgewatch-agent")
-    controller = _token(cp, folder, "controller", cp.kubectl("create", "token", "edgewatch-controller",
-                                                             "-n", "edgewatch").strip())
+    coordinator = kubectl_as(cp, folder, "coordinator-n1",
+                             pod_bound_token(cp, pod="coordinator-n1", account=COORDINATOR_SERVICE_ACCOUNT))
+    agent = kubectl_as(cp, folder, "agent-n1", pod_bound_token(cp, pod="agent-n1", account="edgewatch-agent"))
+    controller = kubectl_as(cp, folder, "controller", cp.kubectl("create", "token", "edgewatch-controller",
+                                                                 "-n", "edgewatch").strip())
     return coordinator, agent, controller.kubeconfig
 
 
@@ -138,27 +92,11 @@ async def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFa
     cp = control_plane
     folder = tmp_path_factory.mktemp("coordcsr")
     coordinator, agent, controller_kubeconfig = await asyncio.to_thread(_setup, cp, folder)
-    client = api_client(str(controller_kubeconfig), timeout_s=10, component="controller")
-    reconciler = Reconciler(client=client, config=ControllerConfig(),
-                            metrics=ControllerMetrics(CollectorRegistry()), namespace="edgewatch")
-    task = asyncio.create_task(reconciler.run())
     try:
-        yield World(admin=cp, coordinator=coordinator, agent=agent, reconciler=reconciler, folder=folder)
+        async with running_reconciler(controller_kubeconfig) as reconciler:
+            yield World(admin=cp, coordinator=coordinator, agent=agent, reconciler=reconciler, folder=folder)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await client.close()
         await asyncio.to_thread(_teardown, cp)
-
-
-def _request(*, cn: str, sans: list[x509.GeneralName] | None = None) -> tuple[ec.EllipticCurvePrivateKey, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = x509.CertificateSigningRequestBuilder().subject_name(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    pem = builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-    return key, base64.b64encode(pem).decode()
 
 
 SERVING_SANS: list[x509.GeneralName] = [x509.IPAddress(IP(ADDRESSES["n1"])), x509.IPAddress(IP("127.0.0.1")),
@@ -175,19 +113,13 @@ async def _create(who: Token, name: str, request: str, *, signer: str, usages: l
 
 async def _wait(who: Token, name: str, done: Callable[[dict[str, Any]], bool], timeout_s: float = 60) -> dict[str, Any]:
     """Read the CSR back with the requester's own token (its `get`), until ``done``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    async def read() -> dict[str, Any]:
         out = await asyncio.to_thread(who.run, "get", "csr", name, "-o", "json")
         assert out.returncode == 0, out.stderr
         csr: dict[str, Any] = json.loads(out.stdout)
-        if done(csr):
-            return csr
-        assert time.monotonic() < deadline, f"CSR {name} not done after {timeout_s} s: {csr.get('status')}"
-        await asyncio.sleep(0.3)
+        return csr
 
-
-def _conditions(csr: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (csr.get("status") or {}).get("conditions") or []}
+    return await wait_csr(read, name, done, timeout_s)
 
 
 def _issued(csr: dict[str, Any]) -> bool:
@@ -204,8 +136,8 @@ def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 async def test_the_coordinator_gets_both_certificates_and_they_do_mutual_tls(world: World) -> None:
-    serving_key, serving_request = _request(cn="edgewatch-coordinator", sans=SERVING_SANS)
-    root_key, root_request = _request(cn="root")
+    serving_key, serving_request = csr_request(cn="edgewatch-coordinator", sans=SERVING_SANS)
+    root_key, root_request = csr_request(cn="root")
     await _create(world.coordinator, "coord-n1-serving", serving_request, signer=COORDINATOR_SERVING_SIGNER,
                   usages=["server auth", "digital signature"])
     await _create(world.coordinator, "coord-n1-root", root_request, signer=COORDINATOR_CLIENT_SIGNER,
@@ -296,7 +228,7 @@ async def test_what_is_not_theirs_is_denied(world: World, who: str, name: str, c
                                             sans: list[x509.GeneralName] | None, signer: str, usages: list[str],
                                             reason: str) -> None:
     token = world.agent if who == "agent" else world.coordinator
-    _key, request = _request(cn=cn, sans=sans)
+    _key, request = csr_request(cn=cn, sans=sans)
     await _create(token, name, request, signer=signer, usages=usages)
     csr = await _wait(token, name, _denied)
     assert _conditions(csr)["Denied"]["reason"] == reason, _conditions(csr)["Denied"]

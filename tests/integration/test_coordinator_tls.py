@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import secrets
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from prometheus_client import CollectorRegistry
@@ -36,37 +30,14 @@ from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import CoordinatorRunner
 from edgewatch.poolkeys import PoolKeys
 from edgewatch.agent.coordinator import KEY_ROOT, NodeCertificateTLS, Role, _EtcdClient, classify_error
-from edgewatch.controller.poolca import PoolCA, make_ca, sign_client_certificate
-from edgewatch.core.poolconfig import PoolCoordinators
+from edgewatch.controller.poolca import make_ca
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, pool_ca_name
 from edgewatch_lab.testing.binaries import Binaries
-from edgewatch_lab.testing.etcd import EtcdServer, EtcdServerTLS
+from edgewatch_lab.testing.etcd import EtcdServer
+
+from _pki import Clock, Link, Settings, Verdicts, issue, now, pool_ca_etcd, stop_pool, wait_until
 
 pytestmark = pytest.mark.controlplane
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def issue(ca: PoolCA, node: str, files: CertificateFiles) -> int:
-    """A new key and a certificate for ``node`` from ``ca`` (the signer's pure function), written
-    where the agent's certificate requester keeps them; returns the certificate's serial."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem = sign_client_certificate(ca, public_key=key.public_key(), node=node, lifetime_s=3600, now=_now())
-    files.key_file.parent.mkdir(parents=True, exist_ok=True)
-    files.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()))
-    files.cert_file.write_bytes(pem)
-    return x509.load_pem_x509_certificate(pem).serial_number
-
-
-async def wait_until(predicate: Callable[[], object], *, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def client(server: EtcdServer, credentials: object) -> _EtcdClient:
@@ -88,31 +59,6 @@ async def refused(server: EtcdServer, credentials: object) -> Exception:
     raise AssertionError("etcd let the client in")
 
 
-class _Link:
-    up = True
-
-
-class _Verdicts:
-    @staticmethod
-    def verdict_of(node: str) -> str:
-        return "healthy"
-
-
-class _Settings:
-    def __init__(self) -> None:
-        self.config_synced = asyncio.Event()
-        self.config_synced.set()
-        self.own = None
-        self.pool_coordinators = PoolCoordinators()
-        self.pool_resources = ()
-
-
-class _Clock:
-    @staticmethod
-    def now() -> dt.datetime:
-        return _now()
-
-
 @pytest.fixture
 def folder() -> Path:
     path = Path(tempfile.mkdtemp(prefix="edgewatch-coord-node-tls-"))
@@ -121,10 +67,8 @@ def folder() -> Path:
 
 
 async def test_etcd_refuses_clients_without_a_certificate_of_the_pool_ca(binaries: Binaries, folder: Path) -> None:
-    ca, other = make_ca("pool-a", now=_now()), make_ca("pool-b", now=_now())
-    server = EtcdServer(binary=binaries.etcd, data_dir=folder / "data",
-                        tls=EtcdServerTLS.signed_by_ca(folder / "etcd", ca_cert_pem=ca.cert_pem(),
-                                                       ca_key_pem=ca.key_pem()))
+    ca, other = make_ca("pool-a", now=now()), make_ca("pool-b", now=now())
+    server = pool_ca_etcd(binaries, folder, ca)
     try:
         await asyncio.to_thread(server.start)
         assert server.client_url.startswith("https://")
@@ -168,16 +112,14 @@ async def test_node_session_with_its_own_certificate_waits_connects_leads_and_ro
         kube: AsyncClient, binaries: Binaries, folder: Path) -> None:
     tag = secrets.token_hex(3)
     pool, node, namespace = f"tls-{tag}", f"n1-{tag}", f"ew-tls-{tag}"
-    ca, rogue = make_ca(pool, now=_now()), make_ca("rogue", now=_now())
-    server = EtcdServer(binary=binaries.etcd, data_dir=folder / "data",
-                        tls=EtcdServerTLS.signed_by_ca(folder / "etcd", ca_cert_pem=ca.cert_pem(),
-                                                       ca_key_pem=ca.key_pem()))
+    ca, rogue = make_ca(pool, now=now()), make_ca("rogue", now=now())
+    server = pool_ca_etcd(binaries, folder, ca)
     files = CertificateFiles.under(folder / "state")
     registry = CollectorRegistry()
     keyring = NodeKeyring(node=node, keys=[NodeKey.generate()])
     runner = CoordinatorRunner(node=node, url=server.client_url, pool=pool, tls=None, kube=kube,  # type: ignore[arg-type]
-                               registry=registry, link=_Link(), verdicts=_Verdicts(), settings=_Settings(),
-                               signer=keyring, clock=_Clock(), node_certificate=files, namespace=namespace,
+                               registry=registry, link=Link(), verdicts=Verdicts(), settings=Settings(),
+                               signer=keyring, clock=Clock(), node_certificate=files, namespace=namespace,
                                ca_retry_s=0.3)
     task = None
     await kube.create(Namespace.from_dict({"metadata": {"name": namespace}}))
@@ -238,10 +180,4 @@ async def test_node_session_with_its_own_certificate_waits_connects_leads_and_ro
                          what="the next session to connect with the rotated certificate")
         assert runner.current is coordinator  # not restarted
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.to_thread(server.cleanup)
-        with contextlib.suppress(Exception):
-            await kube.delete(Namespace, namespace)
+        await stop_pool(task, server, kube, namespace)

@@ -15,46 +15,28 @@ import asyncio
 import base64
 import datetime as dt
 import json
-import subprocess
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from prometheus_client import CollectorRegistry
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from edgewatch.controller.metrics import ControllerMetrics
-from edgewatch.controller.model import ControllerConfig
 from edgewatch.controller.poolca import CLOCK_SKEW_S
 from edgewatch.controller.reconciler import Reconciler
-from edgewatch.kube.client import api_client
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER, POOL_CA_SECRET_NAME, POOL_LABEL, pool_ca_name
 from edgewatch_lab.testing.controlplane import ControlPlane
+
+from _pki import csr_conditions as _conditions
+from _pki import csr_request, wait_csr
+from _tokens import Token, kubectl_as, pod_bound_token, running_reconciler, wait_namespaces_settled
 
 pytestmark = pytest.mark.controlplane
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 POOL = "shop-a"
-
-
-@dataclass(frozen=True)
-class Token:
-    """kubectl as one real token (a kubeconfig with the CA, the server and only that token)."""
-
-    label: str
-    kubeconfig: Path
-    kubectl_bin: Path
-
-    def run(self, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.kubectl_bin), f"--kubeconfig={self.kubeconfig}", *args],
-                              capture_output=True, text=True, timeout=30, input=input_text)
 
 
 @dataclass
@@ -65,45 +47,19 @@ class World:
     reconciler: Reconciler     # the controller, running with its own token
 
 
-def _token(cp: ControlPlane, folder: Path, label: str, token: str) -> Token:
-    assert cp.ca_file is not None and cp.binaries is not None
-    path = folder / f"{label}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "cp", "cluster": {
-            "server": cp.apiserver_url,
-            "certificate-authority-data": base64.b64encode(cp.ca_file.read_bytes()).decode()}}],
-        "users": [{"name": label, "user": {"token": token}}],
-        "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": label}}],
-        "current-context": "cp",
-    }))
-    return Token(label=label, kubeconfig=path, kubectl_bin=cp.binaries.kubectl)
-
-
 def _setup(cp: ControlPlane, folder: Path) -> tuple[Token, Token, Path]:
-    deadline = time.monotonic() + 120
-    for ns in ("edgewatch", "edgewatch-nodes"):  # another module's delete may still be under way
-        while cp.kubectl("get", "namespace", ns, "--ignore-not-found", "-o", "jsonpath={.status.phase}") \
-                == "Terminating":
-            assert time.monotonic() < deadline, f"namespace {ns} still terminating"
-            time.sleep(0.5)
+    wait_namespaces_settled(cp)
     cp.kubectl("apply", "-k", str(DEPLOY))
     for node in ("n1", "n2"):
         cp.kubectl("apply", "-f", "-", input_text=json.dumps({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {POOL_LABEL: POOL}},
             "spec": {"taints": [{"key": "edgewatch.io/csr-test", "effect": "NoSchedule"}]}}))
-    cp.kubectl("apply", "-f", "-", input_text=json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-n1", "namespace": "edgewatch"},
-        "spec": {"nodeName": "n1", "serviceAccountName": "edgewatch-agent", "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "agent", "image": "ghcr.io/edgewatch/edgewatch:0.1.0"}]}}))
-    uid = cp.kubectl("get", "pod", "agent-n1", "-n", "edgewatch", "-o", "jsonpath={.metadata.uid}")
-    n1 = _token(cp, folder, "agent-n1", cp.kubectl(
-        "create", "token", "edgewatch-agent", "-n", "edgewatch", "--bound-object-kind=Pod",
-        "--bound-object-name=agent-n1", f"--bound-object-uid={uid}").strip())
-    unbound = _token(cp, folder, "agent-unbound", cp.kubectl("create", "token", "edgewatch-agent",
-                                                             "-n", "edgewatch").strip())
-    controller = _token(cp, folder, "controller", cp.kubectl("create", "token", "edgewatch-controller",
-                                                             "-n", "edgewatch").strip())
+    n1 = kubectl_as(cp, folder, "agent-n1", pod_bound_token(cp, pod="agent-n1", account="edgewatch-agent",
+                                                            container="agent"))
+    unbound = kubectl_as(cp, folder, "agent-unbound", cp.kubectl("create", "token", "edgewatch-agent",
+                                                                 "-n", "edgewatch").strip())
+    controller = kubectl_as(cp, folder, "controller", cp.kubectl("create", "token", "edgewatch-controller",
+                                                                 "-n", "edgewatch").strip())
     return n1, unbound, controller.kubeconfig
 
 
@@ -118,27 +74,11 @@ def _teardown(cp: ControlPlane) -> None:
 async def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     cp = control_plane
     n1, unbound, controller_kubeconfig = await asyncio.to_thread(_setup, cp, tmp_path_factory.mktemp("csr"))
-    client = api_client(str(controller_kubeconfig), timeout_s=10, component="controller")
-    reconciler = Reconciler(client=client, config=ControllerConfig(),
-                            metrics=ControllerMetrics(CollectorRegistry()), namespace="edgewatch")
-    task = asyncio.create_task(reconciler.run())
     try:
-        yield World(admin=cp, n1=n1, unbound=unbound, reconciler=reconciler)
+        async with running_reconciler(controller_kubeconfig) as reconciler:
+            yield World(admin=cp, n1=n1, unbound=unbound, reconciler=reconciler)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await client.close()
         await asyncio.to_thread(_teardown, cp)
-
-
-def _request(*, cn: str, sans: list[x509.GeneralName] | None = None) -> tuple[ec.EllipticCurvePrivateKey, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = x509.CertificateSigningRequestBuilder().subject_name(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    pem = builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-    return key, base64.b64encode(pem).decode()
 
 
 async def _create(who: Token, name: str, request: str, *, signer: str = COORDINATOR_CLIENT_SIGNER,
@@ -158,17 +98,7 @@ async def _get(cp: ControlPlane, name: str) -> dict[str, Any]:
 
 async def _wait(cp: ControlPlane, name: str, done: Callable[[dict[str, Any]], bool],
                 timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        csr = await _get(cp, name)
-        if done(csr):
-            return csr
-        assert time.monotonic() < deadline, f"CSR {name} not done after {timeout_s} s: {csr.get('status')}"
-        await asyncio.sleep(0.3)
-
-
-def _conditions(csr: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (csr.get("status") or {}).get("conditions") or []}
+    return await wait_csr(lambda: _get(cp, name), name, done, timeout_s)
 
 
 def _decisions(w: World, result: str, reason: str) -> float:
@@ -178,7 +108,7 @@ def _decisions(w: World, result: str, reason: str) -> float:
 
 
 async def test_own_node_certificate_is_signed_by_the_pool_ca(world: World) -> None:
-    key, request = _request(cn="n1")
+    key, request = csr_request(cn="n1")
     await _create(world.n1, "csr-n1-own", request, expiration_s=3600)
     csr = await _wait(world.admin, "csr-n1-own", lambda c: bool((c.get("status") or {}).get("certificate")))
     approved = _conditions(csr)["Approved"]
@@ -206,7 +136,7 @@ async def test_own_node_certificate_is_signed_by_the_pool_ca(world: World) -> No
 
 
 async def test_a_certificate_for_another_node_is_denied(world: World) -> None:
-    _key, request = _request(cn="n2")
+    _key, request = csr_request(cn="n2")
     await _create(world.n1, "csr-n1-as-n2", request)
     csr = await _wait(world.admin, "csr-n1-as-n2", lambda c: "Denied" in _conditions(c))
     denied = _conditions(csr)["Denied"]
@@ -222,7 +152,7 @@ async def test_a_certificate_for_another_node_is_denied(world: World) -> None:
 
 
 async def test_a_subject_alt_name_is_denied(world: World) -> None:
-    _key, request = _request(cn="n1", sans=[x509.DNSName("n1")])
+    _key, request = csr_request(cn="n1", sans=[x509.DNSName("n1")])
     await _create(world.n1, "csr-n1-san", request)
     csr = await _wait(world.admin, "csr-n1-san", lambda c: "Denied" in _conditions(c))
     assert _conditions(csr)["Denied"]["reason"] == "EdgewatchPolicySan"
@@ -232,7 +162,7 @@ async def test_a_subject_alt_name_is_denied(world: World) -> None:
 
 
 async def test_a_token_without_a_node_is_denied(world: World) -> None:
-    _key, request = _request(cn="n1")
+    _key, request = csr_request(cn="n1")
     await _create(world.unbound, "csr-unbound", request)
     csr = await _wait(world.admin, "csr-unbound", lambda c: "Denied" in _conditions(c))
     assert _conditions(csr)["Denied"]["reason"] == "EdgewatchPolicyNodeClaim"
@@ -240,10 +170,10 @@ async def test_a_token_without_a_node_is_denied(world: World) -> None:
 
 
 async def test_another_signer_is_left_alone(world: World) -> None:
-    _key, request = _request(cn="n1")
+    _key, request = csr_request(cn="n1")
     await _create(world.n1, "csr-other-signer", request, signer="example.com/other")
     # a request of ours made after it is decided: the signer has been through both by then
-    _key2, request2 = _request(cn="n2")
+    _key2, request2 = csr_request(cn="n2")
     await _create(world.n1, "csr-after-other", request2)
     await _wait(world.admin, "csr-after-other", lambda c: "Denied" in _conditions(c))
     await asyncio.sleep(2)

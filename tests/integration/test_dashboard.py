@@ -36,7 +36,8 @@ from edgewatch.controller.model import NodeState
 from edgewatch.core.types import Verdict
 from edgewatch.kube.leases import RenewOutcome
 from edgewatch.poolcache.sources import NodeCacheMetrics, Source
-from edgewatch_lab.testing.binaries import BinariesError, ensure_helm, ensure_promtool
+
+from _tools import helm, promtool, run  # noqa: F401 - helm and promtool are fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "monitoring" / "dashboard.json"
@@ -47,28 +48,6 @@ CHART_DASHBOARD = CHART / "files" / "dashboard.json"
 GRAFANA_VARS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 MINUTES = 40  # input series length; expressions are evaluated at 30m
 EVAL_AT = "30m"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    """promtool, as `make binaries` builds it (cached: a no-op then); a failed build fails the tests."""
-    try:
-        return ensure_promtool(build_timeout_s=1800)
-    except BinariesError as exc:
-        pytest.fail(f"{exc}; run `make binaries`")
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    """helm, as `make binaries` builds it; a failed build fails the tests."""
-    try:
-        return ensure_helm(build_timeout_s=1800)
-    except BinariesError as exc:
-        pytest.fail(f"{exc}; run `make binaries`")
-
-
-def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def load() -> dict[str, Any]:

@@ -13,11 +13,9 @@ evicted Pod would invalidate its tokens).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -27,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube.resources.core_v1 import Node
 
 from edgewatch.kube.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
 from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, EDGE_CONDITION_TYPE, ROLE_CONDITION_TYPE
 from edgewatch.kube.client import api_client
 from edgewatch_lab.testing.controlplane import ControlPlane
+
+from _tokens import Token, pod_bound_token, wait_namespaces_settled, write_kubeconfig
 
 pytestmark = pytest.mark.controlplane
 
@@ -48,19 +47,12 @@ NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
 
 @dataclass(frozen=True)
-class Identity:
+class Identity(Token):
     """kubectl as one real token (a kubeconfig with the CA, the server and only that token)."""
 
-    label: str
-    kubeconfig: Path
-    kubectl_bin: Path
     server: str
     ca_file: Path
     token: str
-
-    def run(self, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.kubectl_bin), f"--kubeconfig={self.kubeconfig}", *args],
-                              capture_output=True, text=True, timeout=30, input=input_text)
 
     def ok(self, *args: str, input_text: str | None = None) -> str:
         done = self.run(*args, input_text=input_text)
@@ -104,32 +96,13 @@ class World:
 
 def _token_identity(cp: ControlPlane, folder: Path, label: str, token: str) -> Identity:
     assert cp.ca_file is not None and cp.binaries is not None
-    path = folder / f"{label}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "cp", "cluster": {
-            "server": cp.apiserver_url,
-            "certificate-authority-data": base64.b64encode(cp.ca_file.read_bytes()).decode()}}],
-        "users": [{"name": label, "user": {"token": token}}],
-        "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": label}}],
-        "current-context": "cp",
-    }))
+    path = write_kubeconfig(cp, folder, label, token)
     return Identity(label=label, kubeconfig=path, kubectl_bin=cp.binaries.kubectl, server=cp.apiserver_url,
                     ca_file=cp.ca_file, token=token)
 
 
 def _apply(cp: ControlPlane, obj: dict[str, Any]) -> None:
     cp.kubectl("apply", "-f", "-", input_text=json.dumps(obj))
-
-
-def _wait_namespaces_gone_or_active(cp: ControlPlane, timeout_s: float = 120) -> None:
-    """test_deploy.py deletes the install without waiting: do not apply into a terminating namespace."""
-    deadline = time.monotonic() + timeout_s
-    for ns in ("edgewatch", NODES_NS):
-        while cp.kubectl("get", "namespace", ns, "--ignore-not-found",
-                         "-o", "jsonpath={.status.phase}") == "Terminating":
-            assert time.monotonic() < deadline, f"namespace {ns} still terminating"
-            time.sleep(0.5)
 
 
 def _micro(t: dt.datetime) -> str:
@@ -178,20 +151,14 @@ def policy_control_plane(binaries) -> Iterator[ControlPlane]:  # type: ignore[no
 def world(policy_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     cp = policy_control_plane
     folder = tmp_path_factory.mktemp("tokens")
-    _wait_namespaces_gone_or_active(cp)
+    wait_namespaces_settled(cp, ("edgewatch", NODES_NS))  # test_deploy.py deletes the install without waiting
     cp.kubectl("apply", "-k", str(DEPLOY))
     tokens: dict[str, str] = {}
     for node in ("n1", "n2"):
         _apply(cp, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
                     "spec": {"taints": [{"key": "edgewatch.io/policy-test", "effect": "NoSchedule"}]}})
-        _apply(cp, {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"agent-{node}", "namespace": "edgewatch"},
-                    "spec": {"nodeName": node, "serviceAccountName": "edgewatch-agent",
-                             "tolerations": [{"operator": "Exists"}],
-                             "containers": [{"name": "agent", "image": "ghcr.io/edgewatch/edgewatch:0.1.0"}]}})
-        uid = cp.kubectl("get", "pod", f"agent-{node}", "-n", "edgewatch", "-o", "jsonpath={.metadata.uid}")
-        tokens[node] = cp.kubectl("create", "token", "edgewatch-agent", "-n", "edgewatch", "--bound-object-kind=Pod",
-                                  f"--bound-object-name=agent-{node}", f"--bound-object-uid={uid}").strip()
+        tokens[node] = pod_bound_token(cp, pod=f"agent-{node}", account="edgewatch-agent", node=node,
+                                       container="agent")
     # n2 as its kubelet would have left it: status, and its Lease in kube-node-lease
     n2_status = {"status": {
         "addresses": [{"type": "InternalIP", "address": "10.9.0.2"}, {"type": "Hostname", "address": "n2"}],

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import given, settings
@@ -33,11 +33,12 @@ from edgewatch.controller.poolca import CLOCK_SKEW_S, make_ca, sign_serving_cert
 from edgewatch.kube.api import Node
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER, COORDINATOR_SERVING_SIGNER, NODE_NAME_EXTRA
 
+from _csrs import SA_GROUPS, build_csr, node_extra, pem_block
+
 AGENT = AgentIdentity()
 COORD = CoordinatorIdentity()
 AGENT_USER = "system:serviceaccount:edgewatch:edgewatch-agent"
 COORD_USER = "system:serviceaccount:edgewatch:edgewatch-coordinator"
-SA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:edgewatch", "system:authenticated")
 POOLS = {"n1": "shop-a", "n2": "shop-a", "root": "shop-a"}
 ADDRESSES = {"n1": ("10.0.0.1", "203.0.113.1"), "n2": ("10.0.0.2",)}
 P256 = ec.generate_private_key(ec.SECP256R1())
@@ -55,16 +56,7 @@ def addresses_of(node: str) -> tuple[str, ...]:
 def csr_pem(*, cn: str | None = SERVING_CN, key: Any = None, names: Sequence[x509.NameAttribute] | None = None,
             sans: Sequence[x509.GeneralName] | None = None,
             extensions: Sequence[x509.ExtensionType] = ()) -> bytes:
-    key = key or P256
-    attrs = list(names) if names is not None else ([x509.NameAttribute(NameOID.COMMON_NAME, cn)] if cn else [])
-    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(attrs))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-    for ext in extensions:
-        builder = builder.add_extension(ext, critical=False)
-    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
-    return builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM)
-
+    return build_csr(cn=cn, key=key or P256, names=names, sans=sans, extensions=extensions)
 
 GOOD_SANS = (x509.IPAddress(IP("10.0.0.1")), x509.IPAddress(IP("127.0.0.1")), x509.DNSName("localhost"))
 
@@ -81,10 +73,8 @@ def spec(request: bytes | None = None, *, node: str | None = "n1", username: str
          groups: Sequence[str] = SA_GROUPS, usages: Sequence[str] = ("server auth",),
          expiration: int | None = 3600, signer: str = COORDINATOR_SERVING_SIGNER,
          extra: dict[str, tuple[str, ...]] | None = None) -> CsrSpec:
-    if extra is None:
-        extra = {NODE_NAME_EXTRA: (node,)} if node is not None else {}
     return CsrSpec(signer_name=signer, request=serving_pem() if request is None else request, usages=tuple(usages),
-                   username=username, groups=tuple(groups), extra=extra, expiration_seconds=expiration)
+                   username=username, groups=tuple(groups), extra=node_extra(node, extra), expiration_seconds=expiration)
 
 
 def root_spec(request: bytes | None = None, **over: Any) -> CsrSpec:
@@ -257,7 +247,7 @@ def test_random_bytes_as_the_request_never_raise(data: bytes, signer: str) -> No
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=1200), st.sampled_from([COORDINATOR_SERVING_SIGNER, COORDINATOR_CLIENT_SIGNER]))
 def test_random_der_in_a_pem_block_never_raises(data: bytes, signer: str) -> None:
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(data) + b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(data)
     assert isinstance(run(spec(pem, signer=signer)), Deny)
 
 
@@ -267,8 +257,7 @@ def test_a_flipped_byte_of_a_good_serving_request_never_signs(position: int, fli
     good = x509.load_pem_x509_csr(serving_pem())
     der = bytearray(good.public_bytes(serialization.Encoding.DER))
     der[position % len(der)] ^= flip
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der)) + \
-        b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(bytes(der))
     d = run(spec(pem))
     if not isinstance(d, Deny):
         # Only a flip outside what is signed and meant can pass: the signature BIT STRING's

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import given, settings
@@ -31,6 +31,8 @@ from edgewatch.controller.csrpolicy import (
 from edgewatch.controller.poolca import CLOCK_SKEW_S, load_ca, make_ca, sign_client_certificate
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER, NODE_NAME_EXTRA, pool_ca_name
 
+from _csrs import SA_GROUPS, build_csr, node_extra, pem_block
+
 AGENT = AgentIdentity()
 AGENT_USER = "system:serviceaccount:edgewatch:edgewatch-agent"
 POOLS = {"n1": "shop-a", "n2": "shop-a"}
@@ -43,26 +45,13 @@ def pool_of(node: str) -> str | None:
 
 def csr_pem(*, cn: str | None = "n1", key: Any = None, names: Sequence[x509.NameAttribute] | None = None,
             sans: Sequence[x509.GeneralName] = (), extensions: Sequence[x509.ExtensionType] = ()) -> bytes:
-    key = key or P256
-    attrs = list(names) if names is not None else ([x509.NameAttribute(NameOID.COMMON_NAME, cn)] if cn else [])
-    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(attrs))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-    for ext in extensions:
-        builder = builder.add_extension(ext, critical=False)
-    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
-    return builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM)
-
+    return build_csr(cn=cn, key=key or P256, names=names, sans=sans, extensions=extensions)
 
 def spec(request: bytes | None = None, *, node: str | None = "n1", username: str = AGENT_USER,
          usages: Sequence[str] = ("client auth",), expiration: int | None = 3600,
          signer: str = COORDINATOR_CLIENT_SIGNER, extra: dict[str, tuple[str, ...]] | None = None) -> CsrSpec:
-    if extra is None:
-        extra = {NODE_NAME_EXTRA: (node,)} if node is not None else {}
     return CsrSpec(signer_name=signer, request=csr_pem() if request is None else request, usages=tuple(usages),
-                   username=username, groups=("system:serviceaccounts", "system:serviceaccounts:edgewatch",
-                                              "system:authenticated"),
-                   extra=extra, expiration_seconds=expiration)
+                   username=username, groups=SA_GROUPS, extra=node_extra(node, extra), expiration_seconds=expiration)
 
 
 def run(s: CsrSpec) -> Sign | Deny | Ignore:
@@ -137,14 +126,14 @@ def test_every_rule_denies(case: CsrSpec, expected_reason: str) -> None:
 def test_a_tampered_signature_is_denied() -> None:
     der = x509.load_pem_x509_csr(csr_pem()).public_bytes(serialization.Encoding.DER)
     tampered = der[:-3] + bytes([der[-3] ^ 0x01]) + der[-2:]  # inside the signature
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(tampered) + b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(tampered)
     d = run(spec(pem))
     assert isinstance(d, Deny) and d.reason in ("signature", "malformed"), d
     # a subject swapped under the original signature: parses, does not verify
     good = x509.load_pem_x509_csr(csr_pem(cn="n1")).public_bytes(serialization.Encoding.DER)
     swapped = good.replace(b"\x0c\x02n1", b"\x0c\x02n2", 1)
     assert swapped != good
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(swapped) + b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(swapped)
     d = decide(spec(pem, node="n2"), agent=AGENT, pool_of=pool_of)
     assert d == Deny("signature", "the request's signature does not verify with its own key")
 
@@ -200,7 +189,7 @@ def test_random_bytes_as_the_request_never_raise(data: bytes) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=1200))
 def test_random_der_in_a_pem_block_never_raises(data: bytes) -> None:
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(data) + b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(data)
     assert isinstance(run(spec(pem)), Deny)
 
 
@@ -210,8 +199,7 @@ def test_a_flipped_byte_of_a_good_request_never_raises(position: int, flip: int)
     good = x509.load_pem_x509_csr(csr_pem())
     der = bytearray(good.public_bytes(serialization.Encoding.DER))
     der[position % len(der)] ^= flip
-    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der)) + \
-        b"-----END CERTIFICATE REQUEST-----\n"
+    pem = pem_block(bytes(der))
     d = run(spec(pem))
     assert isinstance(d, (Deny, Sign))
     if isinstance(d, Sign):  # only the same signed request passes (a flip of the signature BIT

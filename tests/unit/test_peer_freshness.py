@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import socket
 import threading
 import time
 import types
@@ -26,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from _keys import ring
+from _peers import FixedMembership, free_port, peer_exchange
 
 from edgewatch.agent import peers as peers_module
 from edgewatch.agent.config import AgentConfig
@@ -38,22 +38,6 @@ A, B = NodeName("a-1"), NodeName("a-2")
 ADDRESSES = {A: "127.0.0.1", B: "127.0.0.2"}
 
 
-class FakeMembership:
-    """The two-node group with fixed addresses (what ``Membership`` answers after a sync)."""
-
-    def group_of(self, node: NodeName) -> frozenset[NodeName]:
-        return frozenset(ADDRESSES)
-
-    def address_of(self, node: NodeName) -> str | None:
-        return ADDRESSES.get(node)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Node:
     """One peer exchange with its server and client session, on a given event loop."""
 
@@ -61,10 +45,7 @@ class Node:
         self.name = name
         self.config = AgentConfig(node=name, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[name], port=port)
         self.metrics = AgentMetrics(CollectorRegistry())
-        self.peers = PeerExchange(me=name, config=self.config, keyring=ring(name), membership=FakeMembership(),  # type: ignore[arg-type]
-                                  metrics=self.metrics, link=types.SimpleNamespace(up=True))
-        self.peers.kubelet_ok = True
-        self.peers.refresh_group(now=time.monotonic())  # know the group before the first request
+        self.peers = peer_exchange(self.config, membership=FixedMembership(ADDRESSES), metrics=self.metrics)
         self.runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
 
@@ -139,7 +120,7 @@ async def test_peers_with_skewed_wall_clocks_hear_each_other(monkeypatch: pytest
     fake_time = types.SimpleNamespace(time=clocks.time, time_ns=clocks.time_ns, monotonic=time.monotonic,
                                       monotonic_ns=time.monotonic_ns)
     monkeypatch.setattr(peers_module, "time", fake_time)
-    port = _free_port()
+    port = free_port()
     a = Node(A, port)
     b = other.run(_make(B, port))
     await a.start()
@@ -172,7 +153,7 @@ async def _make(name: NodeName, port: int) -> Node:
 
 
 async def test_replayed_request_is_refused_counted_and_still_answered(other: LoopThread) -> None:
-    port = _free_port()
+    port = free_port()
     a = Node(A, port)
     b = other.run(_make(B, port))
     await a.start()
@@ -205,7 +186,7 @@ async def test_replayed_request_is_refused_counted_and_still_answered(other: Loo
 @pytest.mark.parametrize("epoch_shift_s", [3600.0, -3600.0])
 async def test_restarted_peer_is_heard_again_even_if_its_clock_went_back(other: LoopThread,
                                                                          epoch_shift_s: float) -> None:
-    port = _free_port()
+    port = free_port()
     a = Node(A, port)
     b = other.run(_make(B, port))
     await a.start()
@@ -252,7 +233,7 @@ def test_datetime_is_not_used_for_freshness_in_the_peer_path() -> None:
 async def test_a_request_split_across_tcp_segments_is_read_whole(other: LoopThread) -> None:
     """``StreamReader.read(n)`` returns what is buffered; a request trickled in over several TCP
     segments must still be read whole (and one over the limit refused as oversized)."""
-    port = _free_port()
+    port = free_port()
     a = Node(A, port)
     b = other.run(_make(B, port))
     await a.start()
@@ -288,7 +269,7 @@ async def test_a_request_split_across_tcp_segments_is_read_whole(other: LoopThre
 
 async def test_an_envelope_too_large_to_send_is_refused_not_fatal(other: LoopThread,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    port = _free_port()
+    port = free_port()
     a = Node(A, port)
     b = other.run(_make(B, port))
     await a.start()

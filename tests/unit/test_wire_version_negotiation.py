@@ -8,22 +8,19 @@ in its request's version.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from _keys import ring
+from _peers import FixedMembership, free_port, peer_exchange
 
 from edgewatch.agent.config import AgentConfig
-from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.core.protocol import envelope_magic
 from edgewatch.core.types import NodeName
@@ -33,26 +30,9 @@ ME, OLD, NEW = NodeName("a-1"), NodeName("a-2"), NodeName("a-3")
 ADDRESSES = {ME: "127.0.0.1", OLD: "127.0.0.2", NEW: "127.0.0.3"}
 
 
-class Membership:
-    def group_of(self, node: NodeName) -> frozenset[NodeName]:
-        return frozenset(ADDRESSES)
-
-    def address_of(self, node: NodeName) -> str | None:
-        return ADDRESSES.get(node)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _agent(node: NodeName, port: int) -> PeerExchange:
     config = AgentConfig(node=node, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[node], port=port)
-    agent = PeerExchange(me=node, config=config, keyring=ring(node), membership=Membership(),  # type: ignore[arg-type]
-                         metrics=AgentMetrics(CollectorRegistry()), link=SimpleNamespace(up=True))
-    agent.kubelet_ok = True
-    agent.refresh_group(now=time.monotonic())
+    agent = peer_exchange(config, membership=FixedMembership(ADDRESSES))
     agent.sign_own(now_mono=time.monotonic())
     return agent
 
@@ -93,7 +73,7 @@ class Net:
 
 @pytest.fixture
 async def net() -> AsyncIterator[Net]:
-    port = _free_port()
+    port = free_port()
     me, new, old = _agent(ME, port), _agent(NEW, port), OldPeer()
     runners = []
     for address, handler in ((ADDRESSES[NEW], new.handle), (ADDRESSES[OLD], old.handle)):

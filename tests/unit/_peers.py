@@ -1,0 +1,48 @@
+"""Real peer exchanges on loopback for the agent's peer tests: a free port, a fixed group, and a
+``PeerExchange`` that knows its group and has a healthy kubelet."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry
+
+from _keys import ring
+
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.peers import PeerExchange
+from edgewatch.core.types import NodeName
+
+
+class FixedMembership:
+    """A group with fixed addresses (what ``Membership`` answers after a sync)."""
+
+    def __init__(self, addresses: Mapping[NodeName, str]) -> None:
+        self.addresses = addresses
+
+    def group_of(self, node: NodeName) -> frozenset[NodeName]:
+        return frozenset(self.addresses)
+
+    def address_of(self, node: NodeName) -> str | None:
+        return self.addresses.get(node)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 just now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peer_exchange(config: AgentConfig, *, membership: FixedMembership,
+                  metrics: AgentMetrics | None = None) -> PeerExchange:
+    """The exchange of ``config.node`` (its test key, link up), kubelet healthy, knowing its group."""
+    peers = PeerExchange(me=config.node, config=config, keyring=ring(config.node), membership=membership,  # type: ignore[arg-type]
+                         metrics=metrics or AgentMetrics(CollectorRegistry()), link=SimpleNamespace(up=True))
+    peers.kubelet_ok = True
+    peers.refresh_group(now=time.monotonic())  # know the group before the first request
+    return peers
