@@ -55,7 +55,8 @@ system-deps:
 # cached in ~/.cache/edgewatch (the first build takes about 5-10 minutes on 2 cores); and CoreDNS with its
 # kubernetes plugin (the pool-cache scenario's cluster DNS; about 2 minutes the first time); and helm
 # (charts/edgewatch's lint and render in tests/integration/test_chart.py; about 1-3 minutes the first time);
-# and promtool (the alert rules' check and unit tests in tests/integration/test_alerts.py; about 5-10
+# and promtool with the Prometheus server, one build into one folder (promtool: the alert rules' check and
+# unit tests in tests/integration/test_alerts.py; prometheus: the playground's --prometheus; about 5-10
 # minutes the first time).
 binaries:
 	@bash hack/binaries/build.sh >/dev/null

@@ -5,7 +5,7 @@
 #
 # Usage: hack/binaries/build.sh            build (or reuse) and print the folder holding them
 #        hack/binaries/build.sh helm       the same for helm alone (its own folder; see below)
-#        hack/binaries/build.sh promtool   the same for promtool alone (its own folder; see below)
+#        hack/binaries/build.sh promtool   the same for promtool and prometheus (one folder; see below)
 #        hack/binaries/build.sh superedge  SuperEdge's edge-health and edge-health-admission (one
 #                                          folder for both; see below)
 #
@@ -108,11 +108,14 @@ if [ "${1:-}" = helm ]; then
   exit $?
 fi
 
-# `build.sh promtool`: github.com/prometheus/prometheus/cmd/promtool through the wrapper module
-# promtool/, for tests/integration/test_alerts.py (`promtool check rules` / `test rules` on
-# deploy/monitoring's alert rules; about 3-6 minutes the first time).
+# `build.sh promtool`: github.com/prometheus/prometheus/cmd/promtool and cmd/prometheus through
+# the wrapper module promtool/, both in one folder: promtool for tests/integration/test_alerts.py
+# (`promtool check rules` / `test rules` on deploy/monitoring's alert rules), prometheus for the
+# playground's `--prometheus` (lab/src/edgewatch_lab/playground/prometheus.py). Plain `go build`,
+# without upstream's builtinassets tag: no web UI (the lab uses only the HTTP API), no npm.
+# About 5-8 minutes the first time.
 if [ "${1:-}" = promtool ]; then
-  PROMTOOL_RECIPE="promtool-recipe-2: CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
+  PROMTOOL_RECIPE="promtool-recipe-3: promtool+prometheus, CGO_ENABLED=0 -trimpath -buildvcs=false -ldflags '-s -w' + version ldflags"
   PROM_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' "$here/promtool/go.mod")
   # The module's v0.3XY.Z is Prometheus 3.XY.Z (upstream's tagging since 3.0): report the latter.
   rel=${PROM_VERSION#v0.}; minor=${rel%%.*}; patch=${rel#*.}
@@ -121,7 +124,8 @@ if [ "${1:-}" = promtool ]; then
   ldflags+=" -X github.com/prometheus/common/version.Revision=module-github.com/prometheus/prometheus@$PROM_VERSION"
   ldflags+=" -X github.com/prometheus/common/version.Branch=module"
   ldflags+=" -X github.com/prometheus/common/version.BuildUser=edgewatch"
-  build_tool promtool "$PROMTOOL_RECIPE" "$PROM_VERSION" github.com/prometheus/prometheus/cmd/promtool "$ldflags" \
+  build_tool promtool "$PROMTOOL_RECIPE" "$PROM_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus" "$ldflags" \
     "$prom_release (prometheus module $PROM_VERSION)"
   exit $?
 fi

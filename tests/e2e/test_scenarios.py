@@ -15,6 +15,11 @@ changes, that a stock cluster evicts a cut-off pool).
 One scenario, node-failure (``HELM_SCENARIO``), installs edgewatch through the Helm chart
 (charts/edgewatch, ``--install helm``) instead of the kustomize base, so both ways are covered
 without another run; its run asserts the release was deployed and its record Secret exists.
+
+One scenario, cut-and-kill (``PROMETHEUS_SCENARIO``), runs with a real Prometheus (``--prometheus``)
+that scrapes the controller and agents and evaluates the shipped alert rules: the killed node's
+``EdgewatchNodeFailed`` must fire within 90 s of the kill and no alert may name a cut-off live node
+(judged by expectations added to the scenario for that run: ``alert_within_s``, ``no_alerts``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import pytest
 from rich.console import Console
 
 from edgewatch_lab.playground.runner import run_scenario
-from edgewatch_lab.playground.scenario import builtin_scenarios, load_scenario
+from edgewatch_lab.playground.scenario import Scenario, builtin_scenarios, load_scenario
 
 AGENT_SA = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
@@ -37,6 +42,18 @@ pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
 #: The scenario whose edgewatch run installs through the chart (a short one); the others use deploy/.
 HELM_SCENARIO = "node-failure"
+#: The scenario whose edgewatch run has a real Prometheus, and the alert expectations added for it.
+PROMETHEUS_SCENARIO = "cut-and-kill"
+ALERT_EXPECTATIONS = [{"nodes": ["a-5"], "alert_within_s": 90},
+                      {"nodes": ["a-1", "a-2", "a-3", "a-4"], "no_alerts": True}]
+NODE_ALERTS = {"EdgewatchNodeCutOff", "EdgewatchAgentNotReady"}
+
+
+def _with_alert_expectations(scenario: Scenario) -> Scenario:
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    data["expect"] = [*data.get("expect", []), *ALERT_EXPECTATIONS]
+    return Scenario.model_validate(data)
+
 
 def _expected_cost_s(name: str) -> float:
     """A rough wall time of one run (seconds): its timeline, plus real nodes' start and big pools.
@@ -64,10 +81,24 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
     assert scenario.expectations_for(baseline=baseline), f"{name} has no expectations to check"
     out = io.StringIO()
     method = "helm" if name == HELM_SCENARIO and not baseline else "kustomize"
+    prometheus = name == PROMETHEUS_SCENARIO and not baseline
+    if prometheus:
+        scenario = _with_alert_expectations(scenario)
     result = run_scenario(scenario, baseline=baseline, console=Console(file=out, width=120), live=False,
-                          install_method=method)
+                          install_method=method, prometheus=prometheus)
     summary = result.report["summary"]
     print(f"\n{name} ({'stock Kubernetes' if baseline else 'edgewatch'}, install {result.install}): {summary}")
+    if prometheus:
+        print(f"{name} alerts: {result.report['alerts']}")
+        alerts = result.report["alerts"]
+        assert alerts is not None, f"{name}: no alerts recorded although Prometheus ran"
+        kill = next(f["t"] for f in result.report["faults"] if f["action"] == "kill")
+        failed_at = [a["firing_at_s"] for a in alerts
+                     if a["alertname"] == "EdgewatchNodeFailed" and a["firing_at_s"] is not None]
+        assert any(kill <= t <= kill + 90 for t in failed_at), \
+            f"{name}: EdgewatchNodeFailed not firing within 90 s of the kill at {kill}: {alerts}"
+        about_nodes = [a for a in alerts if a["alertname"] in NODE_ALERTS]
+        assert not about_nodes, f"{name}: alerts about nodes: {about_nodes}"
     failed = [f"{e.description}: {e.detail}" for e in result.expectations if not e.passed]
     assert not failed, f"{name}: " + "; ".join(failed) + f" (logs: {result.logs[:1]})"
     if not baseline:

@@ -215,9 +215,10 @@ def test_chart_renders_deploy_monitoring_when_enabled(helm: Path) -> None:
     assert bad.returncode != 0 and "interval" in bad.stderr, bad.stderr
 
 
-def test_podmonitor_selects_the_controller_pods_metrics_port() -> None:
+def test_podmonitor_and_the_metrics_service_select_the_controller_pods_metrics_port() -> None:
     pm = yaml.safe_load(PODMONITOR.read_text())
-    deployment = yaml.safe_load(CONTROLLER.read_text())
+    docs = {d["kind"]: d for d in yaml.safe_load_all(CONTROLLER.read_text())}
+    deployment, service = docs["Deployment"], docs["Service"]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pm["metadata"]["namespace"] == deployment["metadata"]["namespace"]
@@ -226,6 +227,10 @@ def test_podmonitor_selects_the_controller_pods_metrics_port() -> None:
     assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
     assert f"--metrics-port={ports[endpoint['port']]['containerPort']}" in deployment["spec"]["template"]["spec"][
         "containers"][0]["args"]
+    # the headless Service (for a ServiceMonitor or kubernetes_sd role endpoints) reaches the same port
+    assert service["spec"]["selector"].items() <= pod_labels.items() and service["spec"]["clusterIP"] == "None"
+    (svc_port,) = service["spec"]["ports"]
+    assert svc_port["targetPort"] == endpoint["port"] and svc_port["port"] == ports[endpoint["port"]]["containerPort"]
 
 
 def test_deploy_monitoring_builds_and_stays_out_of_the_base(binaries: Any) -> None:

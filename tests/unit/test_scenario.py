@@ -92,7 +92,7 @@ def test_cut_and_kill_targets():
     s = load_scenario("cut-and-kill")
     assert s.pool("a").coordinator and s.pool("a").nodes == 5
     assert [(st.at, st.action) for st in s.steps] == [
-        (10, "cut-cloud"), (130, "restore-cloud"), (160, "kill"), (240, "end")]
+        (10, "cut-cloud"), (130, "restore-cloud"), (160, "kill"), (260, "end")]
     live = _entry(s, ["a-1", "a-2", "a-3", "a-4"])
     assert live["evictions"] == 0 and live["endpoint_removals"] == 0 and live["never_not_ready"] is True
     dead = _entry(s, ["a-5"])

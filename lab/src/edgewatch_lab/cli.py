@@ -57,8 +57,11 @@ def playground_list() -> None:
 @click.option("--coordinators", "coordinator_mode", type=click.Choice(["process", "pods"]), default=None,
               help="How pools with a coordinator get it (default: the scenario's topology, itself "
               "'process'): an etcd the lab runs, or pods as shipped (poolCoordinators {pool: auto}).")
+@click.option("--prometheus", is_flag=True, help="Run a real Prometheus (built on first use) that scrapes "
+              "the edgewatch controller and agents and evaluates the shipped alert rules; the report's "
+              "'alerts' lists what fired and when.")
 def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-                   keep_logs: bool, install_method: str, coordinator_mode: str | None) -> None:
+                   keep_logs: bool, install_method: str, coordinator_mode: str | None, prometheus: bool) -> None:
     """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
 
     Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
@@ -66,7 +69,7 @@ def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Pat
     from edgewatch_lab.playground.cli import run_one
 
     sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs,
-                     install_method=install_method, coordinator_mode=coordinator_mode))
+                     install_method=install_method, coordinator_mode=coordinator_mode, prometheus=prometheus))
 
 
 @playground.command("compare")
@@ -77,11 +80,16 @@ def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Pat
 @click.option("--live/--no-live", default=True, show_default=True)
 @click.option("--install", "install_method", type=click.Choice(["kustomize", "helm"]), default="kustomize",
               show_default=True, help="Install edgewatch from deploy/ (kustomize) or charts/edgewatch (helm).")
-def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool, install_method: str) -> None:
+@click.option("--prometheus", is_flag=True, help="Run a real Prometheus (built on first use) that scrapes "
+              "the edgewatch controller and agents and evaluates the shipped alert rules; the report's "
+              "'alerts' lists what fired and when.")
+def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool, install_method: str,
+                       prometheus: bool) -> None:
     """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
     from edgewatch_lab.playground.cli import compare
 
-    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live, install_method=install_method))
+    sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live, install_method=install_method,
+                     prometheus=prometheus))
 
 
 @playground.command("up")

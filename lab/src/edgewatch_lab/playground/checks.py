@@ -17,7 +17,7 @@ from rich.table import Table
 
 from edgewatch_lab.playground.proxycheck import follow_lags
 from edgewatch_lab.playground.report import detection, detection_target, evictions_after, report_end, round_s
-from edgewatch_lab.playground.expectation import COORDINATOR_KEYS
+from edgewatch_lab.playground.expectation import ALERT_KEYS, COORDINATOR_KEYS, NODE_ALERTS, NODE_FAILED_ALERT
 from edgewatch_lab.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = ["ExpectationResult", "check_expectations", "expectations_table"]
@@ -190,6 +190,9 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
             seen.append(n_seen)
         return ExpectationResult(desc, ok, f"saw {'; '.join(seen)}")
 
+    if key in ALERT_KEYS:
+        return _check_alerts(report, key, value, targets, label, missing)
+
     if key == "state_at_end":
         desc = f"{label}: state {value} at the end"
         if missing:
@@ -338,3 +341,45 @@ def _check_replaced(report: dict[str, Any], name: str, value: float, end: float)
         ok = ok and secs <= value
         seen.append(f"{wanted} live endpoints again {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s")
     return ok, f"{name}: " + "; ".join(seen)
+
+
+def _check_alerts(report: dict[str, Any], key: str, value: Any, targets: list[str], label: str,
+                  missing: list[str]) -> ExpectationResult:
+    """``alert_within_s`` / ``no_alerts`` on the report's ``alerts`` (what a real Prometheus fired;
+    None when the run had none, which fails the check)."""
+    if key == "alert_within_s":
+        desc = f"{label}: an alert fires within {_fmt_s(float(value))} s of each kill"
+    else:
+        desc = f"{label}: {'no' if value else 'some'} {'/'.join(NODE_ALERTS)} alert fires"
+    alerts = report.get("alerts")
+    if alerts is None:
+        return ExpectationResult(desc, False, "needs --prometheus: this run had no Prometheus, so no alerts to judge")
+    if missing:
+        return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
+    firing = [a for a in alerts if a.get("firing_at_s") is not None]
+    if key == "no_alerts":
+        about = [a for a in firing if a["alertname"] in NODE_ALERTS and a.get("labels", {}).get("node") in targets]
+        seen = "; ".join(f"{a['alertname']} on {a['labels']['node']} firing at {_fmt_s(a['firing_at_s'])} s"
+                         for a in about[:4])
+        detail = f"saw {seen}" if about else f"saw none on {label} ({len(firing)} alert(s) fired in all)"
+        return ExpectationResult(desc, (not about) == bool(value), detail)
+    ok, seen_k = True, []
+    nodes = report["nodes"]
+    for n in targets:
+        if not nodes[n]["kills"]:
+            ok = False
+            seen_k.append(f"{n} never killed")
+            continue
+        for kill in nodes[n]["kills"]:
+            k = float(kill["t"])
+            hits = sorted((a["firing_at_s"] - k, a["alertname"]) for a in firing
+                          if (a["alertname"] == NODE_FAILED_ALERT or a.get("labels", {}).get("node") == n)
+                          and k <= a["firing_at_s"])
+            if not hits:
+                ok = False
+                seen_k.append(f"no alert fired for {n} after the kill at {_fmt_s(k)} s")
+                continue
+            secs, name = hits[0]
+            ok = ok and secs <= float(value)
+            seen_k.append(f"{name} firing {_fmt_s(round_s(secs))} s after the kill of {n} at {_fmt_s(k)} s")
+    return ExpectationResult(desc, ok, f"saw {'; '.join(seen_k)}")

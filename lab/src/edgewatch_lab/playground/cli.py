@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from edgewatch_lab.playground.prometheus import format_alerts
 from edgewatch_lab.playground.report import format_summary_table
 from edgewatch_lab.playground.runner import RunResult, run_scenario, with_coordinator_mode
 from edgewatch_lab.playground.scenario import ScenarioError, load_scenario
@@ -43,6 +44,10 @@ def binaries_with_progress(console: Console):  # type: ignore[no-untyped-def]
 
 
 def _print_result(console: Console, result: RunResult, *, label: str) -> None:
+    if result.report.get("alerts") is not None:
+        console.print("  alerts (Prometheus, the shipped rules; scenario seconds):")
+        for line in format_alerts(result.report["alerts"]):
+            console.print(f"    {line}", markup=False)
     for e in result.expectations:
         mark = "[green]PASS[/]" if e.passed else "[red]FAIL[/]"
         console.print(f"  {mark} {e.description}: {e.detail}")
@@ -67,10 +72,12 @@ def _install_line(result: RunResult) -> str:
 
 
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-            keep_logs: bool, install_method: str = "kustomize", coordinator_mode: str | None = None) -> int:
+            keep_logs: bool, install_method: str = "kustomize", coordinator_mode: str | None = None,
+            prometheus: bool = False) -> int:
     """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario.
     ``install_method``: how edgewatch is installed (``install.METHODS``); ``coordinator_mode``
-    (``process`` / ``pods``) overrides the scenario's ``coordinators``."""
+    (``process`` / ``pods``) overrides the scenario's ``coordinators``; ``prometheus``: a real
+    Prometheus evaluates the shipped alert rules (the report's ``alerts``)."""
     console = Console()
     try:
         scenario = with_coordinator_mode(load_scenario(name), coordinator_mode)
@@ -79,7 +86,7 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
         return 2
     binaries = binaries_with_progress(console)
     result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
-                          binaries=binaries, install_method=install_method)
+                          binaries=binaries, install_method=install_method, prometheus=prometheus)
     label = "stock Kubernetes" if baseline else "edgewatch"
     if _install_line(result):
         console.print(_install_line(result))
@@ -93,9 +100,11 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
     return 0 if result.passed else 1
 
 
-def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, install_method: str = "kustomize") -> int:
+def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, install_method: str = "kustomize",
+            prometheus: bool = False) -> int:
     """``playground compare``: edgewatch (installed the ``install_method`` way) then stock
-    Kubernetes, side by side. Exit 1 if an expectation of either run failed."""
+    Kubernetes, side by side (``prometheus``: both with a real Prometheus, see ``run_one``). Exit 1
+    if an expectation of either run failed."""
     console = Console()
     try:
         scenario = load_scenario(name)
@@ -108,7 +117,7 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, insta
         label = "stock Kubernetes" if baseline else "edgewatch"
         console.rule(f"{scenario.name}: {label}")
         results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live,
-                                         binaries=binaries, install_method=install_method)
+                                         binaries=binaries, install_method=install_method, prometheus=prometheus)
         if _install_line(results[baseline]):
             console.print(_install_line(results[baseline]))
         _print_result(console, results[baseline], label=label)

@@ -1,6 +1,6 @@
 """A scenario's checks across its parts (what pydantic's per-field validation cannot see): references
 to nodes and pools, the one ``end`` step, duplicates, kill/revive sequences, and expectations that
-need a coordinator, a kube-proxy, CoreDNS or a real node. The rules are listed in
+need a coordinator, a kube-proxy, CoreDNS, a real node or a covered node (alert checks). The rules are listed in
 :mod:`edgewatch_lab.playground.scenario`'s docstring ("Validation").
 
 Limits: pure; called by ``Scenario``'s validator, which raises the problems as one error.
@@ -139,6 +139,11 @@ def cross_check(scenario: Scenario) -> tuple[list[str], list[int]]:
               and scenario.topology.coordinators != "pods"):
             problems.append(f"expect[{i}]: coordinator_moved_within_s needs coordinators: pods in the "
                             "topology (a lab process does not move)")
+        if not unknown and (e.alert_within_s is not None or e.no_alerts is not None) and (e.pool in pools or e.nodes):
+            uncovered = [n for n in e.target_nodes(scenario) if not scenario.is_covered(n)]
+            if uncovered:
+                problems.append(f"expect[{i}]: alert checks on {', '.join(uncovered)}, which edgewatch does not "
+                                "cover (no agent, no alert names them)")
         if not unknown and e.containers_stopped is not None and (e.pool in pools or e.nodes):
             simulated = [n for n in e.target_nodes(scenario) if not scenario.is_real(n)]
             if simulated:

@@ -18,7 +18,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 if TYPE_CHECKING:
     from edgewatch_lab.playground.scenario import Scenario
 
-__all__ = ["BASELINE_STATES", "CHECK_KEYS", "COORDINATOR_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
+__all__ = ["ALERT_KEYS", "BASELINE_STATES", "CHECK_KEYS", "NODE_ALERTS", "NODE_FAILED_ALERT",
+           "COORDINATOR_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
            "StrictModel"]
 
 #: Node states in edgewatch runs (the controller's ``edgewatch.io/state`` annotation).
@@ -94,10 +95,17 @@ CHECK_KEYS: Final = (
     "evictions", "endpoint_removals", "never_not_ready", "evicted_within_s", "detected_within_s",
     "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
     "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
-    "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s",
+    "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s", "alert_within_s", "no_alerts",
 )
 #: The keys judged on a pool's coordinator after each ``kill-coordinator`` (``pool`` targets only).
 COORDINATOR_KEYS: Final = ("coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s")
+#: The keys judged on the alerts a real Prometheus fired (runs with ``--prometheus`` only).
+ALERT_KEYS: Final = ("alert_within_s", "no_alerts")
+#: The alerts about one node (their ``node`` label): what ``no_alerts`` forbids on the targets.
+NODE_ALERTS: Final = ("EdgewatchNodeCutOff", "EdgewatchAgentNotReady")
+#: The alert about failed nodes; per namespace (no ``node`` label), so any firing counts for
+#: ``alert_within_s``.
+NODE_FAILED_ALERT: Final = "EdgewatchNodeFailed"
 
 
 class Expectation(StrictModel):
@@ -148,6 +156,13 @@ class Expectation(StrictModel):
     #: cache from the coordinator again within this many seconds (the agents' metric
     #: ``edgewatch_poolcache_source``).
     cache_from_coordinator_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: After every kill of each targeted node, an alert naming the node (its ``node`` label), or
+    #: ``EdgewatchNodeFailed`` (per namespace: any firing), fires within this many seconds (runs
+    #: with ``--prometheus``; others fail the check).
+    alert_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: neither ``EdgewatchNodeCutOff`` nor ``EdgewatchAgentNotReady`` fires for a targeted
+    #: node during the run; false: one of them does (runs with ``--prometheus``).
+    no_alerts: StrictBool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -158,6 +173,10 @@ class Expectation(StrictModel):
         coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(self, k) is not None]
         if coordinator_keys and self.pool is None:
             raise ValueError(f"{', '.join(coordinator_keys)}: give the pool (its coordinator), not nodes")
+        alert_keys = [k for k in ALERT_KEYS if getattr(self, k) is not None]
+        if alert_keys and self.baseline:
+            raise ValueError(f"{', '.join(alert_keys)}: the alerts read edgewatch's controller; baseline "
+                             "(stock Kubernetes) runs have none")
         if not self.checks():
             raise ValueError(f"nothing to check: give at least one of {', '.join(CHECK_KEYS)}")
         if self.state_at_end is not None:

@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
-               "pool_scope_cloud", "live_ready", "node_costs", "coordinators")
+               "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "alerts")
 
 
 def round_s(x: float) -> float:
@@ -196,6 +196,10 @@ class Recording:
     node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Each coordinator pool's coordinator over the run (``edgewatch_lab.playground.coordinators``).
     coordinators: dict[str, CoordinatorSeries] = field(default_factory=dict)
+    #: The alerts a real Prometheus evaluated on the run (``--prometheus``): ``{"alertname",
+    #: "labels", "pending_at_s", "firing_at_s", "last_seen_s"}`` per episode
+    #: (``edgewatch_lab.playground.prometheus.alerts_from_series``); None: Prometheus did not run.
+    alerts: list[dict[str, Any]] | None = None
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -276,7 +280,9 @@ def build_report(recording: Recording) -> dict[str, Any]:
     with the pods bound at the kill (null: unknown)), and ``summary`` (``evictions_on_live_nodes``,
     ``endpoint_removals_on_live_nodes``, ``killed_nodes_not_evicted``, ``max_detection_s``,
     ``max_eviction_s``, ``undetected``; see the module docstring), and ``coordinators`` (per pool
-    with a coordinator: its series and ``recoveries``, ``edgewatch_lab.playground.coordinators``).
+    with a coordinator: its series and ``recoveries``, ``edgewatch_lab.playground.coordinators``), and
+    ``alerts`` (what a real Prometheus fired during the run, ``Recording.alerts``; null without
+    ``--prometheus``).
     """
     ended_at = recording.ended_at if recording.ended_at is not None else _last_time(recording)
     faults = sorted((dict(f) for f in recording.faults), key=lambda f: float(f["t"]))
@@ -325,6 +331,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "node_costs": {k: dict(v) for k, v in recording.node_costs.items()},
         "coordinators": {pool: {**asdict(series), "recoveries": coordinator_recoveries(
             asdict(series), faults, pool=pool, end=ended_at)} for pool, series in sorted(recording.coordinators.items())},
+        "alerts": None if recording.alerts is None else [
+            {**a, "labels": dict(a.get("labels") or {})} for a in recording.alerts],
     }
     report["summary"] = _summarize(report)
     return report

@@ -11,6 +11,10 @@ is bound to (found through the API) as ``kill`` does, ``revive-coordinator`` wai
 finds the leader in what the agents publish. Each coordinator pool is recorded throughout
 (``coordinatorwatch``).
 
+With ``prometheus=True`` a real Prometheus (``edgewatch_lab.playground.prometheus``) runs from
+before the workload is created until the report is read: the report's ``alerts`` is what it fired,
+in scenario seconds (``Recording.started_at`` is t=0 on the wall clock).
+
 Limits: times are seconds from the scenario's start (t=0 once every pod is a ready endpoint and,
 with edgewatch, every node has a published verdict); a step runs as close to its ``at`` as the
 previous step's duration allows (a kill waits for the processes to die, well under a second).
@@ -50,7 +54,8 @@ from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.scenario import Scenario
-from edgewatch_lab.testing.binaries import Binaries
+from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
+from edgewatch_lab.testing.binaries import Binaries, ensure_prometheus
 from edgewatch_lab.testing.kubeletsim import make_client
 from edgewatch_lab.testing.smoke import create_until_done, ready_endpoints, wait_for
 from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
@@ -246,6 +251,7 @@ class ScenarioPlayer:
         with contextlib.suppress(Exception):
             self._counters_at_start = await pool_scope_counters(self.client)
         t0 = time.monotonic()
+        self.recording.started_at = time.time()  # t=0 on the wall clock (Prometheus' time base)
         self.observer = Observer(client=self.client, recording=self.recording, namespace=WORKLOAD_NAMESPACE,
                                  service="sample", edgewatch=self.cluster.edgewatch, t0=t0)
         stop = asyncio.Event()
@@ -458,17 +464,34 @@ class ScenarioPlayer:
         return Group(table, Text("faults:"), *lines)
 
 
-async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Console, live: bool) -> Recording:
+async def _run_async(scenario: Scenario, cluster: PlaygroundCluster, console: Console, live: bool,
+                     prometheus: Path | None = None) -> Recording:
     assert cluster.admin_kubeconfig is not None
     client = make_client(str(cluster.admin_kubeconfig), timeout_s=5)
+    loop = asyncio.get_running_loop()
+    server = None
     try:
+        server = lab_prometheus(cluster, prometheus) if prometheus is not None else None
         player = ScenarioPlayer(scenario=scenario, cluster=cluster, client=client, console=console, live=live)
         try:
+            if server is not None:
+                with console.status("starting Prometheus"):
+                    await loop.run_in_executor(None, server.start)
             with console.status("waiting for the workload to serve"):
                 await player.prepare()
-            return await player.play()
+            recording = await player.play()
+            if server is not None:
+                start, prom = recording.started_at, server
+                try:
+                    recording.alerts = await loop.run_in_executor(
+                        None, lambda: prom.query_alerts(start_wall=start, end_wall=time.time()))
+                except PrometheusError:  # the run's report is worth more than its alerts
+                    log.exception("reading the alerts from Prometheus failed; the report has none")
+            return recording
         finally:
             await player.proxies.stop()
+            if server is not None:
+                await loop.run_in_executor(None, server.stop)
     finally:
         with contextlib.suppress(Exception):
             await client.close()
@@ -488,19 +511,23 @@ def with_coordinator_mode(scenario: Scenario, mode: str | None) -> Scenario:
 
 def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
                  keep_logs: bool = False, binaries: Binaries | None = None,
-                 install_method: str = "kustomize", coordinator_mode: str | None = None) -> RunResult:
+                 install_method: str = "kustomize", coordinator_mode: str | None = None,
+                 prometheus: bool = False) -> RunResult:
     """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
     default to ``ensure_binaries()``; ``install_method`` is how edgewatch is installed
     (``install.METHODS``: the kustomize base or the Helm chart); ``coordinator_mode`` (``process``
-    or ``pods``) overrides the topology's ``coordinators``."""
+    or ``pods``) overrides the topology's ``coordinators``; ``prometheus``: a real Prometheus
+    scrapes edgewatch and evaluates the shipped alert rules during the run, and the report's
+    ``alerts`` lists what fired (``edgewatch_lab.playground.prometheus``; built on first use)."""
     scenario = with_coordinator_mode(scenario, coordinator_mode)
+    prometheus_binary = ensure_prometheus() if prometheus else None  # before the cluster: a failed build starts nothing
     kind = "stock Kubernetes" if baseline else "edgewatch"
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
         cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries,
                                     install_method=install_method)
         cluster.__enter__()
     try:
-        recording = asyncio.run(_run_async(scenario, cluster, console, live))
+        recording = asyncio.run(_run_async(scenario, cluster, console, live, prometheus_binary))
         recording.identities = read_identities(cluster.cp.audit_log if cluster.cp else None)
     finally:
         with console.status("stopping everything"):

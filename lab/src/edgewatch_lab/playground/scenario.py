@@ -76,6 +76,12 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
 * ``cache_from_coordinator_within_s``: after every ``kill-coordinator`` of the pool, every live node
   of the pool serves its pool cache from the coordinator (the agents' ``edgewatch_poolcache_source``
   metric) within this many seconds; these three take ``pool``, not ``nodes``;
+* ``alert_within_s`` (runs with ``--prometheus``: a real Prometheus evaluates the shipped alert
+  rules): after every kill of each targeted node, an alert naming it (its ``node`` label), or
+  ``EdgewatchNodeFailed`` (per namespace: any firing), fires within this many seconds;
+  ``no_alerts``: true = neither ``EdgewatchNodeCutOff`` nor ``EdgewatchAgentNotReady`` fires for a
+  targeted node during the run. Without ``--prometheus`` both fail ("needs --prometheus"); both only
+  on edgewatch runs and covered nodes;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -90,7 +96,8 @@ time; every node and pool referenced exists; ``split`` sides are non-empty, disj
 ``kill`` only of a node that is up and ``revive`` only of one that was killed (likewise for coordinators);
 ``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock) nor on a real node
 (its containers read the machine's clock); ``real_nodes`` at most the pool's ``nodes``;
-``containers_stopped`` only on real nodes; no pool named ``cloud``.
+``containers_stopped`` only on real nodes; ``alert_within_s`` / ``no_alerts`` only on covered nodes
+and not with ``baseline: true``; no pool named ``cloud``.
 Every problem is reported as a :class:`ScenarioError` naming the step (or expectation) index as written
 in the file and the field.
 

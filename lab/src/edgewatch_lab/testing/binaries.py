@@ -270,8 +270,9 @@ def ensure_helm(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str],
 
 
 def ensure_promtool(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
-    """The promtool binary (the alert rules' tests), built from the Go module proxy on first use by
-    ``hack/binaries/build.sh promtool`` (about 3-6 minutes cold) into
+    """The promtool binary (the alert rules' tests), built with the Prometheus server
+    (``ensure_prometheus``) from the Go module proxy on first use by
+    ``hack/binaries/build.sh promtool`` (about 5-8 minutes cold) into
     ``~/.cache/edgewatch/bin/promtool-<version>-<stamp>/``; warm, a no-op. ``TEST_ASSET_PROMTOOL``
     names a ready binary instead.
 
@@ -280,6 +281,27 @@ def ensure_promtool(*, build_timeout_s: float = 3600.0, on_progress: Callable[[s
     """
     return _ensure_tool("promtool", env="TEST_ASSET_PROMTOOL", script="build.sh", args=("promtool",),
                         build_timeout_s=build_timeout_s, on_progress=on_progress)
+
+
+def ensure_prometheus(*, build_timeout_s: float = 3600.0, on_progress: Callable[[str], None] | None = None) -> Path:
+    """The Prometheus server binary (the playground's ``--prometheus``,
+    ``edgewatch_lab.playground.prometheus``), built with promtool, into the same folder, from the
+    Go module proxy on first use by ``hack/binaries/build.sh promtool`` (about 5-8 minutes cold;
+    no web UI: only the HTTP API) into ``~/.cache/edgewatch/bin/promtool-<version>-<stamp>/``;
+    warm, a no-op. ``TEST_ASSET_PROMETHEUS`` names a ready binary instead.
+
+    Raises:
+        BinariesError: no checkout to build from, the build failed, or the binary is missing.
+    """
+    single = os.environ.get("TEST_ASSET_PROMETHEUS")
+    if single:
+        path = Path(single)
+    else:
+        path = _build_folder("build.sh", what="prometheus", env="TEST_ASSET_PROMETHEUS", timeout_s=build_timeout_s,
+                             on_progress=on_progress, args=("promtool",)) / "prometheus"
+    if not os.access(path, os.X_OK):
+        raise BinariesError(f"{path} is missing or not executable")
+    return path.resolve()
 
 
 #: What ``hack/binaries/build.sh superedge`` builds: SuperEdge v0.9.0's agent and its webhook (the
