@@ -311,6 +311,9 @@ async def test_an_agent_follows_the_records_and_forgets_those_deleted_while_it_w
                                "data": {KEY_RECORD_KEY: record}})
 
     publish(OWNER, owner.record())
+    # every namespace gets kube-controller-manager's kube-root-ca.crt: no key record, no refusal
+    kube.put("ConfigMap", {"metadata": {"name": "kube-root-ca.crt", "namespace": IDENTITY_NAMESPACE},
+                           "data": {"ca.crt": "-----BEGIN CERTIFICATE-----"}})
     recorded = Recorded()
     keeper = IdentityKeeper(client=kube, keyring=me, state_dir=tmp_path, retry_s=0.01,  # type: ignore[arg-type]
                             events=recorded)
@@ -336,3 +339,27 @@ async def test_an_agent_follows_the_records_and_forgets_those_deleted_while_it_w
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_the_controller_takes_a_configmap_without_a_key_record_as_no_keys_not_a_refusal() -> None:
+    """kube-root-ca.crt is in the identity namespace as in every namespace; it once counted as a
+    bad_key_record at every controller start (EdgewatchEvidenceRefused fired in every lab run)."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ConfigMap as LkConfigMap
+
+    from edgewatch.controller.evidence import EvidenceInformer
+    from edgewatch.controller.verified import VerifiedEdge
+
+    results: list[str] = []
+    verified = VerifiedEdge(on_result=results.append)
+    informer = EvidenceInformer(client=None, verified=verified, clock=lambda: 0.0,  # type: ignore[arg-type]
+                                on_change=lambda _n: None)
+    informer.on_keys("ADDED", LkConfigMap(metadata=ObjectMeta(name="kube-root-ca.crt", namespace=IDENTITY_NAMESPACE),
+                                          data={"ca.crt": "-----BEGIN CERTIFICATE-----"}))
+    owner = NodeKeyring(node=OWNER, keys=(NodeKey.generate(),), public=PublicKeys())
+    informer.on_keys("ADDED", LkConfigMap(metadata=ObjectMeta(name=OWNER, namespace=IDENTITY_NAMESPACE),
+                                          data={KEY_RECORD_KEY: owner.record()}))
+    informer.on_keys("MODIFIED", LkConfigMap(metadata=ObjectMeta(name=OWNER, namespace=IDENTITY_NAMESPACE),
+                                             data={KEY_RECORD_KEY: "not a record"}))
+    assert results == ["bad_key_record"]  # only the real bad record
+    assert verified.keys.keys_of(OWNER) == (owner.primary_key_id,)  # its previous keys stay

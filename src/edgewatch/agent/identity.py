@@ -199,7 +199,8 @@ class IdentityKeeper:
         (the state folder) that is no longer there is forgotten too, and this node's own record is
         published if it is missing."""
         def on_record(op: str, cm: ConfigMap) -> None:
-            self.apply(cm.metadata.name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, ""))
+            # no key record in it (kube-root-ca.crt, which every namespace gets): no keys, not a refusal
+            self.apply(cm.metadata.name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY))
 
         def listed(found: list[ConfigMap]) -> None:
             seen = {cm.metadata.name for cm in found}

@@ -222,7 +222,9 @@ class EvidenceInformer:
         """A key record event."""
         name = cm.metadata.name
         before = self.verified.keys.keys_of(name)
-        self.verified.apply_keys(name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY, ""))
+        # A ConfigMap without a key record is no node's keys (e.g. kube-root-ca.crt, which
+        # kube-controller-manager puts in every namespace): as if deleted, not a refusal.
+        self.verified.apply_keys(name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY))
         if self.verified.keys.keys_of(name) != before:
             for writer, text in list(self._texts.items()):  # statements refused for an unknown key
                 self.verified.apply_evidence(writer, text)
