@@ -9,6 +9,10 @@ file in the arm64 image) is an AArch64 ELF and the amd64 one an x86-64 ELF (an x
 qemu every module of the package ``edgewatch`` in the image imports, ``edgewatch agent --help``
 works, one Ed25519 signature is made and verified with edgewatch's keyring
 (``edgewatch.core.identity``), one wire envelope is encoded and decoded (``edgewatch.core.wire``).
+etcd (the pool coordinator pod's store): ``/usr/local/bin/etcd`` is in both platforms' images
+(root's, mode 0755), a static ELF of each platform's machine, and the arm64 one run under qemu
+(``etcd --version``) reports the version the Dockerfile ships and ``hack/binaries/etcd/go.mod``
+requires.
 
 qemu-user-static comes from Debian's package (``make system-deps``); without it these tests fail,
 never skip.
@@ -17,6 +21,7 @@ never skip.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -33,6 +38,10 @@ QEMU = "qemu-aarch64-static"
 INTERPRETER = f"usr/bin/{PYTHON}"
 #: ``e_machine`` values (glibc's elf.h): what the ELF header says the binary runs on.
 ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+ETCD = "usr/local/bin/etcd"
+#: The etcd version the wrapper module requires (without the ``v``): what the image must carry.
+ETCD_VERSION = re.search(r"^require go\.etcd\.io/etcd/server/v3 v(\S+)$",
+                         (REPO / "hack/binaries/etcd/go.mod").read_text(), re.M).group(1)  # type: ignore[union-attr]
 
 SMOKE = r'''
 import importlib, json, pkgutil, platform, sys, traceback
@@ -118,6 +127,28 @@ def _unpack(archive: Path, manifest: dict[str, Any], dest: Path) -> Path:
     return dest
 
 
+def _layer_entry(archive: Path, manifest: dict[str, Any], path: str) -> tarfile.TarInfo:
+    """The tar header of ``path`` in the manifest's layers (the last layer holding it wins)."""
+    found = None
+    with tarfile.open(archive) as tar:
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=_blob(tar, layer["digest"]), mode="r|") as files:
+                for info in files:
+                    if info.name.lstrip("./") == path:
+                        found = info
+    assert found is not None, f"{path} is not in the image"
+    return found
+
+
+def _is_static(rootfs: Path, path: str) -> bool:
+    """No ``PT_INTERP`` program header (little-endian ELF64): no dynamic loader needed."""
+    data = (rootfs / path).read_bytes()
+    assert data[4] == 2, f"{path} is not a 64-bit ELF file"
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    return all(struct.unpack_from("<I", data, phoff + i * phentsize)[0] != 3 for i in range(phnum))
+
+
 def _elf_machine(rootfs: Path, path: str) -> str:
     """The ``e_machine`` of a little-endian ELF file (the header's bytes 18-19; the ELF gABI)."""
     header = (rootfs / path).read_bytes()[:20]
@@ -148,6 +179,18 @@ def test_the_archive_is_one_index_of_both_platforms(archive: Path, tmp_path: Pat
     assert manifests["linux/amd64"]["layers"] != manifests["linux/arm64"]["layers"]
     amd64 = _unpack(archive, manifests["linux/amd64"], tmp_path / "amd64")
     assert _elf_machine(amd64, INTERPRETER) == "x86_64"
+    # both carry etcd, as the Dockerfile's image does (COPY --from=etcd: root's, 0755)
+    assert _elf_machine(amd64, ETCD) == "x86_64" and _is_static(amd64, ETCD)
+    for platform, manifest in manifests.items():
+        info = _layer_entry(archive, manifest, ETCD)
+        assert info.isreg() and (info.uid, info.gid, info.mode & 0o7777) == (0, 0, 0o755), (platform, info)
+
+
+def test_the_amd64_etcd_runs(tmp_path: Path, archive: Path) -> None:
+    amd64 = _unpack(archive, _platform_manifests(archive)["linux/amd64"], tmp_path / "amd64")
+    proc = subprocess.run([str(amd64 / ETCD), "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"etcd Version: {ETCD_VERSION}\n" in proc.stdout and "Go OS/Arch: linux/amd64" in proc.stdout, proc.stdout
 
 
 def test_the_arm64_interpreter_is_an_aarch64_binary(rootfs: Path) -> None:
@@ -179,6 +222,19 @@ def test_under_qemu_every_module_imports_and_signing_and_the_wire_work(rootfs: P
     assert got["tampered"] == "bad_signature"
     sender, receiver, seq, own_equal, size = got["envelope"]
     assert (sender, receiver, seq, own_equal) == ("node-a", "node-b", 1, True) and size > 0
+
+
+def test_the_arm64_etcd_is_a_static_aarch64_binary_of_the_dockerfiles_version(rootfs: Path) -> None:
+    assert (rootfs / ETCD).is_file() and (rootfs / ETCD).stat().st_mode & 0o777 == 0o755
+    assert _elf_machine(rootfs, ETCD) == "aarch64"
+    assert _is_static(rootfs, ETCD)
+    # the version the Dockerfile's image ships (FROM quay.io/coreos/etcd:v<version>)
+    assert f"quay.io/coreos/etcd:v{ETCD_VERSION} " in (REPO / "Dockerfile").read_text()
+    proc = subprocess.run([_qemu(), "-L", str(rootfs), str(rootfs / ETCD), "--version"], capture_output=True,
+                          text=True, timeout=120, cwd=rootfs, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"etcd Version: {ETCD_VERSION}\n" in proc.stdout, proc.stdout
+    assert "Go OS/Arch: linux/arm64" in proc.stdout, proc.stdout
 
 
 def test_under_qemu_edgewatch_agent_help(rootfs: Path) -> None:

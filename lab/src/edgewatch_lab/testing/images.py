@@ -18,7 +18,14 @@ How the edgewatch image is made (the Dockerfile stays the user-facing recipe)
     * every module is byte-compiled at build time (the agent runs with a read-only root
       filesystem, so Python could not cache them at run time);
     * ``/usr/local/bin/edgewatch`` is the console script; ``USER 65532:65532`` and
-      ``ENTRYPOINT ["edgewatch"]`` as in the Dockerfile.
+      ``ENTRYPOINT ["edgewatch"]`` as in the Dockerfile;
+    * ``/usr/local/bin/etcd`` (mode 0755, root's) is etcd at the version the Dockerfile copies from
+      ``quay.io/coreos/etcd`` (v3.6.16: what ``hack/binaries/etcd/go.mod`` requires), which the pool
+      coordinator pod runs: a static Go binary built from the Go module proxy for the image's
+      architecture by ``hack/binaries/build-etcd.sh <arch>`` (cached in
+      ``~/.cache/edgewatch/bin/etcd-<version>-<arch>-<stamp>/``; a few minutes the first time). For
+      the host's architecture too (not build.sh's etcd): same wrapper and flags, so the same bytes,
+      and a warm Go build cache makes it a link step of seconds.
 
     The Dockerfile's base is ``python:3.11-slim`` (CPython 3.11 on Debian 12); this one is Debian
     12's own CPython 3.11. Both run the same edgewatch wheel.
@@ -30,19 +37,22 @@ Other architectures (issue 24: linux/arm64 beside linux/amd64)
     cached in ``<cache>/debs/<arch>/``); edgewatch and its pins installed by pip from PyPI's wheels
     for that platform (``pip install --target --platform manylinux_2_X_<machine> --only-binary=:all:
     --python-version 3.11 --implementation cp``: every pin must have such a wheel or be pure
-    Python); byte-compiled by this host's Python (the same CPython version, so the same ``.pyc``).
+    Python); byte-compiled by this host's Python (the same CPython version, so the same ``.pyc``);
+    etcd cross-compiled for that architecture (``GOARCH``) by ``hack/binaries/build-etcd.sh``.
     ``apt`` must know the architecture (``make system-deps`` runs ``dpkg --add-architecture arm64``
     and ``apt-get update``). ``build_edgewatch_image(platforms=...)`` with several platforms writes one
     multi-platform archive (an OCI image index: ``edgewatch_lab.testing.ociimage.write_oci_index``).
 
 Cache: ``~/.cache/edgewatch/images/`` (``EDGEWATCH_CACHE`` overrides the root), keyed by a hash of
-the sources, ``pyproject.toml``, this module and the Debian package versions (and the platforms);
+the sources, ``pyproject.toml``, this module, etcd's recipe (``hack/binaries/build-etcd.sh`` and the
+wrapper module ``hack/binaries/etcd/``) and the Debian package versions (and the platforms);
 a hit costs nothing. The lab's nodes run the host's platform only (``ensure_images``);
 ``ensure_edgewatch_image`` gives the multi-platform archive (``make image``, ``make sbom``).
 
 Limits: needs a Debian/Ubuntu host with those packages installed (``dpkg-query``), apt's package
 lists for every other architecture built, and pip's access to PyPI (or its cache) for the pinned
-dependencies; linux/amd64 and linux/arm64 only.
+dependencies, Go (``go`` on PATH) and the Go module proxy (or Go's module cache) for etcd;
+linux/amd64 and linux/arm64 only.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -84,6 +95,11 @@ WHEEL_MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 GLIBC_MINOR = 36
 #: What ``make image`` builds: issue 24's two platforms.
 MULTI_PLATFORMS = ("linux/amd64", "linux/arm64")
+#: Builds etcd for one architecture (relative to the checkout); its inputs are part of the cache key.
+ETCD_SCRIPT = "hack/binaries/build-etcd.sh"
+ETCD_INPUTS = (ETCD_SCRIPT, "hack/binaries/etcd/go.mod", "hack/binaries/etcd/go.sum", "hack/binaries/etcd/main.go")
+#: Debian architecture -> the ELF header's ``e_machine`` (glibc's elf.h: EM_X86_64, EM_AARCH64).
+ELF_MACHINES = {"amd64": 62, "arm64": 183}
 _Progress = Callable[[str], None]
 
 
@@ -299,6 +315,48 @@ def _write_base_files(rootfs: Path) -> None:
     script.chmod(0o755)
 
 
+def check_static_elf(path: Path, arch: str) -> None:
+    """Raise ImageError unless ``path`` is a little-endian 64-bit ELF executable for ``arch`` with
+    no program interpreter (``PT_INTERP``), i.e. statically linked."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ImageError(f"{path}: {exc}") from exc
+    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
+        raise ImageError(f"{path} is not a little-endian 64-bit ELF file")
+    (machine,) = struct.unpack_from("<H", data, 18)
+    if machine != ELF_MACHINES.get(arch):
+        raise ImageError(f"{path} is an ELF file for e_machine {machine}, not {arch} ({ELF_MACHINES.get(arch)})")
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        (p_type,) = struct.unpack_from("<I", data, phoff + i * phentsize)
+        if p_type == 3:  # PT_INTERP: needs a dynamic loader the image may not have
+            raise ImageError(f"{path} is dynamically linked (it has a program interpreter)")
+
+
+def ensure_etcd(repo: Path, arch: str, progress: _Progress) -> Path:
+    """etcd for ``arch``, built (or found in the cache) by ``hack/binaries/build-etcd.sh <arch>``
+    and checked to be a static ELF executable for ``arch``. Raises ImageError."""
+    script = repo / ETCD_SCRIPT
+    if not script.is_file():
+        raise ImageError(f"{script} is missing: it builds the image's etcd")
+    progress(f"{arch}: etcd ({ETCD_SCRIPT} {arch}: a few minutes the first time, cached after)")
+    try:
+        proc = subprocess.run(["bash", str(script), arch], capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageError(f"building etcd for {arch} ({ETCD_SCRIPT} {arch}): {exc}") from exc
+    if proc.returncode != 0:
+        raise ImageError(f"building etcd for {arch} failed ({ETCD_SCRIPT} {arch}, exit {proc.returncode}; "
+                         f"it needs Go and the Go module proxy): {proc.stderr.strip()[-2000:]}")
+    lines = proc.stdout.strip().splitlines()
+    etcd = Path(lines[-1]) / "etcd" if lines else Path("(nothing printed)")
+    if not etcd.is_file():
+        raise ImageError(f"{ETCD_SCRIPT} {arch} printed {proc.stdout.strip()!r}, which holds no etcd")
+    check_static_elf(etcd, arch)
+    return etcd
+
+
 def wheel_platforms(arch: str) -> list[str]:
     """pip's ``--platform`` values for wheels that run on Debian 12 (glibc 2.36) on ``arch``. Pure."""
     machine = WHEEL_MACHINES.get(arch)
@@ -339,12 +397,13 @@ def _install_edgewatch(repo: Path, rootfs: Path, progress: _Progress, *, arch: s
 
 def source_hash(repo: Path, packages: list[str], platforms: tuple[str, ...] = ()) -> str:
     """A digest of what the edgewatch image is built from: the package sources, pyproject.toml,
-    the image-building modules, the Debian package versions and (when given) the platforms (16 hex
-    characters)."""
+    the image-building modules, etcd's build script and wrapper module, the Debian package versions
+    and (when given) the platforms (16 hex characters)."""
     h = hashlib.sha256()
     if platforms:
         h.update(",".join(platforms).encode())
     files = [repo / "pyproject.toml", Path(__file__), Path(__file__).with_name("ociimage.py")]
+    files += [repo / name for name in ETCD_INPUTS]  # how /usr/local/bin/etcd is built
     files += sorted((repo / "src" / "edgewatch").rglob("*.py")) + sorted((repo / "src" / "edgewatch").rglob("*.yaml"))
     for path in files:
         h.update(str(path.relative_to(repo) if path.is_relative_to(repo) else path.name).encode())
@@ -362,6 +421,7 @@ def _architecture(platform: str) -> str:
 
 def _build_platform(repo: Path, packages: list[str], arch: str, host_arch: str, tmp: Path,
                     progress: _Progress) -> PlatformImage:
+    etcd_binary = ensure_etcd(repo, arch, progress)  # first: the slowest step when not cached
     rootfs = tmp / f"rootfs-{arch}"
     rootfs.mkdir()
     progress(f"{arch}: Debian files of {len(packages)} packages ({', '.join(ROOT_PACKAGES)} and their dependencies)")
@@ -371,6 +431,9 @@ def _build_platform(repo: Path, packages: list[str], arch: str, host_arch: str, 
         _unpack_debs(_fetch_debs(packages, arch, cache_dir() / "debs" / arch, progress), rootfs)
     _write_base_files(rootfs)
     _install_edgewatch(repo, rootfs, progress, arch=None if arch == host_arch else arch)
+    etcd = rootfs / "usr/local/bin/etcd"  # as the Dockerfile's COPY --from=etcd (root's, 0755)
+    shutil.copyfile(etcd_binary, etcd)
+    etcd.chmod(0o755)
     progress(f"{arch}: writing the layer")
     layer = write_layer(rootfs, tmp / f"layer-{arch}.tar", owners={"home/nonroot": (IMAGE_UID, IMAGE_UID)})
     shutil.rmtree(rootfs)
