@@ -67,7 +67,7 @@ MAX_CERTIFICATE_BYTES: Final = 64 * 1024
 """Largest ``status.certificate`` parsed, bytes of PEM (ours is under 1 KiB)."""
 
 _PEM_LABEL = b"-----BEGIN CERTIFICATE-----"
-_PARSE_ERRORS = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion)
+_PARSE_ERRORS = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion, x509.DuplicateExtension)
 
 
 class CertificateError(ValueError):

@@ -39,3 +39,45 @@ def node_extra(node: str | None, extra: dict[str, tuple[str, ...]] | None) -> di
 def pem_block(der: bytes) -> bytes:
     """``der`` (any bytes) base64-encoded in a CERTIFICATE REQUEST PEM block."""
     return b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(der) + b"-----END CERTIFICATE REQUEST-----\n"
+
+
+def _der_length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(body)]) + body
+
+
+def _tlv_end(der: bytes, start: int) -> int:
+    """The offset just past the DER element that starts at ``start``."""
+    first = der[start + 1]
+    if first < 0x80:
+        return start + 2 + first
+    count = first & 0x7F
+    return start + 2 + count + int.from_bytes(der[start + 2:start + 2 + count], "big")
+
+
+def duplicate_key_usage_csr(key: Any, cn: str) -> bytes:
+    """A PEM request, validly signed by ``key`` (an EC key), that lists KeyUsage twice: what a
+    builder refuses to make but an attacker writes by hand (its ExtendedKeyUsage OID 2.5.29.37 is
+    rewritten to KeyUsage's 2.5.29.15 before signing)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+           .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                        data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                        crl_sign=False, encipher_only=False, decipher_only=False), critical=False)
+           .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+           .sign(key, hashes.SHA256()))
+    der = csr.public_bytes(serialization.Encoding.DER)
+    tbs = csr.tbs_certrequest_bytes
+    assert tbs.count(b"\x06\x03\x55\x1d\x25") == 1
+    patched = tbs.replace(b"\x06\x03\x55\x1d\x25", b"\x06\x03\x55\x1d\x0f")
+    outer_content = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)
+    alg_start = outer_content + len(tbs)
+    algorithm = der[alg_start:_tlv_end(der, alg_start)]
+    signature = key.sign(patched, ec.ECDSA(hashes.SHA256()))
+    bits = b"\x03" + _der_length(len(signature) + 1) + b"\x00" + signature
+    body = patched + algorithm + bits
+    return pem_block(b"\x30" + _der_length(len(body)) + body)

@@ -339,3 +339,23 @@ def test_the_agent_runs_the_requester_only_when_asked(tmp_path: Path) -> None:
     assert on.certificates.files == CertificateFiles.under(tmp_path / "state")
     assert "coordinator-certificate" in _loop_names(on)
     assert on.registry.get_sample_value("edgewatch_agent_certificate_expiry_seconds") == 0.0
+
+
+def test_a_certificate_listing_an_extension_twice_is_a_certificate_error_not_a_crash() -> None:
+    """Found by make fuzz (issued certificates): cryptography raises DuplicateExtension, which is no
+    ValueError, when a certificate with KeyUsage twice is read; check_certificate let it through."""
+    key = new_key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "n1")]))
+            .issuer_name(CA_NAME).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(seconds=60)).not_valid_after(now + dt.timedelta(seconds=3600))
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(CA_KEY, hashes.SHA256()))
+    der = cert.public_bytes(serialization.Encoding.DER).replace(b"\x06\x03\x55\x1d\x25", b"\x06\x03\x55\x1d\x0f")
+    pem = (b"-----BEGIN CERTIFICATE-----\n" + base64.encodebytes(der) + b"-----END CERTIFICATE-----\n")
+    with pytest.raises(CertificateError) as err:
+        check_certificate(pem, node="n1", key=key, requested_s=3600)
+    assert err.value.reason == "malformed"

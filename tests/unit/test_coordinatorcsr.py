@@ -33,7 +33,7 @@ from edgewatch.controller.poolca import CLOCK_SKEW_S, make_ca, sign_serving_cert
 from edgewatch.kube.api import Node
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER, COORDINATOR_SERVING_SIGNER, NODE_NAME_EXTRA
 
-from _csrs import SA_GROUPS, build_csr, node_extra, pem_block
+from _csrs import SA_GROUPS, build_csr, duplicate_key_usage_csr, node_extra, pem_block
 
 AGENT = AgentIdentity()
 COORD = CoordinatorIdentity()
@@ -332,3 +332,10 @@ def test_serving_certificate_is_for_tls_server_with_exactly_the_sans() -> None:
     with pytest.raises(ValueError, match="subjectAltName"):
         sign_serving_certificate(ca, public_key=d.public_key, cn=SERVING_CN, ips=(), dns_names=(),
                                  lifetime_s=3600, now=now)
+
+
+@pytest.mark.parametrize("make", [lambda: spec(duplicate_key_usage_csr(P256, SERVING_CN)),
+                                  lambda: root_spec(duplicate_key_usage_csr(P256, "root"))])
+def test_a_request_with_a_duplicate_extension_is_denied_not_a_crash(make: Any) -> None:
+    d = run(make())
+    assert isinstance(d, Deny) and d.reason == "malformed", d

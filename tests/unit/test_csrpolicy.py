@@ -31,7 +31,7 @@ from edgewatch.controller.csrpolicy import (
 from edgewatch.controller.poolca import CLOCK_SKEW_S, load_ca, make_ca, sign_client_certificate
 from edgewatch.names import COORDINATOR_CLIENT_SIGNER, NODE_NAME_EXTRA, pool_ca_name
 
-from _csrs import SA_GROUPS, build_csr, node_extra, pem_block
+from _csrs import SA_GROUPS, build_csr, duplicate_key_usage_csr, node_extra, pem_block
 
 AGENT = AgentIdentity()
 AGENT_USER = "system:serviceaccount:edgewatch:edgewatch-agent"
@@ -284,3 +284,11 @@ def test_a_node_named_root_is_never_signed() -> None:
     d = decide_api(_api_spec(extra={NODE_NAME_EXTRA: ["root"]}, request=base64.b64encode(csr_pem(cn="root")).decode()),
                    agent=AGENT, pool_of=lambda node: "shop-a")
     assert isinstance(d, Deny) and d.reason == "reserved", d
+
+
+def test_a_validly_signed_request_with_a_duplicate_extension_is_denied_not_a_crash() -> None:
+    """An agent writes its CSR by hand with KeyUsage twice (the builder refuses to): cryptography
+    raises DuplicateExtension, no ValueError, when the extensions are first read; it crashed the
+    policy before (found by make fuzz's issued-certificate target on the sibling check)."""
+    d = run(spec(duplicate_key_usage_csr(P256, "n1")))
+    assert isinstance(d, Deny) and d.reason == "malformed", d

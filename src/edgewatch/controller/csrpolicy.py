@@ -79,8 +79,9 @@ ALLOWED_USAGES: Final = (frozenset({"client auth"}), frozenset({"client auth", "
 """The ``spec.usages`` sets accepted (each value once)."""
 
 _PEM_LABEL = b"-----BEGIN CERTIFICATE REQUEST-----"
-PARSE_ERRORS: Final = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion)
-"""What cryptography raises for a request it cannot read (InvalidVersion is no ValueError)."""
+PARSE_ERRORS: Final = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion, x509.DuplicateExtension)
+"""What cryptography raises for a request it cannot read (InvalidVersion and DuplicateExtension,
+raised when the extensions are first read, are no ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,9 @@ def load_request(pem: bytes) -> x509.CertificateSigningRequest | Deny:
     if pem.count(_PEM_LABEL) != 1:
         return Deny("malformed", "request is not exactly one PEM CERTIFICATE REQUEST block")
     try:
-        return x509.load_pem_x509_csr(pem)
+        csr = x509.load_pem_x509_csr(pem)
+        list(csr.extensions)  # parsed lazily: a duplicate extension raises here, not in a later rule
+        return csr
     except PARSE_ERRORS as exc:
         return Deny("malformed", f"request does not parse as PKCS#10: {str(exc)[:200]}")
 

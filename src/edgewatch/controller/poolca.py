@@ -126,6 +126,8 @@ def load_ca(cert_pem: bytes, key_pem: bytes) -> PoolCA:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
         raise ValueError("CA certificate has no BasicConstraints") from None
+    except x509.DuplicateExtension as exc:
+        raise ValueError(f"CA certificate does not parse: {exc}") from None
     if not constraints.ca:
         raise ValueError("CA certificate is not a CA")
     return PoolCA(key=key, cert=cert)

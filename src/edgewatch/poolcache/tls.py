@@ -55,7 +55,7 @@ def _usable(cert_path: Path, key_path: Path, hosts: Sequence[str]) -> bool:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (OSError, ValueError, TypeError, x509.ExtensionNotFound):
+    except (OSError, ValueError, TypeError, x509.ExtensionNotFound, x509.DuplicateExtension):
         return False
     if key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) != \
             cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo):

@@ -94,7 +94,7 @@ def parse_ca(pem: object) -> bytes:
     try:
         cert = x509.load_pem_x509_certificate(data)
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except (ValueError, TypeError, x509.ExtensionNotFound) as exc:
+    except (ValueError, TypeError, x509.ExtensionNotFound, x509.DuplicateExtension) as exc:
         raise ValueError(f"not a CA certificate: {exc}") from None
     if not constraints.ca:
         raise ValueError("the certificate is not a CA")

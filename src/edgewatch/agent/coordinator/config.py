@@ -173,7 +173,7 @@ def check_pool_ca(pem: bytes | str | None) -> bytes:
             constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
         except x509.ExtensionNotFound:
             raise CoordinatorError("tls", f"the pool CA certificate #{number} has no BasicConstraints") from None
-        except ValueError as exc:
+        except (ValueError, x509.DuplicateExtension) as exc:
             raise CoordinatorError("tls", f"the pool CA certificate #{number} does not parse: {exc}") from None
         if not constraints.ca:
             raise CoordinatorError("tls", f"the pool CA certificate #{number} is not a CA certificate")
