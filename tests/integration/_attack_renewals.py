@@ -29,7 +29,7 @@ from edgewatch.names import FAILED_TAINT_KEY, NODE_LEASE_NAMESPACE
 from edgewatch_lab.playground.cluster import PlaygroundCluster
 from edgewatch.timefmt import format_micro_time
 
-CARRY_POLICY = "edgewatch-agent-carry"
+CARRY_POLICY = "edgewatch-agent-carry-mark"  # a bare renewal has no mark
 CLOCK_POLICY = "edgewatch-agent-carry-clock"
 
 

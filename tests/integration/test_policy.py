@@ -42,6 +42,7 @@ OWN = "edgewatch-agent-own-objects"
 LEASES = "edgewatch-agent-node-leases"
 STATUS = "edgewatch-agent-node-status"
 CARRY = "edgewatch-agent-carry"
+CARRY_MARK = "edgewatch-agent-carry-mark"
 CARRY_CLOCK = "edgewatch-agent-carry-clock"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
@@ -240,7 +241,7 @@ def _mark(by: str, renew: str, via: str = "peer") -> dict[str, str]:
 
 
 def test_policies_type_check_cleanly(world: World) -> None:
-    for name in (OWN, LEASES, CARRY, CARRY_CLOCK, STATUS):
+    for name in (OWN, LEASES, CARRY_MARK, CARRY, CARRY_CLOCK, STATUS):
         policy = json.loads(world.admin.kubectl("get", "validatingadmissionpolicy", name, "-o", "json"))
         assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
         assert not policy["status"].get("typeChecking", {}).get("expressionWarnings"), policy["status"]
@@ -389,7 +390,7 @@ def _renewal(who: Identity, renew: dt.datetime, annotations: dict[str, str | Non
 def test_a_bare_renewal_is_refused(world: World, node_lease: dict[str, Any]) -> None:
     """Issue 21's attack: a-1's token renews a dead a-5's Lease every 10 s with no mark, and
     kube-controller-manager keeps a-5 Ready forever. Refused; nothing is written."""
-    msg = _renewal(world.n1, dt.datetime.now(dt.timezone.utc), None, policy=CARRY)
+    msg = _renewal(world.n1, dt.datetime.now(dt.timezone.utc), None, policy=CARRY_MARK)
     assert "a renewal needs the delegate mark naming the carrier" in msg
     after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
     assert after["metadata"]["resourceVersion"] == node_lease["metadata"]["resourceVersion"]
@@ -406,12 +407,12 @@ def test_a_renewal_whose_mark_does_not_name_it_and_its_carrier_is_refused(
     renew = dt.datetime.now(dt.timezone.utc)
     text = _micro(renew)
     annotations = _mark(mark.get("by", "n1"), text if mark.get("renew") is None else mark["renew"], mark.get("via", "peer"))
-    assert says in _renewal(world.n1, renew, annotations, policy=CARRY), label
+    assert says in _renewal(world.n1, renew, annotations, policy=CARRY_MARK), label
 
 
 def test_no_agent_renews_its_own_nodes_lease(world: World, node_lease: dict[str, Any]) -> None:
     renew = dt.datetime.now(dt.timezone.utc)
-    msg = _renewal(world.n2, renew, _mark("n2", _micro(renew)), policy=CARRY)
+    msg = _renewal(world.n2, renew, _mark("n2", _micro(renew)), policy=CARRY_MARK)
     assert "a node's own Lease is renewed by its kubelet" in msg
 
 
@@ -422,10 +423,47 @@ def test_only_a_covered_node_of_the_carriers_own_group_is_carried(world: World, 
     _group_index(world.admin, {"n1": "edgewatch-roster"})   # n2 uncovered (or in a group of one)
     assert "node n2 is not in a group edgewatch covers" in _renewal(world.n1, renew, _mark("n1", _micro(renew)),
                                                                     policy=CARRY)
-    world.admin.kubectl("delete", "configmap", "edgewatch-groups", "-n", "edgewatch")  # no controller yet
-    done = world.n1.run("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge", "-p", json.dumps(
+    _group_index(world.admin, {})  # as shipped: no controller has published yet
+    assert "node n2 is not in a group edgewatch covers" in _renewal(world.n1, renew, _mark("n1", _micro(renew)),
+                                                                    policy=CARRY)
+
+
+def _eventually_allowed(who: Identity, *args: str, timeout_s: float = 30) -> None:
+    """Retry a server-side dry run of ``args`` until it is allowed (admission sees parameter changes
+    through an informer)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = who.run(*_dry(*args))
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"{who.label}: still refused after {timeout_s} s: {done.stderr}"
+        time.sleep(0.5)
+
+
+def test_a_missing_parameter_never_blocks_a_kubelet(world: World, node_lease: dict[str, Any]) -> None:
+    """kube-apiserver resolves a binding's parameter before it evaluates matchConditions: with
+    ``parameterNotFoundAction: Deny`` a missing group index or beacon refused every Lease update in
+    kube-node-lease, every kubelet's own renewal included ("failed to configure binding: no params
+    found"; seen in the lab before the controller's first publication, nodes went NotReady). Now the
+    group and clock bounds are off while their parameter is missing; the kubelet renews, and an
+    agent still needs its mark."""
+    cp = world.admin
+    renew = dt.datetime.now(dt.timezone.utc)
+    marked = ("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge", "-p", json.dumps(
         {"spec": {"renewTime": _micro(renew)}, "metadata": {"annotations": _mark("n1", _micro(renew))}}))
-    assert done.returncode != 0 and "edgewatch-agent-carry" in done.stderr, done
+    cp.kubectl("delete", "configmap", "edgewatch-groups", "-n", "edgewatch")
+    cp.kubectl("delete", "lease", "edgewatch-beacon", "-n", "edgewatch")
+    try:
+        _eventually_allowed(world.n1, *marked)  # admission has seen both parameters gone
+        kubelet = cp.kubectl("--as=system:node:n2", "--as-group=system:nodes", "--as-group=system:authenticated",
+                             "patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge", "-p",
+                             json.dumps({"spec": {"renewTime": _micro(dt.datetime.now(dt.timezone.utc))}}))
+        assert "patched" in kubelet, kubelet
+        msg = _renewal(world.n1, dt.datetime.now(dt.timezone.utc), None, policy=CARRY_MARK)
+        assert "a renewal needs the delegate mark naming the carrier" in msg
+    finally:
+        _group_index(cp, {"n1": "edgewatch-roster", "n2": "edgewatch-roster"})
+        _controller_clock(cp)
 
 
 def test_a_renewal_in_the_future_is_refused(world: World, node_lease: dict[str, Any]) -> None:

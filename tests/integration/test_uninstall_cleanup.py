@@ -51,6 +51,8 @@ from edgewatch.names import (
 from edgewatch.uninstall import NODE_ANNOTATIONS, NODE_CONDITIONS, is_edgewatch_taint
 from edgewatch_lab.testing.controlplane import ControlPlane
 
+from _tokens import wait_namespaces_settled
+
 pytestmark = pytest.mark.controlplane
 
 RENEW = "2026-11-26T05:00:00.123456Z"
@@ -100,6 +102,7 @@ async def _snapshot(kube, nodes: list[str]) -> dict[str, Any]:  # type: ignore[n
 
 async def test_uninstall_removes_every_edgewatch_mark_and_leaves_the_operators(  # type: ignore[no-untyped-def]
         kube, control_plane: ControlPlane) -> None:
+    await asyncio.to_thread(wait_namespaces_settled, control_plane, (IDENTITY_NAMESPACE,))  # another module's delete
     suffix = secrets.token_hex(3)
     ns = f"ew-uninstall-{suffix}"
     marked, plain = f"un{suffix}-marked", f"un{suffix}-plain"

@@ -4,6 +4,8 @@ decides what to expose of the image."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -16,6 +18,8 @@ from edgewatch_lab.playground.identities import fold_events
 from edgewatch_lab.playground.install import overlay
 from edgewatch_lab.testing.podexec import blocked_ancestors, deepest_existing, outermost
 from edgewatch_lab.testing.podrunner import (
+    PodRunner,
+    PodRunnerConfig,
     PodSetupError,
     expand,
     field_value,
@@ -143,3 +147,58 @@ def test_playground_overlay_changes_only_config_controller_flags_and_replicas() 
     assert [p["target"] for p in k["patches"]] == [
         {"kind": "ConfigMap", "name": "edgewatch-config"}, {"kind": "Deployment", "name": "edgewatch-controller"}]
     assert "--autonomy=300" in k["patches"][1]["patch"] and "/spec/replicas" in k["patches"][1]["patch"]
+
+
+class _PatchRecorder:
+    """A stand-in for the kubelet's API client: records pod status patches (pure logic under test)."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict]] = []
+
+    async def patch(self, _kind, name, body, *, namespace):  # type: ignore[no-untyped-def]
+        self.patches.append((name, body))
+
+
+class _Obj:
+    def __init__(self, data: dict) -> None:
+        self._data = data
+
+    def to_dict(self) -> dict:
+        return self._data
+
+
+def _with_ready(pod: dict, ready: str) -> dict:
+    return {**pod, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+async def test_runner_puts_back_a_ready_condition_someone_else_changed(tmp_path: Path) -> None:
+    """kube-controller-manager marks a node's pods NotReady when its Lease goes stale; like a
+    kubelet's status manager, the runner re-posts its own view on the next pod event, and posts
+    nothing while the API already agrees."""
+    client = _PatchRecorder()
+    runner = PodRunner(client=client, config=PodRunnerConfig(
+        node_name="a-1", node_address="198.18.0.9", node_root=tmp_path, image_prefix="ghcr.io/edgewatch/",
+        apiserver_host="198.18.0.1", apiserver_port=6443))
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0)
+    try:
+        from edgewatch_lab.testing.podrunner import _Container, _Pod
+        state = _Pod(uid="u-1", pod=POD, initialized=True)
+        container = _Container(spec=POD["spec"]["containers"][0], ready=True)
+        container.proc = object()  # type: ignore[assignment]  # a running process, as far as status goes
+        container.started_at = "2026-11-26T12:00:00Z"
+        state.containers["agent"] = container
+        runner.pods["u-1"] = state
+
+        await runner.sync(_Obj(_with_ready(POD, "True")))
+        assert client.patches == []  # the API agrees: nothing to post
+        await runner.sync(_Obj(_with_ready(POD, "False")))  # MarkPodsNotReady
+        assert len(client.patches) == 1
+        name, body = client.patches[0]
+        ready = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+        assert name == "edgewatch-agent-x" and ready["Ready"] == "True"
+    finally:
+        runner.pods.clear()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -82,6 +82,14 @@ log = logging.getLogger(__name__)
 SETUP_RETRY_S = 2.0
 
 
+def _api_ready(pod: dict[str, Any]) -> str:
+    """The pod's Ready condition status as the API has it ("True", "False", or "" if absent)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status", ""))
+    return ""
+
+
 def format_rfc3339() -> str:
     """Now, as RFC 3339 to the second (metav1.Time)."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -189,8 +197,13 @@ class PodRunner:
             state = _Pod(uid=uid, pod=pod)
             self.pods[uid] = state
             state.task = self._tg.create_task(self._run_pod(state))
-        else:
-            state.pod = pod
+            return
+        state.pod = pod
+        if state.containers and _api_ready(pod) != _api_ready(self._status(state)):
+            # Someone else changed the pod's Ready condition: kube-controller-manager marks every pod
+            # of a node whose Lease went stale NotReady (MarkPodsNotReady). A kubelet's status
+            # manager puts its own view back (it reconciles every 10 s); so does this one.
+            await self._post_status(state)
 
     async def forget(self, pod_obj: Any) -> None:
         """The pod is gone from the API (force-deleted): stop its containers, keep nothing."""
