@@ -106,7 +106,7 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
         await _wait(lambda: coordinators[n2].ready and coordinators[n2].leader == n1, timeout_s=20,
                     what=f"{n2} to follow {n1} and see its sync")
         term = coordinators[n2]._term
-        assert coordinators[n2].cache_prefix == keys.writer(n1)
+        assert coordinators[n2].cache_area.prefix == keys.writer(n1)
 
         # The attacker's credentials work for its own keys (so the refusals below are access control).
         await attacker.put(keys.heartbeat(n2), b'{"forged": "but own"}')
@@ -134,7 +134,7 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
         await asyncio.sleep(3 * FAST.health_interval_s)
         for n in (n1, n2):
             assert coordinators[n].leader == n1, n
-            assert coordinators[n].cache_prefix == keys.writer(n1), n
+            assert coordinators[n].cache_area.prefix == keys.writer(n1), n
         assert coordinators[n2]._term == term and coordinators[n1].role is Role.LEADER
 
         # A certificate from the pool CA for a node that is not a member gets nothing at all.

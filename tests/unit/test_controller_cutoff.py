@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from _fakekube import FakeKube
@@ -95,9 +95,14 @@ async def eventually(check: Callable[[], bool], *, timeout_s: float, what: str) 
         await asyncio.sleep(0.05)
 
 
-async def test_the_reconciler_exports_a_dead_nodes_cut_off_and_drops_it_when_the_node_is_deleted() -> None:
-    """A node whose Lease stops (no peer evidence: unknown) gets a series labelled with its pool that
-    grows; a live node never gets one; the deleted node's series goes."""
+#: the fake API, the controller's metrics and the running reconciler
+Running = tuple[FakeKube, CollectorRegistry, Reconciler]
+
+
+@pytest.fixture
+async def two_nodes() -> AsyncIterator[Running]:
+    """A running reconciler over two nodes of pool p1: ``live``, whose Lease is renewed every 0.4 s,
+    and ``dead``, whose Lease stops (no agent publishes anything for either)."""
     kube = FakeKube()
     for name in ("dead", "live"):
         kube.put("Node", {"apiVersion": "v1", "kind": "Node",
@@ -121,20 +126,27 @@ async def test_the_reconciler_exports_a_dead_nodes_cut_off_and_drops_it_when_the
                      resync_s=2.0, hold_interval_s=0.5, evidence_ttl_s=2.0, beacon_period_s=0.2)
     tasks = [asyncio.create_task(rec.run()), asyncio.create_task(renew_live())]
     try:
-        await eventually(lambda: series(registry) == {("dead", "p1")}, timeout_s=10,
-                         what="the dead node's cut-off series")
-        first = value(registry, "dead", "p1")
-        assert first is not None
-        await eventually(lambda: (value(registry, "dead", "p1") or 0.0) >= first + 0.5, timeout_s=5,
-                         what="the cut-off seconds growing")
-        assert rec.plans["dead"].effective_state in (NodeState.UNKNOWN, NodeState.DISCONNECTED)
-        await kube.delete(Node, "dead")
-        await eventually(lambda: series(registry) == set(), timeout_s=5, what="the deleted node's series gone")
-        assert rec.plans["live"].effective_state is NodeState.NORMAL
+        yield kube, registry, rec
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_the_reconciler_exports_a_dead_nodes_cut_off_and_drops_it_when_the_node_is_deleted(two_nodes: Running) -> None:
+    """A node whose Lease stops (no peer evidence: unknown) gets a series labelled with its pool that
+    grows; a live node never gets one; the deleted node's series goes."""
+    kube, registry, rec = two_nodes
+    await eventually(lambda: series(registry) == {("dead", "p1")}, timeout_s=10,
+                     what="the dead node's cut-off series")
+    first = value(registry, "dead", "p1")
+    assert first is not None
+    await eventually(lambda: (value(registry, "dead", "p1") or 0.0) >= first + 0.5, timeout_s=5,
+                     what="the cut-off seconds growing")
+    assert rec.plans["dead"].effective_state in (NodeState.UNKNOWN, NodeState.DISCONNECTED)
+    await kube.delete(Node, "dead")
+    await eventually(lambda: series(registry) == set(), timeout_s=5, what="the deleted node's series gone")
+    assert rec.plans["live"].effective_state is NodeState.NORMAL
 
 
 # -- the silent-agent series (edgewatch_controller_agent_silent_seconds) ---------------------------------
@@ -166,44 +178,19 @@ def test_the_silent_series_counts_from_the_first_judgment_and_goes_with_the_cond
     assert registry.get_sample_value(SILENT, {"node": "a", "pool": "p1"}) is None and len(tracker) == 0
 
 
-async def test_the_reconciler_exports_a_live_node_whose_agent_is_silent() -> None:
+async def test_the_reconciler_exports_a_live_node_whose_agent_is_silent(two_nodes: Running) -> None:
     """A node whose kubelet renews its Lease but whose agent never published a signed statement
     (no agent runs here): its silent-agent series appears and grows; a node whose Lease stopped
     (cut off or dead) gets none; the series goes when the node is deleted."""
-    kube = FakeKube()
-    for name in ("dead", "live"):
-        kube.put("Node", {"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": name, "uid": f"uid-{name}", "labels": {POOL_LABEL: "p1"},
-                                       "annotations": {}},
-                          "spec": {"taints": []}, "status": {"conditions": []}})
-        kube.put("Lease", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                           "metadata": {"name": name, "namespace": "kube-node-lease"},
-                           "spec": {"holderIdentity": name, "leaseDurationSeconds": 2,
-                                    "renewTime": format_micro_time(dt.datetime.now(dt.timezone.utc))}})
-
-    async def renew_live() -> None:
-        while True:
-            lease = kube.obj("Lease", "live", "kube-node-lease")
-            lease["spec"]["renewTime"] = format_micro_time(dt.datetime.now(dt.timezone.utc))
-            kube.put("Lease", lease)
-            await asyncio.sleep(0.4)
+    kube, registry, _rec = two_nodes
 
     def silent() -> set[str]:
         return {s.labels["node"] for fam in registry.collect() for s in fam.samples if s.name == SILENT}
 
-    registry = CollectorRegistry()
-    rec = Reconciler(client=kube, config=CONFIG, metrics=ControllerMetrics(registry),  # type: ignore[arg-type]
-                     resync_s=2.0, hold_interval_s=0.5, evidence_ttl_s=2.0, beacon_period_s=0.2)
-    tasks = [asyncio.create_task(rec.run()), asyncio.create_task(renew_live())]
-    try:
-        await eventually(lambda: silent() == {"live"} and series(registry) == {("dead", "p1")}, timeout_s=10,
-                         what="the live node's silent-agent series, the dead node's cut-off one")
-        first = registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0
-        await eventually(lambda: (registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0)
-                         >= first + 0.5, timeout_s=5, what="the silent seconds growing")
-        await kube.delete(Node, "live")
-        await eventually(lambda: silent() == set(), timeout_s=5, what="the deleted node's series gone")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await eventually(lambda: silent() == {"live"} and series(registry) == {("dead", "p1")}, timeout_s=10,
+                     what="the live node's silent-agent series, the dead node's cut-off one")
+    first = registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0
+    await eventually(lambda: (registry.get_sample_value(SILENT, {"node": "live", "pool": "p1"}) or 0.0)
+                     >= first + 0.5, timeout_s=5, what="the silent seconds growing")
+    await kube.delete(Node, "live")
+    await eventually(lambda: silent() == set(), timeout_s=5, what="the deleted node's series gone")

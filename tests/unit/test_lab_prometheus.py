@@ -141,7 +141,7 @@ class _Stub(BaseHTTPRequestHandler):
         self.wfile.write(self.body)
 
     def log_message(self, *args: Any) -> None:
-        pass
+        """Quiet: no access log on the test's stderr."""
 
 
 @pytest.fixture

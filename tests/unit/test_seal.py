@@ -39,6 +39,15 @@ def test_the_leaders_value_is_accepted_under_its_key() -> None:
     assert unseal(seal(PAYLOAD, key=KEY, signer=LEADER), key=KEY, writer="a-1", verifier=READER) == PAYLOAD
 
 
+def test_a_value_over_the_bound_is_refused_before_its_seal_is_read() -> None:
+    sealed = seal(PAYLOAD, key=KEY, signer=LEADER)
+    assert unseal(sealed, key=KEY, writer="a-1", verifier=READER, max_bytes=len(sealed)) == PAYLOAD
+    for value in (sealed + b" ", b"x" * (len(sealed) + 1)):  # the junk is refused for its size, not its shape
+        with pytest.raises(SealRejected) as err:
+            unseal(value, key=KEY, writer="a-1", verifier=READER, max_bytes=len(sealed))
+        assert err.value.reason == "too_large"
+
+
 @pytest.mark.parametrize(("forgery", "reason"), [
     (lambda: PAYLOAD, "unsigned"),  # what anyone with etcd access wrote before seals
     (lambda: seal(PAYLOAD, key=KEY, signer=MEMBER), "not_writer"),  # a member's real key, the leader's area

@@ -75,7 +75,7 @@ def seal(payload: bytes, *, key: bytes, signer: Signer) -> bytes:
     return _MAGIC + key_id.encode() + b" " + mac.encode() + b"\n" + bytes(payload)
 
 
-def unseal(value: bytes, *, key: bytes, writer: str, verifier: Verifier) -> bytes:
+def unseal(value: bytes, *, key: bytes, writer: str, verifier: Verifier, max_bytes: int | None = None) -> bytes:
     """The payload of a sealed ``value`` read under ``key``, if ``writer`` sealed it for that key.
 
     Args:
@@ -83,12 +83,16 @@ def unseal(value: bytes, *, key: bytes, writer: str, verifier: Verifier) -> byte
         key: the etcd key it was read under.
         writer: the node ``key`` belongs to (only its published keys are accepted).
         verifier: every node's published keys (the agent's keyring).
+        max_bytes: the largest ``value`` (seal included) accepted, checked before anything else
+            is read; None: no bound.
 
     Raises:
-        SealRejected: ``unsigned`` (no seal), ``malformed`` (a seal of the wrong shape),
+        SealRejected: ``too_large`` (over ``max_bytes``), ``unsigned`` (no seal), ``malformed`` (a seal of the wrong shape),
             ``unknown_key`` (a key nobody published), ``not_writer`` (another node's key),
             ``bad_signature`` (altered, or sealed for another key).
     """
+    if max_bytes is not None and len(value) > max_bytes:
+        raise SealRejected("too_large", f"{len(value)} bytes > {max_bytes}")
     if not value.startswith(_MAGIC):
         raise SealRejected("unsigned", "the value carries no seal")
     if len(value) < _HEADER_LEN or value[_HEADER_LEN - 1:_HEADER_LEN] != b"\n" \

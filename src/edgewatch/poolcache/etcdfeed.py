@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aetcd
 from aetcd import utils as etcd_utils
@@ -45,6 +45,8 @@ from edgewatch.core.types import is_decimal
 from edgewatch.poolcache.feed import Bookmark, Change, ObjectRejected, Reset, Sink
 from edgewatch.poolcache.layout import CacheKeys, Tombstone, decode_marker, decode_value
 from edgewatch.waits import bounded
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +87,23 @@ async def run_coordinator_feed(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sin
             async for event in watch:
                 kv = event.kv
                 if kv.key == keys.epoch:
-                    if event.kind != "DELETE" and _marker(keys, kv.key, kv.value, verifier, on_rejected) is not None:
+                    epoch = None if event.kind == "DELETE" else _checked(
+                        decode_marker, keys, kv.key, kv.value, verifier, on_rejected)
+                    if epoch is not None:
                         log.info("pool cache: the leader re-listed %s and found deletions; reading it again", name,
                                  extra={"resource": name})
                         break
                     continue
                 if kv.key == keys.rv:
                     if event.kind != "DELETE":
-                        rv = _marker(keys, kv.key, kv.value, verifier, on_rejected)
+                        rv = _checked(decode_marker, keys, kv.key, kv.value, verifier, on_rejected)
                         if rv is not None:
                             last_rv = max(last_rv, int(rv))
                             await sink(Bookmark(rv))
                     continue
                 if event.kind == "DELETE":
                     continue  # a tombstone expired (its DELETED went out when it was put)
-                decoded = _decode(keys, kv.key, kv.value, verifier, on_rejected)
+                decoded = _checked(decode_value, keys, kv.key, kv.value, verifier, on_rejected)
                 if decoded is None:
                     continue
                 rv = int(decoded.resource_version if isinstance(decoded, Tombstone)
@@ -136,13 +140,13 @@ async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_ti
     versions = ["0"]
     for kv in listing:
         if kv.key == keys.rv:
-            rv = _marker(keys, kv.key, kv.value, verifier, on_rejected)
+            rv = _checked(decode_marker, keys, kv.key, kv.value, verifier, on_rejected)
             if rv is not None:
                 versions.append(rv)
             continue
         if kv.key == keys.epoch:
             continue
-        decoded = _decode(keys, kv.key, kv.value, verifier, on_rejected)
+        decoded = _checked(decode_value, keys, kv.key, kv.value, verifier, on_rejected)
         if decoded is None:
             continue
         if isinstance(decoded, Tombstone):
@@ -158,19 +162,12 @@ async def _read_whole(*, etcd: aetcd.Client, keys: CacheKeys, sink: Sink, rpc_ti
     return listing.header.revision, present, int(rv)
 
 
-def _marker(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier,
-            on_rejected: Callable[[str], None]) -> str | None:
+def _checked(decode: Callable[..., _T], keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier,
+             on_rejected: Callable[[str], None]) -> _T | None:
+    """``decode(keys, key, value, verifier=...)`` (``decode_marker`` or ``decode_value``), or None
+    with the refusal counted and logged."""
     try:
-        return decode_marker(keys, key, value, verifier=verifier)
-    except ObjectRejected as exc:
-        _refused(keys, key, value, exc, on_rejected)
-        return None
-
-
-def _decode(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier,
-            on_rejected: Callable[[str], None]) -> dict[str, Any] | Tombstone | None:
-    try:
-        return decode_value(keys, key, value, verifier=verifier)
+        return decode(keys, key, value, verifier=verifier)
     except ObjectRejected as exc:
         _refused(keys, key, value, exc, on_rejected)
         return None

@@ -136,11 +136,11 @@ def encode_marker(text: str, *, key: bytes, signer: Signer) -> bytes:
     return seal(text.encode(), key=key, signer=signer)
 
 
-def _unseal(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier) -> bytes:
+def _unseal(keys: CacheKeys, key: bytes, value: bytes, verifier: Verifier, *, max_bytes: int) -> bytes:
     try:
-        return unseal(value, key=key, writer=keys.writer, verifier=verifier)
-    except SealRejected as exc:
-        raise ObjectRejected(exc.reason, str(exc)) from None
+        return unseal(value, key=key, writer=keys.writer, verifier=verifier, max_bytes=max_bytes)
+    except SealRejected as exc:  # the cache's metric calls a value over its bound "oversized"
+        raise ObjectRejected("oversized" if exc.reason == "too_large" else exc.reason, str(exc)) from None
 
 
 def decode_marker(keys: CacheKeys, key: bytes, value: bytes, *, verifier: Verifier) -> str:
@@ -150,10 +150,8 @@ def decode_marker(keys: CacheKeys, key: bytes, value: bytes, *, verifier: Verifi
         ObjectRejected: ``oversized``, the reasons of :func:`~edgewatch.core.seal.unseal`,
             ``resource_version`` (an ``rv`` that is not decimal), ``malformed`` (not UTF-8).
     """
-    if len(value) > _MAX_MARKER_BYTES:
-        raise ObjectRejected("oversized", f"{len(value)} bytes > {_MAX_MARKER_BYTES}")
     try:
-        text = _unseal(keys, key, value, verifier).decode()
+        text = _unseal(keys, key, value, verifier, max_bytes=_MAX_MARKER_BYTES).decode()
     except UnicodeDecodeError:
         raise ObjectRejected("malformed", "a marker that is not UTF-8") from None
     if key == keys.rv and not is_decimal(text):
@@ -174,9 +172,7 @@ def decode_value(keys: CacheKeys, key: bytes, value: bytes, *, verifier: Verifie
             ``check_object``.
     """
     namespace, name = keys.parse_key(key)
-    if len(value) > MAX_OBJECT_BYTES:
-        raise ObjectRejected("oversized", f"{len(value)} bytes > {MAX_OBJECT_BYTES}")
-    payload = _unseal(keys, key, value, verifier)
+    payload = _unseal(keys, key, value, verifier, max_bytes=MAX_OBJECT_BYTES)
     try:
         data = json.loads(payload)
     except ValueError as exc:

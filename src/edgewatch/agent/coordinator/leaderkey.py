@@ -63,7 +63,7 @@ class LeaderKeyWatch(CoordinatorState):
             name = key[len(candidates):].decode(errors="replace")
             if deleted:
                 self._candidates.pop(name, None)
-            elif self._refused(key, kv.value, name, "candidacy") is not None:
+            elif self._refused(key, kv.value, name, "candidacy"):
                 self._candidates.pop(name, None)  # not this node's own: as if absent
             else:
                 if kv.lease == 0 or not is_dns1123_subdomain(name):
@@ -74,26 +74,24 @@ class LeaderKeyWatch(CoordinatorState):
             return True
         if key.startswith(syncs):
             name = key[len(syncs):].decode(errors="replace")
-            if deleted or self._refused(key, kv.value, name, "sync") is not None:
+            if deleted or self._refused(key, kv.value, name, "sync"):
                 self._syncs.pop(name, None)
             else:
                 self._syncs[name] = kv.mod_revision
             return True
         return False
 
-    def _refused(self, key: bytes, value: bytes, name: str, what: str) -> str | None:
-        """None if ``value`` is sealed by node ``name`` for ``key``; else the reason, counted
+    def _refused(self, key: bytes, value: bytes, name: str, what: str) -> bool:
+        """False if ``value`` is sealed by node ``name`` for ``key``; else True, the reason counted
         (``edgewatch_coordinator_rejected_total{reason="<what>_<reason>"}``) and logged."""
         try:
-            if len(value) > self.config.max_value_bytes:
-                raise SealRejected("too_large", f"{len(value)} bytes > {self.config.max_value_bytes}")
-            unseal(value, key=key, writer=name, verifier=self.signer)
+            unseal(value, key=key, writer=name, verifier=self.signer, max_bytes=self.config.max_value_bytes)
         except SealRejected as exc:
             self.metrics.rejected.labels(reason=f"{what}_{exc.reason}").inc()
             log.warning("ignoring a %s not sealed by its node: %s", what, exc,
                         extra={"pool": self.pool, "node": self.node, "candidate": name[:80], "reason": exc.reason})
-            return exc.reason
-        return None
+            return True
+        return False
 
     def _note_sync(self) -> None:
         """The current leader's sync key is at its observed mod revision (0: absent); note when we

@@ -55,10 +55,8 @@ def parse_heartbeat(node: str, value: bytes, *, key: bytes, verifier: Verifier, 
             ``unknown_key``, ``not_writer``, ``bad_signature``), ``json``, ``schema`` or
             ``node_mismatch``.
     """
-    if len(value) > max_bytes:
-        raise HeartbeatRejected("too_large", f"{len(value)} bytes > {max_bytes}")
     try:
-        value = unseal(value, key=key, writer=node, verifier=verifier)
+        value = unseal(value, key=key, writer=node, verifier=verifier, max_bytes=max_bytes)
     except SealRejected as exc:
         raise HeartbeatRejected(exc.reason, str(exc)) from None
     try:

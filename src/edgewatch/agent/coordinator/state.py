@@ -170,15 +170,9 @@ class CoordinatorState:
         return self._observed_leader()
 
     @property
-    def cache_prefix(self) -> str | None:
-        """Where the current leader keeps the pool cache (``nodes/<leader>/``); None without a
-        leader. Only the leader can write there: a node serves nothing else."""
-        leader = self.leader
-        return None if leader is None else self.keys.writer(leader)
-
-    @property
     def cache_area(self) -> CacheArea | None:
-        """The current leader and its area (:attr:`cache_prefix`), read at once; None without a leader."""
+        """The current leader and where it keeps the pool cache (``nodes/<leader>/``), read at once;
+        None without a leader. Only the leader can write there: a node serves nothing else."""
         leader = self.leader
         return None if leader is None else CacheArea(leader, self.keys.writer(leader))
 
