@@ -193,6 +193,22 @@ class RestartController(_Step):
     action: Literal["restart-controller"]
 
 
+class Rollout(_Step):
+    """Roll edgewatch's agent DaemonSet and controller Deployment through the cluster's own
+    rolling update (no-op in baseline runs): to ``release`` (a git revision of this repository,
+    e.g. the previous release's commit; its ``deploy/`` is applied with the image of its code,
+    ``edgewatch_lab.testing.revisions``), or, without one, to this checkout — an upgrade when the
+    scenario's ``topology.release`` installed another, else a restart rollout (``kubectl rollout
+    restart``). The report's ``rollout`` says when each node's new agent was Ready
+    (``edgewatch_lab.playground.rollout``)."""
+
+    action: Literal["rollout"]
+    release: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")] | None = None
+
+    def describe(self) -> str:
+        return f"rollout to {self.release or 'this checkout'}"
+
+
 class Scale(_Step):
     """Scale the sample Deployment to ``replicas`` (a Service change made in the cloud)."""
 

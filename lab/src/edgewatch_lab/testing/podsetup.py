@@ -12,11 +12,14 @@ variables when the node's clock is skewed.
 
 Limits: no subPath, no token refresh, no ``resourceFieldRef``; the "image" is the host's Python and
 edgewatch (``IMAGE_*`` are the Dockerfile's user and entrypoint), plus the folders of
-``PodRunnerConfig.image_bin_dirs`` (etcd, which the real image carries), first on ``PATH``.
+``PodRunnerConfig.image_bin_dirs`` (etcd, which the real image carries), first on ``PATH``. An
+image tagged ``git-<revision>`` runs that revision's edgewatch (``PYTHONPATH``; another release,
+``edgewatch_lab.testing.revisions``) with this machine's Python and packages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import sys
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import edgewatch
 from edgewatch_lab.testing.podspec import PodSetupError, expand, field_value, file_mode
+from edgewatch_lab.testing.revisions import RevisionError, image_revision, revision_tree
 
 if TYPE_CHECKING:
     from edgewatch_lab.testing.podrunner import PodRunnerConfig, _Container, _Pod
@@ -204,6 +208,13 @@ class ContainerSetup:
         if sc.get("runAsNonRoot") and uid == 0:
             raise PodSetupError(f"container {spec['name']}: runAsNonRoot and image will run as root")
         src = str(Path(edgewatch.__file__).resolve().parent.parent)
+        revision = image_revision(spec.get("image", ""))
+        if revision is not None:  # another release's code (edgewatch_lab.testing.revisions)
+            try:
+                src = str(await asyncio.to_thread(lambda: revision_tree(revision) / "src"))
+            except RevisionError as exc:
+                raise PodSetupError(f"container {spec['name']}: image {spec.get('image')}: {exc}") from exc
+            env["PYTHONPATH"] = src
         overlay = self.pod_dir(p) / "overlay" / spec["name"]
         return {"argv": command + args, "env": env, "mounts": mounts, "uid": uid, "gid": gid, "groups": groups,
                 "image_paths": [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), src,

@@ -1,0 +1,138 @@
+"""The playground's ``rollout`` step: roll edgewatch's agent DaemonSet and controller Deployment
+through the cluster's own rolling update, and record what each node saw.
+
+``start_rollout`` does what ``kubectl rollout restart`` does: it stamps the pod templates with the
+annotation ``kubectl.kubernetes.io/restartedAt``, so the DaemonSet controller replaces the agent
+pods ``maxUnavailable`` at a time (deploy/30-agent.yaml: 10 %) and the Deployment controller the
+controller replicas (leader election hands over). Nothing else changes: the image is this
+checkout's (a restart rollout).
+
+``RolloutWatch`` is polled by the runner while the scenario plays. It remembers which agent pod
+ran on each node when the rollout began (by uid) and notes, by the runner's clock (seconds since
+t=0):
+
+- ``old_gone_s``: the node's old agent pod is no longer in the API (deleted, and its kubelet
+  confirmed it — a node cut off from the cloud cannot, so its old pod stays Terminating);
+- ``new_ready_s``: a new agent pod (another uid) is Ready on the node;
+
+and the same for the controller Deployment (``controller_done_s``: every replica updated and
+available, as ``kubectl rollout status`` says). ``summary()`` is the report's ``rollout`` section.
+
+Limits: one rollout per run (a second ``rollout`` step starts over); the watch reads pods through
+the API, so what a node cut off from the cloud does locally (its old agent keeps running) is not
+visible until its link is back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import Pod
+
+__all__ = ["RESTARTED_AT", "RolloutWatch", "start_rollout"]
+
+#: The annotation ``kubectl rollout restart`` stamps on a pod template.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+AGENT_LABELS = {"app.kubernetes.io/name": "edgewatch-agent"}
+CONTROLLER_LABELS = {"app.kubernetes.io/name": "edgewatch-controller"}
+
+
+async def start_rollout(client: AsyncClient, *, namespace: str, now: dt.datetime | None = None) -> str:
+    """Stamp the agent DaemonSet's and the controller Deployment's pod templates (a restart
+    rollout); returns the timestamp written. Raises lightkube.ApiError on a refusal."""
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}}
+    await client.patch(DaemonSet, "edgewatch-agent", body, namespace=namespace)
+    await client.patch(Deployment, "edgewatch-controller", body, namespace=namespace)
+    return stamp
+
+
+def _ready(pod: Pod) -> bool:
+    status = pod.status
+    return status is not None and any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
+@dataclass
+class NodeRollout:
+    """One node's agent across the rollout (seconds on the runner's clock; None: not yet)."""
+
+    old_uid: str | None
+    old_gone_s: float | None = None
+    new_ready_s: float | None = None
+
+
+@dataclass
+class RolloutWatch:
+    """What the rollout did, node by node (see the module docstring).
+
+    Args:
+        namespace: edgewatch's namespace.
+        started_s: when the rollout step ran (runner's clock, seconds).
+        nodes: the covered nodes whose agents roll.
+    """
+
+    namespace: str
+    started_s: float
+    nodes: list[str]
+    agents: dict[str, NodeRollout] = field(default_factory=dict)
+    old_controllers: set[str] = field(default_factory=set)
+    controller_done_s: float | None = None
+
+    async def begin(self, client: AsyncClient) -> None:
+        """Remember the pods running now (call right before ``start_rollout``)."""
+        by_node: dict[str, str] = {}
+        async for pod in client.list(Pod, namespace=self.namespace, labels=AGENT_LABELS):
+            if pod.spec and pod.spec.nodeName and pod.metadata and pod.metadata.uid:
+                by_node[pod.spec.nodeName] = pod.metadata.uid
+        self.agents = {n: NodeRollout(old_uid=by_node.get(n)) for n in self.nodes}
+        self.old_controllers = {pod.metadata.uid async for pod in client.list(
+            Pod, namespace=self.namespace, labels=CONTROLLER_LABELS) if pod.metadata and pod.metadata.uid}
+
+    async def poll(self, client: AsyncClient, *, t: float) -> None:
+        """One look at the agent pods and the controller Deployment (two API calls)."""
+        pods: dict[str, list[Pod]] = {}
+        async for pod in client.list(Pod, namespace=self.namespace, labels=AGENT_LABELS):
+            if pod.spec and pod.spec.nodeName:
+                pods.setdefault(pod.spec.nodeName, []).append(pod)
+        for node, seen in self.agents.items():
+            here = pods.get(node, [])
+            uids = {p.metadata.uid for p in here if p.metadata}
+            if seen.old_gone_s is None and seen.old_uid not in uids:
+                seen.old_gone_s = t
+            if seen.new_ready_s is None and any(
+                    p.metadata and p.metadata.uid != seen.old_uid and _ready(p) for p in here):
+                seen.new_ready_s = t
+        if self.controller_done_s is None:
+            dep = await client.get(Deployment, "edgewatch-controller", namespace=self.namespace)
+            if rollout_complete(dep.to_dict()):
+                self.controller_done_s = t
+
+    def summary(self) -> dict[str, Any]:
+        """The report's ``rollout`` section: per node, seconds from the rollout step to its old
+        agent gone and its new agent Ready (None: never, within the run), and the totals."""
+        def since(x: float | None) -> float | None:
+            return None if x is None else round(x - self.started_s, 1)
+
+        nodes = {n: {"old_gone_s": since(r.old_gone_s), "new_ready_s": since(r.new_ready_s)}
+                 for n, r in sorted(self.agents.items())}
+        ready = [v["new_ready_s"] for v in nodes.values()]
+        return {"started_at": round(self.started_s, 1), "nodes": nodes,
+                "agents_done_s": None if not ready or any(x is None for x in ready) else max(ready),  # type: ignore[type-var]
+                "agents_rolled": sum(x is not None for x in ready), "agents": len(ready),
+                "controller_done_s": since(self.controller_done_s)}
+
+
+def rollout_complete(deployment: dict[str, Any]) -> bool:
+    """``kubectl rollout status``'s test for a Deployment (as a dict): the controller has seen
+    the newest spec, every replica is updated and available, and no old replica is left."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    meta = deployment.get("metadata") or {}
+    want = spec.get("replicas", 1)
+    return (status.get("observedGeneration", 0) >= meta.get("generation", 0)
+            and status.get("updatedReplicas", 0) == want
+            and status.get("replicas", 0) == want
+            and status.get("availableReplicas", 0) == want)
