@@ -33,8 +33,8 @@ def schema_errors(value: Any) -> list[str]:
 def settings(name: str) -> dict[str, Any]:
     """The settings PlaygroundCluster.install derives from a scenario (no coordinator running)."""
     sc = load_scenario(name)
-    return {"config": {"grouping": "on" if sc.topology.grouping else "off", "groupLabel": POOL_LABEL,
-                       "coverLabel": POOL_LABEL, "poolCoordinators": ""},
+    return {"config": install.edgewatch_config(grouping=sc.topology.grouping, coordinators={},
+                                               out_of_service_pools=sc.out_of_service_pools()),
             "controller_args": [f"--autonomy={sc.timings.autonomy_s:g}"],
             "controller_replicas": min(2, sc.topology.cloud_nodes)}
 
@@ -61,7 +61,7 @@ def test_values_with_coordinators_and_rings_are_exact() -> None:
     assert schema_errors(got) == []
 
 
-@pytest.mark.parametrize("name", ["node-failure", "mixed-cluster", "cloud-partition", "pool-split-25"])
+@pytest.mark.parametrize("name", ["node-failure", "mixed-cluster", "cloud-partition", "pool-split-25", "cut-and-kill"])
 def test_every_scenario_values_fit_the_chart_schema(name: str) -> None:
     assert schema_errors(install.values(**settings(name))) == []
 

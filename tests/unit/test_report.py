@@ -140,7 +140,9 @@ def test_report_shape():
     assert n5["kills"] == [{"t": 40, "revived_at": 50, "pods": None}, {"t": 60, "revived_at": None, "pods": 0}]
     assert set(rep["summary"]) == {"evictions_on_live_nodes", "endpoint_removals_on_live_nodes",
                                    "killed_nodes_not_evicted", "max_detection_s", "max_eviction_s", "undetected",
-                                   "max_not_ready_after_kill_s", "pool_scope_cloud_bytes", "pool_scope_open_watches"}
+                                   "max_not_ready_after_kill_s", "pool_scope_cloud_bytes", "pool_scope_open_watches",
+                                   "max_statefulset_move_s", "statefulsets_not_moved"}
+    assert rep["statefulsets"] == {}
 
 
 def test_recorded_end_fault_is_not_duplicated():
@@ -166,6 +168,7 @@ def test_quiet_run():
         "evictions_on_live_nodes": 0, "endpoint_removals_on_live_nodes": 0, "killed_nodes_not_evicted": [],
         "max_detection_s": None, "max_eviction_s": None, "undetected": [], "max_not_ready_after_kill_s": None,
         "pool_scope_cloud_bytes": None, "pool_scope_open_watches": None,
+        "max_statefulset_move_s": None, "statefulsets_not_moved": [],
     }
 
 

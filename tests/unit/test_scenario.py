@@ -96,10 +96,43 @@ def test_cut_and_kill_targets():
         (10, "cut-cloud"), (130, "restore-cloud"), (160, "kill"), (260, "end")]
     live = _entry(s, ["a-1", "a-2", "a-3", "a-4"])
     assert live["evictions"] == 0 and live["endpoint_removals"] == 0 and live["never_not_ready"] is True
+    assert live["out_of_service_taint"] is False
     dead = _entry(s, ["a-5"])
-    assert dead == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed"}
+    assert dead == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed",
+                    "out_of_service_taint": True}
     stock = _entry(s, ["a-1", "a-2", "a-3", "a-4"], baseline=True)
     assert Comparison.parse(stock["evictions"]) == Comparison(">", 0)
+
+
+def _statefulset_entry(s: Scenario, name: str, baseline: bool = False) -> dict[str, Any]:
+    return {k: getattr(e, k) for e in s.expect if e.statefulset == name and e.baseline == baseline
+            for k in e.checks()}
+
+
+def test_cut_and_kill_opts_its_pool_in_and_follows_two_statefulsets():
+    s = load_scenario("cut-and-kill")
+    assert s.pool("a").out_of_service and s.out_of_service_pools() == ["a"]
+    assert [(x.name, x.node) for x in s.statefulsets] == [("db-a5", "a-5"), ("db-a1", "a-1")]
+    killed = {st.node for st in s.steps if st.action == "kill"}
+    assert killed == {"a-5"}  # db-a5's node dies, db-a1's is only cut off
+    assert _statefulset_entry(s, "db-a5") == {"moved_within_s": 90}
+    assert _statefulset_entry(s, "db-a1") == {"stays": True}
+    assert _statefulset_entry(s, "db-a5", baseline=True) == {"stays": False}
+    assert _statefulset_entry(s, "db-a1", baseline=True) == {"stays": False}
+
+
+def test_only_pools_opted_in_are_out_of_service_and_statefulsets_are_optional():
+    d = base()
+    assert parse_scenario(copy.deepcopy(d)).out_of_service_pools() == []
+    assert parse_scenario(copy.deepcopy(d)).statefulsets == []
+    d["topology"]["pools"][1]["out_of_service"] = True
+    d["statefulsets"] = [{"name": "db", "node": "b-2"}]
+    d["expect"].append({"statefulset": "db", "moved_within_s": 60, "moved": True, "stays": False})
+    s = parse_scenario(d)
+    assert s.out_of_service_pools() == ["b"] and s.statefulset_names() == ["db"]
+    assert s.expect[1].checks() == ["moved_within_s", "moved", "stays"]
+    assert s.expect[1].target_nodes(s) == []
+    assert parse_scenario(yaml.safe_load(dump_scenario(s))) == s
 
 
 def test_node_failure_and_pool_split_targets():
@@ -254,7 +287,9 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("zero nodes", mutate(lambda d: d["topology"]["pools"][0].update(nodes=0)), ["topology.pools[0].nodes"]),
     # expectations
     ("expect both targets", mutate(lambda d: d["expect"][0].update(nodes=["a-1"])),
-     ["expect[0]", "exactly one of 'pool' or 'nodes'"]),
+     ["expect[0]", "exactly one of 'pool', 'nodes' or 'statefulset'"]),
+    ("expect a pool and a statefulset", mutate(lambda d: d["expect"][0].update(statefulset="db")),
+     ["expect[0]", "exactly one of 'pool', 'nodes' or 'statefulset'"]),
     ("expect no target", mutate(lambda d: d["expect"][0].pop("pool")), ["expect[0]", "exactly one of"]),
     ("expect unknown key", mutate(lambda d: d["expect"][0].update(eviction=0)), ["expect[0].eviction: unknown key"]),
     ("expect nothing to check", mutate(lambda d: d["expect"].append({"pool": "a"})),
@@ -280,6 +315,33 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("never_not_ready not a bool", mutate(lambda d: d["expect"][0].update(never_not_ready="yes")),
      ["expect[0].never_not_ready"]),
     ("zero seconds", mutate(lambda d: d["expect"][0].update(evicted_within_s=0)), ["expect[0].evicted_within_s"]),
+    # StatefulSets and their expectations
+    ("statefulset on an unknown node", mutate(lambda d: d.update(statefulsets=[{"name": "db", "node": "a-9"}])),
+     ["statefulsets[0].node: no node 'a-9'"]),
+    ("statefulset on the control-plane node",
+     mutate(lambda d: d.update(statefulsets=[{"name": "db", "node": "cloud-1"}])),
+     ["statefulsets[0].node: cloud-1 is the control-plane node"]),
+    ("statefulset declared twice",
+     mutate(lambda d: d.update(statefulsets=[{"name": "db", "node": "a-1"}, {"name": "db", "node": "a-2"}])),
+     ["statefulsets[1].name: 'db' is declared twice (statefulsets[0])"]),
+    ("statefulset bad name", mutate(lambda d: d.update(statefulsets=[{"name": "DB", "node": "a-1"}])),
+     ["statefulsets[0].name"]),
+    ("statefulset unknown key", mutate(lambda d: d.update(statefulsets=[{"name": "db", "node": "a-1", "replicas": 2}])),
+     ["statefulsets[0].replicas: unknown key"]),
+    ("expect an undeclared statefulset", mutate(lambda d: d["expect"].append({"statefulset": "db", "moved": True})),
+     ["expect[1].statefulset: no StatefulSet 'db'", "none declared"]),
+    ("statefulset key on nodes", mutate(lambda d: d["expect"].append({"nodes": ["a-1"], "moved_within_s": 30})),
+     ["expect[1]", "moved_within_s: give the statefulset"]),
+    ("node key on a statefulset",
+     mutate(lambda d: (d.update(statefulsets=[{"name": "db", "node": "a-1"}]),
+                       d["expect"].append({"statefulset": "db", "stays": True, "evictions": 0}))),
+     ["expect[1]", "evictions: not about a StatefulSet"]),
+    ("killed on a statefulset",
+     mutate(lambda d: (d.update(statefulsets=[{"name": "db", "node": "a-1"}]),
+                       d["expect"].append({"statefulset": "db", "moved": True, "killed": True}))),
+     ["expect[1]", "killed: not about a StatefulSet"]),
+    ("out_of_service not a bool", mutate(lambda d: d["topology"]["pools"][0].update(out_of_service="yes")),
+     ["topology.pools[0].out_of_service"]),
 ]
 
 

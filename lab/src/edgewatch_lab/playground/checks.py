@@ -17,7 +17,14 @@ from rich.table import Table
 
 from edgewatch_lab.playground.proxycheck import follow_lags
 from edgewatch_lab.playground.report import detection, detection_target, evictions_after, report_end, round_s
-from edgewatch_lab.playground.expectation import ALERT_KEYS, COORDINATOR_KEYS, NODE_ALERTS, NODE_FAILED_ALERT
+from edgewatch.names import OUT_OF_SERVICE_TAINT_KEY
+from edgewatch_lab.playground.expectation import (
+    ALERT_KEYS,
+    COORDINATOR_KEYS,
+    NODE_ALERTS,
+    NODE_FAILED_ALERT,
+    STATEFULSET_KEYS,
+)
 from edgewatch_lab.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = ["ExpectationResult", "check_expectations", "expectations_table"]
@@ -58,6 +65,8 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
     nodes = report["nodes"]
     if key in COORDINATOR_KEYS:
         return _check_coordinator(report, exp, key, end)
+    if key in STATEFULSET_KEYS:
+        return _check_statefulset(report, exp, key)
     if exp.killed is not None:
         targets = [n for n in targets if bool(nodes.get(n, {}).get("kills")) == exp.killed]
         which = "killed" if exp.killed else "never killed"
@@ -172,6 +181,18 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
                                  f"expected {label} {'never' if value else 'at some point'} tainted by edgewatch, "
                                  + ("saw no taint" if not added else "saw " + "; ".join(added[:4])))
 
+    if key == "out_of_service_taint":
+        desc = f"{label}: {'got' if value else 'never got'} the out-of-service taint"
+        if missing:
+            return ExpectationResult(desc, False, f"no record of {compact_node_names(missing)} in the report")
+        got = {n: next((t for t, k, c in nodes[n]["taints"]
+                        if c == "added" and k.split(":", 1)[0] == OUT_OF_SERVICE_TAINT_KEY), None) for n in targets}
+        ok = all((t is not None) == value for t in got.values())
+        seen_t = "; ".join(f"{n} at {_fmt_s(t)} s" for n, t in got.items() if t is not None)
+        return ExpectationResult(desc, ok, f"expected {label} {'tainted' if value else 'never tainted'} "
+                                           f"{OUT_OF_SERVICE_TAINT_KEY}, saw "
+                                           + (f"it on {seen_t}" if seen_t else "it on none"))
+
     if key in ("kube_proxy_follows_within_s", "kube_proxy_misses", "coredns_follows_within_s", "coredns_misses"):
         return _check_follows(report, exp, key, targets, label, end)
 
@@ -273,6 +294,51 @@ def _check_coordinator(report: dict[str, Any], exp: Expectation, key: str, end: 
             ok = ok and secs <= value
             seen.append(f"{_fmt_s(secs)} s after the kill at {_fmt_s(rec['t'])} s{where}")
     return ExpectationResult(desc, ok, f"saw {'; '.join(seen)}")
+
+
+def _check_statefulset(report: dict[str, Any], exp: Expectation, key: str) -> ExpectationResult:
+    """The StatefulSet's pod: the report's ``statefulsets`` entry (``statefulsets.statefulset_outcome``)."""
+    name, value = exp.statefulset, getattr(exp, key)
+    desc = {"moved_within_s": f"statefulset {name}: Ready on another node within {_fmt_s(float(value))} s "
+                              "of its node's kill",
+            "moved": f"statefulset {name}: {'moved' if value else 'never moved'} to another node",
+            "stays": f"statefulset {name}: its pod " + ("stays (never deleted)" if value
+                                                          else "does not stay (deleted or replaced)")}[key]
+    sts = (report.get("statefulsets") or {}).get(name)
+    if sts is None:
+        return ExpectationResult(desc, False, f"no record of StatefulSet {name} in the report")
+    start = sts.get("start")
+    if start is None:
+        return ExpectationResult(desc, False, f"no pod of StatefulSet {name} was seen")
+    seen = f"{start['pod']} on {start['node'] or 'no node'} at the start"
+    if sts.get("killed_at") is not None:
+        seen += f", {start['node']} killed at {_fmt_s(sts['killed_at'])} s"
+        if not sts.get("on_node_at_kill"):
+            seen += " (the pod had left it before)"
+    if sts.get("deleted_at") is None:
+        seen += "; never deleted"
+    elif sts.get("gone_at") is not None and sts["gone_at"] != sts["deleted_at"]:
+        seen += f"; deleted at {_fmt_s(sts['deleted_at'])} s, gone at {_fmt_s(sts['gone_at'])} s"
+    else:
+        seen += f"; deleted at {_fmt_s(sts['deleted_at'])} s"
+    if sts.get("moved_at") is not None:
+        since = "the kill" if sts.get("on_node_at_kill") else "the start"
+        seen += f"; Ready on {sts['moved_to']} at {_fmt_s(sts['moved_at'])} s ({_fmt_s(sts['moved_s'])} s after {since})"
+    else:
+        seen += "; never Ready on another node"
+    at_end = sts.get("at_end") or []
+    seen += "; at the end: " + (", ".join(
+        f"{p['pod']} on {p['node'] or 'no node'}"
+        + (" (the start pod)" if p["uid"] == start["uid"] else "")
+        + (" Terminating" if p["deleting"] else (" Ready" if p["ready"] else " not Ready"))
+        for p in at_end) or "no pod")
+    if key == "moved_within_s":
+        ok = sts.get("moved_s") is not None and float(sts["moved_s"]) <= float(value)
+    elif key == "moved":
+        ok = (sts.get("moved_at") is not None) == value
+    else:
+        ok = bool(sts.get("stays")) == value
+    return ExpectationResult(desc, ok, f"saw {seen}")
 
 
 def expectations_table(results: list[ExpectationResult], title: str | None = None) -> Table:

@@ -50,8 +50,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from edgewatch.core.poolconfig import AUTO
 from edgewatch.names import POOL_LABEL
 from edgewatch_lab.playground import install
@@ -201,9 +199,8 @@ class PlaygroundCluster:
         coordinators: dict[str, str] = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
         if self.coordinator_pods:  # edgewatch runs them: one ConfigMap line per pool, as an operator writes
             coordinators = {p.name: AUTO for p in sc.topology.pools if p.coordinator}
-        config = {"grouping": "on" if sc.topology.grouping else "off", "groupLabel": POOL_LABEL,
-                  "coverLabel": POOL_LABEL,
-                  "poolCoordinators": yaml.safe_dump(coordinators) if coordinators else ""}
+        config = install.edgewatch_config(grouping=sc.topology.grouping, coordinators=coordinators,
+                                          out_of_service_pools=sc.out_of_service_pools())
         self.installed = install.install(
             self.install_method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
             kubeconfig=self.admin_kubeconfig, config=config,

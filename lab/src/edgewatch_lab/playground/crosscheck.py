@@ -1,5 +1,6 @@
 """A scenario's checks across its parts (what pydantic's per-field validation cannot see): references
-to nodes and pools, the one ``end`` step, duplicates, kill/revive sequences, and expectations that
+to nodes and pools (steps, StatefulSets, expectations), the one ``end`` step, duplicates, kill/revive
+sequences, StatefulSets (unique names, on a worker node) and expectations that
 need a coordinator, a kube-proxy, CoreDNS, a real node or a covered node (alert checks). The rules are listed in
 :mod:`edgewatch_lab.playground.scenario`'s docstring ("Validation").
 
@@ -110,8 +111,25 @@ def cross_check(scenario: Scenario) -> tuple[list[str], list[int]]:
                                 f"{s.at:g} s (revive-coordinator needs an earlier kill-coordinator)")
             dead_coords.pop(s.pool, None)
 
+    # StatefulSets: unique names, on a node that takes workload pods
+    workers = scenario.worker_node_names()
+    names_seen: dict[str, int] = {}
+    for i, sts in enumerate(scenario.statefulsets):
+        if sts.name in names_seen:
+            problems.append(f"statefulsets[{i}].name: {sts.name!r} is declared twice "
+                            f"(statefulsets[{names_seen[sts.name]}])")
+        names_seen.setdefault(sts.name, i)
+        if sts.node not in nodes:
+            problems.append(f"statefulsets[{i}].node: no node {sts.node!r} in the topology (nodes: {all_nodes})")
+        elif sts.node not in workers:
+            problems.append(f"statefulsets[{i}].node: {sts.node} is the control-plane node (tainted; it takes "
+                            "no workload pods)")
+
     # expectations
     for i, e in enumerate(scenario.expect):
+        if e.statefulset is not None and e.statefulset not in names_seen:
+            problems.append(f"expect[{i}].statefulset: no StatefulSet {e.statefulset!r} in the scenario's "
+                            f"statefulsets ({', '.join(names_seen) or 'none declared'})")
         if e.pool is not None and e.pool not in pools:
             problems.append(f"expect[{i}].pool: no pool {e.pool!r} in the topology "
                             f"(pools: {', '.join(pools)})")

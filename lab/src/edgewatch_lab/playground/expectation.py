@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from edgewatch_lab.playground.scenario import Scenario
 
 __all__ = ["ALERT_KEYS", "BASELINE_STATES", "CHECK_KEYS", "NODE_ALERTS", "NODE_FAILED_ALERT",
-           "COORDINATOR_KEYS", "EDGEWATCH_STATES", "Comparison", "CountSpec", "Expectation",
+           "COORDINATOR_KEYS", "EDGEWATCH_STATES", "STATEFULSET_KEYS", "Comparison", "CountSpec", "Expectation",
            "StrictModel"]
 
 #: Node states in edgewatch runs (the controller's ``edgewatch.io/state`` annotation).
@@ -96,7 +96,10 @@ CHECK_KEYS: Final = (
     "state_at_end", "untouched", "never_tainted", "kube_proxy_follows_within_s", "kube_proxy_misses",
     "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
     "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s", "alert_within_s", "no_alerts",
+    "out_of_service_taint", "moved_within_s", "moved", "stays",
 )
+#: The keys judged on one declared StatefulSet's pod (``statefulset`` targets only, and only these).
+STATEFULSET_KEYS: Final = ("moved_within_s", "moved", "stays")
 #: The keys judged on a pool's coordinator after each ``kill-coordinator`` (``pool`` targets only).
 COORDINATOR_KEYS: Final = ("coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s")
 #: The keys judged on the alerts a real Prometheus fired (runs with ``--prometheus`` only).
@@ -113,6 +116,8 @@ class Expectation(StrictModel):
 
     pool: str | None = None
     nodes: Annotated[list[str], Field(min_length=1)] | None = None
+    #: A StatefulSet of the scenario's ``statefulsets`` (its one pod), for the StatefulSet keys.
+    statefulset: str | None = None
     #: False: checked on edgewatch runs only; True: on baseline (stock Kubernetes) runs only.
     baseline: StrictBool = False
     evictions: CountSpec | None = None
@@ -163,11 +168,34 @@ class Expectation(StrictModel):
     #: True: neither ``EdgewatchNodeCutOff`` nor ``EdgewatchAgentNotReady`` fires for a targeted
     #: node during the run; false: one of them does (runs with ``--prometheus``).
     no_alerts: StrictBool | None = None
+    #: True: every targeted node got the out-of-service taint (``node.kubernetes.io/out-of-service``,
+    #: any value) at some point; false: none ever did.
+    out_of_service_taint: StrictBool | None = None
+    #: The StatefulSet's pod is recreated and Ready on another node than the one it ran on at the
+    #: start within this many seconds of that node's first kill (of the start if it is never killed,
+    #: or if the pod had left it before the kill).
+    moved_within_s: Annotated[float, Field(gt=0)] | None = None
+    #: True: a replacement of the StatefulSet's pod was Ready on another node before the end;
+    #: false: never (e.g. stock Kubernetes: the dead node's pod stays Terminating).
+    moved: StrictBool | None = None
+    #: True: the StatefulSet's pod at the start was never deleted and is the same pod (uid) at the
+    #: end; false: it was deleted (or replaced) at some point.
+    stays: StrictBool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
-        if (self.pool is None) == (self.nodes is None):
-            raise ValueError("give exactly one of 'pool' or 'nodes'")
+        if [self.pool, self.nodes, self.statefulset].count(None) != 2:
+            raise ValueError("give exactly one of 'pool', 'nodes' or 'statefulset'")
+        statefulset_keys = [k for k in STATEFULSET_KEYS if getattr(self, k) is not None]
+        if statefulset_keys and self.statefulset is None:
+            raise ValueError(f"{', '.join(statefulset_keys)}: give the statefulset (its pod), not nodes or a pool")
+        if self.statefulset is not None:
+            other = [k for k in self.checks() if k not in STATEFULSET_KEYS]
+            if self.killed is not None:
+                other.append("killed")
+            if other:
+                raise ValueError(f"{', '.join(other)}: not about a StatefulSet (with statefulset give only "
+                                 f"{', '.join(STATEFULSET_KEYS)})")
         if self.nodes is not None and len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"nodes: a node is listed twice: {self.nodes}")
         coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(self, k) is not None]
@@ -194,7 +222,8 @@ class Expectation(StrictModel):
         return [k for k in CHECK_KEYS if getattr(self, k) is not None]
 
     def target_nodes(self, scenario: Scenario) -> list[str]:
-        """The nodes named by ``pool`` / ``nodes`` (before the run-time ``killed`` filter)."""
+        """The nodes named by ``pool`` / ``nodes`` (before the run-time ``killed`` filter); none for
+        a ``statefulset`` target."""
         return scenario.nodes_of(self.pool) if self.pool is not None else list(self.nodes or [])
 
     def comparison(self, key: str) -> Comparison:

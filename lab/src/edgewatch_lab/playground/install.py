@@ -5,7 +5,8 @@ with kubectl (``kustomize``, the default), or ``helm install`` the shipped chart
 no shared key to create (every agent makes and publishes its own, ``edgewatch.core.identity``).
 
 The overlay changes only what an operator's own overlay would: the ConfigMap keys (grouping, the
-pool coordinators' URLs), the controller's timing flags, and its replica count (the controller
+pool coordinators' URLs, the pools opted into the out-of-service taint; ``edgewatch_config``), the
+controller's timing flags, and its replica count (the controller
 uses the host network and port 51006, so one replica fits per cloud node). Everything else — RBAC,
 security contexts, probes, volumes, the DaemonSet's node affinity — is the base as shipped.
 
@@ -33,6 +34,8 @@ from typing import Any, Callable
 import yaml
 
 import edgewatch
+from edgewatch.core.grouping import CONFIG_KEY_OUT_OF_SERVICE_POOLS
+from edgewatch.names import POOL_LABEL
 
 NAMESPACE = "edgewatch"
 #: The two ways to install: the kustomize base with an overlay, or the Helm chart with values.
@@ -66,6 +69,19 @@ def chart_dir() -> Path:
     if not (path / "Chart.yaml").is_file():
         raise FileNotFoundError(f"no Helm chart at {path} (run the playground from a checkout)")
     return path
+
+
+def edgewatch_config(*, grouping: bool, coordinators: dict[str, str],
+                     out_of_service_pools: list[str]) -> dict[str, str]:
+    """The ``edgewatch-config`` keys the playground sets (pure): grouping by the pool label, the pool
+    label as the cover label, ``poolCoordinators`` (pool -> URL or ``auto``; "" for none) and, when
+    some pool opted in, ``outOfServicePools`` (comma-separated, docs/out-of-service.md; left as
+    shipped, off, otherwise)."""
+    config = {"grouping": "on" if grouping else "off", "groupLabel": POOL_LABEL, "coverLabel": POOL_LABEL,
+              "poolCoordinators": yaml.safe_dump(coordinators) if coordinators else ""}
+    if out_of_service_pools:
+        config[CONFIG_KEY_OUT_OF_SERVICE_POOLS] = ",".join(out_of_service_pools)
+    return config
 
 
 def overlay(*, config: dict[str, str], controller_args: list[str], controller_replicas: int) -> dict[str, Any]:

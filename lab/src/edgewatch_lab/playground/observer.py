@@ -19,7 +19,11 @@ Definitions (the report's vocabulary):
 - Lease state: ``own``, ``carried`` (a current delegated-heartbeat mark) or ``mark-copied`` (the
   mark's annotations on a Lease renewed since, e.g. by a kubelet that copied the Lease it read);
 - live ready endpoints: ready endpoints of the Service whose pod's node is not down (killed and
-  not revived), the measure of ``replaced_within_s``.
+  not revived), the measure of ``replaced_within_s``;
+- StatefulSet pods: for each StatefulSet in ``recording.statefulsets``, its pods (those it owns)
+  with their uid, node, Ready condition and deletionTimestamp, each change recorded
+  (``edgewatch_lab.playground.statefulsets.record_pods``). A pod is told apart by its uid: a
+  StatefulSet's replacement pod has the same name.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from edgewatch.names import (
 )
 from edgewatch.kube.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch_lab.playground.report import Recording
+from edgewatch_lab.playground.statefulsets import record_pods
 from edgewatch.kube.errors import API_ERRORS
 
 STATE_ANNOTATION = "edgewatch.io/state"
@@ -114,8 +119,10 @@ class Observer:
                 self._pod_node[name] = node_name
                 if pod.metadata.deletionTimestamp is None:
                     counts[node_name] = counts.get(node_name, 0) + 1
-            if pod.metadata.deletionTimestamp is not None and name not in self._deleting:
-                self._deleting.add(name)
+            # By uid: a StatefulSet's replacement pod has its predecessor's name.
+            uid = pod.metadata.uid or name
+            if pod.metadata.deletionTimestamp is not None and uid not in self._deleting:
+                self._deleting.add(uid)
                 record = self.recording.nodes.get(node_name)
                 if record is not None and _disrupted(pod):
                     record.evictions.append({"t": t, "pod": name})
@@ -130,9 +137,9 @@ class Observer:
         served = sorted(addresses)
         if not self.recording.service_endpoints or self.recording.service_endpoints[-1][1] != served:
             self.recording.service_endpoints.append((t, served))
-        existing = {p.metadata.name for p in pods}
+        existing = {p.metadata.name for p in pods if p.metadata.deletionTimestamp is None}
         for name in self._ready_eps - ready:
-            if name in existing and name not in self._deleting:
+            if name in existing:
                 record = self.recording.nodes.get(self._pod_node.get(name, ""))
                 if record is not None:
                     record.endpoint_removals.append({"t": t, "pod": name})
@@ -140,11 +147,30 @@ class Observer:
         live = sum(1 for name in ready if not self._down(self._pod_node.get(name, "")))
         if not self.recording.live_ready or self.recording.live_ready[-1][1] != live:
             self.recording.live_ready.append((t, live))
+        if self.recording.statefulsets:
+            self._statefulsets(pods, t)
         for name, view in self.views.items():
             view.pods = counts.get(name, 0)
             record = self.recording.nodes.get(name)
             if record is not None and view.pods:
                 record.had_pods = True
+
+    def _statefulsets(self, pods: list[Pod], t: float) -> None:
+        """Record the pods of each declared StatefulSet (its controller's ownerReference)."""
+        owned: dict[str, list[dict[str, object]]] = {name: [] for name in self.recording.statefulsets}
+        for pod in pods:
+            owner = next((o.name for o in pod.metadata.ownerReferences or []
+                          if o.kind == "StatefulSet" and o.controller), None)
+            if owner not in owned:
+                continue
+            conditions = (pod.status.conditions or []) if pod.status is not None else []
+            owned[owner].append({
+                "pod": pod.metadata.name, "uid": pod.metadata.uid or pod.metadata.name,
+                "node": (pod.spec.nodeName if pod.spec else None) or "",
+                "ready": any(c.type == "Ready" and c.status == "True" for c in conditions),
+                "deleting": pod.metadata.deletionTimestamp is not None})
+        for name, series in self.recording.statefulsets.items():
+            record_pods(series, t, owned[name])
 
     def _node(self, node: Node, t: float) -> None:
         name = node.metadata.name

@@ -24,7 +24,11 @@ Definitions used by the summary (one place, so the README and the tests agree):
   (or the end of the run);
 * **eviction time** of a kill is the time from the kill to the last eviction of the node's pods while it
   was down (kills with no eviction do not count; they show up in ``killed_nodes_not_evicted`` instead
-  when the node had pods at the kill).
+  when the node had pods at the kill);
+* a **StatefulSet move** (``max_statefulset_move_s``) is, for a declared StatefulSet whose pod's
+  node at the start was killed with the pod still on it, the time from that node's first kill to another pod of it Ready on
+  another node (``edgewatch_lab.playground.statefulsets``); those never moved are listed in
+  ``statefulsets_not_moved`` (stock Kubernetes: the dead node's pod stays Terminating).
 
 Limits: pure data in, data out. What counts as an eviction or an endpoint removal (e.g. excluding
 scale-downs) is the runner's call; this module only stores and counts.
@@ -37,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgewatch_lab.playground.coordinators import CoordinatorSeries, coordinator_recoveries
+from edgewatch_lab.playground.statefulsets import StatefulSetSeries, statefulset_outcome
 
 __all__ = [
     "NodeRecord",
@@ -57,7 +62,7 @@ __all__ = [
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
-               "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "alerts")
+               "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts")
 
 
 def round_s(x: float) -> float:
@@ -196,6 +201,8 @@ class Recording:
     node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Each coordinator pool's coordinator over the run (``edgewatch_lab.playground.coordinators``).
     coordinators: dict[str, CoordinatorSeries] = field(default_factory=dict)
+    #: Each declared StatefulSet's pods over the run (``edgewatch_lab.playground.statefulsets``).
+    statefulsets: dict[str, StatefulSetSeries] = field(default_factory=dict)
     #: The alerts a real Prometheus evaluated on the run (``--prometheus``): ``{"alertname",
     #: "labels", "pending_at_s", "firing_at_s", "last_seen_s"}`` per episode
     #: (``edgewatch_lab.playground.prometheus.alerts_from_series``); None: Prometheus did not run.
@@ -234,6 +241,8 @@ class Recording:
         data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
         data["coordinators"] = {pool: CoordinatorSeries(**{k: [list(r) for r in v] for k, v in series.items()})
                                 for pool, series in data.get("coordinators", {}).items()}
+        data["statefulsets"] = {name: StatefulSetSeries(node=series["node"], pods=[dict(e) for e in series["pods"]])
+                                for name, series in data.get("statefulsets", {}).items()}
         return cls(**{**data, "nodes": nodes})
 
 
@@ -279,8 +288,11 @@ def build_report(recording: Recording) -> dict[str, Any]:
     [[t, "key:effect", "added"|"removed"]], and ``kills`` [{t, revived_at, pods}] - every down interval
     with the pods bound at the kill (null: unknown)), and ``summary`` (``evictions_on_live_nodes``,
     ``endpoint_removals_on_live_nodes``, ``killed_nodes_not_evicted``, ``max_detection_s``,
-    ``max_eviction_s``, ``undetected``; see the module docstring), and ``coordinators`` (per pool
-    with a coordinator: its series and ``recoveries``, ``edgewatch_lab.playground.coordinators``), and
+    ``max_eviction_s``, ``undetected``, ``max_statefulset_move_s``, ``statefulsets_not_moved``; see the
+    module docstring), and ``coordinators`` (per pool with a coordinator: its series and
+    ``recoveries``, ``edgewatch_lab.playground.coordinators``), and ``statefulsets`` (per declared
+    StatefulSet: its ``pods`` series and where its pod went, ``statefulset_outcome`` of
+    ``edgewatch_lab.playground.statefulsets``), and
     ``alerts`` (what a real Prometheus fired during the run, ``Recording.alerts``; null without
     ``--prometheus``).
     """
@@ -331,6 +343,9 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "node_costs": {k: dict(v) for k, v in recording.node_costs.items()},
         "coordinators": {pool: {**asdict(series), "recoveries": coordinator_recoveries(
             asdict(series), faults, pool=pool, end=ended_at)} for pool, series in sorted(recording.coordinators.items())},
+        "statefulsets": {name: {**statefulset_outcome(series, kills={n: list(r.killed_at) for n, r in recording.nodes.items()}),
+                                "pods": sorted((dict(e) for e in series.pods), key=lambda e: float(e["t"]))}
+                         for name, series in sorted(recording.statefulsets.items())},
         "alerts": None if recording.alerts is None else [
             {**a, "labels": dict(a.get("labels") or {})} for a in recording.alerts],
     }
@@ -403,6 +418,8 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
                 eviction_times.append(round_s(max(e["t"] for e in evs) - kill["t"]))
             elif kill["pods"] != 0 and name not in not_evicted:
                 not_evicted.append(name)
+    dead_node_sets = {name: s for name, s in (report.get("statefulsets") or {}).items() if s.get("on_node_at_kill")}
+    moves = [s["moved_s"] for s in dead_node_sets.values() if s.get("moved_s") is not None]
     return {
         "evictions_on_live_nodes": live_evictions,
         "endpoint_removals_on_live_nodes": live_removals,
@@ -413,6 +430,8 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
         "max_not_ready_after_kill_s": max(uncovered_not_ready) if uncovered_not_ready else None,
         "pool_scope_cloud_bytes": _pool_scope(report, ("watch_bytes",)),
         "pool_scope_open_watches": _pool_scope(report, ("open_watches",)),
+        "max_statefulset_move_s": max(moves) if moves else None,
+        "statefulsets_not_moved": sorted(n for n, s in dead_node_sets.items() if s.get("moved_s") is None),
     }
 
 
@@ -441,7 +460,10 @@ SUMMARY_ROWS = (
     ("uncovered node: kill -> NotReady s", "max_not_ready_after_kill_s"),
     ("cloud watch bytes, EndpointSlices+Services", "pool_scope_cloud_bytes"),
     ("cloud watches open on them at the end", "pool_scope_open_watches"),
+    ("StatefulSet pod of a dead node: kill -> Ready elsewhere s", "max_statefulset_move_s"),
 )
+#: Rows shown only when one of the two runs measured them.
+_OPTIONAL_ROWS = ("pool_scope_cloud_bytes", "pool_scope_open_watches", "max_statefulset_move_s")
 
 
 def _cell(summary: dict[str, Any] | None, key: str) -> str:
@@ -451,7 +473,9 @@ def _cell(summary: dict[str, Any] | None, key: str) -> str:
     if key == "killed_nodes_not_evicted":
         v = v or []
         return f"{len(v)} ({', '.join(v)})" if v else "0"
-    if key in ("max_detection_s", "max_eviction_s", "max_not_ready_after_kill_s"):
+    if key == "max_statefulset_move_s" and summary.get("statefulsets_not_moved"):
+        return f"never ({', '.join(summary['statefulsets_not_moved'])})"
+    if key in ("max_detection_s", "max_eviction_s", "max_not_ready_after_kill_s", "max_statefulset_move_s"):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
         text = f"{v:.1f}"
@@ -471,7 +495,7 @@ def summary_rows(edgewatch_report: dict[str, Any] | None,
     ew = edgewatch_report["summary"] if edgewatch_report else None
     base = baseline_report["summary"] if baseline_report else None
     rows = [(label, _cell(ew, key), _cell(base, key)) for label, key in SUMMARY_ROWS]
-    optional = {label for label, key in SUMMARY_ROWS if key.startswith("pool_scope_")}
+    optional = {label for label, key in SUMMARY_ROWS if key in _OPTIONAL_ROWS}
     return [r for r in rows if r[0] not in optional or r[1:] != ("-", "-")]  # shown when measured
 
 

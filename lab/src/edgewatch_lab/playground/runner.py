@@ -54,11 +54,18 @@ from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.scenario import Scenario
+from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
 from edgewatch_lab.testing.binaries import Binaries, ensure_prometheus
 from edgewatch_lab.testing.kubeletsim import make_client
 from edgewatch_lab.testing.smoke import create_until_done, ready_endpoints, wait_for
-from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
+from edgewatch_lab.testing.workload import (
+    STATEFULSET_LABEL,
+    pinned_statefulset,
+    sample_deployment,
+    sample_headless_service,
+    sample_service,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +157,8 @@ class ScenarioPlayer:
             nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n),
                                  real=scenario.is_real(n))
                    for n in scenario.all_node_names()},
-            started_at=time.time(), ended_at=0.0)
+            started_at=time.time(), ended_at=0.0,
+            statefulsets={s.name: StatefulSetSeries(node=s.node) for s in scenario.statefulsets})
         self.observer: Observer | None = None
         self.proxies = NodeProxies(cluster=cluster, client=client,
                                    nodes=[n for p in scenario.topology.pools for n in p.kube_proxy],
@@ -197,6 +205,8 @@ class ScenarioPlayer:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas
 
         await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
+        if self.scenario.statefulsets:
+            await self._statefulsets_placed(timeout_s=90 + slack)
         if self.cluster.edgewatch:
             async def edgewatch_running() -> bool:
                 async for pod in self.client.list(Pod, namespace=EDGEWATCH_NAMESPACE,
@@ -226,6 +236,39 @@ class ScenarioPlayer:
                 await self._coordinators_running(timeout_s=180 + slack)
         if self.proxies.nodes or self.proxies.dns_nodes:
             await self.proxies.start(timeout_s=120 + slack)
+
+    async def _statefulsets_placed(self, *, timeout_s: float) -> None:
+        """Create the scenario's StatefulSets and wait until each one's pod is Ready on its node. A
+        pod the scheduler put elsewhere (its node preference is only preferred) is deleted, so
+        that the StatefulSet recreates it and it is scheduled again."""
+        for sts in self.scenario.statefulsets:
+            await create_until_done(self.client, pinned_statefulset(
+                namespace=WORKLOAD_NAMESPACE, name=sts.name, node=sts.node), timeout_s=60)
+        wanted = {sts.name: sts.node for sts in self.scenario.statefulsets}
+
+        async def placed() -> bool:
+            ok = set()
+            async for pod in self.client.list(Pod, namespace=WORKLOAD_NAMESPACE,
+                                              labels={STATEFULSET_LABEL: list(wanted)}):
+                name = (pod.metadata.labels or {}).get(STATEFULSET_LABEL, "")
+                node = pod.spec.nodeName if pod.spec else None
+                if not node or pod.metadata.deletionTimestamp is not None or name not in wanted:
+                    continue
+                if node != wanted[name]:
+                    log.info("StatefulSet %s: its pod %s was scheduled on %s, not %s; deleting it",
+                             name, pod.metadata.name, node, wanted[name])
+                    with contextlib.suppress(*API_ERRORS):
+                        await self.client.delete(Pod, pod.metadata.name, namespace=WORKLOAD_NAMESPACE,
+                                                 grace_period=0)
+                    continue
+                if any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])
+                       if pod.status):
+                    ok.add(name)
+            return ok == set(wanted)
+
+        await wait_for(placed, timeout_s=timeout_s,
+                       what="each StatefulSet's pod Ready on its node (" +
+                       ", ".join(f"{n} on {node}" for n, node in wanted.items()) + ")")
 
     async def _coordinators_running(self, *, timeout_s: float) -> None:
         """``coordinators: pods``: wait until each coordinator pool's pod is Ready, published in

@@ -10,6 +10,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
                                                         # coredns: [a-4] a real CoreDNS (cluster DNS);
                                                         # real_nodes: 2 makes a-1, a-2 real nodes (a real
                                                         # kubelet, containerd and runc; the rest simulated)
+                                                        # out_of_service: true opts the pool into the
+                                                        # out-of-service taint (outOfServicePools)
       grouping: false
       cloud_nodes: 1        # cloud-1 (control plane, tainted) .. cloud-N (workers); no agent there
       coordinators: process # how pools with coordinator: true get it: process = an etcd the lab runs
@@ -32,12 +34,16 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
       - {at: 200, action: heal}                              # ends every cut, split and loss
       - {at: 230, action: end}                               # exactly one, the last
+    statefulsets:                            # optional: one-replica StatefulSets (pod <name>-0) whose
+      - {name: db-a2, node: a-2}             # pod prefers the node (preferred node affinity); Ready
+                                             # there before t=0
     expect:
       - {pool: a, evictions: 0, endpoint_removals: 0, never_not_ready: true}
       - {nodes: [a-2], evicted_within_s: 15, detected_within_s: 10, state_at_end: failed}
       - {nodes: [a-1], evictions: ">0", baseline: true}      # only checked on --baseline runs
+      - {statefulset: db-a2, moved_within_s: 90}             # about a StatefulSet's pod
 
-Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
+Expectation keys (each entry targets exactly one of ``pool`` / ``nodes`` / ``statefulset``):
 
 * ``evictions``, ``endpoint_removals``: the count over all targeted nodes, either an int (exact) or a
   comparison ``[op]N`` with op one of ``==``, ``>``, ``>=``, ``<``, ``<=`` (``">0"``, ``"<=2"``);
@@ -82,6 +88,14 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes``):
   ``no_alerts``: true = neither ``EdgewatchNodeCutOff`` nor ``EdgewatchAgentNotReady`` fires for a
   targeted node during the run. Without ``--prometheus`` both fail ("needs --prometheus"); both only
   on edgewatch runs and covered nodes;
+* ``out_of_service_taint``: true = every targeted node got ``node.kubernetes.io/out-of-service``
+  (KEP-2268; edgewatch applies it to a node it judges FAILED on verified evidence in a pool with
+  ``out_of_service: true``) at some point; false = none ever did;
+* ``moved_within_s``, ``moved``, ``stays`` (``statefulset`` targets, and only these;
+  ``edgewatch_lab.playground.statefulsets``): the StatefulSet's pod seen at the start is replaced by
+  a pod Ready on another node within this many seconds of that node's first kill (of t=0 if it is
+  never killed or the pod had left it before) / such a replacement is (true) or is never (false) Ready before the end / the start
+  pod is never deleted and is the same pod (uid) at the end (true) or not (false);
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -97,7 +111,8 @@ time; every node and pool referenced exists; ``split`` sides are non-empty, disj
 ``skew`` ``seconds`` within ±3600 and not on ``cloud-1`` (the machine's own clock) nor on a real node
 (its containers read the machine's clock); ``real_nodes`` at most the pool's ``nodes``;
 ``containers_stopped`` only on real nodes; ``alert_within_s`` / ``no_alerts`` only on covered nodes
-and not with ``baseline: true``; no pool named ``cloud``.
+and not with ``baseline: true``; no pool named ``cloud``; StatefulSet names unique, each on a node of the
+topology that takes workload pods (not ``cloud-1``), and every ``statefulset`` an expectation names declared.
 Every problem is reported as a :class:`ScenarioError` naming the step (or expectation) index as written
 in the file and the field.
 
@@ -170,6 +185,7 @@ __all__ = [
     "ScenarioError",
     "Skew",
     "Split",
+    "StatefulSetSpec",
     "Step",
     "Timings",
     "Topology",
@@ -221,6 +237,11 @@ class Pool(_Model):
     #: kubelet, containerd and runc in the node's namespace, running edgewatch's agent and the
     #: sample workload as containers (``edgewatch_lab.testing.realnode``). The others are simulated.
     real_nodes: Annotated[int, Field(ge=0, le=20)] = 0
+    #: Whether the operator opted the pool into the out-of-service taint (edgewatch's ConfigMap key
+    #: ``outOfServicePools``, docs/out-of-service.md): edgewatch then taints a node it judges FAILED
+    #: on verified evidence ``node.kubernetes.io/out-of-service`` and kube-controller-manager
+    #: force-deletes the node's terminating pods (a StatefulSet's replica is recreated elsewhere).
+    out_of_service: StrictBool = False
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(1, self.nodes + 1)]
@@ -294,6 +315,15 @@ class Timings(_Model):
     autonomy_s: Annotated[float, Field(ge=0)] = 300.0
 
 
+class StatefulSetSpec(_Model):
+    """A one-replica StatefulSet of the workload namespace whose pod prefers ``node`` (preferred
+    node affinity: placed there at the start, free to be recreated elsewhere). Its pod is
+    ``<name>-0``; the runner waits for it Ready on ``node`` before t=0 and the report follows it."""
+
+    name: Annotated[str, Field(pattern=_NAME, max_length=40)]
+    node: str
+
+
 # --------------------------------------------------------------------------------------------------
 # Scenario
 
@@ -304,6 +334,8 @@ class Scenario(_Model):
     topology: Topology
     timings: Timings = Field(default_factory=Timings)
     steps: Annotated[list[Step], Field(min_length=1)]
+    #: One-replica StatefulSets pinned (preferred) to named nodes, created with the sample workload.
+    statefulsets: list[StatefulSetSpec] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -353,6 +385,15 @@ class Scenario(_Model):
         if node in self.cloud_node_names():
             return CLOUD_POOL
         raise KeyError(f"no node {node!r} in scenario {self.name!r}")
+
+    def out_of_service_pools(self) -> list[str]:
+        """The pools opted into the out-of-service taint (``out_of_service: true``), in topology order:
+        the ConfigMap's ``outOfServicePools``."""
+        return [p.name for p in self.topology.pools if p.out_of_service]
+
+    def statefulset_names(self) -> list[str]:
+        """The declared StatefulSets' names, in file order."""
+        return [s.name for s in self.statefulsets]
 
     @property
     def end_time(self) -> float:

@@ -1,5 +1,5 @@
 """The sample workload the smoke check, tests and playground run: a Deployment spread over the
-nodes behind a Service.
+nodes behind a Service; and the playground's one-replica StatefulSets pinned (preferred) to a node.
 
 The image is the pod sandbox image (``registry.k8s.io/pause:3.10.2``, never pulled: the lab's real
 nodes have it imported, see ``edgewatch_lab.testing.images``): on a real node (``real_nodes``) the pods
@@ -10,10 +10,13 @@ Limits: the container serves nothing on its port; readiness is the container run
 
 from __future__ import annotations
 
-from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.apps_v1 import Deployment, StatefulSet
 from lightkube.resources.core_v1 import Service
 
 APP_LABEL = {"app": "sample"}
+#: The label of a pinned StatefulSet's pods (its name as value); not ``app``, so the sample
+#: Services never select them.
+STATEFULSET_LABEL = "edgewatch-lab/statefulset"
 
 
 def sample_deployment(*, namespace: str, replicas: int, name: str = "sample") -> Deployment:
@@ -55,4 +58,33 @@ def sample_headless_service(*, namespace: str, name: str = "sample-headless") ->
     return Service.from_dict({
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"clusterIP": "None", "selector": APP_LABEL, "ports": [{"port": 8080, "targetPort": 8080}]},
+    })
+
+
+def pinned_statefulset(*, namespace: str, name: str, node: str) -> StatefulSet:
+    """A StatefulSet of one replica (pod ``<name>-0``) that prefers ``node`` (preferred node
+    affinity on ``kubernetes.io/hostname``, weight 100): scheduled there while it can be, and
+    recreated elsewhere once its pod is gone. No ``serviceName`` (optional since Kubernetes 1.7,
+    documented so since 1.33): nothing resolves the pod by name. No volume: what the lab measures is
+    the pod's identity moving (stock Kubernetes keeps a dead node's pod Terminating forever)."""
+    labels = {STATEFULSET_LABEL: name}
+    return StatefulSet.from_dict({
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "preference": {"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]},
+                    }]}},
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10.2",
+                                    "imagePullPolicy": "IfNotPresent"}],
+                },
+            },
+        },
     })
