@@ -227,7 +227,7 @@ EXPECT = [{"nodes": ["a-3"], "alert_within_s": 90}, {"nodes": ["a-1", "a-2"], "n
 
 def test_report_carries_alerts_or_null() -> None:
     rep = _report([_alert("EdgewatchNodeFailed", 120.0, 60.0, namespace="edgewatch")])
-    assert tuple(rep) == REPORT_KEYS and REPORT_KEYS[-1] == "alerts"
+    assert tuple(rep) == REPORT_KEYS and "alerts" in REPORT_KEYS
     assert rep["alerts"][0]["firing_at_s"] == 120.0
     assert _report(None)["alerts"] is None
     saved = Recording(scenario="x", baseline=False, alerts=rep["alerts"]).to_dict()

@@ -98,7 +98,7 @@ def test_kustomize_install_renders_and_applies_without_helm(tmp_path: Path) -> N
 
     done = install.install("kustomize", workdir=tmp_path, kubectl=kubectl, helm=helm,
                            kubeconfig=tmp_path / "kc", **settings("node-failure"))
-    assert done == {"method": "kustomize"}
+    assert done == {"method": "kustomize", "release": "this checkout"}
     assert [c[0] for c in calls] == ["kustomize", "apply"]
     assert (tmp_path / "install" / "rendered.yaml").read_text() == "rendered"
 
@@ -115,3 +115,27 @@ def test_run_and_compare_offer_every_method() -> None:
         assert tuple(option.type.choices) == install.METHODS and option.default == "kustomize"
     help_text = CliRunner().invoke(playground, ["run", "--help"]).output
     assert "--install [kustomize|helm]" in help_text
+
+
+def test_another_release_renders_its_own_base_with_its_code_image(tmp_path: Path) -> None:
+    """The previous release (0.1.0, fae0b3b): its deploy/ with the image tag that runs its code."""
+    calls: list[tuple[str, ...]] = []
+
+    def kubectl(*args: str, **kw: Any) -> str:
+        calls.append(args)
+        return "rendered"
+
+    install.render(workdir=tmp_path, kubectl=kubectl, config={"grouping": "off"}, controller_args=[],
+                   controller_replicas=1, release="fae0b3b")
+    base = tmp_path / "install" / "base"
+    assert "edgewatch-agent-carry-mark" not in (base / "15-policy-agent.yaml").read_text()  # 0.1.0's own
+    kustomization = yaml.safe_load((tmp_path / "install" / "kustomization.yaml").read_text())
+    assert kustomization["images"] == [{"name": install.IMAGE, "newTag": "git-fae0b3b"}]
+    assert install.overlay(config={}, controller_args=[], controller_replicas=1).get("images") is None
+
+
+def test_another_release_installs_only_with_kustomize(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kustomize"):
+        install.install("helm", workdir=tmp_path, kubectl=lambda *a, **k: "", helm=lambda: tmp_path,
+                        kubeconfig=tmp_path / "kc", config={}, controller_args=[], controller_replicas=1,
+                        release="fae0b3b")

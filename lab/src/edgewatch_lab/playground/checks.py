@@ -25,6 +25,7 @@ from edgewatch_lab.playground.expectation import (
     NODE_FAILED_ALERT,
     STATEFULSET_KEYS,
 )
+from edgewatch_lab.playground.expectation import Comparison
 from edgewatch_lab.playground.scenario import Expectation, Scenario, compact_node_names
 
 __all__ = ["ExpectationResult", "check_expectations", "expectations_table"]
@@ -89,6 +90,9 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
         if total:
             seen += ": " + ", ".join(f"{n} ({c})" for n, c in counts.items() if c)
         return ExpectationResult(desc, comp(total), f"expected {words} {comp} on {label}, {seen}")
+
+    if key == "agents_updated":
+        return _check_updated(report, exp, targets, label)
 
     if key == "never_not_ready":
         desc = f"{label}: {'never NotReady' if value else 'NotReady at some point'}"
@@ -270,6 +274,26 @@ def _check_follows(report: dict[str, Any], exp: Expectation, key: str, targets: 
     return ExpectationResult(desc, ok, "; ".join(seen[:6]))
 
 
+
+
+def _check_updated(report: dict[str, Any], exp: Expectation, targets: list[str], label: str) -> ExpectationResult:
+    """``agents_updated``: per rollout, the count of targets that ran its version (Ready)."""
+    specs = exp.agents_updated if isinstance(exp.agents_updated, list) else None
+    rollouts = report.get("rollouts") or []
+    comps = [Comparison.parse(x) for x in specs] if specs is not None else [Comparison.parse(exp.agents_updated)] * len(rollouts)
+    desc = (f"{label}: agents on the rollout's version " + ", ".join(map(str, comps)) + " (per rollout)"
+            if specs is not None else f"{label}: agents on the rollout's version {comps[0] if comps else exp.agents_updated} in every rollout")
+    if not rollouts:
+        return ExpectationResult(desc, False, "no rollout was recorded in this run")
+    if len(comps) != len(rollouts):
+        return ExpectationResult(desc, False, f"{len(comps)} counts for {len(rollouts)} rollouts")
+    seen, ok = [], True
+    for i, (r, comp) in enumerate(zip(rollouts, comps)):
+        done = [n for n in targets if (r.get("nodes", {}).get(n) or {}).get("updated_s") is not None]
+        ok = ok and comp(len(done))
+        seen.append(f"rollout {i + 1} at {_fmt_s(r.get('started_at', 0))} s: {len(done)}"
+                    + (f" ({compact_node_names(done)})" if done else ""))
+    return ExpectationResult(desc, ok, f"expected {label} on the rollout's version, saw " + "; ".join(seen))
 
 
 def _check_coordinator(report: dict[str, Any], exp: Expectation, key: str, end: float) -> ExpectationResult:

@@ -123,6 +123,10 @@ class PlaygroundCluster:
         self.images: Images | None = None
         #: What ``install`` installed (``install.install``'s record; empty before, or without edgewatch).
         self.installed: dict[str, object] = {}
+        #: The release installed now: a git revision (``topology.release``, then each ``rollout``
+        #: step's), or None for this checkout.
+        self.release: str | None = self.scenario.topology.release
+        self._install_config: dict[str, str] = {}
 
     @property
     def coordinator_pods(self) -> bool:
@@ -205,7 +209,20 @@ class PlaygroundCluster:
             self.install_method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
             kubeconfig=self.admin_kubeconfig, config=config,
             controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
-            controller_replicas=min(2, sc.topology.cloud_nodes))
+            controller_replicas=min(2, sc.topology.cloud_nodes), release=self.release)
+        self._install_config = config
+
+    def roll_to(self, release: str | None) -> None:
+        """Apply ``release``'s install (a git revision; None: this checkout) over the current one,
+        with the same ConfigMap keys, flags and replicas, as an operator upgrades (or rolls back):
+        the DaemonSet and the Deployment roll through their own rolling update."""
+        assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
+        sc = self.scenario
+        install.install("kustomize", workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
+                        kubeconfig=self.admin_kubeconfig, config=self._install_config,
+                        controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
+                        controller_replicas=min(2, sc.topology.cloud_nodes), release=release)
+        self.release = release
 
     def stop(self) -> None:
         """Stop every process and remove the lab (real nodes: their logs are copied to the run

@@ -97,6 +97,7 @@ CHECK_KEYS: Final = (
     "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
     "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s", "alert_within_s", "no_alerts",
     "out_of_service_taint", "moved_within_s", "moved", "stays",
+    "agents_updated",
 )
 #: The keys judged on one declared StatefulSet's pod (``statefulset`` targets only, and only these).
 STATEFULSET_KEYS: Final = ("moved_within_s", "moved", "stays")
@@ -181,6 +182,11 @@ class Expectation(StrictModel):
     #: True: the StatefulSet's pod at the start was never deleted and is the same pod (uid) at the
     #: end; false: it was deleted (or replaced) at some point.
     stays: StrictBool | None = None
+    #: For each ``rollout`` step, how many of the targeted nodes ran an agent of the rollout's
+    #: version (Ready) before the next rollout or the end: one count for every rollout, or a list
+    #: with one per rollout in order; counts as for ``evictions`` (``">=3"``, ``5``). Edgewatch runs
+    #: only: a baseline run has no edgewatch to roll.
+    agents_updated: CountSpec | Annotated[list[CountSpec], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -201,6 +207,8 @@ class Expectation(StrictModel):
         coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(self, k) is not None]
         if coordinator_keys and self.pool is None:
             raise ValueError(f"{', '.join(coordinator_keys)}: give the pool (its coordinator), not nodes")
+        if self.agents_updated is not None and self.baseline:
+            raise ValueError("agents_updated: baseline (stock Kubernetes) runs have no edgewatch to roll")
         alert_keys = [k for k in ALERT_KEYS if getattr(self, k) is not None]
         if alert_keys and self.baseline:
             raise ValueError(f"{', '.join(alert_keys)}: the alerts read edgewatch's controller; baseline "

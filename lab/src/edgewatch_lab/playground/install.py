@@ -36,8 +36,11 @@ import yaml
 import edgewatch
 from edgewatch.core.grouping import CONFIG_KEY_OUT_OF_SERVICE_POOLS
 from edgewatch.names import POOL_LABEL
+from edgewatch_lab.testing.revisions import image_tag as revision_image_tag, revision_tree
 
 NAMESPACE = "edgewatch"
+#: edgewatch's image as deploy/ names it (an overlay may set its tag).
+IMAGE = "ghcr.io/edgewatch/edgewatch"
 #: The two ways to install: the kustomize base with an overlay, or the Helm chart with values.
 METHODS = ("kustomize", "helm")
 #: The Helm release's name and the namespace of its record (the chart creates its own namespaces).
@@ -84,10 +87,13 @@ def edgewatch_config(*, grouping: bool, coordinators: dict[str, str],
     return config
 
 
-def overlay(*, config: dict[str, str], controller_args: list[str], controller_replicas: int) -> dict[str, Any]:
+def overlay(*, config: dict[str, str], controller_args: list[str], controller_replicas: int,
+            image_tag: str | None = None) -> dict[str, Any]:
     """The playground's kustomization (pure): the base plus ConfigMap keys, controller flags and
-    replicas."""
-    return {
+    replicas; with ``image_tag``, edgewatch's image gets that tag (another release's code,
+    ``git-<revision>``: ``edgewatch_lab.testing.revisions``)."""
+    images = [{"name": IMAGE, "newTag": image_tag}] if image_tag else []
+    return {**({"images": images} if images else {}),
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": ["base"],
@@ -105,16 +111,34 @@ def overlay(*, config: dict[str, str], controller_args: list[str], controller_re
     }
 
 
+def release_base(release: str | None) -> tuple[Path, str | None]:
+    """The kustomize base and image tag of ``release`` (a git revision: its ``deploy/`` and
+    ``git-<revision>``), or this checkout's (``deploy_dir()``, None: the base's own tag).
+
+    Raises:
+        edgewatch_lab.testing.revisions.RevisionError: the revision cannot be unpacked.
+        FileNotFoundError: the revision has no ``deploy/``.
+    """
+    if release is None:
+        return deploy_dir(), None
+    base = revision_tree(release) / "deploy"
+    if not (base / "kustomization.yaml").is_file():
+        raise FileNotFoundError(f"release {release} has no kustomize base (deploy/)")
+    return base, revision_image_tag(release)
+
+
 def render(*, workdir: Path, kubectl: Callable[..., str], config: dict[str, str], controller_args: list[str],
-           controller_replicas: int) -> str:
-    """Copy the base into ``workdir/install/base``, write the overlay beside it, and return
-    ``kubectl kustomize`` of it (the manifests as applied, also saved as ``rendered.yaml``)."""
+           controller_replicas: int, release: str | None = None) -> str:
+    """Copy the base (``release``'s, see ``release_base``) into ``workdir/install/base``, write the
+    overlay beside it, and return ``kubectl kustomize`` of it (the manifests as applied, also saved
+    as ``rendered.yaml``)."""
+    base, tag = release_base(release)
     root = workdir / "install"
     if root.exists():
         shutil.rmtree(root)
-    shutil.copytree(deploy_dir(), root / "base", ignore=shutil.ignore_patterns("*.sh"))
+    shutil.copytree(base, root / "base", ignore=shutil.ignore_patterns("*.sh"))
     (root / "kustomization.yaml").write_text(yaml.safe_dump(overlay(
-        config=config, controller_args=controller_args, controller_replicas=controller_replicas)))
+        config=config, controller_args=controller_args, controller_replicas=controller_replicas, image_tag=tag)))
     rendered = kubectl("kustomize", str(root))
     (root / "rendered.yaml").write_text(rendered)
     return rendered
@@ -166,20 +190,24 @@ def helm_install(*, workdir: Path, helm: Path, kubeconfig: Path, config: dict[st
 
 def install(method: str, *, workdir: Path, kubectl: Callable[..., str], helm: Callable[[], Path],
             kubeconfig: Path, config: dict[str, str], controller_args: list[str],
-            controller_replicas: int) -> dict[str, Any]:
+            controller_replicas: int, release: str | None = None) -> dict[str, Any]:
     """Install edgewatch the ``method`` way (``METHODS``) and return what was installed
-    (``{"method": "kustomize"}``, or ``helm_install``'s release plus ``secret``, its record's
-    ``secret/sh.helm.release.v1.edgewatch.v1``). ``helm`` finds the helm binary (called only for
-    ``helm``).
+    (``{"method": "kustomize", "release": ...}``, or ``helm_install``'s release plus ``secret``,
+    its record's ``secret/sh.helm.release.v1.edgewatch.v1``). ``helm`` finds the helm binary
+    (called only for ``helm``). ``release``: a git revision to install instead of this checkout
+    (kustomize only). Applying again over an install is an upgrade (or a rollback): ``kubectl
+    apply`` changes what differs, and the DaemonSet and Deployment roll.
 
     Raises:
-        ValueError: an unknown method.
+        ValueError: an unknown method, or ``release`` with helm.
     """
     if method == "kustomize":
         rendered = render(workdir=workdir, kubectl=kubectl, config=config, controller_args=controller_args,
-                          controller_replicas=controller_replicas)
+                          controller_replicas=controller_replicas, release=release)
         kubectl("apply", "-f", "-", input_text=rendered, timeout_s=60)
-        return {"method": "kustomize"}
+        return {"method": "kustomize", "release": release or "this checkout"}
+    if release is not None:
+        raise ValueError("another release installs only with the kustomize base (method kustomize)")
     if method == "helm":
         release = helm_install(workdir=workdir, helm=helm(), kubeconfig=kubeconfig, config=config,
                                controller_args=controller_args, controller_replicas=controller_replicas)

@@ -62,7 +62,8 @@ __all__ = [
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
-               "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts")
+               "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts",
+               "rollouts")
 
 
 def round_s(x: float) -> float:
@@ -207,6 +208,9 @@ class Recording:
     #: "labels", "pending_at_s", "firing_at_s", "last_seen_s"}`` per episode
     #: (``edgewatch_lab.playground.prometheus.alerts_from_series``); None: Prometheus did not run.
     alerts: list[dict[str, Any]] | None = None
+    #: Each ``rollout`` step's record, in order (``RolloutWatch.summary``: per node, seconds from
+    #: the step to its old agent pod gone and its new one Ready; the controller's rollout done).
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -294,7 +298,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
     StatefulSet: its ``pods`` series and where its pod went, ``statefulset_outcome`` of
     ``edgewatch_lab.playground.statefulsets``), and
     ``alerts`` (what a real Prometheus fired during the run, ``Recording.alerts``; null without
-    ``--prometheus``).
+    ``--prometheus``), and ``rollouts`` (each ``rollout`` step's record, ``Recording.rollouts``).
     """
     ended_at = recording.ended_at if recording.ended_at is not None else _last_time(recording)
     faults = sorted((dict(f) for f in recording.faults), key=lambda f: float(f["t"]))
@@ -348,6 +352,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
                          for name, series in sorted(recording.statefulsets.items())},
         "alerts": None if recording.alerts is None else [
             {**a, "labels": dict(a.get("labels") or {})} for a in recording.alerts],
+        "rollouts": [dict(r) for r in recording.rollouts],
     }
     report["summary"] = _summarize(report)
     return report

@@ -7,20 +7,22 @@ pods ``maxUnavailable`` at a time (deploy/30-agent.yaml: 10 %) and the Deploymen
 controller replicas (leader election hands over). Nothing else changes: the image is this
 checkout's (a restart rollout).
 
-``RolloutWatch`` is polled by the runner while the scenario plays. It remembers which agent pod
-ran on each node when the rollout began (by uid) and notes, by the runner's clock (seconds since
-t=0):
+``RolloutWatch`` is polled by the runner while the scenario plays, once the rollout has started.
+It remembers which agent pod ran on each node when the rollout began (by uid) and notes, by the
+runner's clock (seconds since t=0):
 
 - ``old_gone_s``: the node's old agent pod is no longer in the API (deleted, and its kubelet
   confirmed it — a node cut off from the cloud cannot, so its old pod stays Terminating);
-- ``new_ready_s``: a new agent pod (another uid) is Ready on the node;
+- ``updated_s``: an agent pod of the rollout's version (the DaemonSet's newest ControllerRevision
+  hash) is Ready on the node — at once for a node already on it (a rollback to the version a node
+  never left);
 
-and the same for the controller Deployment (``controller_done_s``: every replica updated and
-available, as ``kubectl rollout status`` says). ``summary()`` is the report's ``rollout`` section.
+and when the DaemonSet and the controller Deployment are done as ``kubectl rollout status`` says
+(``agents_done_s``, ``controller_done_s``). ``summary()`` is the report's ``rollout`` section.
 
-Limits: one rollout per run (a second ``rollout`` step starts over); the watch reads pods through
-the API, so what a node cut off from the cloud does locally (its old agent keeps running) is not
-visible until its link is back.
+Limits: each ``rollout`` step gets a record of its own and only the newest is polled; the watch
+reads pods through the API, so what a node cut off from the cloud does locally (its old agent keeps
+running) is not visible until its link is back.
 """
 
 from __future__ import annotations
@@ -30,15 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment
 from lightkube.resources.core_v1 import Pod
 
-__all__ = ["RESTARTED_AT", "RolloutWatch", "start_rollout"]
+__all__ = ["RESTARTED_AT", "RolloutWatch", "daemonset_rolled", "rollout_complete", "start_rollout"]
 
 #: The annotation ``kubectl rollout restart`` stamps on a pod template.
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 AGENT_LABELS = {"app.kubernetes.io/name": "edgewatch-agent"}
-CONTROLLER_LABELS = {"app.kubernetes.io/name": "edgewatch-controller"}
+#: The label the DaemonSet controller puts on its pods and ControllerRevisions: the template's hash.
+REVISION_HASH = "controller-revision-hash"
 
 
 async def start_rollout(client: AsyncClient, *, namespace: str, now: dt.datetime | None = None) -> str:
@@ -62,7 +65,7 @@ class NodeRollout:
 
     old_uid: str | None
     old_gone_s: float | None = None
-    new_ready_s: float | None = None
+    updated_s: float | None = None
 
 
 @dataclass
@@ -79,33 +82,38 @@ class RolloutWatch:
     started_s: float
     nodes: list[str]
     agents: dict[str, NodeRollout] = field(default_factory=dict)
-    old_controllers: set[str] = field(default_factory=set)
+    agents_done_s: float | None = None
     controller_done_s: float | None = None
 
     async def begin(self, client: AsyncClient) -> None:
-        """Remember the pods running now (call right before ``start_rollout``)."""
+        """Remember the agent pod running on each node now (call right before the rollout starts)."""
         by_node: dict[str, str] = {}
         async for pod in client.list(Pod, namespace=self.namespace, labels=AGENT_LABELS):
             if pod.spec and pod.spec.nodeName and pod.metadata and pod.metadata.uid:
                 by_node[pod.spec.nodeName] = pod.metadata.uid
         self.agents = {n: NodeRollout(old_uid=by_node.get(n)) for n in self.nodes}
-        self.old_controllers = {pod.metadata.uid async for pod in client.list(
-            Pod, namespace=self.namespace, labels=CONTROLLER_LABELS) if pod.metadata and pod.metadata.uid}
 
     async def poll(self, client: AsyncClient, *, t: float) -> None:
-        """One look at the agent pods and the controller Deployment (two API calls)."""
+        """One look (four API calls): the DaemonSet and its newest ControllerRevision, the agent
+        pods, the controller Deployment. Call only once the rollout has been started."""
+        ds = (await client.get(DaemonSet, "edgewatch-agent", namespace=self.namespace)).to_dict()
+        revisions = [r async for r in client.list(ControllerRevision, namespace=self.namespace, labels=AGENT_LABELS)]
+        newest = max(revisions, key=lambda r: r.revision, default=None)
+        current = (newest.metadata.labels or {}).get(REVISION_HASH) if newest and newest.metadata else None
         pods: dict[str, list[Pod]] = {}
         async for pod in client.list(Pod, namespace=self.namespace, labels=AGENT_LABELS):
             if pod.spec and pod.spec.nodeName:
                 pods.setdefault(pod.spec.nodeName, []).append(pod)
         for node, seen in self.agents.items():
             here = pods.get(node, [])
-            uids = {p.metadata.uid for p in here if p.metadata}
-            if seen.old_gone_s is None and seen.old_uid not in uids:
+            if seen.old_gone_s is None and seen.old_uid not in {p.metadata.uid for p in here if p.metadata}:
                 seen.old_gone_s = t
-            if seen.new_ready_s is None and any(
-                    p.metadata and p.metadata.uid != seen.old_uid and _ready(p) for p in here):
-                seen.new_ready_s = t
+            if seen.updated_s is None and current is not None and any(
+                    p.metadata and (p.metadata.labels or {}).get(REVISION_HASH) == current
+                    and p.metadata.deletionTimestamp is None and _ready(p) for p in here):
+                seen.updated_s = t
+        if self.agents_done_s is None and daemonset_rolled(ds):
+            self.agents_done_s = t
         if self.controller_done_s is None:
             dep = await client.get(Deployment, "edgewatch-controller", namespace=self.namespace)
             if rollout_complete(dep.to_dict()):
@@ -113,17 +121,27 @@ class RolloutWatch:
 
     def summary(self) -> dict[str, Any]:
         """The report's ``rollout`` section: per node, seconds from the rollout step to its old
-        agent gone and its new agent Ready (None: never, within the run), and the totals."""
+        agent pod gone and to an agent of the rollout's version Ready on it (a node already on that
+        version counts at the first look; None: not within the run); the DaemonSet's and the
+        controller Deployment's rollouts done (``kubectl rollout status``)."""
         def since(x: float | None) -> float | None:
             return None if x is None else round(x - self.started_s, 1)
 
-        nodes = {n: {"old_gone_s": since(r.old_gone_s), "new_ready_s": since(r.new_ready_s)}
+        nodes = {n: {"old_gone_s": since(r.old_gone_s), "updated_s": since(r.updated_s)}
                  for n, r in sorted(self.agents.items())}
-        ready = [v["new_ready_s"] for v in nodes.values()]
         return {"started_at": round(self.started_s, 1), "nodes": nodes,
-                "agents_done_s": None if not ready or any(x is None for x in ready) else max(ready),  # type: ignore[type-var]
-                "agents_rolled": sum(x is not None for x in ready), "agents": len(ready),
-                "controller_done_s": since(self.controller_done_s)}
+                "agents_updated": sum(v["updated_s"] is not None for v in nodes.values()), "agents": len(nodes),
+                "agents_done_s": since(self.agents_done_s), "controller_done_s": since(self.controller_done_s)}
+
+
+def daemonset_rolled(daemonset: dict[str, Any]) -> bool:
+    """``kubectl rollout status``'s test for a DaemonSet (as a dict): the controller has seen the
+    newest spec and every scheduled node runs an updated, available pod."""
+    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    want = status.get("desiredNumberScheduled", 0)
+    return (status.get("observedGeneration", 0) >= meta.get("generation", 0)
+            and status.get("updatedNumberScheduled", 0) == want
+            and status.get("numberAvailable", 0) == want)
 
 
 def rollout_complete(deployment: dict[str, Any]) -> bool:

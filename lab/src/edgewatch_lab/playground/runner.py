@@ -53,6 +53,7 @@ from edgewatch_lab.playground.observer import Observer
 from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
+from edgewatch_lab.playground.rollout import RolloutWatch, start_rollout
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
@@ -172,6 +173,7 @@ class ScenarioPlayer:
                                   if p.coordinator and cluster.edgewatch}
         #: ``coordinators: pods``: the node each pool's last kill-coordinator killed.
         self._coordinator_killed: dict[str, str] = {}
+        self._rollouts: list[RolloutWatch] = []
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -306,6 +308,8 @@ class ScenarioPlayer:
                 tg.create_task(self._observe_proxies(stop))
             if self.coordinator_pools:
                 tg.create_task(self._observe_coordinators(stop))
+            if self.cluster.edgewatch and any(s.action == "rollout" for s in self.scenario.steps):
+                tg.create_task(self._observe_rollouts(stop))
             display = tg.create_task(self._display(stop)) if self.live else None
             try:
                 for step in self.scenario.steps:
@@ -318,6 +322,7 @@ class ScenarioPlayer:
                 if display is not None:
                     await display
         self.recording.ended_at = self.observer.now()
+        self.recording.rollouts = [w.summary() for w in self._rollouts]
         self._record_costs(usage_at_start, elapsed_s=time.monotonic() - t0)
         if self._counters_at_start:
             with contextlib.suppress(Exception):
@@ -374,6 +379,15 @@ class ScenarioPlayer:
                     await asyncio.wait_for(stop.wait(), 1.0)
         finally:
             await watch.close()
+
+    async def _observe_rollouts(self, stop: asyncio.Event) -> None:
+        """Poll the newest rollout's pods once a second (``edgewatch_lab.playground.rollout``)."""
+        while not stop.is_set():
+            if self._rollouts and self.observer is not None:
+                with contextlib.suppress(*API_ERRORS):  # a slow answer: look again next second
+                    await self._rollouts[-1].poll(self.client, t=self.observer.now())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
 
     async def _observe(self, stop: asyncio.Event) -> None:
         assert self.observer is not None
@@ -439,6 +453,17 @@ class ScenarioPlayer:
         elif action == "skew":
             await loop.run_in_executor(None, cluster.skew, step.node, step.seconds)
             fault.update(node=step.node, seconds=step.seconds)
+        elif action == "rollout":
+            if cluster.edgewatch:
+                watch = RolloutWatch(namespace=EDGEWATCH_NAMESPACE, started_s=t, nodes=self.scenario.node_names())
+                await watch.begin(self.client)
+                fault["from"] = cluster.release or "this checkout"
+                if step.release is None and cluster.release is None:  # a restart rollout
+                    fault["stamp"] = await start_rollout(self.client, namespace=EDGEWATCH_NAMESPACE)
+                else:  # to another release, or back to this checkout: apply its install
+                    await loop.run_in_executor(None, cluster.roll_to, step.release)
+                fault["to"] = cluster.release or "this checkout"
+                self._rollouts.append(watch)  # polled from now on: the new spec is in the API
         elif action == "restart-controller":
             if cluster.edgewatch:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)

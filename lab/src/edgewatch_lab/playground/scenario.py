@@ -17,6 +17,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       coordinators: process # how pools with coordinator: true get it: process = an etcd the lab runs
                             # on a host of its own; pods = as shipped (poolCoordinators {pool: auto}:
                             # the controller's Deployment, a pod on one of the pool's nodes)
+      release: fae0b3b      # optional: install that commit's edgewatch (deploy/ and code) at the
+                            # start instead of this checkout's (kustomize only; rollout steps move on)
     timings: {node_monitor_grace_s: 20, toleration_s: 30, autonomy_s: 300}   # optional, these defaults
     steps:                                   # times are seconds from the scenario's start
       - {at: 10, action: cut-cloud, pool: a}                 # or nodes: [a-1, a-2]
@@ -32,6 +34,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 190, action: revive-coordinator, pool: a}       # pods: waits for the rescheduled pod Ready
       - {at: 195, action: restart-controller}
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
+      - {at: 199, action: rollout}                           # edgewatch's agents and controller: new pods
+                                                             # (release: <commit> rolls to that release)
       - {at: 200, action: heal}                              # ends every cut, split and loss
       - {at: 230, action: end}                               # exactly one, the last
     statefulsets:                            # optional: one-replica StatefulSets (pod <name>-0) whose
@@ -96,6 +100,10 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes`` / ``sta
   a pod Ready on another node within this many seconds of that node's first kill (of t=0 if it is
   never killed or the pod had left it before) / such a replacement is (true) or is never (false) Ready before the end / the start
   pod is never deleted and is the same pod (uid) at the end (true) or not (false);
+* ``agents_updated``: for each ``rollout`` step, the number of targeted nodes that ran an agent of
+  the rollout's version (Ready) before the next rollout or the end — one count for every rollout, or
+  a list with one per rollout — as a count like ``evictions`` (a DaemonSet rollout waits for a node
+  whose old pod cannot go: one cut off from the cloud, or dead); edgewatch runs only;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by
@@ -149,6 +157,7 @@ from edgewatch_lab.playground.steps import (
     RestoreCloud,
     Revive,
     ReviveCoordinator,
+    Rollout,
     Scale,
     Skew,
     Split,
@@ -180,6 +189,7 @@ __all__ = [
     "RestoreCloud",
     "Revive",
     "ReviveCoordinator",
+    "Rollout",
     "Scale",
     "Scenario",
     "ScenarioError",
@@ -283,6 +293,11 @@ class Topology(_Model):
     #: of its own, named in ``poolCoordinators``) or ``pods`` (as shipped: ``{pool: auto}``, the
     #: controller's Deployment, its pod scheduled onto one of the pool's nodes).
     coordinators: Literal["process", "pods"] = "process"
+    #: What edgewatch release is installed at the start (edgewatch runs): a git revision of this
+    #: repository (e.g. the previous release's commit, CHANGELOG.md), whose ``deploy/`` is applied
+    #: with the image of its own code (``edgewatch_lab.testing.revisions``); None: this checkout.
+    #: Kustomize installs only; ``rollout`` steps move between releases.
+    release: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")] | None = None
 
     def cloud_node_names(self) -> list[str]:
         """``cloud-1`` .. ``cloud-<cloud_nodes>``."""

@@ -236,13 +236,13 @@ class End(_Step):
 
 Step = Annotated[
     Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
-          ReviveCoordinator, RestartController, Scale, Heal, End],
+          ReviveCoordinator, RestartController, Rollout, Scale, Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
     "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
-    "revive-coordinator", "restart-controller", "scale", "heal", "end",
+    "revive-coordinator", "restart-controller", "rollout", "scale", "heal", "end",
 )
 
 
