@@ -126,7 +126,6 @@ class PlaygroundCluster:
         #: The release installed now: a git revision (``topology.release``, then each ``rollout``
         #: step's), or None for this checkout.
         self.release: str | None = self.scenario.topology.release
-        self._install_config: dict[str, str] = {}
 
     @property
     def coordinator_pods(self) -> bool:
@@ -198,6 +197,17 @@ class PlaygroundCluster:
         """Install edgewatch the ``install_method`` way — the shipped kustomize base with the
         playground's overlay, or the shipped chart with the same values — as an operator does
         (there is no key to create: each agent makes its own, see ``edgewatch.core.identity``)."""
+        self.installed = self._apply(self.install_method, self.release)
+
+    def roll_to(self, release: str | None) -> None:
+        """Apply ``release``'s install (a git revision; None: this checkout) over the current one,
+        with the same ConfigMap keys, flags and replicas, as an operator upgrades (or rolls back):
+        the DaemonSet and the Deployment roll through their own rolling update."""
+        self._apply("kustomize", release)
+        self.release = release
+
+    def _apply(self, method: str, release: str | None) -> dict[str, object]:
+        """``install.install`` with the playground's settings for this scenario."""
         assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
         sc = self.scenario
         coordinators: dict[str, str] = {pool: etcd.client_url for pool, etcd in self.coordinators.items()}
@@ -205,24 +215,11 @@ class PlaygroundCluster:
             coordinators = {p.name: AUTO for p in sc.topology.pools if p.coordinator}
         config = install.edgewatch_config(grouping=sc.topology.grouping, coordinators=coordinators,
                                           out_of_service_pools=sc.out_of_service_pools())
-        self.installed = install.install(
-            self.install_method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
+        return install.install(
+            method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
             kubeconfig=self.admin_kubeconfig, config=config,
             controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
-            controller_replicas=min(2, sc.topology.cloud_nodes), release=self.release)
-        self._install_config = config
-
-    def roll_to(self, release: str | None) -> None:
-        """Apply ``release``'s install (a git revision; None: this checkout) over the current one,
-        with the same ConfigMap keys, flags and replicas, as an operator upgrades (or rolls back):
-        the DaemonSet and the Deployment roll through their own rolling update."""
-        assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
-        sc = self.scenario
-        install.install("kustomize", workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
-                        kubeconfig=self.admin_kubeconfig, config=self._install_config,
-                        controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
-                        controller_replicas=min(2, sc.topology.cloud_nodes), release=release)
-        self.release = release
+            controller_replicas=min(2, sc.topology.cloud_nodes), release=release)
 
     def stop(self) -> None:
         """Stop every process and remove the lab (real nodes: their logs are copied to the run

@@ -46,6 +46,7 @@ from edgewatch.names import (
 from edgewatch.kube.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch_lab.playground.report import Recording
 from edgewatch_lab.playground.statefulsets import record_pods
+from edgewatch_lab.testing.kubeletsim import pod_ready
 from edgewatch.kube.errors import API_ERRORS
 
 STATE_ANNOTATION = "edgewatch.io/state"
@@ -163,11 +164,10 @@ class Observer:
                           if o.kind == "StatefulSet" and o.controller), None)
             if owner not in owned:
                 continue
-            conditions = (pod.status.conditions or []) if pod.status is not None else []
             owned[owner].append({
                 "pod": pod.metadata.name, "uid": pod.metadata.uid or pod.metadata.name,
                 "node": (pod.spec.nodeName if pod.spec else None) or "",
-                "ready": any(c.type == "Ready" and c.status == "True" for c in conditions),
+                "ready": pod_ready(pod),
                 "deleting": pod.metadata.deletionTimestamp is not None})
         for name, series in self.recording.statefulsets.items():
             record_pods(series, t, owned[name])

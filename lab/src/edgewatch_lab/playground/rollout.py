@@ -35,6 +35,8 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment
 from lightkube.resources.core_v1 import Pod
 
+from edgewatch_lab.testing.kubeletsim import pod_ready
+
 __all__ = ["RESTARTED_AT", "RolloutWatch", "daemonset_rolled", "rollout_complete", "start_rollout"]
 
 #: The annotation ``kubectl rollout restart`` stamps on a pod template.
@@ -52,11 +54,6 @@ async def start_rollout(client: AsyncClient, *, namespace: str, now: dt.datetime
     await client.patch(DaemonSet, "edgewatch-agent", body, namespace=namespace)
     await client.patch(Deployment, "edgewatch-controller", body, namespace=namespace)
     return stamp
-
-
-def _ready(pod: Pod) -> bool:
-    status = pod.status
-    return status is not None and any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
 
 @dataclass
@@ -110,7 +107,7 @@ class RolloutWatch:
                 seen.old_gone_s = t
             if seen.updated_s is None and current is not None and any(
                     p.metadata and (p.metadata.labels or {}).get(REVISION_HASH) == current
-                    and p.metadata.deletionTimestamp is None and _ready(p) for p in here):
+                    and p.metadata.deletionTimestamp is None and pod_ready(p) for p in here):
                 seen.updated_s = t
         if self.agents_done_s is None and daemonset_rolled(ds):
             self.agents_done_s = t

@@ -50,6 +50,7 @@ from edgewatch_lab.playground.coordinatorwatch import (
     wait_coordinator_ready,
 )
 from edgewatch_lab.playground.observer import Observer
+from edgewatch_lab.playground.placement import place_statefulsets
 from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
@@ -58,15 +59,9 @@ from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
 from edgewatch_lab.testing.binaries import Binaries, ensure_prometheus
-from edgewatch_lab.testing.kubeletsim import make_client
+from edgewatch_lab.testing.kubeletsim import make_client, pod_ready
 from edgewatch_lab.testing.smoke import create_until_done, ready_endpoints, wait_for
-from edgewatch_lab.testing.workload import (
-    STATEFULSET_LABEL,
-    pinned_statefulset,
-    sample_deployment,
-    sample_headless_service,
-    sample_service,
-)
+from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
 
 log = logging.getLogger(__name__)
 
@@ -208,14 +203,14 @@ class ScenarioPlayer:
 
         await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
         if self.scenario.statefulsets:
-            await self._statefulsets_placed(timeout_s=90 + slack)
+            await place_statefulsets(self.client, {s.name: s.node for s in self.scenario.statefulsets},
+                                     namespace=WORKLOAD_NAMESPACE, timeout_s=90 + slack)
         if self.cluster.edgewatch:
             async def edgewatch_running() -> bool:
                 async for pod in self.client.list(Pod, namespace=EDGEWATCH_NAMESPACE,
                                                   labels={"app.kubernetes.io/name": "edgewatch-agent"}):
                     node_name = pod.spec.nodeName if pod.spec else None
-                    if node_name and any(c.type == "Ready" and c.status == "True"
-                                         for c in (pod.status.conditions or []) if pod.status):
+                    if node_name and pod_ready(pod):
                         self._agent_ready_at.setdefault(node_name, time.monotonic())
                 ds = await self.client.get(DaemonSet, "edgewatch-agent", namespace=EDGEWATCH_NAMESPACE)
                 dep = await self.client.get(Deployment, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
@@ -238,39 +233,6 @@ class ScenarioPlayer:
                 await self._coordinators_running(timeout_s=180 + slack)
         if self.proxies.nodes or self.proxies.dns_nodes:
             await self.proxies.start(timeout_s=120 + slack)
-
-    async def _statefulsets_placed(self, *, timeout_s: float) -> None:
-        """Create the scenario's StatefulSets and wait until each one's pod is Ready on its node. A
-        pod the scheduler put elsewhere (its node preference is only preferred) is deleted, so
-        that the StatefulSet recreates it and it is scheduled again."""
-        for sts in self.scenario.statefulsets:
-            await create_until_done(self.client, pinned_statefulset(
-                namespace=WORKLOAD_NAMESPACE, name=sts.name, node=sts.node), timeout_s=60)
-        wanted = {sts.name: sts.node for sts in self.scenario.statefulsets}
-
-        async def placed() -> bool:
-            ok = set()
-            async for pod in self.client.list(Pod, namespace=WORKLOAD_NAMESPACE,
-                                              labels={STATEFULSET_LABEL: list(wanted)}):
-                name = (pod.metadata.labels or {}).get(STATEFULSET_LABEL, "")
-                node = pod.spec.nodeName if pod.spec else None
-                if not node or pod.metadata.deletionTimestamp is not None or name not in wanted:
-                    continue
-                if node != wanted[name]:
-                    log.info("StatefulSet %s: its pod %s was scheduled on %s, not %s; deleting it",
-                             name, pod.metadata.name, node, wanted[name])
-                    with contextlib.suppress(*API_ERRORS):
-                        await self.client.delete(Pod, pod.metadata.name, namespace=WORKLOAD_NAMESPACE,
-                                                 grace_period=0)
-                    continue
-                if any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])
-                       if pod.status):
-                    ok.add(name)
-            return ok == set(wanted)
-
-        await wait_for(placed, timeout_s=timeout_s,
-                       what="each StatefulSet's pod Ready on its node (" +
-                       ", ".join(f"{n} on {node}" for n, node in wanted.items()) + ")")
 
     async def _coordinators_running(self, *, timeout_s: float) -> None:
         """``coordinators: pods``: wait until each coordinator pool's pod is Ready, published in

@@ -142,12 +142,15 @@ def node_conditions(*, now: dt.datetime | None = None) -> list[dict[str, str]]:
     ]
 
 
+def pod_ready(pod: Pod) -> bool:
+    """True if the pod shows condition Ready=True."""
+    status = pod.status
+    return status is not None and any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
 def pod_is_running_ready(pod: Pod) -> bool:
     """True if the pod already shows phase Running and condition Ready=True."""
-    status = pod.status
-    if status is None or status.phase != "Running":
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+    return pod.status is not None and pod.status.phase == "Running" and pod_ready(pod)
 
 
 def running_status(pod: Pod, *, host_ip: str, pod_ip: str) -> dict[str, Any]:
