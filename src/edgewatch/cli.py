@@ -257,14 +257,18 @@ def status(kubeconfig: str | None, namespace: str, output: str) -> None:
               help="edgewatch's namespace (its rosters, pool CAs, beacon; edgewatch-nodes is fixed).")
 @click.option("--dry-run", is_flag=True, default=False, help="Print what would be removed; write nothing.")
 @click.option("--api-timeout", type=float, default=10.0, show_default=True, help="Seconds per API request.")
-def uninstall(kubeconfig: str | None, namespace: str, dry_run: bool, api_timeout: float) -> None:
+@click.option("--force", is_flag=True, default=False,
+              help="Clean even while the install's ServiceAccounts exist (its controller and agents would undo it).")
+def uninstall(kubeconfig: str | None, namespace: str, dry_run: bool, api_timeout: float, force: bool) -> None:
     """Remove every mark edgewatch left on the cluster (taints, annotations, conditions, Lease marks,
-    rosters, evidence, key records, pool CAs, CSRs). Run it after `kubectl delete -k deploy/` or
-    `helm uninstall` (docs/uninstall.md). Exit 1 if something could not be removed."""
+    rosters, evidence, key records, pool CAs, CSRs). Run it after `kubectl delete -k deploy/
+    --wait=false` or `helm uninstall` (docs/uninstall.md): it refuses while the install is still
+    there. Exit 1 if something could not be removed, 2 if the cluster could not be read, 3 if the
+    install is still there."""
     from edgewatch.uninstall import run_uninstall
 
     sys.exit(run_uninstall(kubeconfig=kubeconfig, namespace=namespace, dry_run=dry_run,
-                           api_timeout_s=api_timeout))
+                           api_timeout_s=api_timeout, force=force))
 
 
 @main.command("pool-etcd-acl")

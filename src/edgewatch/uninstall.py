@@ -1,7 +1,9 @@
 """``edgewatch uninstall``: remove every mark edgewatch left on a cluster (docs/uninstall.md).
 
 Run it *after* the install is gone (``kubectl delete -k deploy/`` or ``helm uninstall``): a running
-controller or agent would put its marks back. It removes:
+controller or agent would put its marks back, so it refuses (:class:`InstallPresent`) while the
+ServiceAccounts its components authenticate as still exist (once they are deleted, no token of
+theirs is accepted, even from a pod still running on a cut-off node), unless forced. It removes:
 
 - on Nodes: the taints ``edgewatch.io/cloud-unreachable`` and ``edgewatch.io/failed`` (any
   effect) and ``node.kubernetes.io/out-of-service`` **with the value** ``edgewatch`` only (the same
@@ -51,6 +53,7 @@ from edgewatch.kube.api import (
     Node,
     PatchType,
     Secret,
+    ServiceAccount,
 )
 from edgewatch.kube.client import CloudApi, api_client
 from edgewatch.kube.errors import API_ERRORS, status_code
@@ -80,6 +83,8 @@ __all__ = [
     "OUT_OF_SERVICE_VALUE",
     "TAINT_KEYS",
     "Deletion",
+    "INSTALL_SERVICE_ACCOUNTS",
+    "InstallPresent",
     "Patch",
     "Report",
     "is_edgewatch_taint",
@@ -102,6 +107,9 @@ NODE_CONDITIONS: tuple[str, ...] = (EDGE_CONDITION_TYPE, ROLE_CONDITION_TYPE)
 LEADER_LEASE_NAME = "edgewatch-controller"
 #: Created in every namespace by kube-controller-manager, never ours.
 _ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+#: The ServiceAccounts of the install's components that write marks (deploy/10-rbac-agent.yaml,
+#: deploy/11-rbac-controller.yaml; the chart's are named the same).
+INSTALL_SERVICE_ACCOUNTS: tuple[str, ...] = ("edgewatch-agent", "edgewatch-controller")
 _MAX_ATTEMPTS = 4
 
 
@@ -429,8 +437,32 @@ async def plan_cluster(*, client: CloudApi, namespace: str) -> list[Patch | Dele
     return steps
 
 
+class InstallPresent(RuntimeError):
+    """The install is still there: cleaning now would be undone by its controller and agents."""
+
+
+async def install_accounts(*, client: CloudApi, namespace: str) -> list[str]:
+    """The install's ServiceAccounts (:data:`INSTALL_SERVICE_ACCOUNTS`) that still exist in
+    ``namespace`` and are not being deleted, as ``<namespace>/<name>``.
+
+    Raises:
+        ApiError, HttpError, OSError, TimeoutError: the lookup failed (other than 404).
+    """
+    present = []
+    for name in INSTALL_SERVICE_ACCOUNTS:
+        try:
+            account = await client.get(ServiceAccount, name, namespace=namespace)
+        except ApiError as exc:
+            if status_code(exc) == 404:
+                continue
+            raise
+        if account.metadata is None or account.metadata.deletionTimestamp is None:
+            present.append(f"{namespace}/{name}")
+    return present
+
+
 async def uninstall(*, client: CloudApi, namespace: str = "edgewatch", dry_run: bool = False,
-                    out: TextIO | None = None, timeout_s: float = 30.0) -> Report:
+                    out: TextIO | None = None, timeout_s: float = 30.0, force: bool = False) -> Report:
     """Plan (:func:`plan_cluster`) and, unless ``dry_run``, apply every step, printing one line per
     object to ``out``. A step that fails is reported and the others still run.
 
@@ -440,12 +472,21 @@ async def uninstall(*, client: CloudApi, namespace: str = "edgewatch", dry_run: 
         dry_run: print the plan, write nothing.
         out: where progress goes (default: sys.stdout at the time of the call).
         timeout_s: the bound on all the attempts for one object.
+        force: clean even while the install is still there (its components would undo it).
 
     Raises:
+        InstallPresent: not ``dry_run`` nor ``force``, and the install's ServiceAccounts exist.
         ApiError, HttpError, OSError, TimeoutError: the cluster could not be read to plan.
     """
     out = sys.stdout if out is None else out
     report = Report()
+    if not dry_run and not force:
+        present = await install_accounts(client=client, namespace=namespace)
+        if present:
+            raise InstallPresent(
+                f"the install is still there (ServiceAccounts {', '.join(present)}): its controller and "
+                "agents would put every mark back. Delete it first (kubectl delete -k deploy/ --wait=false, "
+                "or helm uninstall), then run this again; --force cleans anyway")
     steps = await plan_cluster(client=client, namespace=namespace)
     if not steps:
         print("nothing of edgewatch left on this cluster", file=out)
@@ -472,21 +513,25 @@ async def uninstall(*, client: CloudApi, namespace: str = "edgewatch", dry_run: 
 
 
 def run_uninstall(*, kubeconfig: str | None, namespace: str = "edgewatch", dry_run: bool = False,
-                  api_timeout_s: float = 10.0) -> int:
+                  api_timeout_s: float = 10.0, force: bool = False) -> int:
     """The ``edgewatch uninstall`` command: exit code 0 when everything planned was removed (or the
     dry run planned), 1 when something could not be removed, 2 when the cluster could not be read
-    (no usable kubeconfig, the apiserver unreachable, a list refused). Never raises for those."""
+    (no usable kubeconfig, the apiserver unreachable, a list refused), 3 when the install is still
+    there (:class:`InstallPresent`; nothing written). Never raises for those."""
 
     async def main() -> Report:
         client = api_client(kubeconfig, timeout_s=api_timeout_s, component="uninstall")
         try:
             return await uninstall(client=client, namespace=namespace, dry_run=dry_run,
-                                   timeout_s=api_timeout_s * _MAX_ATTEMPTS * 2)
+                                   timeout_s=api_timeout_s * _MAX_ATTEMPTS * 2, force=force)
         finally:
             await client.close()
 
     try:
         report = asyncio.run(main())
+    except InstallPresent as exc:
+        print(f"edgewatch uninstall: {exc}", file=sys.stderr)
+        return 3
     except (*API_ERRORS, HttpError, ConfigError, ValueError) as exc:
         print(f"edgewatch uninstall: cannot read the cluster: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 edgewatch installed as shipped (the kustomize base, its RBAC, its pods run by the kubelet
 simulator), real faults — and the scenario's own expectations must hold. Every edgewatch run also
 proves, from the apiserver's audit log, that the agents and the controller used only their own
-ServiceAccounts (never the admin credential) and that each agent's token was bound to its node.
+ServiceAccounts (never the admin credential; only ``edgewatch uninstall``, the operator's command in
+the uninstall scenario, uses it) and that each agent's token was bound to its node.
 
 pool-cache runs a real kube-proxy (built with the other binaries) on a cut-off node; real-nodes
 runs real kubelets, containerd and runc (marked ``realnodes``) beside simulated nodes.
@@ -38,6 +39,8 @@ AGENT_SA = "system:serviceaccount:edgewatch:edgewatch-agent"
 CONTROLLER_SA = "system:serviceaccount:edgewatch:edgewatch-controller"
 #: The pool coordinator's pod (``coordinators: pods``): its own ServiceAccount, to request its certificate.
 COORDINATOR_SA = "system:serviceaccount:edgewatch:edgewatch-coordinator"
+#: ``edgewatch uninstall`` (the ``uninstall`` step) runs as the operator: the lab's admin certificate.
+OPERATOR = "edgewatch-admin"
 
 pytestmark = [pytest.mark.root, pytest.mark.controlplane]
 
@@ -117,6 +120,8 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
         expected = {("agent", AGENT_SA), ("controller", CONTROLLER_SA)}
         if scenario.topology.coordinators == "pods":
             expected.add(("pool-coordinator", COORDINATOR_SA))
+        if any(s.action == "uninstall" for s in scenario.steps):
+            expected.add(("uninstall", OPERATOR))
         assert users == expected, f"{name}: identities {ids}"
         agent = next(i for i in ids if i["component"] == "agent")
         assert agent["requests"] > 0 and set(agent["node_names"]) <= set(scenario.node_names())

@@ -2,7 +2,8 @@
 writes to the same Nodes meanwhile): nodes and node Leases carrying every mark edgewatch writes, next
 to an operator's own taint (also an out-of-service one), annotations, labels and condition; the data
 objects edgewatch leaves in its namespaces and its CSRs, next to the install's ConfigMap and an
-operator's objects. ``--dry-run`` changes nothing; the run removes every edgewatch mark and object
+operator's objects. ``--dry-run`` changes nothing; while the install's ServiceAccount exists the run
+is refused (exit 3) and changes nothing; the run removes every edgewatch mark and object
 and leaves the operator's untouched; a second run finds nothing to do (docs/uninstall.md)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cryptography.x509.oid import NameOID
 from lightkube import ApiError
 from lightkube.resources.certificates_v1 import CertificateSigningRequest
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Secret
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Secret, ServiceAccount
 
 from edgewatch.controller.model import STATE_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION
 from edgewatch.core.roster import ROSTER_LABEL
@@ -176,6 +177,15 @@ async def test_uninstall_removes_every_edgewatch_mark_and_leaves_the_operators( 
             assert never not in dry.stdout, dry.stdout
         assert not await _absent(kube, ConfigMap, "edgewatch-roster", ns)
         assert [t for t in (await _snapshot(kube, [marked]))[marked]["taints"] if is_edgewatch_taint(t)] == ours_taints
+
+        # -- the install still there (its controller's ServiceAccount): refused, nothing written
+        await kube.create(ServiceAccount.from_dict({"metadata": {"name": "edgewatch-controller", "namespace": ns}}))
+        refused = await asyncio.to_thread(_edgewatch, control_plane, "--namespace", ns)
+        assert refused.returncode == 3, refused.stdout + refused.stderr
+        assert f"ServiceAccounts {ns}/edgewatch-controller" in refused.stderr, refused.stderr
+        assert "FAILED" not in refused.stdout and "done" not in refused.stdout, refused.stdout
+        assert not await _absent(kube, ConfigMap, "edgewatch-roster", ns)
+        await kube.delete(ServiceAccount, "edgewatch-controller", namespace=ns)
 
         # -- the run
         run = await asyncio.to_thread(_edgewatch, control_plane, "--namespace", ns)

@@ -25,7 +25,7 @@ from edgewatch_lab.playground.scenario import (
 
 EXPECTED_BUILTINS = {"real-nodes", "cut-and-kill", "cloud-partition", "node-failure", "pool-split", "pool-split-25", "flaky-link",
                      "leader-failover", "clock-skew", "mixed-cluster", "pool-cache", "coordinator-pod",
-                     "coordinator-real-nodes", "upgrade"}
+                     "coordinator-real-nodes", "upgrade", "uninstall"}
 
 
 def base() -> dict[str, Any]:

@@ -26,7 +26,7 @@ from lightkube.resources.certificates_v1 import (
 )
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret, ServiceAccount
 from lightkube.types import PatchType
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "CertificateSigningRequestCondition", "CertificateSigningRequestStatus", "ConfigError", "ConfigMap", "Deployment",
     "Event",
     "HttpClient", "HttpError", "HttpTimeout", "HttpTimeoutError", "Lease", "LeaseSpec", "Node", "ObjectMeta",
-    "PatchType", "Pod", "Secret",
+    "PatchType", "Pod", "Secret", "ServiceAccount",
 ]
 
 HttpClient = httpx2.AsyncClient

@@ -16,6 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from edgewatch_lab.playground.proxycheck import follow_lags
+from edgewatch_lab.playground.uninstallcheck import check_clean, check_evicted_after
 from edgewatch_lab.playground.report import detection, detection_target, evictions_after, report_end, round_s
 from edgewatch.names import OUT_OF_SERVICE_TAINT_KEY
 from edgewatch_lab.playground.expectation import (
@@ -93,6 +94,11 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
 
     if key == "agents_updated":
         return _check_updated(report, exp, targets, label)
+
+    if key == "clean_at_end":
+        return ExpectationResult(*check_clean(report, targets, label, bool(value)))
+    if key == "evicted_after_uninstall_within_s":
+        return ExpectationResult(*check_evicted_after(report, targets, label, float(value)))
 
     if key == "never_not_ready":
         desc = f"{label}: {'never NotReady' if value else 'NotReady at some point'}"

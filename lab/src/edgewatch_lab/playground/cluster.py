@@ -206,6 +206,32 @@ class PlaygroundCluster:
         self._apply("kustomize", release)
         self.release = release
 
+    def uninstall(self, *, timeout_s: float = 180.0) -> dict[str, object]:
+        """Remove edgewatch as docs/uninstall.md tells an operator: delete the install the way it
+        was made (``install.remove``), then run ``edgewatch uninstall`` (this checkout's CLI) with
+        the admin kubeconfig, as the operator would. Its output is kept as ``uninstall.log`` in
+        the run folder. Returns ``{"install_deleted": objects, "install_deleted_s", "cleanup_exit",
+        "cleanup": its last line, "cleanup_s"}`` (seconds).
+
+        Raises:
+            subprocess.CalledProcessError: deleting the install failed.
+            subprocess.TimeoutExpired: ``edgewatch uninstall`` took longer than ``timeout_s``.
+        """
+        assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None
+        start = time.monotonic()
+        deleted = install.remove(self.install_method, workdir=self.workdir, kubectl=self.cp.kubectl,
+                                 helm=ensure_helm, kubeconfig=self.admin_kubeconfig)
+        deleted_s = time.monotonic() - start
+        done = subprocess.run([sys.executable, "-m", "edgewatch", "uninstall",
+                               f"--kubeconfig={self.admin_kubeconfig}"],
+                              capture_output=True, text=True, timeout=timeout_s)
+        (self.workdir / "uninstall.log").write_text(deleted + "\n--- edgewatch uninstall ---\n"
+                                                    + done.stdout + done.stderr)
+        lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        return {"install_deleted": len(deleted.splitlines()), "install_deleted_s": round(deleted_s, 1),
+                "cleanup_exit": done.returncode, "cleanup": lines[-1] if lines else "",
+                "cleanup_s": round(time.monotonic() - start - deleted_s, 1)}
+
     def _apply(self, method: str, release: str | None) -> dict[str, object]:
         """``install.install`` with the playground's settings for this scenario."""
         assert self.cp is not None and self.workdir is not None and self.admin_kubeconfig is not None

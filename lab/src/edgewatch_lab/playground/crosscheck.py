@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from edgewatch_lab.playground.expectation import COORDINATOR_KEYS
+from edgewatch_lab.playground.expectation import COORDINATOR_KEYS, UNINSTALL_KEYS
 
 if TYPE_CHECKING:
     from edgewatch_lab.playground.scenario import Scenario
@@ -111,6 +111,18 @@ def cross_check(scenario: Scenario) -> tuple[list[str], list[int]]:
                                 f"{s.at:g} s (revive-coordinator needs an earlier kill-coordinator)")
             dead_coords.pop(s.pool, None)
 
+    # uninstall: at most one; nothing of edgewatch to roll or restart after it
+    uninstalls = [i for i in order if scenario.steps[i].action == "uninstall"]
+    for i in uninstalls[1:]:
+        problems.append(f"{where(i, scenario.steps[i])}: edgewatch is already uninstalled by steps[{uninstalls[0]}]")
+    if uninstalls:
+        gone_at = scenario.steps[uninstalls[0]].at
+        for i in order:
+            s = scenario.steps[i]
+            if s.action in ("rollout", "restart-controller") and s.at >= gone_at:
+                problems.append(f"{where(i, s)}.at: edgewatch is uninstalled at {gone_at:g} s "
+                                f"(steps[{uninstalls[0]}]); nothing is left to {s.action.replace('-', ' ')}")
+
     # StatefulSets: unique names, on a node that takes workload pods
     workers = scenario.worker_node_names()
     names_seen: dict[str, int] = {}
@@ -149,6 +161,9 @@ def cross_check(scenario: Scenario) -> tuple[list[str], list[int]]:
             if without:
                 problems.append(f"expect[{i}]: coredns checks on {', '.join(without)}, which run no "
                                 "CoreDNS (list them in the pool's coredns)")
+        uninstall_keys = [k for k in UNINSTALL_KEYS if getattr(e, k) is not None]
+        if uninstall_keys and not uninstalls:
+            problems.append(f"expect[{i}]: {', '.join(uninstall_keys)} needs an uninstall step")
         coordinator_keys = [k for k in COORDINATOR_KEYS if getattr(e, k) is not None]
         if coordinator_keys and e.pool in pools and not pools[e.pool].coordinator:
             problems.append(f"expect[{i}]: {', '.join(coordinator_keys)} on pool {e.pool!r}, which has no "

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from edgewatch_lab.playground.scenario import Scenario
 
 __all__ = ["ALERT_KEYS", "BASELINE_STATES", "CHECK_KEYS", "NODE_ALERTS", "NODE_FAILED_ALERT",
-           "COORDINATOR_KEYS", "EDGEWATCH_STATES", "STATEFULSET_KEYS", "Comparison", "CountSpec", "Expectation",
+           "COORDINATOR_KEYS", "EDGEWATCH_STATES", "STATEFULSET_KEYS", "UNINSTALL_KEYS", "Comparison", "CountSpec", "Expectation",
            "StrictModel"]
 
 #: Node states in edgewatch runs (the controller's ``edgewatch.io/state`` annotation).
@@ -97,8 +97,10 @@ CHECK_KEYS: Final = (
     "coredns_follows_within_s", "coredns_misses", "lease_carried", "containers_stopped", "replaced_within_s",
     "coordinator_moved_within_s", "led_within_s", "cache_from_coordinator_within_s", "alert_within_s", "no_alerts",
     "out_of_service_taint", "moved_within_s", "moved", "stays",
-    "agents_updated",
+    "agents_updated", "clean_at_end", "evicted_after_uninstall_within_s",
 )
+#: The keys judged on an ``uninstall`` step's outcome (edgewatch runs with that step only).
+UNINSTALL_KEYS: Final = ("clean_at_end", "evicted_after_uninstall_within_s")
 #: The keys judged on one declared StatefulSet's pod (``statefulset`` targets only, and only these).
 STATEFULSET_KEYS: Final = ("moved_within_s", "moved", "stays")
 #: The keys judged on a pool's coordinator after each ``kill-coordinator`` (``pool`` targets only).
@@ -187,6 +189,15 @@ class Expectation(StrictModel):
     #: with one per rollout in order; counts as for ``evictions`` (``">=3"``, ``5``). Edgewatch runs
     #: only: a baseline run has no edgewatch to roll.
     agents_updated: CountSpec | Annotated[list[CountSpec], Field(min_length=1)] | None = None
+    #: True: at the end no targeted node (nor its Lease) carries a mark of edgewatch
+    #: (``edgewatch_lab.playground.marks``), nothing of edgewatch is left in its namespaces nor
+    #: cluster-wide, and ``edgewatch uninstall`` exited 0; false: something is left. Needs an
+    #: ``uninstall`` step.
+    clean_at_end: StrictBool | None = None
+    #: Stock Kubernetes is back after the ``uninstall`` step: no targeted node's pod was evicted
+    #: before it, and each targeted node's pods were evicted within this many seconds after it (a
+    #: node cut off from the cloud, held by edgewatch until then).
+    evicted_after_uninstall_within_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:
@@ -209,6 +220,10 @@ class Expectation(StrictModel):
             raise ValueError(f"{', '.join(coordinator_keys)}: give the pool (its coordinator), not nodes")
         if self.agents_updated is not None and self.baseline:
             raise ValueError("agents_updated: baseline (stock Kubernetes) runs have no edgewatch to roll")
+        uninstall_keys = [k for k in UNINSTALL_KEYS if getattr(self, k) is not None]
+        if uninstall_keys and self.baseline:
+            raise ValueError(f"{', '.join(uninstall_keys)}: baseline (stock Kubernetes) runs have no edgewatch "
+                             "to uninstall")
         alert_keys = [k for k in ALERT_KEYS if getattr(self, k) is not None]
         if alert_keys and self.baseline:
             raise ValueError(f"{', '.join(alert_keys)}: the alerts read edgewatch's controller; baseline "

@@ -14,8 +14,9 @@ The chart gets the same three changes as values (``values``): ``config.*``, ``co
 and ``controller.extraArgs``; the image is left as shipped either way (the overlay does not touch
 it; the chart's default tag is its appVersion, the tag deploy/ sets). Like ``deploy/``, the chart
 creates its namespaces itself, so the release record lives in ``default``
-(``sh.helm.release.v1.edgewatch.v1``). The playground never uninstalls: the whole control plane
-goes at the end of a run.
+(``sh.helm.release.v1.edgewatch.v1``). ``remove`` undoes an install the same way an operator
+does (docs/uninstall.md, step 1: ``kubectl delete -k`` or ``helm uninstall``), for the scenario
+step ``uninstall``; otherwise the whole control plane goes at the end of a run.
 
 Limits: needs the repository's ``deploy/`` (or ``charts/edgewatch``) folder (the playground is a
 developer tool run from a checkout); kustomize is kubectl's built-in one; helm is
@@ -215,4 +216,27 @@ def install(method: str, *, workdir: Path, kubectl: Callable[..., str], helm: Ca
         release["secret"] = kubectl("get", "secret", f"sh.helm.release.v1.{RELEASE}.v{release['revision']}",
                                     f"--namespace={release['namespace']}", "--output=name").strip()
         return release
+    raise ValueError(f"unknown install method {method!r} (one of {', '.join(METHODS)})")
+
+
+def remove(method: str, *, workdir: Path, kubectl: Callable[..., str], helm: Callable[[], Path],
+           kubeconfig: Path, timeout_s: float = 120.0) -> str:
+    """Step 1 of docs/uninstall.md: delete the install the way it was made — ``kubectl delete -k``
+    of the overlay ``render`` wrote (``--wait=false``: the namespaces stay Terminating while an agent
+    pod on a cut-off or dead node waits for its kubelet, and the command would wait with them), or
+    ``helm uninstall`` (``--wait=false`` likewise). Returns the command's output (one line per object).
+
+    Raises:
+        subprocess.CalledProcessError: kubectl or helm failed. ValueError: an unknown method.
+    """
+    root = workdir / "install"
+    if method == "kustomize":
+        return kubectl("delete", "-k", str(root), "--wait=false", "--ignore-not-found", timeout_s=timeout_s)
+    if method == "helm":
+        env = dict(os.environ, HELM_CACHE_HOME=str(root / "helm" / "cache"),
+                   HELM_CONFIG_HOME=str(root / "helm" / "config"), HELM_DATA_HOME=str(root / "helm" / "data"))
+        done = subprocess.run([str(helm()), "uninstall", RELEASE, "--wait=false", f"--kubeconfig={kubeconfig}",
+                               f"--namespace={RELEASE_NAMESPACE}"],
+                              capture_output=True, text=True, timeout=timeout_s, check=True, env=env)
+        return done.stdout
     raise ValueError(f"unknown install method {method!r} (one of {', '.join(METHODS)})")

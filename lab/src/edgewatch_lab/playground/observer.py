@@ -12,6 +12,8 @@ Definitions (the report's vocabulary):
   while the Node's Ready condition is True, else ``not_ready``;
 - touched: edgewatch left a mark on a node — its state annotation, one of its taints, or a
   delegated-heartbeat mark on the node's Lease — recorded once per kind of mark;
+- marks: the whole set of edgewatch's marks on a node and its Lease, each time it changes, by the
+  lab's own definition (``edgewatch_lab.playground.marks``; what ``clean_at_end`` reads);
 - eviction: a workload pod bound to the node gets a deletionTimestamp with the DisruptionTarget
   condition (taint manager, Eviction API); a ReplicaSet scaling down is not an eviction;
 - endpoint removal: a workload pod bound to the node stops being a ready endpoint while it has no
@@ -44,6 +46,7 @@ from edgewatch.names import (
     NODE_LEASE_NAMESPACE,
 )
 from edgewatch.kube.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
+from edgewatch_lab.playground.marks import lease_marks, node_marks
 from edgewatch_lab.playground.report import Recording
 from edgewatch_lab.playground.statefulsets import record_pods
 from edgewatch_lab.testing.kubeletsim import pod_ready
@@ -106,13 +109,22 @@ class Observer:
             self.errors += 1
             return
         t = self.now()
+        marks: dict[str, list[str]] = {}
         for node in nodes:
             self._node(node, t)
+            marks[node.metadata.name] = node_marks(
+                taints=[(tt.key, tt.value or "") for tt in ((node.spec.taints or []) if node.spec else [])],
+                annotations=node.metadata.annotations or {},
+                conditions=[c.type for c in ((node.status.conditions or []) if node.status else [])])
         for lease in leases:
             ann = lease.metadata.annotations or {}
+            if lease.metadata.name in marks:
+                marks[lease.metadata.name] += lease_marks(ann)
             if DELEGATE_HEARTBEAT_ANNOTATION in ann or DELEGATED_VIA_ANNOTATION in ann:
                 self._touch(lease.metadata.name, t, f"lease mark {ann.get(DELEGATED_VIA_ANNOTATION, '?')}")
             self._lease(lease, t)
+        for name, now in marks.items():
+            self._record_marks(name, t, sorted(now))
         counts: dict[str, int] = {}
         for pod in pods:
             name, node_name = pod.metadata.name, (pod.spec.nodeName if pod.spec else None) or ""
@@ -223,6 +235,11 @@ class Observer:
             state += f" holder={holder}"
         if not record.lease or record.lease[-1][1] != state:
             record.lease.append((t, state))
+
+    def _record_marks(self, name: str, t: float, marks: list[str]) -> None:
+        record = self.recording.nodes.get(name)
+        if record is not None and (not record.marks or record.marks[-1][1] != marks):
+            record.marks.append((t, marks))
 
     def _down(self, node: str) -> bool:
         record = self.recording.nodes.get(node)

@@ -63,7 +63,7 @@ __all__ = [
 
 REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
                "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts",
-               "rollouts")
+               "rollouts", "uninstall")
 
 
 def round_s(x: float) -> float:
@@ -123,6 +123,10 @@ class NodeRecord:
     lease: list[tuple[float, str]] = field(default_factory=list)
     #: Real nodes: ``[before, after]`` pod container processes at each kill (key: the kill time).
     containers_at_kill: dict[float, list[int]] = field(default_factory=dict)
+    #: ``(t, [mark, ...])`` each time the set of edgewatch's marks on the node and its Lease changed
+    #: (``edgewatch_lab.playground.marks``: ``taint <key>``, ``annotation <key>``, ``condition
+    #: <type>``, ``lease <key>``); the first entry is the first look.
+    marks: list[tuple[float, list[str]]] = field(default_factory=list)
 
     # -- helpers for the runner ------------------------------------------------------------------
 
@@ -211,6 +215,10 @@ class Recording:
     #: Each ``rollout`` step's record, in order (``RolloutWatch.summary``: per node, seconds from
     #: the step to its old agent pod gone and its new one Ready; the controller's rollout done).
     rollouts: list[dict[str, Any]] = field(default_factory=list)
+    #: The ``uninstall`` step's record (``edgewatch_lab.playground.uninstalling``): when it ran, what
+    #: deleting the install and ``edgewatch uninstall`` printed and took, and what of edgewatch was
+    #: left at the end (``left``); None: no uninstall step ran.
+    uninstall: dict[str, Any] | None = None
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -240,6 +248,7 @@ class Recording:
             rec["coredns"] = [(float(t), list(ips)) for t, ips in rec.get("coredns", [])]
             rec["lease"] = [(float(t), w) for t, w in rec.get("lease", [])]
             rec["containers_at_kill"] = {float(k): list(v) for k, v in rec.get("containers_at_kill", {}).items()}
+            rec["marks"] = [(float(t), list(m)) for t, m in rec.get("marks", [])]
             nodes[name] = NodeRecord(**rec)
         data = dict(data)
         data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
@@ -298,7 +307,9 @@ def build_report(recording: Recording) -> dict[str, Any]:
     StatefulSet: its ``pods`` series and where its pod went, ``statefulset_outcome`` of
     ``edgewatch_lab.playground.statefulsets``), and
     ``alerts`` (what a real Prometheus fired during the run, ``Recording.alerts``; null without
-    ``--prometheus``), and ``rollouts`` (each ``rollout`` step's record, ``Recording.rollouts``).
+    ``--prometheus``), and ``rollouts`` (each ``rollout`` step's record, ``Recording.rollouts``), and
+    ``uninstall`` (the ``uninstall`` step's record, ``Recording.uninstall``; null without one); and
+    per node its ``marks`` series (``NodeRecord.marks``).
     """
     ended_at = recording.ended_at if recording.ended_at is not None else _last_time(recording)
     faults = sorted((dict(f) for f in recording.faults), key=lambda f: float(f["t"]))
@@ -329,6 +340,8 @@ def build_report(recording: Recording) -> dict[str, Any]:
             nodes[name]["coredns"] = [[t, sorted(ips)] for t, ips in sorted(n.coredns, key=lambda x: x[0])]
         if n.lease:
             nodes[name]["lease"] = [[t, w] for t, w in sorted(n.lease, key=lambda x: x[0])]
+        if n.marks:
+            nodes[name]["marks"] = [[t, list(m)] for t, m in sorted(n.marks, key=lambda x: x[0])]
         if n.real:
             nodes[name]["real"] = True
             for kill in kills:
@@ -353,6 +366,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
         "alerts": None if recording.alerts is None else [
             {**a, "labels": dict(a.get("labels") or {})} for a in recording.alerts],
         "rollouts": [dict(r) for r in recording.rollouts],
+        "uninstall": None if recording.uninstall is None else dict(recording.uninstall),
     }
     report["summary"] = _summarize(report)
     return report

@@ -55,6 +55,7 @@ from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.rollout import RolloutWatch, start_rollout
+from edgewatch_lab.playground.uninstalling import leftovers
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
@@ -169,6 +170,7 @@ class ScenarioPlayer:
         #: ``coordinators: pods``: the node each pool's last kill-coordinator killed.
         self._coordinator_killed: dict[str, str] = {}
         self._rollouts: list[RolloutWatch] = []
+        self._uninstall: dict[str, Any] | None = None
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -285,6 +287,10 @@ class ScenarioPlayer:
                     await display
         self.recording.ended_at = self.observer.now()
         self.recording.rollouts = [w.summary() for w in self._rollouts]
+        if self._uninstall is not None:
+            self.recording.uninstall = {"t": self._uninstall["t"], "done_at": self._uninstall.get("done_at"),
+                                        **{k: v for k, v in self._uninstall.items() if k not in ("t", "action", "done_at")},
+                                        "left": await leftovers(self.client)}
         self._record_costs(usage_at_start, elapsed_s=time.monotonic() - t0)
         if self._counters_at_start:
             with contextlib.suppress(Exception):
@@ -426,6 +432,10 @@ class ScenarioPlayer:
                     await loop.run_in_executor(None, cluster.roll_to, step.release)
                 fault["to"] = cluster.release or "this checkout"
                 self._rollouts.append(watch)  # polled from now on: the new spec is in the API
+        elif action == "uninstall":
+            if cluster.edgewatch:
+                fault.update(await loop.run_in_executor(None, cluster.uninstall))
+                self._uninstall = fault
         elif action == "restart-controller":
             if cluster.edgewatch:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)

@@ -36,6 +36,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
       - {at: 199, action: rollout}                           # edgewatch's agents and controller: new pods
                                                              # (release: <commit> rolls to that release)
+      - {at: 199.5, action: uninstall}                       # docs/uninstall.md: delete the install, then
+                                                             # edgewatch uninstall (at most one; no rollout after)
       - {at: 200, action: heal}                              # ends every cut, split and loss
       - {at: 230, action: end}                               # exactly one, the last
     statefulsets:                            # optional: one-replica StatefulSets (pod <name>-0) whose
@@ -104,6 +106,16 @@ Expectation keys (each entry targets exactly one of ``pool`` / ``nodes`` / ``sta
   the rollout's version (Ready) before the next rollout or the end — one count for every rollout, or
   a list with one per rollout — as a count like ``evictions`` (a DaemonSet rollout waits for a node
   whose old pod cannot go: one cut off from the cloud, or dead); edgewatch runs only;
+* ``clean_at_end`` (needs an ``uninstall`` step): true = at the end no targeted node nor its Lease
+  carries a mark of edgewatch (the lab's own definition, ``edgewatch_lab.playground.marks``: any
+  ``edgewatch.io/`` taint, annotation or Lease annotation but the operator's settings, a Node
+  condition not the kubelet's, the out-of-service taint of value ``edgewatch``), nothing of
+  edgewatch is left in its namespaces or cluster-wide (``edgewatch_lab.playground.uninstalling``;
+  pods still Terminating on a cut-off or dead node are Kubernetes' and listed apart), and
+  ``edgewatch uninstall`` exited 0; false = something is left; edgewatch runs only;
+* ``evicted_after_uninstall_within_s`` (needs an ``uninstall`` step): no targeted node's pod was
+  evicted before the step, and each targeted node's pods were evicted within this many seconds
+  after it (stock Kubernetes back on a node it cannot hear); edgewatch runs only;
 * ``baseline``: false (default) = checked on edgewatch runs only; true = on baseline runs only.
 
 Nodes ``cloud-1`` .. ``cloud-<cloud_nodes>`` are in zone ``cloud`` with no agent (not covered by

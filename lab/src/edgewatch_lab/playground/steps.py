@@ -209,6 +209,15 @@ class Rollout(_Step):
         return f"rollout to {self.release or 'this checkout'}"
 
 
+class Uninstall(_Step):
+    """Remove edgewatch as docs/uninstall.md tells an operator (no-op in baseline runs): delete the
+    install the way it was made (``kubectl delete -k ... --wait=false``, or ``helm uninstall``),
+    then run ``edgewatch uninstall`` with the operator's kubeconfig. The report's ``uninstall``
+    records both and what of edgewatch is left at the end (``edgewatch_lab.playground.uninstalling``)."""
+
+    action: Literal["uninstall"]
+
+
 class Scale(_Step):
     """Scale the sample Deployment to ``replicas`` (a Service change made in the cloud)."""
 
@@ -236,13 +245,13 @@ class End(_Step):
 
 Step = Annotated[
     Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
-          ReviveCoordinator, RestartController, Rollout, Scale, Heal, End],
+          ReviveCoordinator, RestartController, Rollout, Uninstall, Scale, Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
     "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
-    "revive-coordinator", "restart-controller", "rollout", "scale", "heal", "end",
+    "revive-coordinator", "restart-controller", "rollout", "uninstall", "scale", "heal", "end",
 )
 
 
