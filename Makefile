@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom e2e-one
+.PHONY: demo test setup system-deps binaries node-binaries peers compat scenarios image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom e2e-one
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -22,6 +22,11 @@ test: setup binaries node-binaries
 	@rc=0; $(VENV)/bin/pytest tests/unit tests/integration || rc=$$?; \
 	$(VENV)/bin/pytest -n $(E2E_WORKERS) --dist load tests/e2e || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
 	exit $$rc
+
+# Every built-in scenario end to end, those make test leaves out included (tests/e2e/test_scenarios.py,
+# OUTSIDE_MAKE_TEST: pool-split, whose split pool-split-25 plays at 25 nodes).
+scenarios: setup binaries node-binaries
+	EDGEWATCH_E2E_ALL=1 $(VENV)/bin/pytest -n $(E2E_WORKERS) --dist load tests/e2e
 
 # Python 3.11+ virtualenv with the pinned dependencies (reinstalled when a pyproject.toml changes):
 # the product (edgewatch, src/) and the lab beside it (edgewatch-lab, lab/: playground, runners, sim).
@@ -79,6 +84,24 @@ node-binaries:
 peers: setup
 	@bash hack/binaries/build.sh superedge >/dev/null
 	$(VENV)/bin/pytest -m peers tests
+
+# The oldest Kubernetes edgewatch supports (README, "Which clusters it runs on"), measured: its
+# control plane, kubelet and kube-proxy built from the Go module proxy through the wrapper module
+# hack/binaries/kube-minimum (cached beside the current version's; about 5 minutes the first time),
+# then the core scenarios run on them, each with its own expectations, as `make test` runs them on
+# the current version: reports in reports/compat/<version>/ (about 15 minutes). `make test` runs
+# tests/integration/test_minimum_version.py, the smoke run of this target's inputs (the wrapper
+# module resolves, the scenarios exist, the README and the chart name the same minimum).
+COMPAT_SCENARIOS ?= node-failure cut-and-kill cloud-partition real-nodes uninstall
+compat: setup binaries node-binaries
+	@assets=$$(bash hack/binaries/build.sh minimum) || exit 1; \
+	version=$$("$$assets/kube-apiserver" --version | awk '{print $$2}'); out=reports/compat/$$version; \
+	mkdir -p $$out; rc=0; \
+	for s in $(COMPAT_SCENARIOS); do \
+	  echo "== $$s on Kubernetes $$version"; \
+	  KUBEBUILDER_ASSETS=$$assets $(VENV)/bin/edgewatch playground run $$s --no-live --report $$out/$$s.json \
+	    > $$out/$$s.log 2>&1 && echo "   passed ($$out/$$s.json)" || { rc=1; echo "   FAILED: see $$out/$$s.log"; }; \
+	done; exit $$rc
 
 # edgewatch's image (and pause) as OCI archives, built here offline from this checkout, Debian's
 # Python and PyPI's wheels (edgewatch_lab.testing.images; the Dockerfile stays the user-facing recipe):

@@ -8,6 +8,9 @@
 #        hack/binaries/build.sh promtool   the same for promtool and prometheus (one folder; see below)
 #        hack/binaries/build.sh superedge  SuperEdge's edge-health and edge-health-admission (one
 #                                          folder for both; see below)
+#        hack/binaries/build.sh minimum    the same binaries at the oldest Kubernetes edgewatch
+#                                          supports, through the wrapper module kube-minimum/
+#                                          (make compat; its own folder, kept beside the current one)
 #
 # Output: $EDGEWATCH_CACHE/bin/<stamp>/ (default ~/.cache/edgewatch/bin/...), outside the repo,
 # so only the first build pays. The stamp hashes the wrapper modules (go.mod, go.sum, etcd's
@@ -24,7 +27,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod")
+# The wrapper module of the Kubernetes binaries: kube/ (the version everything runs on) or, with
+# `minimum`, kube-minimum/ (the oldest supported; make compat). Each keeps its own cache folder.
+kube_dir=kube other_dir=kube-minimum
+if [ "${1:-}" = minimum ]; then kube_dir=kube-minimum other_dir=kube; fi
+KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/$kube_dir/go.mod")
+OTHER_KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/$other_dir/go.mod" 2>/dev/null || true)
 ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
 # Each binary of k8s.io/kubernetes is built from k8s.io/kubernetes/cmd/<name>; etcd from ./etcd.
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
@@ -145,7 +153,7 @@ if [ "${1:-}" = superedge ]; then
   exit $?
 fi
 
-if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ "$kube_dir" = kube ]; then
   for b in "${BINARIES[@]}"; do
     case " ${OPTIONAL_IN_ASSETS[*]} " in *" $b "*) continue ;; esac
     [ -x "$KUBEBUILDER_ASSETS/$b" ] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
@@ -156,7 +164,7 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
 fi
 
 cache=${EDGEWATCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgewatch}
-stamp=$( { printf '%s\n' "$RECIPE"; cat "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/main.go; } | sha256sum | cut -c1-12)
+stamp=$( { printf '%s\n' "$RECIPE"; cat "$here/$kube_dir/go.mod" "$here/$kube_dir/go.sum" "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/main.go; } | sha256sum | cut -c1-12)
 out="$cache/bin/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-$stamp"
 
 missing_in() {  # $1 = folder; prints the BINARIES it lacks
@@ -245,7 +253,7 @@ for b in "${missing[@]}"; do
   fi
 done
 if [ "${#kube_pkgs[@]}" -gt 0 ]; then
-  build_with_progress "$here/kube" "Kubernetes $KUBE_VERSION: ${kube_pkgs[*]##*/}" "$kube_ldflags" "${kube_pkgs[@]}"
+  build_with_progress "$here/$kube_dir" "Kubernetes $KUBE_VERSION: ${kube_pkgs[*]##*/}" "$kube_ldflags" "${kube_pkgs[@]}"
 fi
 
 for b in "${missing[@]}"; do [ -x "$out.tmp/$b" ] || { log "build produced no $b"; exit 1; }; done
@@ -254,6 +262,7 @@ for b in "${missing[@]}"; do mv -f "$out.tmp/$b" "$out/$b"; done
 rm -rf "$out.tmp"
 printf '%s\n' "$RECIPE" >"$out/.recipe"
 for old in "$cache"/bin/k8s-*; do  # older stamps are dead weight (each is ~500 MB)
+  case "${old##*/}" in "k8s-$OTHER_KUBE_VERSION-"*) continue ;; esac  # the other wrapper's folder stays
   [ "$old" = "$out" ] || [ "$old" = "$adopted" ] || rm -rf "$old"
 done
 log "built ${missing[*]} in $(( $(date +%s) - start )) s into $out"
