@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers compat scenarios image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom e2e-one
+.PHONY: demo test setup system-deps binaries node-binaries peers compare-peers compat scenarios image unit bench bench-lab bench-cache bench-coordinator bench-real fuzz clean-lab sbom e2e-one
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -84,6 +84,20 @@ node-binaries:
 peers: setup
 	@bash hack/binaries/build.sh superedge >/dev/null
 	$(VENV)/bin/pytest -m peers tests
+
+# Issue 26's table: each scenario on edgewatch, SuperEdge v0.9.0's edge-health and stock Kubernetes,
+# one after the other in the same lab (edgewatch playground compare --systems ...): one report and
+# one timeline per system in reports/peers/ (about 12 minutes per scenario). pool-split is the split
+# 3|2 with the minority cut off, flaky-link 30 % loss on two nodes. tests/e2e/test_superedge.py is
+# make test's smoke run of the SuperEdge side.
+PEER_SCENARIOS ?= cut-and-kill node-failure cloud-partition pool-split flaky-link pool-split-25
+compare-peers: setup binaries
+	@bash hack/binaries/build.sh superedge >/dev/null
+	@mkdir -p reports/peers; rc=0; for s in $(PEER_SCENARIOS); do \
+	  $(VENV)/bin/edgewatch playground compare $$s --systems edgewatch,superedge,stock --no-live \
+	    --report-dir reports/peers --plot reports/peers/$$s.svg > reports/peers/$$s.log 2>&1 \
+	    && echo "$$s: done (reports/peers/$$s*.json)" || { rc=1; echo "$$s: FAILED, see reports/peers/$$s.log"; }; \
+	done; exit $$rc
 
 # The oldest Kubernetes edgewatch supports (README, "Which clusters it runs on"), measured: its
 # control plane, kubelet and kube-proxy built from the Go module proxy through the wrapper module

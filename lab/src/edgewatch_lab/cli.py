@@ -46,7 +46,10 @@ def playground_list() -> None:
 
 @playground.command("run")
 @click.argument("scenario")
-@click.option("--baseline", is_flag=True, help="Stock Kubernetes: no agents, no controller.")
+@click.option("--baseline", is_flag=True, help="Stock Kubernetes: no agents, no controller (= --system stock).")
+@click.option("--system", type=click.Choice(["edgewatch", "superedge", "stock"]), default=None,
+              help="What judges the nodes (default edgewatch): superedge installs SuperEdge v0.9.0's "
+              "edge-health and its webhook instead (built on first use; measured, not judged).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw the timeline (.svg or .png).")
 @click.option("--live/--no-live", default=True, show_default=True, help="Live table while it runs.")
@@ -60,36 +63,46 @@ def playground_list() -> None:
 @click.option("--prometheus", is_flag=True, help="Run a real Prometheus (built on first use) that scrapes "
               "the edgewatch controller and agents and evaluates the shipped alert rules; the report's "
               "'alerts' lists what fired and when.")
-def playground_run(scenario: str, baseline: bool, report: Path | None, plot: Path | None, live: bool,
-                   keep_logs: bool, install_method: str, coordinator_mode: str | None, prometheus: bool) -> None:
+def playground_run(scenario: str, baseline: bool, system: str | None, report: Path | None, plot: Path | None,
+                   live: bool, keep_logs: bool, install_method: str, coordinator_mode: str | None,
+                   prometheus: bool) -> None:
     """Play SCENARIO (a built-in name or a YAML file) and check its expectations.
 
     Exits 1 if an expectation failed. Example: edgewatch playground run node-failure --report r.json
     """
     from edgewatch_lab.playground.cli import run_one
 
+    if baseline and system not in (None, "stock"):
+        raise click.UsageError("--baseline is --system stock")
     sys.exit(run_one(scenario, baseline=baseline, report=report, plot=plot, live=live, keep_logs=keep_logs,
-                     install_method=install_method, coordinator_mode=coordinator_mode, prometheus=prometheus))
+                     install_method=install_method, coordinator_mode=coordinator_mode, prometheus=prometheus,
+                     system=system))
 
 
 @playground.command("compare")
 @click.argument("scenario")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Where to write both JSON reports.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw both timelines (.svg/.png).")
+              show_default=True, help="Where to write the JSON reports (one per system).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw the timelines (.svg/.png): all runs in this file, and one file per system beside it.")
+@click.option("--systems", default="edgewatch,stock", show_default=True,
+              help="Comma-separated, run in this order: edgewatch, superedge (SuperEdge v0.9.0's edge-health, "
+              "built on first use), stock.")
 @click.option("--live/--no-live", default=True, show_default=True)
 @click.option("--install", "install_method", type=click.Choice(["kustomize", "helm"]), default="kustomize",
               show_default=True, help="Install edgewatch from deploy/ (kustomize) or charts/edgewatch (helm).")
 @click.option("--prometheus", is_flag=True, help="Run a real Prometheus (built on first use) that scrapes "
               "the edgewatch controller and agents and evaluates the shipped alert rules; the report's "
               "'alerts' lists what fired and when.")
-def playground_compare(scenario: str, report_dir: Path, plot: Path | None, live: bool, install_method: str,
-                       prometheus: bool) -> None:
-    """Play SCENARIO with edgewatch, then with stock Kubernetes, and print both summaries side by side."""
+def playground_compare(scenario: str, report_dir: Path, plot: Path | None, systems: str, live: bool,
+                       install_method: str, prometheus: bool) -> None:
+    """Play SCENARIO on each system (default: edgewatch, then stock Kubernetes) and print the
+    summaries side by side. Example: edgewatch playground compare node-failure --systems
+    edgewatch,superedge,stock --plot reports/node-failure.svg"""
     from edgewatch_lab.playground.cli import compare
 
     sys.exit(compare(scenario, report_dir=report_dir, plot=plot, live=live, install_method=install_method,
-                     prometheus=prometheus))
+                     prometheus=prometheus, systems=tuple(s.strip() for s in systems.split(",") if s.strip())))
 
 
 @playground.command("up")

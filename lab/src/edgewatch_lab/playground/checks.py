@@ -46,12 +46,15 @@ def _fmt_s(x: float) -> str:
 
 
 def check_expectations(scenario: Scenario, report: dict[str, Any]) -> list[ExpectationResult]:
-    """Judge ``report`` against the scenario's expectations for its kind of run (``baseline`` flag).
+    """Judge ``report`` against the scenario's expectations for its kind of run (``baseline`` flag);
+    none for a SuperEdge run (``system: superedge``: measured side by side, not judged).
 
     One result per check key of each applicable entry, in file order.
     """
     if report["scenario"] != scenario.name:
         raise ValueError(f"report is of scenario {report['scenario']!r}, not {scenario.name!r}")
+    if report.get("system") == "superedge":
+        return []  # measured, not judged: the expectations are edgewatch's and stock Kubernetes' own
     results: list[ExpectationResult] = []
     end = report_end(report, scenario.end_time)
     for exp in scenario.expectations_for(baseline=bool(report["baseline"])):

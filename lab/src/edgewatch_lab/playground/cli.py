@@ -13,8 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from edgewatch_lab.playground.prometheus import format_alerts
-from edgewatch_lab.playground.report import format_summary_table
-from edgewatch_lab.playground.runner import RunResult, run_scenario, with_coordinator_mode
+from edgewatch_lab.playground.runner import SYSTEMS, RunResult, run_scenario, with_coordinator_mode
 from edgewatch_lab.playground.scenario import ScenarioError, load_scenario
 
 
@@ -71,9 +70,13 @@ def _install_line(result: RunResult) -> str:
     return f"installed with {done['method']}" if done else ""
 
 
+#: How each system is named on the console.
+LABELS = {"edgewatch": "edgewatch", "superedge": "SuperEdge edge-health", "stock": "stock Kubernetes"}
+
+
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
             keep_logs: bool, install_method: str = "kustomize", coordinator_mode: str | None = None,
-            prometheus: bool = False) -> int:
+            prometheus: bool = False, system: str | None = None) -> int:
     """``playground run``: exit code 0 if every expectation held, 1 otherwise, 2 for a bad scenario.
     ``install_method``: how edgewatch is installed (``install.METHODS``); ``coordinator_mode``
     (``process`` / ``pods``) overrides the scenario's ``coordinators``; ``prometheus``: a real
@@ -86,8 +89,8 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
         return 2
     binaries = binaries_with_progress(console)
     result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
-                          binaries=binaries, install_method=install_method, prometheus=prometheus)
-    label = "stock Kubernetes" if baseline else "edgewatch"
+                          binaries=binaries, install_method=install_method, prometheus=prometheus, system=system)
+    label = LABELS[result.report["system"]]
     if _install_line(result):
         console.print(_install_line(result))
     console.print(f"[bold]{scenario.name} ({label})[/]: summary {json.dumps(result.report['summary'])}")
@@ -101,35 +104,55 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
 
 
 def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, install_method: str = "kustomize",
-            prometheus: bool = False) -> int:
-    """``playground compare``: edgewatch (installed the ``install_method`` way) then stock
-    Kubernetes, side by side (``prometheus``: both with a real Prometheus, see ``run_one``). Exit 1
-    if an expectation of either run failed."""
+            prometheus: bool = False, systems: tuple[str, ...] = ("edgewatch", "stock")) -> int:
+    """``playground compare``: SCENARIO on each of ``systems`` one after the other (``SYSTEMS``:
+    edgewatch installed the ``install_method`` way, SuperEdge's edge-health, stock Kubernetes), the
+    same scenario, timings and workload; one report per system in ``report_dir``
+    (``<scenario><suffix>.json``, ``comparison.SUFFIXES``), the summaries side by side, and with
+    ``plot`` one timeline of all the runs plus one per system (``<plot stem>-<system><suffix>``).
+    ``prometheus``: the edgewatch run with a real Prometheus (see ``run_one``). Exit 1 if an
+    expectation of an edgewatch or stock run failed (a SuperEdge run is measured, not judged)."""
+    from edgewatch_lab.playground import comparison
+
     console = Console()
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or not systems:
+        console.print(f"[red]systems must be some of {', '.join(SYSTEMS)}, got {', '.join(systems) or 'none'}[/]")
+        return 2
     try:
         scenario = load_scenario(name)
     except ScenarioError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
-    results = {}
+    results: dict[str, RunResult] = {}
     binaries = binaries_with_progress(console)
-    for baseline in (False, True):
-        label = "stock Kubernetes" if baseline else "edgewatch"
+    for system in systems:
+        label = LABELS[system]
         console.rule(f"{scenario.name}: {label}")
-        results[baseline] = run_scenario(scenario, baseline=baseline, console=console, live=live,
-                                         binaries=binaries, install_method=install_method, prometheus=prometheus)
-        if _install_line(results[baseline]):
-            console.print(_install_line(results[baseline]))
-        _print_result(console, results[baseline], label=label)
+        results[system] = run_scenario(scenario, baseline=system == "stock", system=system, console=console,
+                                       live=live, binaries=binaries, install_method=install_method,
+                                       prometheus=prometheus and system == "edgewatch")
+        if _install_line(results[system]):
+            console.print(_install_line(results[system]))
+        _print_result(console, results[system], label=label)
     report_dir.mkdir(parents=True, exist_ok=True)
-    for baseline, result in results.items():
-        path = report_dir / f"{scenario.name}{'-baseline' if baseline else ''}.json"
+    paths = []
+    for system, result in results.items():
+        path = report_dir / f"{scenario.name}{comparison.SUFFIXES[system]}.json"
         path.write_text(json.dumps(result.report, indent=2))
-    console.print(format_summary_table(results[False].report, results[True].report))
-    console.print(f"reports: {report_dir}/{scenario.name}.json, {report_dir}/{scenario.name}-baseline.json")
+        paths.append(str(path))
+    reports = {system: result.report for system, result in results.items()}
+    console.print(comparison.table(reports))
+    console.print(f"reports: {', '.join(paths)}")
     if plot is not None:
-        _write_plot([results[False].report, results[True].report], plot)
-        console.print(f"timeline: {plot}")
+        _write_plot(list(reports.values()), plot)
+        drawn = [str(plot)]
+        if len(reports) > 1:
+            for system, report in reports.items():
+                one = plot.with_name(f"{plot.stem}-{system}{plot.suffix}")
+                _write_plot([report], one)
+                drawn.append(str(one))
+        console.print(f"timelines: {', '.join(drawn)}")
     return 0 if all(r.passed for r in results.values()) else 1
 
 

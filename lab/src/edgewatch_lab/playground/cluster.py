@@ -52,10 +52,16 @@ from pathlib import Path
 
 from edgewatch.core.poolconfig import AUTO
 from edgewatch.names import POOL_LABEL
-from edgewatch_lab.playground import install
+from edgewatch_lab.playground import install, superedge
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.testing import realnode
-from edgewatch_lab.testing.binaries import Binaries, ensure_binaries, ensure_helm, ensure_node_binaries
+from edgewatch_lab.testing.binaries import (
+    Binaries,
+    ensure_binaries,
+    ensure_helm,
+    ensure_node_binaries,
+    ensure_superedge,
+)
 from edgewatch_lab.testing.controlplane import SERVICE_CIDR, ClusterTimings, ControlPlane
 from edgewatch_lab.testing.etcd import EtcdServer
 from edgewatch_lab.testing.images import Images, ensure_images
@@ -95,7 +101,9 @@ class PlaygroundCluster:
 
     Args:
         scenario: topology and timings.
-        edgewatch: False for the baseline (stock Kubernetes).
+        edgewatch: False for the baseline (stock Kubernetes) and for ``superedge``.
+        superedge: install SuperEdge's edge-health instead (``edgewatch_lab.playground.superedge``;
+            needs ``edgewatch`` False: both use the host port 51005).
         binaries: control-plane binaries (default: ``ensure_binaries()``).
         workdir: folder for logs, node folders and the rendered install (default: a new temporary folder).
         install_method: how edgewatch is installed, one of ``install.METHODS``: ``kustomize``
@@ -104,6 +112,7 @@ class PlaygroundCluster:
 
     scenario: Scenario
     edgewatch: bool = True
+    superedge: bool = False
     binaries: Binaries | None = None
     workdir: Path | None = None
     install_method: str = "kustomize"
@@ -126,6 +135,15 @@ class PlaygroundCluster:
         #: The release installed now: a git revision (``topology.release``, then each ``rollout``
         #: step's), or None for this checkout.
         self.release: str | None = self.scenario.topology.release
+        if self.superedge and self.edgewatch:
+            raise ValueError("SuperEdge and edgewatch cannot share a lab (both use the host port 51005)")
+        #: SuperEdge's binaries (``superedge`` runs only).
+        self.superedge_bin: Path | None = ensure_superedge() if self.superedge else None
+
+    @property
+    def system(self) -> str:
+        """What judges the nodes: ``edgewatch``, ``superedge`` or ``stock`` (Kubernetes alone)."""
+        return "edgewatch" if self.edgewatch else "superedge" if self.superedge else "stock"
 
     @property
     def coordinator_pods(self) -> bool:
@@ -190,6 +208,9 @@ class PlaygroundCluster:
             for pool in self.coordinator_hosts:
                 self.start_coordinator(pool)
             self.install()
+        if self.superedge:
+            self.cp.kubectl("apply", "-f", "-", timeout_s=60, input_text=superedge.render(
+                folder=self.workdir / "superedge", address=self.lab.cloud_address))
         for name in self.nodes:
             self.start_node(name)
 
@@ -296,6 +317,8 @@ class PlaygroundCluster:
                 "--run-image", EDGEWATCH_IMAGE, "--node-root", str(node.root),
                 # the real image carries etcd (the pool coordinator pods run it): so does the lab's
                 "--image-bin-dir", str((self.binaries or ensure_binaries()).etcd.parent)]
+        if self.superedge_bin is not None:  # SuperEdge's images: their binaries
+            argv += ["--run-image", superedge.IMAGE_PREFIX, "--image-bin-dir", str(self.superedge_bin)]
         if node.covered:
             argv += ["--label", f"{POOL_LABEL}={pool}"]
         if (node.root / "clock").is_dir():

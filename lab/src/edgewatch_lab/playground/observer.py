@@ -47,6 +47,7 @@ from edgewatch.names import (
 )
 from edgewatch.kube.leases import MARK_ANNOTATIONS, lease_renew_text, mark_is_current
 from edgewatch_lab.playground.marks import lease_marks, node_marks
+from edgewatch_lab.playground.superedge import node_state as superedge_state
 from edgewatch_lab.playground.report import Recording
 from edgewatch_lab.playground.statefulsets import record_pods
 from edgewatch_lab.testing.kubeletsim import pod_ready
@@ -77,6 +78,8 @@ class Observer:
         namespace: the workload's namespace; service: its Service name.
         edgewatch: False in baseline runs (state comes from Ready then).
         t0: monotonic time of the scenario's start.
+        superedge: a SuperEdge run: a covered node's state is SuperEdge's verdict
+            (``edgewatch_lab.playground.superedge.node_state``).
     """
 
     client: AsyncClient
@@ -85,6 +88,7 @@ class Observer:
     service: str
     edgewatch: bool
     t0: float
+    superedge: bool = False
     views: dict[str, NodeView] = field(default_factory=dict)
     _ready_eps: set[str] = field(default_factory=set)
     _deleting: set[str] = field(default_factory=set)
@@ -204,6 +208,8 @@ class Observer:
         annotations = node.metadata.annotations or {}
         if self.edgewatch and record.covered:
             state = annotations.get(STATE_ANNOTATION, "normal")
+        elif self.superedge and record.covered:
+            state = superedge_state(annotations, ready)
         else:
             state = "normal" if ready == "True" else "not_ready"
         if STATE_ANNOTATION in annotations:

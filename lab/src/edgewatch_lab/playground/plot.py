@@ -1,7 +1,7 @@
 """Timeline plot of playground runs: one panel per run, one lane per node.
 
 In each lane: coloured bars for the node's state over time (normal green, disconnected yellow, unknown
-purple, failed red, not_ready orange), a hatched overlay while the Node's Ready condition was not True,
+purple, failed red, SuperEdge's unhealthy dark red, not_ready orange), a hatched overlay while the Node's Ready condition was not True,
 small triangles where taints were added (up) or removed (down), and ``x`` where pods were evicted.
 The scenario's faults are shaded behind the lanes they hit (cut from cut-cloud to restore-cloud / heal /
 end, split and loss until heal / end, kill until revive / end, coordinator down until revive-coordinator
@@ -27,6 +27,7 @@ STATE_COLOURS = {
     "disconnected": "#f2c80f",
     "unknown": "#9467bd",
     "failed": "#d62728",
+    "unhealthy": "#8c1d1d",
     "not_ready": "#ff7f0e",
 }
 _OTHER_STATE = "#7f7f7f"
@@ -132,7 +133,8 @@ def fault_spans(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
 
 
 def _title(report: dict[str, Any]) -> str:
-    kind = "stock Kubernetes (baseline)" if report.get("baseline") else "edgewatch"
+    kind = {"stock": "stock Kubernetes (baseline)", "superedge": "SuperEdge edge-health"}.get(
+        report.get("system") or ("stock" if report.get("baseline") else "edgewatch"), "edgewatch")
     return f"{report.get('scenario', '?')}: {kind}"
 
 
@@ -232,7 +234,8 @@ def plot_runs(reports: list[dict[str, Any]], path: Path | str) -> Path:
         raise ValueError(f"plot file must end in .svg or .png, got {path.name!r}")
     if not reports:
         raise ValueError("nothing to plot: no reports")
-    runs = sorted(reports, key=lambda r: bool(r.get("baseline")))  # stable: edgewatch runs first
+    order = {"edgewatch": 0, "superedge": 1, "stock": 2}
+    runs = sorted(reports, key=lambda r: order.get(r.get("system") or ("stock" if r.get("baseline") else "edgewatch"), 0))
     x_end = max(report_end(r) for r in runs)
     heights = [max(1, len(r["nodes"])) * 0.42 + 1.0 for r in runs]
 

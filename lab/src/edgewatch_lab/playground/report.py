@@ -61,7 +61,7 @@ __all__ = [
     "summary_rows",
 ]
 
-REPORT_KEYS = ("scenario", "baseline", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
+REPORT_KEYS = ("scenario", "baseline", "system", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
                "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts",
                "rollouts", "uninstall")
 
@@ -180,6 +180,9 @@ class Recording:
 
     scenario: str
     baseline: bool
+    #: What judged the nodes: ``edgewatch``, ``superedge`` (SuperEdge's edge-health) or ``stock``
+    #: (Kubernetes alone; ``baseline`` is True exactly then); None: from ``baseline``.
+    system: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     #: ``{"t", "action", target keys as in the scenario (pool / nodes / node / sides / percent), "detail"}``;
     #: for kill-leader, the runner adds ``node`` (the leader it killed) when it knows it.
@@ -294,7 +297,7 @@ def _last_time(rec: Recording) -> float:
 def build_report(recording: Recording) -> dict[str, Any]:
     """The JSON report of a run (plain data; ``json.dumps`` works on it).
 
-    Keys: ``scenario``, ``baseline``, ``timings``, ``faults`` (time-sorted; an ``end`` fault at the
+    Keys: ``scenario``, ``baseline``, ``system`` (``edgewatch``, ``superedge`` or ``stock``), ``timings``, ``faults`` (time-sorted; an ``end`` fault at the
     recording's end is added when the runner did not record one, so the report carries the run's
     length), ``nodes`` (per node: ``pool``, ``killed_at`` (first kill or null), ``states`` [[t, state]],
     ``not_ready`` [[start, end|null]], ``evictions`` / ``endpoint_removals`` [{t, pod}], ``taints``
@@ -349,6 +352,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
     report = {
         "scenario": recording.scenario,
         "baseline": recording.baseline,
+        "system": recording.system or ("stock" if recording.baseline else "edgewatch"),
         "timings": dict(recording.timings),
         "faults": faults,
         "nodes": nodes,
@@ -383,11 +387,12 @@ def report_end(report: dict[str, Any], default: float | None = None) -> float:
 
 
 def detection_target(report: dict[str, Any], node: dict[str, Any] | None = None) -> str:
-    """``failed`` for a covered node in an edgewatch run; ``not_ready`` in the baseline and for
-    nodes edgewatch does not cover (stock Kubernetes judges those)."""
+    """``failed`` for a covered node in an edgewatch run; ``unhealthy`` (SuperEdge's verdict) in a
+    superedge run; ``not_ready`` in the baseline and for nodes no agent covers (stock Kubernetes
+    judges those)."""
     if report["baseline"] or (node is not None and not node.get("covered", True)):
         return "not_ready"
-    return "failed"
+    return "unhealthy" if report.get("system") == "superedge" else "failed"
 
 
 def during(t: float, start: float, end: float | None) -> bool:

@@ -56,6 +56,7 @@ from edgewatch_lab.playground.checks import ExpectationResult, check_expectation
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.rollout import RolloutWatch, start_rollout
 from edgewatch_lab.playground.uninstalling import leftovers
+from edgewatch_lab.playground import superedge
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
@@ -66,6 +67,8 @@ from edgewatch_lab.testing.workload import sample_deployment, sample_headless_se
 
 log = logging.getLogger(__name__)
 
+#: The systems a scenario runs on: edgewatch, SuperEdge's edge-health, stock Kubernetes (the baseline).
+SYSTEMS = ("edgewatch", "superedge", "stock")
 #: The values of a topology's ``coordinators`` (and of ``run_scenario``'s ``coordinator_mode``).
 COORDINATOR_MODES = ("process", "pods")
 
@@ -149,7 +152,7 @@ class ScenarioPlayer:
         self.console = console
         self.live = live
         self.recording = Recording(
-            scenario=scenario.name, baseline=not cluster.edgewatch,
+            scenario=scenario.name, baseline=cluster.system == "stock", system=cluster.system,
             timings=scenario.timings.model_dump(), faults=[],
             nodes={n: NodeRecord(name=n, pool=scenario.pool_of(n), covered=scenario.is_covered(n),
                                  real=scenario.is_real(n))
@@ -233,6 +236,8 @@ class ScenarioPlayer:
             await wait_for(verdicts_published, timeout_s=90 + slack, what="EdgeHealthy=True on every node")
             if self.cluster.coordinator_pods and self.coordinator_pools:
                 await self._coordinators_running(timeout_s=180 + slack)
+        if self.cluster.superedge:
+            await superedge.wait_running(self.client, nodes=len(self.scenario.node_names()), timeout_s=120 + slack)
         if self.proxies.nodes or self.proxies.dns_nodes:
             await self.proxies.start(timeout_s=120 + slack)
 
@@ -262,7 +267,8 @@ class ScenarioPlayer:
         t0 = time.monotonic()
         self.recording.started_at = time.time()  # t=0 on the wall clock (Prometheus' time base)
         self.observer = Observer(client=self.client, recording=self.recording, namespace=WORKLOAD_NAMESPACE,
-                                 service="sample", edgewatch=self.cluster.edgewatch, t0=t0)
+                                 service="sample", edgewatch=self.cluster.edgewatch, t0=t0,
+                                 superedge=self.cluster.superedge)
         stop = asyncio.Event()
         edge = self.scenario.node_names()
         usage_at_start = {n: self.cluster.node_usage(n) for n in edge}
@@ -480,7 +486,8 @@ class ScenarioPlayer:
                 live.update(self._render())
 
     def _render(self) -> Group:
-        kind = "stock Kubernetes (baseline)" if not self.cluster.edgewatch else "edgewatch"
+        kind = {"stock": "stock Kubernetes (baseline)", "superedge": "SuperEdge edge-health"}.get(
+            self.cluster.system, "edgewatch")
         t = self.observer.now() if self.observer else 0.0
         table = Table(title=f"{self.scenario.name} — {kind} — t={t:5.1f} s of {self.scenario.end_time:g} s")
         for col in ("node", "pool", "state", "Ready", "edge view", "pods", "evicted", "taints"):
@@ -552,19 +559,24 @@ def with_coordinator_mode(scenario: Scenario, mode: str | None) -> Scenario:
 def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: bool = True,
                  keep_logs: bool = False, binaries: Binaries | None = None,
                  install_method: str = "kustomize", coordinator_mode: str | None = None,
-                 prometheus: bool = False) -> RunResult:
-    """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``); ``binaries``
+                 prometheus: bool = False, system: str | None = None) -> RunResult:
+    """Run ``scenario`` once (with edgewatch, or stock Kubernetes if ``baseline``, or ``system``
+    one of ``SYSTEMS``: ``superedge`` installs SuperEdge's edge-health instead, measured and not
+    judged: its report's expectations are none, ``edgewatch_lab.playground.superedge``); ``binaries``
     default to ``ensure_binaries()``; ``install_method`` is how edgewatch is installed
     (``install.METHODS``: the kustomize base or the Helm chart); ``coordinator_mode`` (``process``
     or ``pods``) overrides the topology's ``coordinators``; ``prometheus``: a real Prometheus
     scrapes edgewatch and evaluates the shipped alert rules during the run, and the report's
     ``alerts`` lists what fired (``edgewatch_lab.playground.prometheus``; built on first use)."""
     scenario = with_coordinator_mode(scenario, coordinator_mode)
+    system = system or ("stock" if baseline else "edgewatch")
+    if system not in SYSTEMS:
+        raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {system!r}")
     prometheus_binary = ensure_prometheus() if prometheus else None  # before the cluster: a failed build starts nothing
-    kind = "stock Kubernetes" if baseline else "edgewatch"
+    kind = {"stock": "stock Kubernetes", "superedge": "SuperEdge"}.get(system, "edgewatch")
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline, binaries=binaries,
-                                    install_method=install_method)
+        cluster = PlaygroundCluster(scenario=scenario, edgewatch=system == "edgewatch", binaries=binaries,
+                                    install_method=install_method, superedge=system == "superedge")
         cluster.__enter__()
     try:
         recording = asyncio.run(_run_async(scenario, cluster, console, live, prometheus_binary))
@@ -581,4 +593,4 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     return RunResult(report=report, expectations=expectations, logs=logs, install=dict(cluster.installed))
 
 
-__all__ = ["COORDINATOR_MODES", "RunResult", "ScenarioPlayer", "run_scenario", "with_coordinator_mode", "ApiError"]
+__all__ = ["COORDINATOR_MODES", "SYSTEMS", "RunResult", "ScenarioPlayer", "run_scenario", "with_coordinator_mode", "ApiError"]

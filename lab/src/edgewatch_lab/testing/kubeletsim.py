@@ -416,7 +416,7 @@ async def _main(args: argparse.Namespace) -> None:
         server = urlsplit(yaml.safe_load(Path(args.kubeconfig).read_text())["clusters"][0]["cluster"]["server"])
         runners[args.node] = PodRunner(client=client, config=PodRunnerConfig(
             node_name=args.node, node_address=args.address, node_root=Path(args.node_root),
-            image_prefix=args.run_image, apiserver_host=server.hostname or "", apiserver_port=server.port or 443,
+            image_prefix=tuple(args.run_image), apiserver_host=server.hostname or "", apiserver_port=server.port or 443,
             clock_dir=clock_dir, image_bin_dirs=tuple(args.image_bin_dir)))
     fleet = KubeletFleet(client=client, config=config, runners=runners, clock_dirs={args.node: clock_dir},
                          nodes=[SimNode(name=args.node, address=args.address, index=args.index, labels=labels,
@@ -435,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--label", action="append", default=[], help="extra Node label k=v (repeatable)")
     parser.add_argument("--taint", action="append", default=[], help="register with taint key:Effect (repeatable)")
     parser.add_argument("--healthz-port", type=int, default=10248, help="0 = no /healthz endpoint")
-    parser.add_argument("--run-image", default="", help="run the pods whose image starts with this as processes")
+    parser.add_argument("--run-image", action="append", default=[],
+                        help="run the pods whose image starts with this as processes (repeatable)")
     parser.add_argument("--node-root", default="", help="the node's root folder (hostPath volumes, pod folders)")
     parser.add_argument("--image-bin-dir", action="append", default=[],
                         help="a folder of the image's programs besides edgewatch, first on its containers' PATH "

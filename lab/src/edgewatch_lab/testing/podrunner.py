@@ -103,7 +103,8 @@ class PodRunnerConfig:
         node_name: the Node whose pods these are.
         node_address: the node's InternalIP (hostIP, and podIP of hostNetwork pods).
         node_root: the node's own root folder; hostPath volumes and pod folders live under it.
-        image_prefix: an image whose name starts with this is edgewatch's and is run.
+        image_prefix: an image whose name starts with this (or with one of them) is run: edgewatch's,
+            and in a SuperEdge run SuperEdge's (its binaries found on ``image_bin_dirs``).
         apiserver_host, apiserver_port: what ``KUBERNETES_SERVICE_HOST``/``PORT`` say.
         clock_dir: folder holding the node's ``faketime`` file, or None (true clock).
         probe_timeout_cap_s: longest probe timeout, seconds.
@@ -115,7 +116,7 @@ class PodRunnerConfig:
     node_name: str
     node_address: str
     node_root: Path
-    image_prefix: str
+    image_prefix: str | tuple[str, ...]
     apiserver_host: str
     apiserver_port: int
     clock_dir: Path | None = None

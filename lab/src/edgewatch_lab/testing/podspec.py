@@ -56,8 +56,9 @@ class PodSetupError(RuntimeError):
     """A volume, env var or container of a pod could not be prepared (reported in its status)."""
 
 
-def runs_here(pod: dict[str, Any], *, image_prefix: str) -> bool:
-    """True if ``pod`` (a Pod as a dict) has a container of edgewatch's image."""
+def runs_here(pod: dict[str, Any], *, image_prefix: str | tuple[str, ...]) -> bool:
+    """True if ``pod`` (a Pod as a dict) has a container of an image the lab runs: one whose name
+    starts with ``image_prefix`` (or with one of them)."""
     spec = pod.get("spec") or {}
     return any((c.get("image") or "").startswith(image_prefix)
                for c in (spec.get("containers") or []) + (spec.get("initContainers") or []))

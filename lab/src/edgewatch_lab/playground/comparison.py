@@ -1,0 +1,57 @@
+"""One scenario on several systems side by side (``edgewatch playground compare --systems``): the
+summary rows of each run's report in one column per system, for the console and for the README.
+
+Pure: reads reports (``edgewatch_lab.playground.report.build_report``), never the API. The rows
+are the report's summary rows (``report.SUMMARY_ROWS``), so every cell is a figure the report
+itself carries and can be reproduced with ``edgewatch playground run SCENARIO --system S``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgewatch_lab.playground.report import SUMMARY_ROWS, summary_rows
+
+#: Column titles, in the order the systems are shown.
+TITLES = {"edgewatch": "edgewatch", "superedge": "SuperEdge edge-health", "stock": "stock Kubernetes"}
+#: Report file suffix per system (``<scenario><suffix>.json``; edgewatch and stock as before).
+SUFFIXES = {"edgewatch": "", "superedge": "-superedge", "stock": "-baseline"}
+
+
+def system_of(report: dict[str, Any]) -> str:
+    """The system a report is of (reports written before the ``system`` field: from ``baseline``)."""
+    return str(report.get("system") or ("stock" if report.get("baseline") else "edgewatch"))
+
+
+def rows(reports: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """``[label, cell per system...]`` per summary row, systems in ``reports``' order; a row no run
+    measured is left out (as ``summary_rows`` does for two)."""
+    columns = [summary_rows(report, None) for report in reports.values()]
+    labels = [label for label, _key in SUMMARY_ROWS]
+    cells: dict[str, list[str]] = {label: [] for label in labels}
+    for column in columns:
+        seen = {label: cell for label, cell, _other in column}
+        for label in labels:
+            cells[label].append(seen.get(label, "-"))
+    return [[label, *values] for label, values in cells.items() if any(v != "-" for v in values)]
+
+
+def table(reports: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
+    """A ``rich.table.Table`` of ``rows`` with one column per system."""
+    from rich.table import Table
+
+    names = sorted({r["scenario"] for r in reports.values()})
+    out = Table(title=f"scenario {', '.join(names)}" if names else None, header_style="bold")
+    out.add_column("")
+    for system in reports:
+        out.add_column(TITLES.get(system, system), justify="right")
+    for row in rows(reports):
+        out.add_row(*row)
+    return out
+
+
+def markdown(reports: dict[str, dict[str, Any]]) -> str:
+    """The same table in Markdown."""
+    head = "| | " + " | ".join(TITLES.get(s, s) for s in reports) + " |"
+    rule = "|---|" + "---:|" * len(reports)
+    return "\n".join([head, rule, *("| " + " | ".join(row) + " |" for row in rows(reports))]) + "\n"
