@@ -6,4 +6,4 @@ heartbeat of cut-off peers to the cloud, and a cloud controller combines the
 cloud's and the edge's view (seed 003's decision table) into taints and evictions.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
