@@ -324,7 +324,8 @@ class Report:
 
 
 _RESOURCES: dict[str, Any] = {"Node": Node, "Lease": Lease, "ConfigMap": ConfigMap, "Secret": Secret,
-                              "CertificateSigningRequest": CertificateSigningRequest, "Deployment": Deployment}
+                              "CertificateSigningRequest": CertificateSigningRequest, "Deployment": Deployment,
+                              "ServiceAccount": ServiceAccount}
 _PATHS = {"ConfigMap": "/api/v1/namespaces/{ns}/configmaps/{name}",
           "Secret": "/api/v1/namespaces/{ns}/secrets/{name}",
           "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
@@ -450,13 +451,8 @@ async def install_accounts(*, client: CloudApi, namespace: str) -> list[str]:
     """
     present = []
     for name in INSTALL_SERVICE_ACCOUNTS:
-        try:
-            account = await client.get(ServiceAccount, name, namespace=namespace)
-        except ApiError as exc:
-            if status_code(exc) == 404:
-                continue
-            raise
-        if account.metadata is None or account.metadata.deletionTimestamp is None:
+        account = await _get(client, "ServiceAccount", name, namespace)
+        if account is not None and not _meta(account).get("deletionTimestamp"):
             present.append(f"{namespace}/{name}")
     return present
 

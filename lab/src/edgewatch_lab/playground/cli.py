@@ -13,7 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from edgewatch_lab.playground.prometheus import format_alerts
-from edgewatch_lab.playground.runner import SYSTEMS, RunResult, run_scenario, with_coordinator_mode
+from edgewatch_lab.playground.comparison import SYSTEMS, SUFFIXES, TITLES, table as systems_table
+from edgewatch_lab.playground.runner import RunResult, run_scenario, with_coordinator_mode
 from edgewatch_lab.playground.scenario import ScenarioError, load_scenario
 
 
@@ -70,10 +71,6 @@ def _install_line(result: RunResult) -> str:
     return f"installed with {done['method']}" if done else ""
 
 
-#: How each system is named on the console.
-LABELS = {"edgewatch": "edgewatch", "superedge": "SuperEdge edge-health", "stock": "stock Kubernetes"}
-
-
 def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None, live: bool,
             keep_logs: bool, install_method: str = "kustomize", coordinator_mode: str | None = None,
             prometheus: bool = False, system: str | None = None) -> int:
@@ -90,7 +87,7 @@ def run_one(name: str, *, baseline: bool, report: Path | None, plot: Path | None
     binaries = binaries_with_progress(console)
     result = run_scenario(scenario, baseline=baseline, console=console, live=live, keep_logs=keep_logs,
                           binaries=binaries, install_method=install_method, prometheus=prometheus, system=system)
-    label = LABELS[result.report["system"]]
+    label = TITLES[result.report["system"]]
     if _install_line(result):
         console.print(_install_line(result))
     console.print(f"[bold]{scenario.name} ({label})[/]: summary {json.dumps(result.report['summary'])}")
@@ -112,8 +109,6 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, insta
     ``plot`` one timeline of all the runs plus one per system (``<plot stem>-<system><suffix>``).
     ``prometheus``: the edgewatch run with a real Prometheus (see ``run_one``). Exit 1 if an
     expectation of an edgewatch or stock run failed (a SuperEdge run is measured, not judged)."""
-    from edgewatch_lab.playground import comparison
-
     console = Console()
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown or not systems:
@@ -127,7 +122,7 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, insta
     results: dict[str, RunResult] = {}
     binaries = binaries_with_progress(console)
     for system in systems:
-        label = LABELS[system]
+        label = TITLES[system]
         console.rule(f"{scenario.name}: {label}")
         results[system] = run_scenario(scenario, baseline=system == "stock", system=system, console=console,
                                        live=live, binaries=binaries, install_method=install_method,
@@ -138,11 +133,11 @@ def compare(name: str, *, report_dir: Path, plot: Path | None, live: bool, insta
     report_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for system, result in results.items():
-        path = report_dir / f"{scenario.name}{comparison.SUFFIXES[system]}.json"
+        path = report_dir / f"{scenario.name}{SUFFIXES[system]}.json"
         path.write_text(json.dumps(result.report, indent=2))
         paths.append(str(path))
     reports = {system: result.report for system, result in results.items()}
-    console.print(comparison.table(reports))
+    console.print(systems_table(reports))
     console.print(f"reports: {', '.join(paths)}")
     if plot is not None:
         _write_plot(list(reports.values()), plot)

@@ -12,7 +12,10 @@ from typing import Any
 
 from edgewatch_lab.playground.report import SUMMARY_ROWS, summary_rows
 
-#: Column titles, in the order the systems are shown.
+#: The systems a scenario runs on, in the order they are shown: edgewatch, SuperEdge's
+#: edge-health, stock Kubernetes (the baseline).
+SYSTEMS = ("edgewatch", "superedge", "stock")
+#: How each system is named (column titles, console lines, timeline titles).
 TITLES = {"edgewatch": "edgewatch", "superedge": "SuperEdge edge-health", "stock": "stock Kubernetes"}
 #: Report file suffix per system (``<scenario><suffix>.json``; edgewatch and stock as before).
 SUFFIXES = {"edgewatch": "", "superedge": "-superedge", "stock": "-baseline"}
@@ -21,6 +24,11 @@ SUFFIXES = {"edgewatch": "", "superedge": "-superedge", "stock": "-baseline"}
 def system_of(report: dict[str, Any]) -> str:
     """The system a report is of (reports written before the ``system`` field: from ``baseline``)."""
     return str(report.get("system") or ("stock" if report.get("baseline") else "edgewatch"))
+
+
+def run_label(system: str) -> str:
+    """A run's name on the live table and its timeline: the system's title, ``(baseline)`` for stock."""
+    return TITLES.get(system, system) + (" (baseline)" if system == "stock" else "")
 
 
 def rows(reports: dict[str, dict[str, Any]]) -> list[list[str]]:

@@ -155,6 +155,13 @@ def values(*, config: dict[str, str], controller_args: list[str], controller_rep
             "controller": {"replicas": controller_replicas, "extraArgs": list(controller_args)}}
 
 
+def _helm_env(root: Path) -> dict[str, str]:
+    """helm's environment: its cache, config and data folders under ``root/helm`` (the install's own,
+    so ``remove`` finds the release ``helm_install`` made)."""
+    return dict(os.environ, HELM_CACHE_HOME=str(root / "helm" / "cache"),
+                HELM_CONFIG_HOME=str(root / "helm" / "config"), HELM_DATA_HOME=str(root / "helm" / "data"))
+
+
 def helm_install(*, workdir: Path, helm: Path, kubeconfig: Path, config: dict[str, str],
                  controller_args: list[str], controller_replicas: int) -> dict[str, Any]:
     """``helm install`` the chart with ``values`` (saved as ``workdir/install/values.yaml``; helm's
@@ -172,8 +179,7 @@ def helm_install(*, workdir: Path, helm: Path, kubeconfig: Path, config: dict[st
     values_file = root / "values.yaml"
     values_file.write_text(yaml.safe_dump(values(
         config=config, controller_args=controller_args, controller_replicas=controller_replicas)))
-    env = dict(os.environ, HELM_CACHE_HOME=str(root / "helm" / "cache"),
-               HELM_CONFIG_HOME=str(root / "helm" / "config"), HELM_DATA_HOME=str(root / "helm" / "data"))
+    env = _helm_env(root)
 
     def run(*args: str) -> str:
         done = subprocess.run([str(helm), *args, f"--kubeconfig={kubeconfig}", f"--namespace={RELEASE_NAMESPACE}"],
@@ -233,10 +239,8 @@ def remove(method: str, *, workdir: Path, kubectl: Callable[..., str], helm: Cal
     if method == "kustomize":
         return kubectl("delete", "-k", str(root), "--wait=false", "--ignore-not-found", timeout_s=timeout_s)
     if method == "helm":
-        env = dict(os.environ, HELM_CACHE_HOME=str(root / "helm" / "cache"),
-                   HELM_CONFIG_HOME=str(root / "helm" / "config"), HELM_DATA_HOME=str(root / "helm" / "data"))
         done = subprocess.run([str(helm()), "uninstall", RELEASE, "--wait=false", f"--kubeconfig={kubeconfig}",
                                f"--namespace={RELEASE_NAMESPACE}"],
-                              capture_output=True, text=True, timeout=timeout_s, check=True, env=env)
+                              capture_output=True, text=True, timeout=timeout_s, check=True, env=_helm_env(root))
         return done.stdout
     raise ValueError(f"unknown install method {method!r} (one of {', '.join(METHODS)})")

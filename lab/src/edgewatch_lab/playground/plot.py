@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgewatch_lab.playground.comparison import SYSTEMS, run_label, system_of
 from edgewatch_lab.playground.report import report_end
 
 __all__ = ["FAULT_COLOURS", "STATE_COLOURS", "fault_spans", "plot_runs"]
@@ -133,9 +134,7 @@ def fault_spans(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
 
 
 def _title(report: dict[str, Any]) -> str:
-    kind = {"stock": "stock Kubernetes (baseline)", "superedge": "SuperEdge edge-health"}.get(
-        report.get("system") or ("stock" if report.get("baseline") else "edgewatch"), "edgewatch")
-    return f"{report.get('scenario', '?')}: {kind}"
+    return f"{report.get('scenario', '?')}: {run_label(system_of(report))}"
 
 
 def _draw_run(ax: Any, report: dict[str, Any], x_end: float) -> None:
@@ -234,8 +233,7 @@ def plot_runs(reports: list[dict[str, Any]], path: Path | str) -> Path:
         raise ValueError(f"plot file must end in .svg or .png, got {path.name!r}")
     if not reports:
         raise ValueError("nothing to plot: no reports")
-    order = {"edgewatch": 0, "superedge": 1, "stock": 2}
-    runs = sorted(reports, key=lambda r: order.get(r.get("system") or ("stock" if r.get("baseline") else "edgewatch"), 0))
+    runs = sorted(reports, key=lambda r: SYSTEMS.index(system_of(r)))  # stable: edgewatch, superedge, stock
     x_end = max(report_end(r) for r in runs)
     heights = [max(1, len(r["nodes"])) * 0.42 + 1.0 for r in runs]
 

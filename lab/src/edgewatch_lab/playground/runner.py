@@ -57,6 +57,7 @@ from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
 from edgewatch_lab.playground.rollout import RolloutWatch, start_rollout
 from edgewatch_lab.playground.uninstalling import leftovers
 from edgewatch_lab.playground import superedge
+from edgewatch_lab.playground.comparison import SYSTEMS, TITLES, run_label
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
@@ -67,8 +68,6 @@ from edgewatch_lab.testing.workload import sample_deployment, sample_headless_se
 
 log = logging.getLogger(__name__)
 
-#: The systems a scenario runs on: edgewatch, SuperEdge's edge-health, stock Kubernetes (the baseline).
-SYSTEMS = ("edgewatch", "superedge", "stock")
 #: The values of a topology's ``coordinators`` (and of ``run_scenario``'s ``coordinator_mode``).
 COORDINATOR_MODES = ("process", "pods")
 
@@ -486,8 +485,7 @@ class ScenarioPlayer:
                 live.update(self._render())
 
     def _render(self) -> Group:
-        kind = {"stock": "stock Kubernetes (baseline)", "superedge": "SuperEdge edge-health"}.get(
-            self.cluster.system, "edgewatch")
+        kind = run_label(self.cluster.system)
         t = self.observer.now() if self.observer else 0.0
         table = Table(title=f"{self.scenario.name} — {kind} — t={t:5.1f} s of {self.scenario.end_time:g} s")
         for col in ("node", "pool", "state", "Ready", "edge view", "pods", "evicted", "taints"):
@@ -573,7 +571,7 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     if system not in SYSTEMS:
         raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {system!r}")
     prometheus_binary = ensure_prometheus() if prometheus else None  # before the cluster: a failed build starts nothing
-    kind = {"stock": "stock Kubernetes", "superedge": "SuperEdge"}.get(system, "edgewatch")
+    kind = TITLES[system]
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
         cluster = PlaygroundCluster(scenario=scenario, edgewatch=system == "edgewatch", binaries=binaries,
                                     install_method=install_method, superedge=system == "superedge")
