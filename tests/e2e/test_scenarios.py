@@ -76,7 +76,10 @@ def _expected_cost_s(name: str) -> float:
 #: Built-in scenarios ``make test`` leaves to ``make scenarios`` (which runs every one), and why: a
 #: bigger one runs the same machinery, and the suite must stay under its time budget.
 OUTSIDE_MAKE_TEST = {"pool-split": "pool-split-25 plays the same split (a pool cut in two sides, the cloud "
-                                   "link of one side lost) at 25 nodes"}
+                                   "link of one side lost) at 25 nodes",
+                     "coordinator-real-nodes": "coordinator-pod plays the same coordinator death and move on "
+                                               "simulated nodes, and real-nodes runs real kubelets with containerd "
+                                               "(the image's etcd on a real node is its only addition)"}
 
 
 def _selected(name: str) -> bool:
