@@ -98,7 +98,8 @@ compare-peers: setup binaries
 	  $(VENV)/bin/edgewatch playground compare $$s --systems edgewatch,superedge,stock --no-live \
 	    --report-dir reports/peers --plot reports/peers/$$s.svg > reports/peers/$$s.log 2>&1 \
 	    && echo "$$s: done (reports/peers/$$s*.json)" || { rc=1; echo "$$s: FAILED, see reports/peers/$$s.log"; }; \
-	done; exit $$rc
+	done; $(VENV)/bin/edgewatch playground table $(PEER_SCENARIOS) --report-dir reports/peers \
+	  > reports/peers/table.md && echo "the table: reports/peers/table.md" || rc=1; exit $$rc
 
 # The oldest Kubernetes edgewatch supports (README, "Which clusters it runs on"), measured: its
 # control plane, kubelet and kube-proxy built from the Go module proxy through the wrapper module

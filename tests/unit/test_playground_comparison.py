@@ -190,3 +190,42 @@ def test_suffixes_keep_the_old_report_names() -> None:
 def test_titles() -> None:
     assert comparison.TITLES["stock"] == "stock Kubernetes"
     assert comparison.TITLES["edgewatch"] == "edgewatch"
+
+
+# --------------------------------------------------------------------------------------------------
+# the README's table: several scenarios from a report folder
+
+
+def write(tmp_path, report: dict[str, Any], system: str, scenario: str = "s") -> None:
+    import json
+
+    (tmp_path / f"{scenario}{SUFFIXES[system]}.json").write_text(json.dumps(report))
+
+
+def test_load_reports_reads_each_system_in_order_and_skips_missing(tmp_path, reports) -> None:
+    write(tmp_path, reports["stock"], "stock")
+    write(tmp_path, reports["edgewatch"], "edgewatch")
+    loaded = comparison.load_reports(tmp_path, "s")
+    assert list(loaded) == ["edgewatch", "stock"]
+    assert loaded["stock"]["summary"] == reports["stock"]["summary"]
+
+
+def test_load_reports_refuses_a_report_of_another_system_or_scenario(tmp_path, reports) -> None:
+    write(tmp_path, reports["stock"], "superedge")  # stock's report under SuperEdge's name
+    with pytest.raises(ValueError, match="a stock report"):
+        comparison.load_reports(tmp_path, "s")
+    (tmp_path / "s-superedge.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a JSON report"):
+        comparison.load_reports(tmp_path, "s")
+    write(tmp_path, reports["superedge"], "superedge", scenario="t")  # scenario s's report named t
+    with pytest.raises(ValueError, match="expected superedge of 't'"):
+        comparison.load_reports(tmp_path, "t")
+
+
+def test_scenarios_markdown_one_row_per_scenario_and_figure(reports) -> None:
+    md = comparison.scenarios_markdown({"s": reports, "t": {"edgewatch": hand_made("t", max_detection_s=7.25)}})
+    lines = md.splitlines()
+    assert lines[0] == "| scenario | figure | edgewatch | SuperEdge edge-health | stock Kubernetes |"
+    assert f"| s | {LABELS['max_detection_s']} | 4.0 | 70.0 | 40.0 |" in lines
+    assert f"| t | {LABELS['max_detection_s']} | 7.2 | - | - |" in lines  # no SuperEdge, no stock run of t
+    assert all(line.count("|") == 6 for line in lines)

@@ -141,7 +141,12 @@ def test_report_shape():
     assert set(rep["summary"]) == {"evictions_on_live_nodes", "endpoint_removals_on_live_nodes",
                                    "killed_nodes_not_evicted", "max_detection_s", "max_eviction_s", "undetected",
                                    "max_not_ready_after_kill_s", "pool_scope_cloud_bytes", "pool_scope_open_watches",
-                                   "max_statefulset_move_s", "statefulsets_not_moved"}
+                                   "max_statefulset_move_s", "statefulsets_not_moved", "live_nodes_not_ready",
+                                   "false_verdicts_on_live_nodes", "agent_cpu_pct", "agent_rss_mib",
+                                   "peer_packets_per_min", "peer_connections_per_min", "peer_kib_per_min",
+                                   "cloud_packets_per_min", "cloud_kib_per_min"}
+    assert rep["summary"]["live_nodes_not_ready"] == 1  # a-1, NotReady at 7 s while alive
+    assert rep["summary"]["agent_cpu_pct"] is None  # no node_costs recorded
     assert rep["statefulsets"] == {}
 
 
@@ -169,6 +174,10 @@ def test_quiet_run():
         "max_detection_s": None, "max_eviction_s": None, "undetected": [], "max_not_ready_after_kill_s": None,
         "pool_scope_cloud_bytes": None, "pool_scope_open_watches": None,
         "max_statefulset_move_s": None, "statefulsets_not_moved": [],
+        "live_nodes_not_ready": 0, "false_verdicts_on_live_nodes": 0,
+        "agent_cpu_pct": None, "agent_rss_mib": None, "peer_packets_per_min": None,
+        "peer_connections_per_min": None, "peer_kib_per_min": None, "cloud_packets_per_min": None,
+        "cloud_kib_per_min": None,
     }
 
 
@@ -498,11 +507,13 @@ def test_summary_rows_and_markdown():
         ("max detection s", "4.2", "90.0 (undetected: a-5)"),
         ("max eviction s", "6.0", "-"),
         ("uncovered node: kill -> NotReady s", "-", "-"),
+        ("live nodes that went NotReady", "0", "0"),
+        ("false verdicts on live nodes (failed / unhealthy)", "0", "-"),
     ]
     md = summary_markdown(ew, base)
     assert md.splitlines()[0] == "| | edgewatch | stock Kubernetes |"
     assert "| killed nodes not evicted | 0 | 1 (a-5) |" in md
-    assert len(md.splitlines()) == 2 + 6
+    assert len(md.splitlines()) == 2 + 8
     assert summary_rows(ew, None)[0] == ("evictions on live nodes", "0", "-")
 
 
@@ -510,7 +521,7 @@ def test_rich_table():
     ew, base = pair()
     table = format_summary_table(ew, base)
     assert [c.header for c in table.columns] == ["", "edgewatch", "stock Kubernetes"]
-    assert table.row_count == 6
+    assert table.row_count == 8
     console = Console(record=True, width=120)
     console.print(table)
     text = console.export_text()
@@ -672,3 +683,25 @@ def test_coredns_checks_need_a_coredns_on_a_simulated_node():
         parse_scenario({"name": "x", "topology": {"pools": [{"name": "a", "nodes": 2, "real_nodes": 1,
                                                              "coredns": ["a-1"]}]},
                         "steps": [{"at": 10, "action": "end"}]})
+
+
+def test_false_verdicts_and_not_ready_count_live_nodes_only():
+    """A verdict or NotReady while a node is alive counts; the same after its kill does not."""
+    r = recording()
+    r.nodes["a-1"].observe_state(5.0, "failed")  # alive: a false verdict
+    r.nodes["a-2"].observe_ready(6.0, False)  # alive: NotReady
+    r.nodes["a-5"].record_kill(10, pods=0)
+    r.nodes["a-5"].observe_ready(12.0, False)
+    r.nodes["a-5"].observe_state(14.0, "failed")  # dead: the right verdict
+    s = summary(r)
+    assert s["false_verdicts_on_live_nodes"] == 1
+    assert s["live_nodes_not_ready"] == 1
+
+
+def test_superedge_false_verdicts_are_its_unhealthy_votes_and_stock_has_none():
+    r = recording()
+    r.system = "superedge"
+    r.nodes["a-3"].observe_state(5.0, "unhealthy")
+    r.nodes["a-4"].observe_state(5.0, "failed")  # not a SuperEdge verdict
+    assert summary(r)["false_verdicts_on_live_nodes"] == 1
+    assert summary(recording(baseline=True))["false_verdicts_on_live_nodes"] is None

@@ -105,6 +105,33 @@ def playground_compare(scenario: str, report_dir: Path, plot: Path | None, syste
                      prometheus=prometheus, systems=tuple(s.strip() for s in systems.split(",") if s.strip())))
 
 
+@playground.command("table")
+@click.argument("scenarios", nargs=-1, required=True)
+@click.option("--report-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where `compare` wrote the reports.")
+@click.option("--systems", default="edgewatch,superedge,stock", show_default=True,
+              help="Comma-separated columns, in this order.")
+def playground_table(scenarios: tuple[str, ...], report_dir: Path, systems: str) -> None:
+    """Print one Markdown table of SCENARIOS' summaries, one column per system, from the reports
+    `compare` wrote (the README's comparison is this output). Example: edgewatch playground table
+    node-failure cut-and-kill --report-dir reports/peers"""
+    from edgewatch_lab.playground.comparison import SYSTEMS, load_reports, scenarios_markdown
+
+    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
+    unknown = sorted(set(chosen) - set(SYSTEMS))
+    if unknown:
+        raise click.BadParameter(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}",
+                                 param_hint="--systems")
+    try:
+        by_scenario = {s: load_reports(report_dir, s, chosen) for s in scenarios}
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    missing = [s for s, reports in by_scenario.items() if not reports]
+    if missing:
+        raise click.ClickException(f"no report in {report_dir} for {', '.join(missing)}")
+    click.echo(scenarios_markdown(by_scenario, systems=chosen), nl=False)
+
+
 @playground.command("up")
 @click.argument("scenario", default="cloud-partition")
 @click.option("--baseline", is_flag=True, help="Without edgewatch.")

@@ -68,7 +68,8 @@ from edgewatch_lab.testing.images import Images, ensure_images
 from edgewatch_lab.testing.kubeproxy import KubeProxy
 from edgewatch_lab.testing.netlab import Host, NetLab
 from edgewatch_lab.testing.podrunner import write_clock_offset
-from edgewatch_lab.testing.realnode import RealNode, RealNodeSpec, rss_bytes
+from edgewatch_lab.testing.procstat import children, cpu_seconds, cpu_snapshot, descendants, pod_processes, rss_bytes
+from edgewatch_lab.testing.realnode import RealNode, RealNodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -382,9 +383,19 @@ class PlaygroundCluster:
             return node.real.usage()
         if node.kubelet is None:
             return {"cpu_s": 0.0, "rss_bytes": 0.0}
-        pids = [node.kubelet.pid] + _descendants(node.kubelet.pid)
-        cpu = sum(_cpu_s(p) for p in pids)
+        pids = [node.kubelet.pid] + descendants(node.kubelet.pid)
+        cpu = sum(cpu_seconds(p) for p in pids)
         return {"cpu_s": cpu, "rss_bytes": float(sum(rss_bytes(p) for p in pids))}
+
+    def pod_usage(self, name: str) -> dict[str, tuple[dict[int, float], int]]:
+        """Per pod running on a simulated node now, ``namespace/name`` → (CPU seconds per process,
+        ``{pid: seconds}``, for ``procstat.cpu_delta_s``; resident set in bytes). Empty for a real
+        node (its containers are containerd's) and for a node whose simulator is not running."""
+        node = self.nodes[name]
+        if node.real is not None or node.kubelet is None or node.kubelet.poll() is not None:
+            return {}
+        return {pod: (cpu_snapshot(pids), sum(rss_bytes(p) for p in pids))
+                for pod, pids in pod_processes(node.root, simulator_pid=node.kubelet.pid).items()}
 
     def start_coordinator(self, pool: str) -> None:
         """Start (or restart, keeping its data) the pool's etcd inside its coordinator namespace."""
@@ -407,7 +418,7 @@ class PlaygroundCluster:
         for node in self.nodes.values():
             if node.kubelet is None or node.covered:
                 continue
-            for pid in _children(node.kubelet.pid):
+            for pid in children(node.kubelet.pid):
                 if b"controller" in _cmdline(pid) and b"edgewatch" in _cmdline(pid):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
@@ -460,35 +471,6 @@ def _die_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry.name))
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    out = []
-    todo = [pid]
-    while todo:
-        children = _children(todo.pop())
-        out += children
-        todo += children
-    return out
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` in seconds (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def _cmdline(pid: int) -> bytes:

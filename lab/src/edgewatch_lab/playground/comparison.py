@@ -8,6 +8,8 @@ itself carries and can be reproduced with ``edgewatch playground run SCENARIO --
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from edgewatch_lab.playground.report import SUMMARY_ROWS, summary_rows
@@ -63,3 +65,40 @@ def markdown(reports: dict[str, dict[str, Any]]) -> str:
     head = "| | " + " | ".join(TITLES.get(s, s) for s in reports) + " |"
     rule = "|---|" + "---:|" * len(reports)
     return "\n".join([head, rule, *("| " + " | ".join(row) + " |" for row in rows(reports))]) + "\n"
+
+
+def load_reports(report_dir: Path, scenario: str, systems: tuple[str, ...] = SYSTEMS) -> dict[str, dict[str, Any]]:
+    """``{system: report}`` of ``scenario`` read from ``report_dir`` (``<scenario><suffix>.json``),
+    systems in ``systems``' order; a system with no report is left out.
+
+    Raises:
+        ValueError: a report file is not JSON, or is another system's or scenario's.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        path = report_dir / f"{scenario}{SUFFIXES[system]}.json"
+        if not path.exists():
+            continue
+        try:
+            report = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not a JSON report ({exc})") from exc
+        if system_of(report) != system or report.get("scenario") != scenario:
+            raise ValueError(f"{path}: a {system_of(report)} report of {report.get('scenario')!r}, "
+                             f"expected {system} of {scenario!r}")
+        out[system] = report
+    return out
+
+
+def scenarios_markdown(by_scenario: dict[str, dict[str, dict[str, Any]]], *, systems: tuple[str, ...] = SYSTEMS) -> str:
+    """One Markdown table for several scenarios: ``| scenario | figure | <system>... |``, the rows of
+    :func:`rows` per scenario (a system without a report there shows ``-``)."""
+    head = "| scenario | figure | " + " | ".join(TITLES.get(s, s) for s in systems) + " |"
+    lines = [head, "|---|---|" + "---:|" * len(systems)]
+    for scenario, reports in by_scenario.items():
+        full = {s: reports[s] for s in systems if s in reports}
+        present = list(full)
+        for label, *cells in rows(full):
+            by_system = dict(zip(present, cells))
+            lines.append(f"| {scenario} | {label} | " + " | ".join(by_system.get(s, "-") for s in systems) + " |")
+    return "\n".join(lines) + "\n"

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgewatch_lab.playground.coordinators import CoordinatorSeries, coordinator_recoveries
+from edgewatch_lab.playground.costs import cost_summary
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries, statefulset_outcome
 
 __all__ = [
@@ -203,9 +204,11 @@ class Recording:
     #: ``(t, n)`` each time the number of the sample Service's ready endpoints whose pod's node is
     #: not down changed.
     live_ready: list[tuple[float, int]] = field(default_factory=list)
-    #: What nodes cost during the run, per node: ``{"kind": "real"|"simulated", "cpu_pct" (of one
-    #: core), "rss_mib", "ready_s" / "agent_ready_s" (real nodes: seconds from start to Node
-    #: Ready / agent pod Ready)}``.
+    #: What nodes cost during the run, per node (``edgewatch_lab.playground.costs``): ``{"kind":
+    #: "real"|"simulated", "cpu_pct" (of one core), "rss_mib", "agent": {"pod", "cpu_pct",
+    #: "rss_mib"} (the system's agent pod; simulated nodes), "traffic": {counter: per minute} (sent
+    #: to peers and to the cloud), "ready_s" / "agent_ready_s" (real nodes: seconds from start to
+    #: Node Ready / agent pod Ready)}``.
     node_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Each coordinator pool's coordinator over the run (``edgewatch_lab.playground.coordinators``).
     coordinators: dict[str, CoordinatorSeries] = field(default_factory=dict)
@@ -304,7 +307,10 @@ def build_report(recording: Recording) -> dict[str, Any]:
     [[t, "key:effect", "added"|"removed"]], and ``kills`` [{t, revived_at, pods}] - every down interval
     with the pods bound at the kill (null: unknown)), and ``summary`` (``evictions_on_live_nodes``,
     ``endpoint_removals_on_live_nodes``, ``killed_nodes_not_evicted``, ``max_detection_s``,
-    ``max_eviction_s``, ``undetected``, ``max_statefulset_move_s``, ``statefulsets_not_moved``; see the
+    ``max_eviction_s``, ``undetected``, ``max_statefulset_move_s``, ``statefulsets_not_moved``,
+    ``live_nodes_not_ready`` (nodes whose Ready went False/Unknown while they were alive),
+    ``false_verdicts_on_live_nodes`` (transitions of a live covered node to the system's verdict,
+    ``detection_target``; null on stock), and the cost medians of ``costs.cost_summary``; see the
     module docstring), and ``coordinators`` (per pool with a coordinator: its series and
     ``recoveries``, ``edgewatch_lab.playground.coordinators``), and ``statefulsets`` (per declared
     StatefulSet: its ``pods`` series and where its pod went, ``statefulset_outcome`` of
@@ -442,6 +448,12 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
                 eviction_times.append(round_s(max(e["t"] for e in evs) - kill["t"]))
             elif kill["pods"] != 0 and name not in not_evicted:
                 not_evicted.append(name)
+    live_not_ready = sorted(name for name, node in report["nodes"].items()
+                            if any(is_live(node, iv[0]) for iv in node["not_ready"]))
+    false_verdicts = None if report["baseline"] else sum(
+        1 for node in report["nodes"].values() if node.get("covered", True)
+        for t, state in node["states"] if state == target and is_live(node, t))
+    whole_run = {name for name, node in report["nodes"].items() if not node["kills"]}
     dead_node_sets = {name: s for name, s in (report.get("statefulsets") or {}).items() if s.get("on_node_at_kill")}
     moves = [s["moved_s"] for s in dead_node_sets.values() if s.get("moved_s") is not None]
     return {
@@ -456,6 +468,9 @@ def _summarize(report: dict[str, Any]) -> dict[str, Any]:
         "pool_scope_open_watches": _pool_scope(report, ("open_watches",)),
         "max_statefulset_move_s": max(moves) if moves else None,
         "statefulsets_not_moved": sorted(n for n, s in dead_node_sets.items() if s.get("moved_s") is None),
+        "live_nodes_not_ready": len(live_not_ready),
+        "false_verdicts_on_live_nodes": false_verdicts,
+        **cost_summary(report.get("node_costs") or {}, whole_run=whole_run),
     }
 
 
@@ -485,9 +500,21 @@ SUMMARY_ROWS = (
     ("cloud watch bytes, EndpointSlices+Services", "pool_scope_cloud_bytes"),
     ("cloud watches open on them at the end", "pool_scope_open_watches"),
     ("StatefulSet pod of a dead node: kill -> Ready elsewhere s", "max_statefulset_move_s"),
+    ("live nodes that went NotReady", "live_nodes_not_ready"),
+    ("false verdicts on live nodes (failed / unhealthy)", "false_verdicts_on_live_nodes"),
+    ("agent CPU per node, % of a core (median)", "agent_cpu_pct"),
+    ("agent RSS per node, MiB (median)", "agent_rss_mib"),
+    ("sent to peers per node per minute: packets", "peer_packets_per_min"),
+    ("sent to peers per node per minute: TCP connections", "peer_connections_per_min"),
+    ("sent to peers per node per minute: KiB", "peer_kib_per_min"),
+    ("sent to the cloud per node per minute: packets", "cloud_packets_per_min"),
+    ("sent to the cloud per node per minute: KiB", "cloud_kib_per_min"),
 )
-#: Rows shown only when one of the two runs measured them.
-_OPTIONAL_ROWS = ("pool_scope_cloud_bytes", "pool_scope_open_watches", "max_statefulset_move_s")
+#: Rows shown only when one of the runs measured them (reports older than a row lack its key).
+_OPTIONAL_ROWS = ("pool_scope_cloud_bytes", "pool_scope_open_watches", "max_statefulset_move_s",
+                  "live_nodes_not_ready", "false_verdicts_on_live_nodes", "agent_cpu_pct", "agent_rss_mib",
+                  "peer_packets_per_min", "peer_connections_per_min", "peer_kib_per_min",
+                  "cloud_packets_per_min", "cloud_kib_per_min")
 
 
 def _cell(summary: dict[str, Any] | None, key: str) -> str:

@@ -40,6 +40,7 @@ from rich.text import Text
 
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.names import EDGE_CONDITION_TYPE, POOL_COORDINATORS_CONFIGMAP, ROLE_CONDITION_TYPE
+from edgewatch_lab.playground.costs import CostMeter
 from edgewatch_lab.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch_lab.playground.identities import read_identities
 from edgewatch_lab.playground.coordinators import leader_from_conditions, newest_placement
@@ -270,7 +271,8 @@ class ScenarioPlayer:
                                  superedge=self.cluster.superedge)
         stop = asyncio.Event()
         edge = self.scenario.node_names()
-        usage_at_start = {n: self.cluster.node_usage(n) for n in edge}
+        costs = CostMeter(cluster=self.cluster, nodes=list(edge), system=self.cluster.system)
+        costs.start()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._observe(stop))
             if self.proxies.nodes or self.proxies.dns_nodes:
@@ -296,7 +298,7 @@ class ScenarioPlayer:
             self.recording.uninstall = {"t": self._uninstall["t"], "done_at": self._uninstall.get("done_at"),
                                         **{k: v for k, v in self._uninstall.items() if k not in ("t", "action", "done_at")},
                                         "left": await leftovers(self.client)}
-        self._record_costs(usage_at_start, elapsed_s=time.monotonic() - t0)
+        self._record_costs(costs, elapsed_s=time.monotonic() - t0)
         if self._counters_at_start:
             with contextlib.suppress(Exception):
                 end = await pool_scope_counters(self.client)
@@ -304,17 +306,11 @@ class ScenarioPlayer:
                     k: (v if k == "open_watches" else v - self._counters_at_start.get(k, 0.0)) for k, v in end.items()}
         return self.recording
 
-    def _record_costs(self, at_start: dict[str, dict[str, float]], *, elapsed_s: float) -> None:
-        """``recording.node_costs``: each edge node's CPU (% of one core over the run) and RSS at
-        the end; real nodes also their start-up times (see ``Recording.node_costs``)."""
-        for name, before in at_start.items():
-            now = self.cluster.node_usage(name)
+    def _record_costs(self, costs: CostMeter, *, elapsed_s: float) -> None:
+        """``recording.node_costs`` (``edgewatch_lab.playground.costs``); real nodes also their
+        start-up times (see ``Recording.node_costs``)."""
+        for name, cost in costs.finish(elapsed_s=elapsed_s).items():
             node = self.cluster.nodes[name]
-            cost: dict[str, Any] = {
-                "kind": "real" if node.is_real else "simulated",
-                "cpu_pct": round(100 * max(0.0, now["cpu_s"] - before["cpu_s"]) / max(elapsed_s, 1e-9), 2),
-                "rss_mib": round(now["rss_bytes"] / (1 << 20), 1),
-            }
             started = node.real.first_started_at if node.real is not None else None
             if started is not None and name in self._ready_at:
                 cost["ready_s"] = round(self._ready_at[name] - started, 1)

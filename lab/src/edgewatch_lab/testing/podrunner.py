@@ -69,6 +69,7 @@ from edgewatch_lab.testing.podspec import (
     runs_here,
     write_clock_offset,
 )
+from edgewatch_lab.testing.procstat import record_container
 
 __all__ = [
     "BACKOFF_MAX_S", "BACKOFF_START_S", "CLOCK_MOUNT", "IMAGE_ENTRYPOINT", "IMAGE_GID", "IMAGE_UID",
@@ -289,6 +290,9 @@ class PodRunner:
             c.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "edgewatch_lab.testing.podexec", str(spec_file),
                 stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
+        with contextlib.suppress(OSError):  # for the lab's per-pod accounting only
+            record_container(self._setup.pod_dir(p), pod=f"{p.pod['metadata']['namespace']}/{p.pod['metadata']['name']}",
+                             container=c.spec["name"], pid=c.proc.pid)
         c.started_at = format_rfc3339()
         c.started_mono = asyncio.get_running_loop().time()
         c.waiting = None

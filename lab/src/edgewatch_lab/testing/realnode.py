@@ -67,6 +67,8 @@ from typing import Any, Final
 
 import yaml
 
+from edgewatch_lab.testing.procstat import rss_bytes
+
 __all__ = ["LAB_ROOT", "RealNode", "RealNodeError", "RealNodeSpec", "cleanup_stale", "containerd_config",
            "cni_config", "kubelet_config", "launch_script"]
 
@@ -318,17 +320,6 @@ def remove_cgroup_tree(relative: str) -> list[str]:
             except OSError:
                 left.append(dirpath)
     return left
-
-
-def rss_bytes(pid: int) -> int:
-    """A process's resident set (VmRSS) in bytes; 0 when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 # -- the node ---------------------------------------------------------------------------------------
