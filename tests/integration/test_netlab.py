@@ -689,3 +689,44 @@ def test_failures_during_setup_leave_nothing_behind(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(netlab, "_run_cmd", real_run_cmd)
         lab.close()
     assert _lab_leftovers(lab_id) == []
+
+
+def _send_udp(host: Host, targets: list[tuple[str, int]], *, size: int = 100) -> None:
+    """From inside ``host``: one ``size``-byte UDP datagram to each target (port 9, discard)."""
+    script = ("import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+              f"for addr, n in {targets!r}:\n    for _ in range(n):\n        try:\n"
+              f"            s.sendto(b'x' * {size}, (addr, 9))\n        except PermissionError:\n"
+              "            pass  # dropped by a fault in the output chain\n")
+    subprocess.run(host.wrap_argv([sys.executable, "-c", script]), check=True, timeout=30)
+
+
+def _connect(host: Host, address: str) -> None:
+    """From inside ``host``: one TCP connection attempt to ``address``:9 (refused or timed out)."""
+    script = (f"import socket\ns = socket.socket()\ns.settimeout(0.5)\ntry:\n    s.connect(({address!r}, 9))\n"
+              "except OSError:\n    pass\n")
+    subprocess.run(host.wrap_argv([sys.executable, "-c", script]), check=True, timeout=30)
+
+
+def test_traffic_counts_what_each_host_sends_to_peers_and_to_the_cloud(lab: NetLab) -> None:
+    a, b, c = lab.add_pool("t", 3)
+    before = lab.traffic(a.name)
+    _send_udp(a, [(b.address, 5), (c.address, 2), (lab.cloud_address, 3)])
+    _connect(a, b.address)
+    sent = lab.traffic(a.name).minus(before)
+    assert (sent.peer_packets, sent.cloud_packets) == (8, 3)  # 7 datagrams + 1 SYN to peers
+    assert sent.peer_connections == 1 and sent.cloud_connections == 0
+    assert sent.cloud_bytes == 3 * (100 + 28)  # IPv4 + UDP headers
+    answered = lab.traffic(b.name)  # b only answered: ICMP port unreachable (rate-limited) and one RST
+    assert 1 <= answered.peer_packets <= 6 and answered.peer_connections == 0 and answered.cloud_packets == 0
+    # a cut host's packets to the cloud are dropped before they leave: not counted as sent
+    lab.cut_cloud(a.name)
+    at_cut = lab.traffic(a.name)
+    _send_udp(a, [(lab.cloud_address, 4), (b.address, 1)])
+    during = lab.traffic(a.name).minus(at_cut)
+    assert (during.cloud_packets, during.peer_packets) == (0, 1)
+    # counters survive fault changes (the fault table is rebuilt, this one is not) and a kill
+    lab.heal()
+    lab.kill(a.name)
+    assert lab.traffic(a.name).peer_packets == at_cut.peer_packets + 1
+    with pytest.raises(KeyError):
+        lab.traffic("nobody")

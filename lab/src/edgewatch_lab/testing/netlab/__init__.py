@@ -17,7 +17,9 @@ world out of kernel objects:
 * one nftables table ``inet edgewatch_lab`` inside every host namespace.  All
   faults are stateless ``drop`` rules in that table; the table of a host is
   rebuilt from the host's fault state on every change, so faults compose (a
-  host can be cut from the cloud *and* lossy) and healing is a flush.
+  host can be cut from the cloud *and* lossy) and healing is a flush;
+* a second table ``inet edgewatch_lab_traffic`` per host counting what it sends
+  to its peers and to the cloud (:meth:`NetLab.traffic`).
 
 ``198.18.0.0/15`` is the RFC 2544 benchmarking range, so the lab never
 collides with real networks; ``k`` (1..250) is chosen so that it collides with
@@ -39,6 +41,7 @@ Modules
 * :mod:`~edgewatch_lab.testing.netlab.host`: :class:`Host`, building and deleting hosts, the
   processes started in them;
 * :mod:`~edgewatch_lab.testing.netlab.faults`: fault state, nftables rules, the fault controller;
+* :mod:`~edgewatch_lab.testing.netlab.traffic`: the traffic counters' table and their reading;
 * :mod:`~edgewatch_lab.testing.netlab.state`: registry files, subnet and lab-id reservation,
   stale-lab cleanup;
 * :mod:`~edgewatch_lab.testing.netlab.commands`: ``ip``/``nft`` commands and ``/proc`` (and
@@ -75,6 +78,7 @@ from edgewatch_lab.testing.netlab.faults import NFT_TABLE, HostFaults
 from edgewatch_lab.testing.netlab.host import Host
 from edgewatch_lab.testing.netlab.lab import CLOUD_HOST_OCTET, NetLab
 from edgewatch_lab.testing.netlab.state import REGISTRY_DIR
+from edgewatch_lab.testing.netlab.traffic import TRAFFIC_TABLE, TrafficCounters
 
 __all__ = [
     "CLOUD_HOST_OCTET",
@@ -84,6 +88,8 @@ __all__ = [
     "HostFaults",
     "NetLab",
     "NetLabError",
+    "TRAFFIC_TABLE",
+    "TrafficCounters",
     "main",
 ]
 

@@ -150,8 +150,9 @@ def check_host_specs(specs: list[tuple[str, str]], existing: Collection[str]) ->
         seen.add(name)
 
 
-def build_hosts(hosts: Sequence[Host], *, bridge: str, timeout: float) -> None:
-    """Create the namespaces, veths (ports of ``bridge``), addresses and fault tables of ``hosts``.
+def build_hosts(hosts: Sequence[Host], *, bridge: str, timeout: float, traffic_script: str = "") -> None:
+    """Create the namespaces, veths (ports of ``bridge``), addresses and fault tables of ``hosts``,
+    and run ``traffic_script`` (the traffic table, ``traffic.render_table``) in each.
 
     Raises:
         NetLabError: a command failed (whatever was built is left for the caller to remove).
@@ -173,7 +174,7 @@ def build_hosts(hosts: Sequence[Host], *, bridge: str, timeout: float) -> None:
             "link set dev eth0 up\n"
         )
         run_cmd(["ip", "-n", host.netns, "-batch", "-"], input_text=ns_script, timeout=timeout)
-        run_cmd(host.wrap_argv(["nft", "-f", "-"]), input_text=TABLE_SCRIPT, timeout=timeout)
+        run_cmd(host.wrap_argv(["nft", "-f", "-"]), input_text=TABLE_SCRIPT + traffic_script, timeout=timeout)
 
 
 def delete_hosts(hosts: Sequence[Host], *, timeout: float) -> bool:

@@ -32,6 +32,7 @@ from edgewatch_lab.testing.netlab import state
 from edgewatch_lab.testing.netlab.commands import DEFAULT_COMMAND_TIMEOUT, NetLabError, run_cmd
 from edgewatch_lab.testing.netlab.faults import FaultController, HostFaults
 from edgewatch_lab.testing.netlab.host import Host, ProcessTable, build_hosts, check_host_specs, delete_hosts
+from edgewatch_lab.testing.netlab.traffic import TRAFFIC_TABLE, TrafficCounters, parse_counters, render_table
 
 _log = logging.getLogger(__package__)  # the package's logger, shared by every part of the lab
 
@@ -411,7 +412,8 @@ class NetLab:
         with state.registry_lock():
             self._write_registry_locked()
         try:
-            build_hosts(hosts, bridge=self.bridge, timeout=self._timeout)
+            build_hosts(hosts, bridge=self.bridge, timeout=self._timeout,
+                        traffic_script=render_table(cloud_address=self.cloud_address, subnet=self.subnet))
         except BaseException:
             self._rollback_hosts(hosts)
             raise
@@ -492,6 +494,23 @@ class NetLab:
     def loss(self, names: str | Iterable[str], percent: int) -> None:
         """Drop ``percent``% of the packets entering and leaving the given hosts (:meth:`FaultController.loss`)."""
         self._faults.loss(names, percent)
+
+    def traffic(self, name: str) -> TrafficCounters:
+        """What host ``name`` has sent since it was built, to its peers and to the cloud
+        (:mod:`~edgewatch_lab.testing.netlab.traffic`); readable after a kill too (the namespace stays).
+
+        Raises:
+            KeyError: unknown host.  NetLabError: nft failed, its output is not the counters, or the
+            lab is closed.
+        """
+        self._require_started()
+        host = self.host(name)
+        out = run_cmd(host.wrap_argv(["nft", "-j", "list", "counters", "table", "inet", TRAFFIC_TABLE]),
+                      timeout=self._timeout)
+        try:
+            return parse_counters(out.stdout)
+        except ValueError as exc:
+            raise NetLabError(f"host {name}: {exc}") from exc
 
     def kill(self, name: str) -> None:
         """Kill host ``name``: bridge port down, then SIGKILL all its processes (:meth:`FaultController.kill`)."""
