@@ -229,3 +229,19 @@ def test_scenarios_markdown_one_row_per_scenario_and_figure(reports) -> None:
     assert f"| s | {LABELS['max_detection_s']} | 4.0 | 70.0 | 40.0 |" in lines
     assert f"| t | {LABELS['max_detection_s']} | 7.2 | - | - |" in lines  # no SuperEdge, no stock run of t
     assert all(line.count("|") == 6 for line in lines)
+
+
+def test_table_command_prints_the_markdown_and_refuses_what_it_cannot_read(tmp_path, reports) -> None:
+    from click.testing import CliRunner
+
+    from edgewatch_lab.cli import playground
+
+    for system in ("edgewatch", "superedge", "stock"):
+        write(tmp_path, reports[system], system)
+    ok = CliRunner().invoke(playground, ["table", "s", "--report-dir", str(tmp_path)])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output == comparison.scenarios_markdown({"s": reports})
+    missing = CliRunner().invoke(playground, ["table", "s", "nope", "--report-dir", str(tmp_path)])
+    assert missing.exit_code == 1 and "no report in" in missing.output and "nope" in missing.output
+    bad = CliRunner().invoke(playground, ["table", "s", "--report-dir", str(tmp_path), "--systems", "openyurt"])
+    assert bad.exit_code == 2 and "unknown system(s) openyurt" in bad.output

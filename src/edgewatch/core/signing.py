@@ -88,10 +88,6 @@ def canonical_json(value: object) -> bytes:
         raise ValueError("string is not valid Unicode (lone surrogate)") from exc
 
 
-def _no_default(value: object) -> object:
-    raise TypeError(f"{type(value).__name__} has no canonical JSON form")
-
-
 class Verification(enum.StrEnum):
     """Outcome of a signature check (:class:`Signer`)."""
 
