@@ -19,7 +19,11 @@ world out of kernel objects:
   rebuilt from the host's fault state on every change, so faults compose (a
   host can be cut from the cloud *and* lossy) and healing is a flush;
 * a second table ``inet edgewatch_lab_traffic`` per host counting what it sends
-  to its peers and to the cloud (:meth:`NetLab.traffic`).
+  to its peers (any other lab address) and to the cloud address: packets,
+  bytes and TCP connections opened, on the ``postrouting`` hook so that
+  packets the fault table drops are not counted, loopback excluded.  It is
+  created with the host and never rebuilt, so counters survive fault changes
+  and kills (:meth:`NetLab.traffic`, :class:`TrafficCounters`).
 
 ``198.18.0.0/15`` is the RFC 2544 benchmarking range, so the lab never
 collides with real networks; ``k`` (1..250) is chosen so that it collides with
@@ -41,7 +45,9 @@ Modules
 * :mod:`~edgewatch_lab.testing.netlab.host`: :class:`Host`, building and deleting hosts, the
   processes started in them;
 * :mod:`~edgewatch_lab.testing.netlab.faults`: fault state, nftables rules, the fault controller;
-* :mod:`~edgewatch_lab.testing.netlab.traffic`: the traffic counters' table and their reading;
+* :mod:`~edgewatch_lab.testing.netlab.traffic`: the traffic counters' table
+  (:func:`render_traffic_table`), reading them (:func:`parse_counters`) and
+  :class:`TrafficCounters` (deltas, rates per minute);
 * :mod:`~edgewatch_lab.testing.netlab.state`: registry files, subnet and lab-id reservation,
   stale-lab cleanup;
 * :mod:`~edgewatch_lab.testing.netlab.commands`: ``ip``/``nft`` commands and ``/proc`` (and
@@ -78,7 +84,12 @@ from edgewatch_lab.testing.netlab.faults import NFT_TABLE, HostFaults
 from edgewatch_lab.testing.netlab.host import Host
 from edgewatch_lab.testing.netlab.lab import CLOUD_HOST_OCTET, NetLab
 from edgewatch_lab.testing.netlab.state import REGISTRY_DIR
-from edgewatch_lab.testing.netlab.traffic import TRAFFIC_TABLE, TrafficCounters
+from edgewatch_lab.testing.netlab.traffic import (
+    TRAFFIC_TABLE,
+    TrafficCounters,
+    parse_counters,
+    render_traffic_table,
+)
 
 __all__ = [
     "CLOUD_HOST_OCTET",
@@ -91,6 +102,8 @@ __all__ = [
     "TRAFFIC_TABLE",
     "TrafficCounters",
     "main",
+    "parse_counters",
+    "render_traffic_table",
 ]
 
 # Not in __all__: every command of the lab runs through this package attribute (commands.run_cmd

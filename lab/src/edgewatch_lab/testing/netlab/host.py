@@ -152,7 +152,7 @@ def check_host_specs(specs: list[tuple[str, str]], existing: Collection[str]) ->
 
 def build_hosts(hosts: Sequence[Host], *, bridge: str, timeout: float, traffic_script: str = "") -> None:
     """Create the namespaces, veths (ports of ``bridge``), addresses and fault tables of ``hosts``,
-    and run ``traffic_script`` (the traffic table, ``traffic.render_table``) in each.
+    and run ``traffic_script`` (the traffic table, ``traffic.render_traffic_table``) in each.
 
     Raises:
         NetLabError: a command failed (whatever was built is left for the caller to remove).

@@ -32,7 +32,12 @@ from edgewatch_lab.testing.netlab import state
 from edgewatch_lab.testing.netlab.commands import DEFAULT_COMMAND_TIMEOUT, NetLabError, run_cmd
 from edgewatch_lab.testing.netlab.faults import FaultController, HostFaults
 from edgewatch_lab.testing.netlab.host import Host, ProcessTable, build_hosts, check_host_specs, delete_hosts
-from edgewatch_lab.testing.netlab.traffic import TRAFFIC_TABLE, TrafficCounters, parse_counters, render_table
+from edgewatch_lab.testing.netlab.traffic import (
+    TRAFFIC_TABLE,
+    TrafficCounters,
+    parse_counters,
+    render_traffic_table,
+)
 
 _log = logging.getLogger(__package__)  # the package's logger, shared by every part of the lab
 
@@ -413,7 +418,7 @@ class NetLab:
             self._write_registry_locked()
         try:
             build_hosts(hosts, bridge=self.bridge, timeout=self._timeout,
-                        traffic_script=render_table(cloud_address=self.cloud_address, subnet=self.subnet))
+                        traffic_script=render_traffic_table(cloud_address=self.cloud_address, subnet=self.subnet))
         except BaseException:
             self._rollback_hosts(hosts)
             raise
@@ -497,20 +502,31 @@ class NetLab:
 
     def traffic(self, name: str) -> TrafficCounters:
         """What host ``name`` has sent since it was built, to its peers and to the cloud
-        (:mod:`~edgewatch_lab.testing.netlab.traffic`); readable after a kill too (the namespace stays).
+        (:mod:`~edgewatch_lab.testing.netlab.traffic`), read now from its ``inet edgewatch_lab_traffic``
+        table with ``nft -j list counters`` run in its namespace.
+
+        Works for a killed host too: a kill leaves the namespace and its tables in place, and
+        ``nft`` runs in the namespace whatever the state of its link.  Should the host's table be
+        unreadable anyway (its namespace or table removed from outside the lab, ``nft`` hung), that
+        is a :class:`NetLabError` like any other failed read.
+
+        Subtract two snapshots with :meth:`TrafficCounters.delta` and turn the result into rates
+        with :meth:`TrafficCounters.per_minute`.
 
         Raises:
-            KeyError: unknown host.  NetLabError: nft failed, its output is not the counters, or the
-            lab is closed.
+            KeyError: unknown host.
+            NetLabError: ``nft`` failed or timed out (the lab's command timeout), its output is not
+                the counters, or the lab is not started or already closed.
         """
-        self._require_started()
-        host = self.host(name)
-        out = run_cmd(host.wrap_argv(["nft", "-j", "list", "counters", "table", "inet", TRAFFIC_TABLE]),
-                      timeout=self._timeout)
+        with self._lock:
+            self._require_started()
+            host = self.host(name)
+            argv = host.wrap_argv(["nft", "-j", "list", "counters", "table", "inet", TRAFFIC_TABLE])
+            out = run_cmd(argv, timeout=self._timeout)
         try:
             return parse_counters(out.stdout)
         except ValueError as exc:
-            raise NetLabError(f"host {name}: {exc}") from exc
+            raise NetLabError(f"host {name}: {exc}", argv=argv) from exc
 
     def kill(self, name: str) -> None:
         """Kill host ``name``: bridge port down, then SIGKILL all its processes (:meth:`FaultController.kill`)."""
