@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +69,8 @@ from edgewatch_lab.testing.images import Images, ensure_images
 from edgewatch_lab.testing.kubeproxy import KubeProxy
 from edgewatch_lab.testing.netlab import Host, NetLab
 from edgewatch_lab.testing.podrunner import write_clock_offset
-from edgewatch_lab.testing.procstat import children, cpu_seconds, cpu_snapshot, descendants, pod_processes, rss_bytes
+from edgewatch_lab.testing.procstat import (children, cpu_snapshot, descendants, pod_processes, process_table,
+                                            rss_bytes)
 from edgewatch_lab.testing.realnode import RealNode, RealNodeSpec
 
 log = logging.getLogger(__name__)
@@ -375,27 +377,32 @@ class PlaygroundCluster:
         node = self.nodes[name]
         return len(node.real.container_pids()) if node.real is not None else None
 
-    def node_usage(self, name: str) -> dict[str, float]:
+    def node_usage(self, name: str, table: Mapping[int, tuple[int, int]] | None = None) -> dict[str, float]:
         """What a node's processes have used: ``cpu_s`` (CPU seconds: a real node's cgroup since
-        its creation; a simulated node's simulator and pods, live ones only) and ``rss_bytes``."""
+        its creation; a simulated node's simulator and pods, live ones only) and ``rss_bytes``.
+        ``table``: one ``procstat.process_table`` shared by several calls (else one scan each)."""
         node = self.nodes[name]
         if node.real is not None:
             return node.real.usage()
         if node.kubelet is None:
             return {"cpu_s": 0.0, "rss_bytes": 0.0}
-        pids = [node.kubelet.pid] + descendants(node.kubelet.pid)
-        cpu = sum(cpu_seconds(p) for p in pids)
+        table = process_table() if table is None else table
+        pids = [node.kubelet.pid] + descendants(node.kubelet.pid, table)
+        cpu = sum(cpu_snapshot(pids, table).values())
         return {"cpu_s": cpu, "rss_bytes": float(sum(rss_bytes(p) for p in pids))}
 
-    def pod_usage(self, name: str) -> dict[str, tuple[dict[int, float], int]]:
+    def pod_usage(self, name: str,
+                  table: Mapping[int, tuple[int, int]] | None = None) -> dict[str, tuple[dict[int, float], int]]:
         """Per pod running on a simulated node now, ``namespace/name`` → (CPU seconds per process,
         ``{pid: seconds}``, for ``procstat.cpu_delta_s``; resident set in bytes). Empty for a real
-        node (its containers are containerd's) and for a node whose simulator is not running."""
+        node (its containers are containerd's) and for a node whose simulator is not running.
+        ``table`` as for :meth:`node_usage`."""
         node = self.nodes[name]
         if node.real is not None or node.kubelet is None or node.kubelet.poll() is not None:
             return {}
-        return {pod: (cpu_snapshot(pids), sum(rss_bytes(p) for p in pids))
-                for pod, pids in pod_processes(node.root, simulator_pid=node.kubelet.pid).items()}
+        table = process_table() if table is None else table
+        return {pod: (cpu_snapshot(pids, table), sum(rss_bytes(p) for p in pids))
+                for pod, pids in pod_processes(node.root, simulator_pid=node.kubelet.pid, table=table).items()}
 
     def start_coordinator(self, pool: str) -> None:
         """Start (or restart, keeping its data) the pool's etcd inside its coordinator namespace."""

@@ -28,7 +28,8 @@ import statistics
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from edgewatch_lab.testing.procstat import cpu_delta_s
+from edgewatch_lab.testing.netlab.traffic import TrafficCounters
+from edgewatch_lab.testing.procstat import cpu_delta_s, process_table
 
 if TYPE_CHECKING:
     from edgewatch_lab.playground.cluster import PlaygroundCluster
@@ -65,13 +66,6 @@ def agent_cost(system: str, before: PodUsage, after: PodUsage, *, elapsed_s: flo
     return {"pod": pod, "cpu_pct": round(100 * used / max(elapsed_s, 1e-9), 2), "rss_mib": round(rss / _MIB, 1)}
 
 
-def traffic_per_minute(before: Mapping[str, int], after: Mapping[str, int], *, elapsed_s: float) -> dict[str, float]:
-    """Each counter's growth per minute of ``elapsed_s`` seconds, rounded to 0.1 (a counter that
-    went backwards, i.e. was recreated, counts from zero)."""
-    minutes = max(elapsed_s, 1e-9) / 60.0
-    return {k: round((v - before.get(k, 0) if v >= before.get(k, 0) else v) / minutes, 1) for k, v in after.items()}
-
-
 def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
@@ -102,11 +96,6 @@ def cost_summary(node_costs: Mapping[str, Mapping[str, Any]], *, whole_run: Coll
     }
 
 
-def _counters(snapshot: object) -> dict[str, int]:
-    """A ``TrafficCounters`` (or any dataclass of ints) as a plain dict."""
-    return {k: int(v) for k, v in dataclasses.asdict(snapshot).items()}  # type: ignore[call-overload]
-
-
 @dataclasses.dataclass
 class CostMeter:
     """Takes the start snapshot of every edge node (:meth:`start`) and turns the end snapshot into
@@ -118,40 +107,45 @@ class CostMeter:
     system: str
     _usage: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     _pods: dict[str, Any] = dataclasses.field(default_factory=dict)
-    _traffic: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    _traffic: dict[str, TrafficCounters] = dataclasses.field(default_factory=dict)
 
-    def _read_traffic(self, name: str) -> dict[str, int] | None:
+    def _read_traffic(self, name: str) -> TrafficCounters | None:
         lab, node = self.cluster.lab, self.cluster.nodes[name]
         if lab is None or node.host is None:
             return None
         with contextlib.suppress(Exception):
-            return _counters(lab.traffic(node.host.name))
+            return lab.traffic(node.host.name)
         return None
 
     def start(self) -> None:
-        """Snapshot each node's usage, its pods' CPU and its traffic counters."""
+        """Snapshot each node's usage, its pods' CPU and its traffic counters (one ``/proc`` scan)."""
+        table = process_table()
         for name in self.nodes:
-            self._usage[name] = self.cluster.node_usage(name)
-            self._pods[name] = self.cluster.pod_usage(name)
+            self._usage[name] = self.cluster.node_usage(name, table)
+            self._pods[name] = self.cluster.pod_usage(name, table)
             if (counters := self._read_traffic(name)) is not None:
                 self._traffic[name] = counters
 
     def finish(self, *, elapsed_s: float) -> dict[str, dict[str, Any]]:
         """``{node: {"kind", "cpu_pct", "rss_mib", "agent"?, "traffic"?}}`` over ``elapsed_s`` seconds."""
         out: dict[str, dict[str, Any]] = {}
+        table = process_table()
         for name, before in self._usage.items():
-            now = self.cluster.node_usage(name)
+            now = self.cluster.node_usage(name, table)
             node = self.cluster.nodes[name]
             cost: dict[str, Any] = {
                 "kind": "real" if node.is_real else "simulated",
                 "cpu_pct": round(100 * max(0.0, now["cpu_s"] - before["cpu_s"]) / max(elapsed_s, 1e-9), 2),
                 "rss_mib": round(now["rss_bytes"] / _MIB, 1),
             }
-            agent = agent_cost(self.system, self._pods.get(name, {}), self.cluster.pod_usage(name), elapsed_s=elapsed_s)
+            agent = agent_cost(self.system, self._pods.get(name, {}), self.cluster.pod_usage(name, table),
+                               elapsed_s=elapsed_s)
             if agent is not None:
                 cost["agent"] = agent
             end = self._read_traffic(name)
             if end is not None and name in self._traffic:
-                cost["traffic"] = traffic_per_minute(self._traffic[name], end, elapsed_s=elapsed_s)
+                with contextlib.suppress(ValueError):  # counters went down: the table was recreated
+                    rates = end.delta(self._traffic[name]).per_minute(max(elapsed_s, 1e-9))
+                    cost["traffic"] = {k: round(v, 1) for k, v in rates.items()}
             out[name] = cost
         return out

@@ -112,11 +112,13 @@ def record_container(pod_dir: Path, *, pod: str, container: str, pid: int) -> No
     (pod_dir / f"{container}{PID_SUFFIX}").write_text(f"{pid}\n")
 
 
-def pod_processes(node_root: Path, *, simulator_pid: int) -> dict[str, list[int]]:
+def pod_processes(node_root: Path, *, simulator_pid: int,
+                  table: Mapping[int, tuple[int, int]] | None = None) -> dict[str, list[int]]:
     """``{namespace/name: [pid, ...]}``: each pod's live container processes and their descendants
     on the simulated node rooted at ``node_root``; a recorded pid counts only while its parent is
-    ``simulator_pid``. Pods with no live process are left out."""
-    table = process_table()
+    ``simulator_pid``. Pods with no live process are left out. One scan of ``/proc`` unless
+    ``table`` (:func:`process_table`) is given."""
+    table = process_table() if table is None else table
     out: dict[str, list[int]] = {}
     for pod_dir in sorted((node_root / PODS_DIR).glob("*")):
         with contextlib.suppress(OSError):
@@ -129,9 +131,10 @@ def pod_processes(node_root: Path, *, simulator_pid: int) -> dict[str, list[int]
     return out
 
 
-def cpu_snapshot(pids: Iterable[int]) -> dict[int, float]:
-    """``{pid: cpu_seconds}`` of ``pids`` now (gone ones left out)."""
-    return {pid: cpu for pid in pids if (cpu := cpu_seconds(pid)) > 0 or Path(f"/proc/{pid}").exists()}
+def cpu_snapshot(pids: Iterable[int], table: Mapping[int, tuple[int, int]]) -> dict[int, float]:
+    """``{pid: CPU seconds}`` of ``pids`` in ``table`` (:func:`process_table`; gone ones left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return {pid: table[pid][1] / tick for pid in pids if pid in table}
 
 
 def cpu_delta_s(before: Mapping[int, float], after: Mapping[int, float]) -> float:
