@@ -25,7 +25,8 @@ test: setup binaries node-binaries
 
 # Every built-in scenario end to end, those make test leaves out included (tests/e2e/test_scenarios.py,
 # OUTSIDE_MAKE_TEST: pool-split, whose split pool-split-25 plays at 25 nodes; coordinator-real-nodes,
-# whose parts coordinator-pod and real-nodes play).
+# whose parts coordinator-pod and real-nodes play; mixed-cluster, whose uncovered node an integration
+# test runs against the real apiserver).
 scenarios: setup binaries node-binaries
 	EDGEWATCH_E2E_ALL=1 $(VENV)/bin/pytest -n $(E2E_WORKERS) --dist load tests/e2e
 

@@ -79,7 +79,11 @@ OUTSIDE_MAKE_TEST = {"pool-split": "pool-split-25 plays the same split (a pool c
                                    "link of one side lost) at 25 nodes",
                      "coordinator-real-nodes": "coordinator-pod plays the same coordinator death and move on "
                                                "simulated nodes, and real-nodes runs real kubelets with containerd "
-                                               "(the image's etcd on a real node is its only addition)"}
+                                               "(the image's etcd on a real node is its only addition)",
+                     "mixed-cluster": "tests/integration/test_controller.py::test_uncovered_node_gets_stock_behaviour_"
+                                      "and_coverage_follows_the_configmap proves an uncovered node's death is left to "
+                                      "stock Kubernetes, and every other scenario checks edgewatch touches no "
+                                      "node it does not cover"}
 
 
 def _selected(name: str) -> bool:

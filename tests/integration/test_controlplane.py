@@ -14,16 +14,19 @@ import sys
 import time
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 
+from edgewatch.kube.listwatch import lister_watcher
 from edgewatch_lab.testing.binaries import BinariesError, ensure_binaries
 from edgewatch_lab.testing.controlplane import ControlPlane
 from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
 from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
-from edgewatch_lab.testing.workload import sample_deployment, sample_service
+from edgewatch_lab.testing.diagnose import explain_workload
+from edgewatch_lab.testing.workload import APP_LABEL, sample_deployment, sample_service
 
 pytestmark = pytest.mark.controlplane
 
@@ -154,6 +157,59 @@ async def test_scheduler_binds_and_kubelet_sim_runs_pods_into_endpoints(kube) ->
         await kube.delete(Namespace, ns)
         for n in names:
             await kube.delete(Node, n)
+
+
+class _FirstStatusPostsTimeOut:
+    """The admin client, except that its first ``failures`` pod-status patches time out, as they do
+    on a machine busy starting dozens of nodes (a transport fault at the client's edge)."""
+
+    def __init__(self, client, failures: int) -> None:  # type: ignore[no-untyped-def]
+        self._client = client
+        self.left = failures
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._client, name)
+
+    def lister_watcher(self, resource, **selectors):  # type: ignore[no-untyped-def]
+        return lister_watcher(self._client, resource, **selectors)
+
+    async def patch(self, resource, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if resource is Pod.Status and self.left > 0:
+            self.left -= 1
+            raise httpx.ReadTimeout("injected: the status post timed out")
+        return await self._client.patch(resource, *args, **kwargs)
+
+
+async def test_a_pod_whose_status_post_timed_out_is_posted_again(kube) -> None:  # type: ignore[no-untyped-def]
+    """A failed status post is retried with the pod's latest state (as kubelet's status manager
+    re-syncs): nothing else would ever change the pod, so without the retry it stays Pending."""
+    ns = await _namespace(kube, f"wl-{_suffix()}")
+    name = f"wl-{_suffix()}"
+    client = _FirstStatusPostsTimeOut(kube, failures=2)
+    fleet = KubeletFleet(client=client, nodes=[SimNode(name=name, address="127.0.0.1", index=1)],  # type: ignore[arg-type]
+                         config=KubeletSimConfig(healthz_port=None, pod_retry_s=0.5))
+    runner = asyncio.create_task(fleet.run())
+    try:
+        await asyncio.wait_for(fleet.registered.wait(), 30)
+        deployment = sample_deployment(namespace=ns, replicas=2)
+        deployment.spec.template.spec.affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [name]}]}]}}}
+        await kube.create(sample_service(namespace=ns))
+        await kube.create(deployment)
+
+        async def both_ready() -> bool:
+            return len(await ready_endpoints(kube, namespace=ns, service="sample")) == 2
+
+        await wait_for(both_ready, timeout_s=60, what="2 ready endpoints after 2 lost status posts",
+                       explain=lambda: explain_workload(kube, namespace=ns, service="sample", labels=APP_LABEL))
+        assert client.left == 0  # both injected timeouts happened, and were recovered from
+        assert not runner.done()
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await kube.delete(Namespace, ns)
+        await kube.delete(Node, name)
 
 
 def test_kubebuilder_assets_are_used_without_building(tmp_path: Path, binaries) -> None:  # type: ignore[no-untyped-def]

@@ -66,6 +66,28 @@ async def test_wait_for_still_times_out_on_a_false_predicate() -> None:
         await wait_for(predicate, timeout_s=0, interval_s=0, what="the thing")
 
 
+async def test_a_timed_out_wait_says_what_explain_found() -> None:
+    async def predicate() -> bool:
+        return False
+
+    async def explain() -> str:
+        return "3 pods Pending"
+
+    with pytest.raises(TimeoutError, match="waiting for the thing: 3 pods Pending"):
+        await wait_for(predicate, timeout_s=0, interval_s=0, what="the thing", explain=explain)
+
+
+async def test_a_failing_explain_is_named_and_never_masks_the_timeout() -> None:
+    async def predicate() -> bool:
+        return False
+
+    async def explain() -> str:
+        raise httpx.ConnectError("apiserver down")
+
+    with pytest.raises(TimeoutError, match=r"waiting for the thing: \(no account: ConnectError: apiserver down\)"):
+        await wait_for(predicate, timeout_s=0, interval_s=0, what="the thing", explain=explain)
+
+
 async def test_a_lost_create_response_then_409_counts_as_created() -> None:
     client = _FlakyCreates([httpx.ReadTimeout("lost response"), _api_error(409)])
     assert await create_until_done(client, _service(), timeout_s=30)  # type: ignore[arg-type]

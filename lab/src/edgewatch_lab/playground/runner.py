@@ -64,8 +64,9 @@ from edgewatch_lab.playground.statefulsets import StatefulSetSeries
 from edgewatch_lab.playground.prometheus import PrometheusError, lab_prometheus
 from edgewatch_lab.testing.binaries import Binaries, ensure_prometheus
 from edgewatch_lab.testing.kubeletsim import make_client, pod_ready
+from edgewatch_lab.testing.diagnose import explain_workload
 from edgewatch_lab.testing.smoke import create_until_done, ready_endpoints, wait_for
-from edgewatch_lab.testing.workload import sample_deployment, sample_headless_service, sample_service
+from edgewatch_lab.testing.workload import APP_LABEL, sample_deployment, sample_headless_service, sample_service
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,9 @@ class ScenarioPlayer:
         async def serving() -> bool:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas
 
-        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints")
+        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints",
+                       explain=lambda: explain_workload(self.client, namespace=WORKLOAD_NAMESPACE, service="sample",
+                                                        labels=APP_LABEL))
         if self.scenario.statefulsets:
             await place_statefulsets(self.client, {s.name: s.node for s in self.scenario.statefulsets},
                                      namespace=WORKLOAD_NAMESPACE, timeout_s=90 + slack)

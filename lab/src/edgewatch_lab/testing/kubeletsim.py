@@ -69,6 +69,10 @@ class KubeletSimConfig:
         status_report_s: re-post NodeStatus at least this often even when unchanged (kubelet's
             nodeStatusReportFrequency, 5 min).
         request_timeout_s: timeout of every API request except watches.
+        pod_retry_s: how often pods whose last status post or delete failed (a timeout while the
+            machine is busy) are tried again with their latest watched state (kubelet's status
+            manager re-syncs every 10 s; 2 s keeps a busy lab's start short). Without it such a
+            pod would wait for its next watch event, which may never come.
         healthz_port: port of the /healthz endpoint on the node's address (kubelet 10248);
             None = no endpoint.
     """
@@ -79,6 +83,7 @@ class KubeletSimConfig:
     status_check_s: float = 10.0
     status_report_s: float = 300.0
     request_timeout_s: float = 5.0
+    pod_retry_s: float = 2.0
     healthz_port: int | None = 10248
 
 
@@ -261,14 +266,20 @@ class _SimKubelet:
             except API_ERRORS as exc:
                 log.info("node %s: status update failed: %s", self.node.name, exc)
 
-    async def handle_pod(self, pod: Pod) -> None:
-        """Bring one pod bound to this node to its kubelet-side end state."""
+    async def handle_pod(self, pod: Pod) -> bool:
+        """Bring one pod bound to this node to its kubelet-side end state.
+
+        Returns False when it should be tried again later: a request failed (timeout, refusal
+        other than 404 NotFound or 409 Conflict, which mean the pod is gone or newer) or the node
+        is dead (its pods are handled again once it is revived). Pods the node's ``PodRunner``
+        runs are its own loops' work (True).
+        """
         if not self.alive.is_set():
-            return
+            return False
         meta = pod.metadata
         if self.runner is not None and runs_here(pod.to_dict(), image_prefix=self.runner.config.image_prefix):
             await self.runner.sync(pod)
-            return
+            return True
         try:
             if meta.deletionTimestamp is not None:
                 await self.client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
@@ -277,9 +288,12 @@ class _SimKubelet:
                 await self.client.patch(Pod.Status, meta.name, body, namespace=meta.namespace)
         except ApiError as exc:
             if exc.status.code not in (404, 409):
-                log.info("node %s: pod %s/%s: %s", self.node.name, meta.namespace, meta.name, exc)
+                log.info("node %s: pod %s/%s: %s; retrying", self.node.name, meta.namespace, meta.name, exc)
+                return False
         except (httpx.HTTPError, OSError) as exc:
-            log.info("node %s: pod %s/%s: %s", self.node.name, meta.namespace, meta.name, exc)
+            log.info("node %s: pod %s/%s: %s; retrying", self.node.name, meta.namespace, meta.name, exc)
+            return False
+        return True
 
 
 class KubeletFleet:
@@ -343,18 +357,32 @@ class KubeletFleet:
         re-list after a 410 or a cut): a re-list hands over the whole state, so pods deleted
         while the watch was down are forgotten too."""
         known: dict[tuple[str, str], Pod] = {}
+        retry: set[tuple[str, str]] = set()  # pods whose last handling failed
 
         async def on_pod(op: str, pod: Pod) -> None:
             key = (pod.metadata.namespace or "", pod.metadata.name or "") if pod.metadata else ("", "")
             kubelet = self.kubelets.get(pod.spec.nodeName if pod.spec else "")
             if op == "DELETED":
                 known.pop(key, None)
+                retry.discard(key)
                 if kubelet is not None and kubelet.runner is not None:
                     await kubelet.runner.forget(pod)
                 return
             known[key] = pod
             if kubelet is not None:
-                await kubelet.handle_pod(pod)
+                if await kubelet.handle_pod(pod):
+                    retry.discard(key)
+                else:
+                    retry.add(key)
+
+        async def retry_loop() -> None:
+            while True:
+                await asyncio.sleep(self.config.pod_retry_s)
+                for key in sorted(retry):
+                    if key in retry and key in known:  # still failed, still there: its latest state
+                        await on_pod("MODIFIED", known[key])
+                    elif key not in known:
+                        retry.discard(key)
 
         async def sink(event: Reset[Pod] | Change[Pod] | Bookmark) -> None:
             if isinstance(event, Reset):
@@ -368,10 +396,13 @@ class KubeletFleet:
 
         single = next(iter(self.kubelets)) if len(self.kubelets) == 1 else None
         source = lister_watcher(self.client, PODS, field_selector=f"spec.nodeName={single}" if single else None)
-        await Informer(source=source, sink=sink, decode=Pod.from_dict, name="kubelet-sim",
-                       config=InformerConfig(request_timeout_s=self.config.request_timeout_s,
-                                             backoff_initial_s=self.config.lease_retry_s / 2,
-                                             backoff_max_s=self.config.lease_retry_s * 2)).run()
+        informer = Informer(source=source, sink=sink, decode=Pod.from_dict, name="kubelet-sim",
+                            config=InformerConfig(request_timeout_s=self.config.request_timeout_s,
+                                                  backoff_initial_s=self.config.lease_retry_s / 2,
+                                                  backoff_max_s=self.config.lease_retry_s * 2))
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(informer.run())
+            tg.create_task(retry_loop())
 
     async def _serve_healthz(self) -> None:
         runners = []

@@ -23,15 +23,21 @@ from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, Sim
 from edgewatch_lab.testing.workload import sample_deployment, sample_service
 
 
-async def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.5, what: str):  # type: ignore[no-untyped-def]
+async def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.5, what: str,  # type: ignore[no-untyped-def]
+                   explain=None):
     """Poll the async ``predicate`` until it returns a truthy value; return that value.
 
     A transport error inside ``predicate`` (a request timeout while the one machine is busy
     starting dozens of nodes) counts as "not yet" and is polled again; it is re-raised only once
     the deadline has passed, so a dead apiserver still fails the wait with its real cause.
 
+    ``explain``, an optional async callable returning a string, is awaited once on timeout (for at
+    most 30 s; its own failure is named instead) and its answer ends the message: what the wait
+    was missing (``edgewatch_lab.testing.diagnose``).
+
     Raises:
-        TimeoutError: not true within ``timeout_s`` seconds (the message names ``what``).
+        TimeoutError: not true within ``timeout_s`` seconds (the message names ``what``, and what
+            ``explain`` found).
         httpx.TransportError: the last poll's error, when polls were still failing at the deadline.
     """
     deadline = time.monotonic() + timeout_s
@@ -45,8 +51,17 @@ async def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.5, what
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}"
+                               + (f": {await _explanation(explain)}" if explain is not None else ""))
         await asyncio.sleep(interval_s)
+
+
+async def _explanation(explain) -> str:  # type: ignore[no-untyped-def]
+    try:
+        async with asyncio.timeout(30):
+            return str(await explain())
+    except Exception as exc:  # noqa: BLE001 - the message of a failure being raised; never mask it
+        return f"(no account: {type(exc).__name__}: {exc})"
 
 
 async def create_until_done(client: AsyncClient, obj, *, timeout_s: float):  # type: ignore[no-untyped-def]
