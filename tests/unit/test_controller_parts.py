@@ -77,6 +77,31 @@ def test_lease_snapshot_carries_the_observation_not_the_remote_time() -> None:
     assert snap is not None and snap.renew_time is None and snap.observed_at is None
 
 
+def _carried(renew: str) -> Lease:
+    return lease(renew, {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: renew})
+
+
+def test_lease_snapshot_keeps_the_nodes_own_renewal_while_carried_ones_follow() -> None:
+    R3 = "2023-11-14T22:13:31.000000Z"
+    obs = Observations()
+    assert lease_snapshot(lease(R1), name="n1", observations=obs, now=100.0).own_observed_at is None  # first sight
+    assert lease_snapshot(lease(R2), name="n1", observations=obs, now=110.0).own_observed_at == 110.0  # watched
+    snap = lease_snapshot(_carried(R3), name="n1", observations=obs, now=111.0)
+    assert (snap.observed_at, snap.own_observed_at) == (111.0, 110.0)  # the carry is newer; the own one kept
+    assert lease_snapshot(_carried(R3), name="n1", observations=obs, now=130.0).own_observed_at == 110.0
+    # a controller that starts on a carried renewal, then sees the node's own one happen
+    fresh = Observations()
+    assert lease_snapshot(_carried(R1), name="n1", observations=fresh, now=5.0).own_observed_at is None
+    assert lease_snapshot(lease(R2), name="n1", observations=fresh, now=9.0).own_observed_at == 9.0
+    assert lease_snapshot(_carried(R3), name="n1", observations=fresh, now=10.0).own_observed_at == 9.0
+    # a first-sight own renewal followed by carries proves nothing about when the node reached the cloud
+    restarted = Observations()
+    lease_snapshot(lease(R1), name="n1", observations=restarted, now=5.0)
+    assert lease_snapshot(_carried(R2), name="n1", observations=restarted, now=6.0).own_observed_at is None
+    restarted.forget(name="n1")  # the Node was deleted
+    assert restarted.get(kind="own-lease", name="n1") is None
+
+
 def test_node_snapshot_takes_nothing_of_the_edgehealthy_condition() -> None:
     """EdgeHealthy is the controller's output (issue 22): whatever the Node shows there — a verdict
     anyone wrote, refreshed or not, or nothing — the decision core's snapshot is the same."""

@@ -1616,3 +1616,68 @@ def test_lease_snapshot_needs_both_text_and_observation():
         LeaseSnapshot(renew_time="2023-11-14T22:13:20.000000Z")
     with pytest.raises(ValueError):
         LeaseSnapshot(observed_at=T0)
+
+
+# ---------------------------------------------------------------------------
+# The end of a cut: the node's own renewal gets through, then its peers carry one more (2026-11-26)
+
+
+def own_then_carried(own: float, carried: float) -> LeaseSnapshot:
+    """The node renewed its own Lease (the controller saw it at ``own``), then a peer carried a
+    renewal for it (seen at ``carried``): the agent still called its link down (hysteresis)."""
+    return replace(mk_lease(carried, delegated=True, via="peer"), own_observed_at=own)
+
+
+@pytest.mark.parametrize(
+    ("own", "now", "expected"),
+    [
+        (T0, T0 + 1, CloudView.OK),  # reached the cloud itself 1 s ago: not cut off
+        (T0, T0 + GRACE, CloudView.OK),  # fresh at the boundary
+        (T0, T0 + GRACE + 0.25, CloudView.DELEGATED),  # then the carried renewal says what it says
+        (None, T0 + 1, CloudView.DELEGATED),  # no own renewal watched (only a first sight, or none)
+    ],
+)
+def test_a_carried_renewal_after_a_fresh_own_one_is_no_cut(own, now, expected):
+    lease = own_then_carried(own, T0 + 0.5) if own is not None else mk_lease(T0 + 0.5, delegated=True, via="peer")
+    assert cloud_view(lease=lease, now=now, grace_s=GRACE) is expected
+
+
+def test_a_fresh_own_renewal_outweighs_an_unproven_carry():
+    """A carry the node's own statement does not back is LOST on its own; an own renewal seen within
+    the grace still says the node reached the cloud."""
+    lease = replace(own_then_carried(T0, T0 + 1), delegation_proven=False)
+    assert cloud_view(lease=lease, now=T0 + 2, grace_s=GRACE) is CloudView.OK
+    assert cloud_view(lease=lease, now=T0 + GRACE + 0.25, grace_s=GRACE) is CloudView.LOST
+
+
+def test_a_node_back_from_a_partition_is_not_failed_again_by_a_late_carry():
+    """pool-split, 2026-11-26: a-5 was FAILED (cut off from the cloud, judged dead by the majority).
+    The cut healed at 120 s; its kubelet's renewal got through (NORMAL at 120.8 s), its agent still
+    called its link down for two probes and a peer carried one more renewal (121.6 s) while the
+    peers' verdict still said unhealthy: it was FAILED again at 122.5 s, the failed NoExecute taint
+    back for 0.3 s. Now the own renewal keeps it NORMAL, and the plan looks again when that
+    renewal goes overdue."""
+    failed = mk_node(annotations={STATE_ANNOTATION: "failed",
+                                  UNREACHABLE_SINCE_ANNOTATION: format_rfc3339(T0 - 100)})
+    lease = own_then_carried(T0, T0 + 0.8)
+    verdict = mk_verdict(UNHEALTHY, T0 + 1.5, since=T0 - 100)
+    p = plan(node=failed, lease=lease, verdict=verdict, now=T0 + 1.7, config=CFG)
+    assert (p.cloud, p.edge) == (CloudView.OK, EdgeView.UNHEALTHY)
+    assert p.state is NodeState.NORMAL and p.effective_state is NodeState.NORMAL
+    assert not p.evict_pods and FAILED_TAINT.ident not in {t.ident for t in p.taints}
+    assert p.requeue_after_s == pytest.approx(GRACE - 1.7)  # own renewal overdue at T0 + GRACE
+    # If nothing else comes (no own renewal, the carry stays, the peers still say unhealthy), the
+    # carried renewal counts from then on: the table's DELEGATED + UNHEALTHY.
+    later = plan(node=mk_node(), lease=lease, verdict=mk_verdict(UNHEALTHY, T0 + GRACE), now=T0 + GRACE + 0.25,
+                 config=CFG)
+    assert (later.cloud, later.table_state) == (CloudView.DELEGATED, NodeState.FAILED)
+
+
+@given(own=st.floats(-50, 50), carried=st.floats(-50, 50), now=st.floats(0, 100))
+def test_an_own_renewal_never_makes_the_cloud_view_worse(own, carried, now):
+    """Property: knowing the node's own renewal can only move the cloud view towards OK."""
+    rank = {CloudView.OK: 0, CloudView.DELEGATED: 1, CloudView.LOST: 2}
+    bare = mk_lease(T0 + carried, delegated=True, via="peer")
+    with_own = replace(bare, own_observed_at=T0 + own)
+    assert rank[cloud_view(lease=with_own, now=T0 + now, grace_s=GRACE)] <= rank[
+        cloud_view(lease=bare, now=T0 + now, grace_s=GRACE)]

@@ -7,7 +7,7 @@ cloud and a node that is dead look the same, and both lose their pods about six 
 heartbeat. edgewatch combines two views of each node (``edgewatch.controller.views``):
 
 * the **cloud view**, from the node's Lease in ``kube-node-lease``: ``OK`` (a renewal by the node
-  itself, observed within the grace), ``DELEGATED`` (a renewal by a peer carrying the current
+  itself, observed within the grace, even if carried renewals came after it), ``DELEGATED`` (a renewal by a peer carrying the current
   ``edgewatch.io/delegate-heartbeat`` mark: the node is alive but cannot reach the cloud), ``LOST``
   (no fresh renewal, or only the controller's own autonomy hold);
 * the **edge view**, from the verdict the controller verified itself
@@ -307,6 +307,8 @@ def plan(
     if cloud is not CloudView.LOST:
         assert lease is not None and lease.observed_at is not None
         pending.append((lease.observed_at + grace, True))
+        if lease.own_observed_at is not None and lease.own_observed_at + grace > now:
+            pending.append((lease.own_observed_at + grace, True))  # a carried renewal's OK ends there
 
     views = f"cloud view {cloud.value} ({_lease_text(lease, now)}, grace {grace:g} s), edge view {edge.value}"
 

@@ -250,6 +250,10 @@ class LeaseSnapshot:
     * ``delegation_proven``: the node's own recent signed statement (verified by the controller,
       ``edgewatch.controller.verified``) proves it alive. A delegate mark without it is anyone's
       claim: the renewal then counts as no heartbeat at all (LOST), never as the node's own.
+    * ``own_observed_at``: when the controller saw the node's *own* latest renewal happen (controller
+      clock), kept while carried renewals follow it; None if it saw none happen (only a first
+      sight, or none at all). A node that reached the cloud itself that recently is not cut off,
+      whatever its peers carry for it (``edgewatch.controller.views.cloud_view``).
     """
 
     renew_time: str | None = None
@@ -259,6 +263,7 @@ class LeaseSnapshot:
     annotations: Mapping[str, str] = field(default_factory=dict)
     holder: str | None = None
     delegation_proven: bool = True
+    own_observed_at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))

@@ -19,13 +19,16 @@ import datetime as dt
 from edgewatch.controller.model import LeaseSnapshot, NodeSnapshot, Taint, Toleration
 from edgewatch.controller.observations import Observations
 from edgewatch.kube.api import Lease, Node, Pod
-from edgewatch.kube.leases import lease_renew_text
+from edgewatch.kube.leases import lease_renew_text, mark_is_current
 from edgewatch.timefmt import format_rfc3339
 
 __all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
 
 #: Observation kind (key of ``Observations``): a node's Lease renewal.
 LEASE = "lease"
+#: Observation kind: a node's latest *own* Lease renewal (no current delegate mark), kept while
+#: carried renewals follow it.
+OWN_LEASE = "own-lease"
 
 
 def _ts(value: dt.datetime | None) -> float | None:
@@ -53,10 +56,18 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
         return None
     spec = lease.spec
     duration = spec.leaseDurationSeconds if spec is not None else None
+    annotations = dict(lease.metadata.annotations or {})
+    # The node's own renewal: its time kept (with whether it was only a first sight) while carried
+    # renewals follow it.
+    if text is not None and not mark_is_current(annotations=annotations, renew_time=text):
+        own = observations.see(kind=OWN_LEASE, name=name, value=(text, sighting.first), now=sighting.at)
+    else:
+        own = observations.get(kind=OWN_LEASE, name=name)
+    watched = own is not None and isinstance(own.value, tuple) and not own.value[1]
     return LeaseSnapshot(renew_time=text, observed_at=None if text is None else sighting.at, first_sight=sighting.first,
-                         duration_s=float(duration) if duration else None,
-                         annotations=dict(lease.metadata.annotations or {}),
-                         holder=spec.holderIdentity if spec is not None else None)
+                         duration_s=float(duration) if duration else None, annotations=annotations,
+                         holder=spec.holderIdentity if spec is not None else None,
+                         own_observed_at=own.at if watched and own is not None else None)
 
 
 def pod_tolerations(pod: Pod) -> tuple[Toleration, ...]:

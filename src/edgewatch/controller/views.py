@@ -119,10 +119,19 @@ def cloud_view(*, lease: LeaseSnapshot | None, now: float, grace_s: float,
     fresh verified statement naming that carrier behind it (``lease.delegation_proven``, see
     :func:`unproven_carry`): an unproven mark (a compromised agent's, or one whose node went quiet)
     is LOST.
+
+    OK, too, while the node's own renewal that a carried one followed is still fresh
+    (``lease.own_observed_at`` within ``grace_s``): the node reached the cloud itself that recently,
+    so it is not cut off. This is the end of a cut: the kubelet gets through first, while the agent
+    still calls its link down for a few probes (``edgewatch.agent.cloudlink``'s hysteresis) and its
+    peers carry one more renewal; without this rule a node back from a partition was judged cut off
+    again, and FAILED while its peers' verdict had not caught up (pool-split, 2026-11-26).
     """
     if lease is None or lease.observed_at is None or is_held_by_controller(lease):
         return CloudView.LOST
     delegated = is_delegated(lease)
+    if delegated and is_fresh(observed_at=lease.own_observed_at, now=now, grace_s=grace_s):
+        return CloudView.OK
     if delegated and not lease.delegation_proven:
         return CloudView.LOST
     if lease.first_sight and not trust_first_sight and not delegated:
