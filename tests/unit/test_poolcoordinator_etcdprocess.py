@@ -182,9 +182,10 @@ async def test_a_restart_asked_for_stops_etcd_and_starts_it_again_at_once(tmp_pa
     """A new pool CA: etcd reads --trusted-ca-file only at start. The restart is not a crash: no
     backoff (the backoff here would be an hour), and it is counted."""
     restarts: list[float] = []
+    exits: list[int] = []
     sup = EtcdSupervisor(argv=_script(tmp_path, "trap 'exit 0' TERM\nwhile :; do sleep 0.05; done\n"),
                          on_restart=lambda: restarts.append(time.monotonic()), backoff_initial_s=3600,
-                         backoff_cap_s=3600)
+                         backoff_cap_s=3600, on_exit=lambda: exits.append(sup.starts))
     assert await sup.restart("nothing running") is False
     task = asyncio.create_task(sup.run())
     caplog.set_level("INFO")
@@ -197,6 +198,7 @@ async def test_a_restart_asked_for_stops_etcd_and_starts_it_again_at_once(tmp_pa
         assert not _alive(first)
         await _until(lambda: sup.pid is not None and sup.pid != first)
         assert sup.starts == 2 and len(restarts) == 1
+        assert exits == [1]  # told at the first process's exit, before the second started
         assert any("restarted: pool CA changed" in r.getMessage() for r in caplog.records)
     finally:
         task.cancel()

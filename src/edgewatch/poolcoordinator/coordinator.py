@@ -149,7 +149,8 @@ class PoolCoordinator:
             argv=etcd_argv(binary=c.etcd_binary, node=c.node, host_ip=c.host_ip, port=c.port, data_dir=c.data_dir,
                            cert_file=self.tls.server.cert_file, key_file=self.tls.server.key_file,
                            ca_file=self.tls.ca_file),
-            on_restart=self.metrics.etcd_restarts.inc)
+            on_restart=self.metrics.etcd_restarts.inc,
+            on_exit=lambda: self.probe.invalidate("etcd exited; the new process is not probed yet"))
         self.ops_ports: dict[str, int] = {}
 
     def _credentials(self) -> grpc.ChannelCredentials:

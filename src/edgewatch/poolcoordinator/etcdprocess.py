@@ -140,6 +140,8 @@ class EtcdSupervisor:
     Args (keyword-only):
         argv: the command line (:func:`etcd_argv`).
         on_restart: called before each restart (a metric); must not raise.
+        on_exit: called the moment etcd has exited (asked to, or not), before any backoff: whoever
+            reports readiness must stop saying "ready" now, not at its next probe; must not raise.
         stop_timeout_s: seconds between SIGTERM and SIGKILL on shutdown (default 10 s).
         backoff_initial_s / backoff_cap_s: the restart delays, seconds (default 1 s doubling to 30 s,
             jittered).
@@ -151,12 +153,13 @@ class EtcdSupervisor:
     """
 
     def __init__(self, *, argv: Sequence[str], on_restart: Callable[[], None] = _ignore,
-                 stop_timeout_s: float = 10.0, backoff_initial_s: float = 1.0, backoff_cap_s: float = 30.0,
+                 on_exit: Callable[[], None] = _ignore, stop_timeout_s: float = 10.0, backoff_initial_s: float = 1.0, backoff_cap_s: float = 30.0,
                  stable_s: float = 60.0, rng: random.Random | None = None) -> None:
         if not argv:
             raise ValueError("argv must not be empty")
         self.argv = tuple(argv)
         self._on_restart = on_restart
+        self._on_exit = on_exit
         self.stop_timeout_s = stop_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_cap_s = backoff_cap_s
@@ -180,6 +183,7 @@ class EtcdSupervisor:
         while True:
             started = time.monotonic()
             code = await self._run_once()
+            self._on_exit()
             ran_s = time.monotonic() - started
             reason, self._restart_reason = self._restart_reason, None
             if reason is not None:  # asked for (restart()): at once, and not a crash

@@ -73,6 +73,16 @@ class EtcdProbe:
         self.ok, self.reason = ok, reason or ""
         return ok
 
+    def invalidate(self, reason: str) -> None:
+        """Forget the last outcome: etcd went away (``reason``), so it does not answer until a probe
+        of the new process says so. Without this, ``/readyz`` said ready for up to ``interval_s``
+        after etcd exited (seen: a client refused right after "ready" following a CA restart)."""
+        if self.ok and self._on_change is not None:
+            self._on_change(False)
+        if self.ok:
+            log.warning("etcd does not answer: %s", reason, extra={"target": self.target})
+        self.ok, self.reason = False, reason
+
     async def run(self) -> None:
         """Probe every ``interval_s`` until cancelled."""
         while True:
