@@ -134,7 +134,7 @@ class AgentCloud:
         from edgewatch.poolcache.apiserver import Upstream
 
         return Upstream(url=f"https://127.0.0.1:{self.relay.port}",
-                        ssl=ssl.create_default_context(cafile=str(self.cp.ca_file)), timeout_s=5)
+                        tls=ssl.create_default_context(cafile=str(self.cp.ca_file)), timeout_s=5)
 
     async def __aexit__(self, *exc: object) -> None:
         from lightkube.resources.core_v1 import Namespace

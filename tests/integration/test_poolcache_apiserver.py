@@ -306,7 +306,7 @@ async def test_forwarding_passes_only_the_clients_authorization(env: _Env) -> No
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        await env.start(upstream=Upstream(url=f"http://127.0.0.1:{port}", ssl=None, timeout_s=2))
+        await env.start(upstream=Upstream(url=f"http://127.0.0.1:{port}", tls=None, timeout_s=2))
         _, out, _ = await env.kubectl("get", "--raw", "/version")
         assert json.loads(out)["gitVersion"] == "v1.36.3-upstream"
         assert seen[-1]["authorization"] == "Bearer node-token"

@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from edgewatch_lab.playground.checks import check_expectations
@@ -17,6 +19,7 @@ from edgewatch_lab.playground.report import (
     build_report,
     down_intervals,
     format_summary_table,
+    last_renewal_before,
     summary_markdown,
     summary_rows,
 )
@@ -393,6 +396,44 @@ def test_evicted_and_detected_within():
     assert [r.passed for r in results] == [True, True, False, False]
     assert "a-5 last eviction 9 s after the kill at 10 s" in results[0].detail
     assert "a-5 failed 6 s after the kill at 10 s" in results[1].detail
+
+
+def test_detection_detail_says_where_the_kill_fell_in_the_heartbeat():
+    """A dead node is judged one grace after its last own renewal the controller saw, so the detail
+    of a detection names how long before the kill that renewal was seen (CI once failed at 13.037 s
+    against 13 s with no way to tell the phase from the controller's lag)."""
+    r = recording()
+    a5 = r.nodes["a-5"]
+    a5.renewals.extend([0.2, 10.1, 20.3])  # 20.3: after the kill, never its own
+    a5.record_kill(21, pods=1)
+    a5.observe_state(32.5, "failed")
+    rep = build_report(r)
+    assert rep["nodes"]["a-5"]["kills"] == [{"t": 21, "revived_at": None, "pods": 1, "last_renewal": 20.3}]
+    [res] = check_expectations(scenario([{"nodes": ["a-5"], "detected_within_s": 12}]), rep)
+    assert res.passed
+    assert res.detail.endswith("a-5 failed 11.5 s after the kill at 21 s "
+                               "(its last own Lease renewal seen 0.7 s before the kill)")
+    no_renewal = recording()
+    no_renewal.nodes["a-5"].record_kill(21, pods=1)
+    kills = build_report(no_renewal)["nodes"]["a-5"]["kills"]
+    assert "last_renewal" not in kills[0]
+
+
+@pytest.mark.parametrize(("renewals", "t", "expected"), [
+    ([], 5.0, None), ([6.0], 5.0, None), ([5.0], 5.0, 5.0), ([1.0, 4.0, 9.0], 5.0, 4.0),
+    ([4.0, 1.0], 5.0, 4.0),
+])
+def test_last_renewal_before(renewals, t, expected):
+    assert last_renewal_before(renewals, t) == expected
+
+
+@given(st.lists(st.floats(0, 1e4, allow_nan=False)), st.floats(0, 1e4, allow_nan=False))
+def test_last_renewal_before_is_the_latest_not_after(renewals, t):
+    last = last_renewal_before(renewals, t)
+    if last is None:
+        assert all(r > t for r in renewals)
+    else:
+        assert last <= t and last in renewals and not any(last < r <= t for r in renewals)
 
 
 def test_within_fails_for_a_target_never_killed_or_never_evicted():

@@ -98,7 +98,7 @@ def test_cut_and_kill_targets():
     assert live["evictions"] == 0 and live["endpoint_removals"] == 0 and live["never_not_ready"] is True
     assert live["out_of_service_taint"] is False
     dead = _entry(s, ["a-5"])
-    assert dead == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed",
+    assert dead == {"detected_within_s": 15, "evicted_within_s": 16, "state_at_end": "failed",
                     "out_of_service_taint": True}
     stock = _entry(s, ["a-1", "a-2", "a-3", "a-4"], baseline=True)
     assert Comparison.parse(stock["evictions"]) == Comparison(">", 0)
@@ -138,7 +138,7 @@ def test_only_pools_opted_in_are_out_of_service_and_statefulsets_are_optional():
 def test_node_failure_and_pool_split_targets():
     nf = load_scenario("node-failure")
     assert not nf.pool("a").coordinator
-    assert _entry(nf, ["a-3"]) == {"detected_within_s": 13, "evicted_within_s": 15, "state_at_end": "failed"}
+    assert _entry(nf, ["a-3"]) == {"detected_within_s": 15, "evicted_within_s": 16, "state_at_end": "failed"}
     assert _entry(nf, ["a-1", "a-2", "a-4", "a-5"])["evictions"] == 0
 
     ps = load_scenario("pool-split")

@@ -183,7 +183,7 @@ class Agent:
         if config.pool_cache_port and http is not None:
             self.pool_cache = PoolCacheHost(
                 resources=self.membership, http=http,
-                upstream=Upstream(url=cloud_endpoint[0], ssl=cloud_endpoint[1]) if cloud_endpoint else None,
+                upstream=Upstream(url=cloud_endpoint[0], tls=cloud_endpoint[1]) if cloud_endpoint else None,
                 coordinators=self.coordinators, link=self.link, verifier=self.keyring,
                 address=config.pool_cache_address, port=config.pool_cache_port, state_dir=config.state_dir)
         self.certificates: CertificateRequester | None = None

@@ -307,7 +307,7 @@ def plan(
     if cloud is not CloudView.LOST:
         assert lease is not None and lease.observed_at is not None
         pending.append((lease.observed_at + grace, True))
-        if lease.own_observed_at is not None and lease.own_observed_at + grace > now:
+        if is_delegated(lease) and lease.own_observed_at is not None and lease.own_observed_at + grace > now:
             pending.append((lease.own_observed_at + grace, True))  # a carried renewal's OK ends there
 
     views = f"cloud view {cloud.value} ({_lease_text(lease, now)}, grace {grace:g} s), edge view {edge.value}"

@@ -57,17 +57,18 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
     spec = lease.spec
     duration = spec.leaseDurationSeconds if spec is not None else None
     annotations = dict(lease.metadata.annotations or {})
-    # The node's own renewal: its time kept (with whether it was only a first sight) while carried
-    # renewals follow it.
+    # The node's own renewal, kept while carried renewals follow it; only one seen happening counts
+    # (a first sight after a restart says nothing of when it was made).
     if text is not None and not mark_is_current(annotations=annotations, renew_time=text):
-        own = observations.see(kind=OWN_LEASE, name=name, value=(text, sighting.first), now=sighting.at)
-    else:
-        own = observations.get(kind=OWN_LEASE, name=name)
-    watched = own is not None and isinstance(own.value, tuple) and not own.value[1]
+        if sighting.first:
+            observations.forget(name=name, kind=OWN_LEASE)
+        else:
+            observations.see(kind=OWN_LEASE, name=name, value=text, now=sighting.at)
+    own = observations.get(kind=OWN_LEASE, name=name)
     return LeaseSnapshot(renew_time=text, observed_at=None if text is None else sighting.at, first_sight=sighting.first,
                          duration_s=float(duration) if duration else None, annotations=annotations,
                          holder=spec.holderIdentity if spec is not None else None,
-                         own_observed_at=own.at if watched and own is not None else None)
+                         own_observed_at=None if own is None else own.at)
 
 
 def pod_tolerations(pod: Pod) -> tuple[Toleration, ...]:

@@ -93,13 +93,13 @@ class Upstream:
 
     Attributes:
         url: base URL, e.g. ``https://10.0.0.1:6443``.
-        ssl: context that verifies the apiserver (no client certificate!), or None for the
+        tls: context that verifies the apiserver (no client certificate!), or None for the
             system's default verification.
         timeout_s: connect timeout, seconds.
     """
 
     url: str
-    ssl: ssl.SSLContext | None = None
+    tls: ssl.SSLContext | None = None
     timeout_s: float = 10.0
 
 
@@ -388,7 +388,7 @@ class _Server:
         try:
             upstream_response = await self.session.request(
                 request.method, url, headers=headers, data=body, timeout=timeout, allow_redirects=False,
-                ssl=self.upstream.ssl if self.upstream.ssl is not None else True,
+                ssl=self.upstream.tls if self.upstream.tls is not None else True,
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.metrics.forwarded.labels("503").inc()

@@ -153,8 +153,9 @@ class EtcdSupervisor:
     """
 
     def __init__(self, *, argv: Sequence[str], on_restart: Callable[[], None] = _ignore,
-                 on_exit: Callable[[], None] = _ignore, stop_timeout_s: float = 10.0, backoff_initial_s: float = 1.0, backoff_cap_s: float = 30.0,
-                 stable_s: float = 60.0, rng: random.Random | None = None) -> None:
+                 on_exit: Callable[[], None] = _ignore, stop_timeout_s: float = 10.0,
+                 backoff_initial_s: float = 1.0, backoff_cap_s: float = 30.0, stable_s: float = 60.0,
+                 rng: random.Random | None = None) -> None:
         if not argv:
             raise ValueError("argv must not be empty")
         self.argv = tuple(argv)

@@ -64,6 +64,17 @@ class EtcdProbe:
             reason = await etcd_answers(target=self.target, credentials=self._credentials(), timeout_s=self.timeout_s)
         except OSError as exc:
             reason = f"root certificate unreadable: {exc}"
+        self._set(reason)
+        return self.ok
+
+    def invalidate(self, reason: str) -> None:
+        """Forget the last outcome: etcd went away (``reason``), so it does not answer until a probe
+        of the new process says so. Without this, ``/readyz`` said ready for up to ``interval_s``
+        after etcd exited (seen: a client refused right after "ready" following a CA restart)."""
+        self._set(reason)
+
+    def _set(self, reason: str | None) -> None:
+        """Record an outcome (``reason`` None: etcd answers); log and call ``on_change`` on a flip."""
         ok = reason is None
         if ok != self.ok:
             log.log(logging.INFO if ok else logging.WARNING, "etcd %s", "answers" if ok else f"does not answer: {reason}",
@@ -71,17 +82,6 @@ class EtcdProbe:
             if self._on_change is not None:
                 self._on_change(ok)
         self.ok, self.reason = ok, reason or ""
-        return ok
-
-    def invalidate(self, reason: str) -> None:
-        """Forget the last outcome: etcd went away (``reason``), so it does not answer until a probe
-        of the new process says so. Without this, ``/readyz`` said ready for up to ``interval_s``
-        after etcd exited (seen: a client refused right after "ready" following a CA restart)."""
-        if self.ok and self._on_change is not None:
-            self._on_change(False)
-        if self.ok:
-            log.warning("etcd does not answer: %s", reason, extra={"target": self.target})
-        self.ok, self.reason = False, reason
 
     async def run(self) -> None:
         """Probe every ``interval_s`` until cancelled."""

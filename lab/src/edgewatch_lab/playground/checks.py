@@ -45,6 +45,16 @@ def _fmt_s(x: float) -> str:
     return f"{x:g}"
 
 
+def _renewal_note(kill: dict[str, Any]) -> str:
+    """Where a kill fell in the node's heartbeat: a dead node is judged one grace after the last own
+    renewal the controller saw (``edgewatch.controller.views.lease_grace_s``), so a detection time
+    reads against that phase, not the kill alone."""
+    last = kill.get("last_renewal")
+    if last is None:
+        return ""
+    return f" (its last own Lease renewal seen {_fmt_s(round(kill['t'] - last, 3))} s before the kill)"
+
+
 def check_expectations(scenario: Scenario, report: dict[str, Any]) -> list[ExpectationResult]:
     """Judge ``report`` against the scenario's expectations for its kind of run (``baseline`` flag);
     none for a SuperEdge run (``system: superedge``: measured side by side, not judged).
@@ -150,7 +160,8 @@ def _check_one(scenario: Scenario, report: dict[str, Any], exp: Expectation, key
                                     f"(waited {_fmt_s(secs)} s)")
                     else:
                         ok = ok and secs <= limit
-                        seen.append(f"{n} {target_state} {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s")
+                        seen.append(f"{n} {target_state} {_fmt_s(secs)} s after the kill at {_fmt_s(k)} s"
+                                    + _renewal_note(kill))
                     continue
                 if kill["pods"] == 0:
                     ok = False

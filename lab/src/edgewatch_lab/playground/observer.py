@@ -93,6 +93,7 @@ class Observer:
     _ready_eps: set[str] = field(default_factory=set)
     _deleting: set[str] = field(default_factory=set)
     _pod_node: dict[str, str] = field(default_factory=dict)
+    _renew_text: dict[str, str | None] = field(default_factory=dict)
     errors: int = 0
 
     def now(self) -> float:
@@ -230,13 +231,18 @@ class Observer:
         if record is None:
             return
         ann = lease.metadata.annotations or {}
-        if mark_is_current(annotations=ann, renew_time=lease_renew_text(lease)):
+        renew = lease_renew_text(lease)
+        carried = mark_is_current(annotations=ann, renew_time=renew)
+        holder = lease.spec.holderIdentity if lease.spec is not None else None
+        if renew is not None and self._renew_text.get(record.name) != renew and not carried and holder == record.name:
+            record.renewals.append(t)
+        self._renew_text[record.name] = renew
+        if carried:
             state = "carried"
         elif any(k in ann for k in MARK_ANNOTATIONS):
             state = "mark-copied"
         else:
             state = "own"
-        holder = lease.spec.holderIdentity if lease.spec is not None else None
         if holder != record.name:
             state += f" holder={holder}"
         if not record.lease or record.lease[-1][1] != state:

@@ -37,6 +37,7 @@ scale-downs) is the runner's call; this module only stores and counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ __all__ = [
     "evictions_after",
     "is_live",
     "format_summary_table",
+    "last_renewal_before",
     "report_end",
     "round_s",
     "summary_markdown",
@@ -122,6 +124,11 @@ class NodeRecord:
     #: but stale: the node's kubelet renewed over a carried Lease and kept them); `` holder=<x>`` is
     #: appended when the holder is not the node.
     lease: list[tuple[float, str]] = field(default_factory=list)
+    #: Each time a new renewal of the node's Lease by the node itself (no current carried mark,
+    #: holder the node) was first seen: the observer's time, so at most one poll (0.25 s) plus its
+    #: API lists after the renewal reached the apiserver. What a kill's detection is timed against
+    #: besides the kill: the controller's cloud view goes overdue one grace after the last one.
+    renewals: list[float] = field(default_factory=list)
     #: Real nodes: ``[before, after]`` pod container processes at each kill (key: the kill time).
     containers_at_kill: dict[float, list[int]] = field(default_factory=dict)
     #: ``(t, [mark, ...])`` each time the set of edgewatch's marks on the node and its Lease changed
@@ -253,6 +260,7 @@ class Recording:
             rec["kube_proxy"] = [(float(t), list(ips)) for t, ips in rec.get("kube_proxy", [])]
             rec["coredns"] = [(float(t), list(ips)) for t, ips in rec.get("coredns", [])]
             rec["lease"] = [(float(t), w) for t, w in rec.get("lease", [])]
+            rec["renewals"] = [float(t) for t in rec.get("renewals", [])]
             rec["containers_at_kill"] = {float(k): list(v) for k, v in rec.get("containers_at_kill", {}).items()}
             rec["marks"] = [(float(t), list(m)) for t, m in rec.get("marks", [])]
             nodes[name] = NodeRecord(**rec)
@@ -331,6 +339,10 @@ def build_report(recording: Recording) -> dict[str, Any]:
             {"t": k, "revived_at": r, "pods": n.pods_at(k)}
             for k, r in n.down_intervals()
         ]
+        for kill in kills:
+            last = last_renewal_before(n.renewals, kill["t"])
+            if last is not None:
+                kill["last_renewal"] = last
         nodes[name] = {
             "pool": n.pool,
             "covered": n.covered,
@@ -407,6 +419,12 @@ def during(t: float, start: float, end: float | None) -> bool:
 
 def is_live(node: dict[str, Any], t: float) -> bool:
     return not any(during(t, k["t"], k["revived_at"]) for k in node["kills"])
+
+
+def last_renewal_before(renewals: Sequence[float], t: float) -> float | None:
+    """The latest own Lease renewal seen at or before ``t`` (seconds from the start), or None."""
+    seen = [r for r in renewals if r <= t]
+    return max(seen) if seen else None
 
 
 def detection(node: dict[str, Any], kill: dict[str, Any], target: str, end: float) -> tuple[float, bool]:

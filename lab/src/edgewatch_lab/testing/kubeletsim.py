@@ -378,11 +378,9 @@ class KubeletFleet:
         async def retry_loop() -> None:
             while True:
                 await asyncio.sleep(self.config.pod_retry_s)
-                for key in sorted(retry):
+                for key in sorted(retry):  # a deleted pod left both (on_pod "DELETED")
                     if key in retry and key in known:  # still failed, still there: its latest state
                         await on_pod("MODIFIED", known[key])
-                    elif key not in known:
-                        retry.discard(key)
 
         async def sink(event: Reset[Pod] | Change[Pod] | Bookmark) -> None:
             if isinstance(event, Reset):
