@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx2 as httpx
@@ -135,6 +135,32 @@ async def _read_lease(client: AsyncClient, node: str) -> Lease | DelegatedRenewa
         return _failed(exc)
 
 
+async def _renew_marked(*, client: AsyncClient, node: str, decide: Callable[[Lease], DelegatedRenewal | dt.datetime],
+                        delegate: str, via: str, max_conflict_retries: int) -> DelegatedRenewal:
+    """Read ``node``'s Lease, let ``decide`` end the attempt (an outcome) or name the renewTime to
+    write with the mark, and replace it under the resourceVersion it read; a 409 Conflict (someone
+    wrote in between) re-reads and decides again, up to ``max_conflict_retries`` times (then
+    CONFLICT). Never raises for API errors (FAILED)."""
+    for _attempt in range(max_conflict_retries + 1):
+        lease = await _read_lease(client, node)
+        if isinstance(lease, DelegatedRenewal):
+            return lease
+        decided = decide(lease)
+        if isinstance(decided, DelegatedRenewal):
+            return decided
+        _write_mark(lease, renew=decided, delegate=delegate, via=via)
+        try:
+            await client.replace(lease)
+            return DelegatedRenewal(RenewOutcome.RENEWED, renew_time=decided)
+        except ApiError as exc:
+            if exc.status.code != 409:
+                return _failed(exc)
+            log.debug("lease %s: conflict, re-reading", node)
+        except (httpx.HTTPError, OSError) as exc:
+            return _failed(exc)
+    return DelegatedRenewal(RenewOutcome.CONFLICT)
+
+
 async def renew_on_behalf(
     *,
     client: AsyncClient,
@@ -172,25 +198,15 @@ async def renew_on_behalf(
     node outside the delegate's group, or more than 30 s past the controller's clock
     (``deploy/15-policy-agent.yaml``); that comes back as FAILED.
     """
-    for _attempt in range(max_conflict_retries + 1):
-        lease = await _read_lease(client, node)
-        if isinstance(lease, DelegatedRenewal):
-            return lease
+    def decide(lease: Lease) -> DelegatedRenewal | dt.datetime:
         current = lease.spec.renewTime if lease.spec else None
         if current is not None and current >= alive_at:
             return DelegatedRenewal(RenewOutcome.RENEWED if is_marked(lease) else RenewOutcome.NODE_RENEWED_ITSELF,
                                     renew_time=current)
-        _write_mark(lease, renew=alive_at, delegate=delegate, via=via)
-        try:
-            await client.replace(lease)
-            return DelegatedRenewal(RenewOutcome.RENEWED, renew_time=alive_at)
-        except ApiError as exc:
-            if exc.status.code != 409:
-                return _failed(exc)
-            log.debug("lease %s: conflict, re-reading", node)
-        except (httpx.HTTPError, OSError) as exc:
-            return _failed(exc)
-    return DelegatedRenewal(RenewOutcome.CONFLICT)
+        return alive_at
+
+    return await _renew_marked(client=client, node=node, decide=decide, delegate=delegate, via=via,
+                               max_conflict_retries=max_conflict_retries)
 
 
 async def hold_renewal(
@@ -224,25 +240,14 @@ async def hold_renewal(
     Returns:
         A :class:`DelegatedRenewal`; never raises for API errors (they come back as FAILED).
     """
-    for _attempt in range(max_conflict_retries + 1):
-        lease = await _read_lease(client, node)
-        if isinstance(lease, DelegatedRenewal):
-            return lease
+    def decide(lease: Lease) -> DelegatedRenewal | dt.datetime:
         current = lease.spec.renewTime if lease.spec else None
         if lease_renew_text(lease) != expected_renew_time:
             return DelegatedRenewal(RenewOutcome.NODE_RENEWED_ITSELF, renew_time=current)
-        renew = now if current is None else max(now, current + dt.timedelta(microseconds=1))
-        _write_mark(lease, renew=renew, delegate=holder, via="autonomy")
-        try:
-            await client.replace(lease)
-            return DelegatedRenewal(RenewOutcome.RENEWED, renew_time=renew)
-        except ApiError as exc:
-            if exc.status.code != 409:
-                return _failed(exc)
-            log.debug("lease %s: conflict, re-reading", node)
-        except (httpx.HTTPError, OSError) as exc:
-            return _failed(exc)
-    return DelegatedRenewal(RenewOutcome.CONFLICT)
+        return now if current is None else max(now, current + dt.timedelta(microseconds=1))
+
+    return await _renew_marked(client=client, node=node, decide=decide, delegate=holder, via="autonomy",
+                               max_conflict_retries=max_conflict_retries)
 
 
 async def clear_stale_mark(*, client: AsyncClient, node: str, max_conflict_retries: int = 3) -> bool:
