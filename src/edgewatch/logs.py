@@ -24,12 +24,16 @@ def configure_logging(*, level: str, json_logs: bool) -> None:
     Raises:
         ValueError: an unknown level name.
     """
-    renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
-    formatter = structlog.stdlib.ProcessorFormatter(
-        processor=renderer,
-        foreign_pre_chain=[structlog.processors.TimeStamper(fmt="iso"), structlog.stdlib.add_log_level,
-                           structlog.stdlib.ExtraAdder()],
-    )
+    pre_chain: list[structlog.typing.Processor] = [
+        structlog.processors.TimeStamper(fmt="iso"), structlog.stdlib.add_log_level, structlog.stdlib.ExtraAdder()]
+    if json_logs:
+        # a record's exc_info as the traceback's text under "exception" (JSONRenderer alone wrote the
+        # tuple's repr: the type, the message and "<traceback object at ...>", never the stack)
+        pre_chain.append(structlog.processors.format_exc_info)
+        renderer: structlog.typing.Processor = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    formatter = structlog.stdlib.ProcessorFormatter(processor=renderer, foreign_pre_chain=pre_chain)
     handler = logging.StreamHandler()
     handler.setFormatter(formatter)
     root = logging.getLogger()
