@@ -35,7 +35,7 @@ def _caller(event: dict) -> str | None:  # type: ignore[type-arg]
 def measure(n: int, window_s: float) -> dict[str, object]:
     scenario = parse_scenario({"name": f"api-load-{n}", "topology": {"pools": [{"name": "a", "nodes": n}]},
                                "steps": [{"at": 1, "action": "end"}]})
-    with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=ensure_binaries()) as cluster:
+    with PlaygroundCluster(scenario=scenario, binaries=ensure_binaries()) as cluster:
         assert cluster.cp is not None and cluster.cp.audit_log is not None
         time.sleep(60)  # settle: agents registered, keys published, first evidence written
         _, offset = audit_requests(cluster.cp.audit_log, 0, caller=_caller)

@@ -39,7 +39,6 @@ from typing import Any
 
 from lightkube import codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.discovery_v1 import EndpointSlice
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lab_cost import sample  # noqa: E402  (same folder)
@@ -213,7 +212,7 @@ def run(nodes: int, *, cache: bool, services: int, endpoints: int, rounds: int, 
         "name": f"pool-cache-bench-{nodes}", "topology": {"pools": [{"name": "a", "nodes": nodes, "coordinator": cache}]},
         "steps": [{"at": 1, "action": "end"}]})
     started = time.monotonic()
-    with PlaygroundCluster(scenario=scenario, edgewatch=True) as cluster:
+    with PlaygroundCluster(scenario=scenario) as cluster:
         result = asyncio.run(measure(cluster, nodes=nodes, services=services, endpoints=endpoints, rounds=rounds,
                                      cache=cache))
         if keep:

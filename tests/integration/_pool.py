@@ -20,7 +20,7 @@ def five_node_pool(binaries, name: str, *, settle_s: float = 120) -> Iterator[Pl
     """Pool ``a`` of 5 nodes with edgewatch installed as shipped, once every node is EdgeHealthy."""
     scenario = parse_scenario({"name": name, "topology": {"pools": [{"name": "a", "nodes": 5}]},
                                "steps": [{"at": 1, "action": "end"}]})
-    with PlaygroundCluster(scenario=scenario, edgewatch=True, binaries=binaries) as c:
+    with PlaygroundCluster(scenario=scenario, binaries=binaries) as c:
         wait(lambda: all(edge(c, n) == "True" for n in NODES), settle_s, "EdgeHealthy=True everywhere")
         yield c
     c.remove_workdir()

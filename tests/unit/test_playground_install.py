@@ -139,3 +139,21 @@ def test_another_release_installs_only_with_kustomize(tmp_path: Path) -> None:
         install.install("helm", workdir=tmp_path, kubectl=lambda *a, **k: "", helm=lambda: tmp_path,
                         kubeconfig=tmp_path / "kc", config={}, controller_args=[], controller_replicas=1,
                         release="fae0b3b")
+
+
+@pytest.mark.parametrize(("system", "edgewatch", "superedge"), [("edgewatch", True, False), ("stock", False, False)])
+def test_a_cluster_installs_exactly_its_system(system: str, edgewatch: bool, superedge: bool) -> None:
+    """One field says what judges the nodes, so edgewatch and SuperEdge can never share a lab (both
+    use the host port 51005); nothing starts before ``__enter__``."""
+    from edgewatch_lab.playground.cluster import PlaygroundCluster
+
+    cluster = PlaygroundCluster(scenario=load_scenario("node-failure"), system=system)
+    assert (cluster.edgewatch, cluster.superedge, cluster.superedge_bin) == (edgewatch, superedge, None)
+    assert cluster.lab is None and cluster.cp is None
+
+
+def test_a_cluster_refuses_an_unknown_system() -> None:
+    from edgewatch_lab.playground.cluster import PlaygroundCluster
+
+    with pytest.raises(ValueError, match="system must be one of edgewatch, superedge, stock"):
+        PlaygroundCluster(scenario=load_scenario("node-failure"), system="openyurt")

@@ -158,7 +158,7 @@ def up(name: str, *, baseline: bool) -> int:
     console = Console()
     scenario = load_scenario(name)
     with console.status("starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=not baseline,
+        cluster = PlaygroundCluster(scenario=scenario, system="stock" if baseline else "edgewatch",
                                     binaries=binaries_with_progress(console))
         cluster.__enter__()
     try:

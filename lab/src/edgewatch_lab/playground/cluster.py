@@ -16,7 +16,7 @@ nodes ``<pool>-<n>`` (namespaces, agent DaemonSet pod). A node's clock can be sk
 (``skew``): its kubelet and containers then see the machine's time plus an offset.
 
 ``PlaygroundCluster`` is a context manager: ``__exit__`` stops every process and removes every
-namespace, also when a step failed. Without edgewatch (``edgewatch=False``, the baseline) nothing of
+namespace, also when a step failed. With ``system="stock"`` (the baseline) nothing of
 edgewatch is installed and no coordinator runs: stock Kubernetes alone.
 
 Real nodes (a pool's ``real_nodes``): ``<pool>-1..N`` run a real kubelet, containerd, runc and
@@ -54,6 +54,7 @@ from pathlib import Path
 from edgewatch.core.poolconfig import AUTO
 from edgewatch.names import POOL_LABEL
 from edgewatch_lab.playground import install, superedge
+from edgewatch_lab.playground.comparison import SYSTEMS
 from edgewatch_lab.playground.scenario import Scenario
 from edgewatch_lab.testing import realnode
 from edgewatch_lab.testing.binaries import (
@@ -104,9 +105,10 @@ class PlaygroundCluster:
 
     Args:
         scenario: topology and timings.
-        edgewatch: False for the baseline (stock Kubernetes) and for ``superedge``.
-        superedge: install SuperEdge's edge-health instead (``edgewatch_lab.playground.superedge``;
-            needs ``edgewatch`` False: both use the host port 51005).
+        system: what judges the nodes, one of ``comparison.SYSTEMS`` (default ``edgewatch``):
+            ``edgewatch`` installs edgewatch; ``superedge`` SuperEdge's edge-health instead
+            (``edgewatch_lab.playground.superedge``; never both: both use the host port 51005);
+            ``stock`` neither (the baseline, Kubernetes alone).
         binaries: control-plane binaries (default: ``ensure_binaries()``).
         workdir: folder for logs, node folders and the rendered install (default: a new temporary folder).
         install_method: how edgewatch is installed, one of ``install.METHODS``: ``kustomize``
@@ -114,8 +116,7 @@ class PlaygroundCluster:
     """
 
     scenario: Scenario
-    edgewatch: bool = True
-    superedge: bool = False
+    system: str = "edgewatch"
     binaries: Binaries | None = None
     workdir: Path | None = None
     install_method: str = "kustomize"
@@ -138,15 +139,20 @@ class PlaygroundCluster:
         #: The release installed now: a git revision (``topology.release``, then each ``rollout``
         #: step's), or None for this checkout.
         self.release: str | None = self.scenario.topology.release
-        if self.superedge and self.edgewatch:
-            raise ValueError("SuperEdge and edgewatch cannot share a lab (both use the host port 51005)")
+        if self.system not in SYSTEMS:
+            raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {self.system!r}")
         #: SuperEdge's binaries (``superedge`` runs only).
         self.superedge_bin: Path | None = ensure_superedge() if self.superedge else None
 
     @property
-    def system(self) -> str:
-        """What judges the nodes: ``edgewatch``, ``superedge`` or ``stock`` (Kubernetes alone)."""
-        return "edgewatch" if self.edgewatch else "superedge" if self.superedge else "stock"
+    def edgewatch(self) -> bool:
+        """Whether edgewatch is installed (``system == "edgewatch"``)."""
+        return self.system == "edgewatch"
+
+    @property
+    def superedge(self) -> bool:
+        """Whether SuperEdge's edge-health is installed (``system == "superedge"``)."""
+        return self.system == "superedge"
 
     @property
     def coordinator_pods(self) -> bool:

@@ -572,8 +572,8 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     prometheus_binary = ensure_prometheus() if prometheus else None  # before the cluster: a failed build starts nothing
     kind = TITLES[system]
     with console.status(f"{scenario.name} ({kind}): starting the control plane, nodes and agents"):
-        cluster = PlaygroundCluster(scenario=scenario, edgewatch=system == "edgewatch", binaries=binaries,
-                                    install_method=install_method, superedge=system == "superedge")
+        cluster = PlaygroundCluster(scenario=scenario, system=system, binaries=binaries,
+                                    install_method=install_method)
         cluster.__enter__()
     try:
         recording = asyncio.run(_run_async(scenario, cluster, console, live, prometheus_binary))
