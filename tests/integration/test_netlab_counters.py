@@ -138,3 +138,50 @@ def test_traffic_two_hosts_exact_counts_cut_kill_and_errors(lab: NetLab) -> None
     lab.close()
     with pytest.raises(NetLabError, match="closed"):
         lab.traffic(b.name)
+
+
+ANSWERER_SCRIPT = textwrap.dedent(
+    """
+    import socket, sys
+    # argv[1]: address to listen on; argv[2]: bytes to send to whoever connects, then close
+    srv = socket.socket()
+    srv.bind((sys.argv[1], 0))
+    srv.listen(1)
+    print(srv.getsockname()[1], flush=True)
+    conn, _ = srv.accept()
+    conn.sendall(b"m" * int(sys.argv[2]))
+    conn.close()
+    """
+)
+
+
+def test_answers_to_the_clouds_own_connections_are_counted_apart(lab: NetLab) -> None:
+    """What a host sends back on a connection the cloud opened (the lab reading an agent's
+    /metrics every second) is the lab measuring, not the system: counted as cloud_answers, never
+    as cloud traffic (it was charged to edgewatch, ~200 KiB a minute per node, 2026-11-27)."""
+    a = lab.add_host("a", pool="p")
+    size = 200_000
+    before = lab.traffic(a.name)
+    answerer = a.popen([sys.executable, "-c", ANSWERER_SCRIPT, a.address, str(size)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert answerer.stdout is not None
+        port = int(answerer.stdout.readline())
+        got = 0
+        with socket.create_connection((a.address, port), timeout=10) as sock:  # from the cloud (root namespace)
+            while chunk := sock.recv(65536):
+                got += len(chunk)
+        assert got == size
+        assert answerer.wait(timeout=10) == 0
+    finally:
+        if answerer.poll() is None:
+            answerer.kill()
+            answerer.wait(timeout=10)
+        if answerer.stdout is not None:
+            answerer.stdout.close()
+    sent = lab.traffic(a.name).delta(before)
+    assert sent.cloud_packets == sent.cloud_bytes == sent.cloud_connections == 0
+    assert size < sent.cloud_answer_bytes < size * 1.2  # the payload and its headers (SYN-ACK, FIN included)
+    assert sent.cloud_answer_packets >= 3
+    # the host's own connection to the cloud still counts as cloud traffic, not as an answer
+    _send_udp(a, [(lab.cloud_address, 2)])
+    assert lab.traffic(a.name).delta(before).cloud_packets == 2

@@ -30,7 +30,8 @@ def nft_json(counters: dict[str, tuple[object, object]], table: str = TRAFFIC_TA
     return json.dumps({"nftables": items})
 
 
-FULL = {"cloud": (3, 384), "peers": (8, 700), "cloud_connections": (1, 60), "peer_connections": (2, 120)}
+FULL = {"cloud": (3, 384), "peers": (8, 700), "cloud_connections": (1, 60), "peer_connections": (2, 120),
+        "cloud_answers": (5, 9000)}
 SCRIPT = render_traffic_table(cloud_address="198.18.7.1", subnet="198.18.7.0/24")
 RULES = [line.removeprefix(f"add rule inet {TRAFFIC_TABLE} postrouting ")
          for line in SCRIPT.splitlines() if line.startswith("add rule")]
@@ -59,6 +60,11 @@ def test_render_is_idempotent_it_flushes_its_chain_before_adding_the_rules():
     ("ip daddr 198.18.7.1 return", "ip daddr 198.18.7.0/24 counter name peers"),  # cloud is not a peer
     ("ip daddr 198.18.7.1 return", "ip daddr 198.18.7.0/24 tcp flags & (syn | ack) == syn counter name peer_connections"),
     ("ip daddr 198.18.7.1 tcp flags & (syn | ack) == syn counter name cloud_connections", "ip daddr 198.18.7.1 return"),
+    # answers on connections the cloud opened (the lab's reads) are counted apart, never as cloud
+    ('oifname "lo" return', "ip daddr 198.18.7.1 ct direction reply counter name cloud_answers"),
+    ("ip daddr 198.18.7.1 ct direction reply counter name cloud_answers", "ip daddr 198.18.7.1 ct direction reply return"),
+    ("ip daddr 198.18.7.1 ct direction reply return", "ip daddr 198.18.7.1 counter name cloud"),
+    ("ip daddr 198.18.7.1 ct direction reply return", "ip daddr 198.18.7.1 tcp flags & (syn | ack) == syn counter name cloud_connections"),
 ])
 def test_render_rule_order(before, after):
     assert RULES.index(before) < RULES.index(after)
@@ -68,15 +74,16 @@ def test_render_rule_order(before, after):
 def test_render_uses_the_given_addresses_only(cloud, subnet):
     rules = [line for line in render_traffic_table(cloud_address=cloud, subnet=subnet).splitlines()
              if line.startswith("add rule")]
-    assert len(rules) == 6
-    assert sum(f"ip daddr {cloud} " in r for r in rules) == 3 and sum(f"ip daddr {subnet} " in r for r in rules) == 2
+    assert len(rules) == 8
+    assert sum(f"ip daddr {cloud} " in r for r in rules) == 5 and sum(f"ip daddr {subnet} " in r for r in rules) == 2
 
 
 @pytest.mark.parametrize(("counters", "expected"), [
     (FULL, TrafficCounters(cloud_packets=3, cloud_bytes=384, cloud_connections=1,
-                           peer_packets=8, peer_bytes=700, peer_connections=2)),
+                           peer_packets=8, peer_bytes=700, peer_connections=2,
+                           cloud_answer_packets=5, cloud_answer_bytes=9000)),
     ({name: (0, 0) for name in COUNTER_NAMES}, TrafficCounters()),
-    ({**FULL, "peers": (10**15, 10**18)}, TrafficCounters(3, 384, 1, 10**15, 10**18, 2)),
+    ({**FULL, "peers": (10**15, 10**18)}, TrafficCounters(3, 384, 1, 10**15, 10**18, 2, 5, 9000)),
 ])
 def test_parse_counters(counters, expected):
     assert parse_counters(nft_json(counters)) == expected
@@ -95,6 +102,7 @@ def test_parse_counters_ignores_other_tables_and_objects():
     json.dumps({"nftables": [{"counter": "x"}]}),
     json.dumps({"nftables": [{"counter": {"name": "cloud", "table": TRAFFIC_TABLE}}]}),
     nft_json({k: v for k, v in FULL.items() if k != "peers"}),  # one missing
+    nft_json({k: v for k, v in FULL.items() if k != "cloud_answers"}),  # a table of before the answers
     nft_json({}),  # the table exists but no counters
     nft_json(FULL, table="edgewatch_lab"),  # another table's counters
     nft_json({**FULL, "cloud": ("many", 1)}),
@@ -170,7 +178,7 @@ def test_per_minute_rejects_a_bad_elapsed_time(elapsed_s):
 
 
 def test_counters_are_frozen_and_flat_ints():
-    c = TrafficCounters(1, 2, 3, 4, 5, 6)
+    c = TrafficCounters(1, 2, 3, 4, 5, 6, 7, 8)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.cloud_packets = 0  # type: ignore[misc]
-    assert dataclasses.asdict(c) == dict(zip(FIELDS, range(1, 7)))  # what playground/costs reads
+    assert dataclasses.asdict(c) == dict(zip(FIELDS, range(1, 9)))  # what playground/costs reads

@@ -9,7 +9,13 @@ sits on the ``postrouting`` hook, which only sees packets that survived the faul
 ``output`` drops, so a packet is counted only if it really left the host: a host cut from the
 cloud sends nothing to the cloud by this count.  Named counters (``packets`` and ``bytes`` each):
 
-- ``cloud``: IPv4 packets to the cloud address (the control plane, the root namespace);
+- ``cloud``: IPv4 packets to the cloud address (the control plane, the root namespace) on
+  connections the host opened (and whatever it sends without one being opened by the cloud);
+- ``cloud_answers``: IPv4 packets to the cloud address on connections the *cloud* opened
+  (conntrack's reply direction): the answers to the lab's own reads of a host, such as the pool
+  coordinator watch's ``/metrics`` reads every second or Prometheus' scrapes, which are measuring
+  and would otherwise be charged to the system under test (they were: ~200 KiB a minute per node
+  in the scenarios with a coordinator, 2026-11-27). Not in ``cloud``;
 - ``peers``: IPv4 packets to any other address of the lab subnet (edge hosts, coordinators);
 - ``cloud_connections`` / ``peer_connections``: TCP segments to the same destinations with SYN set
   and ACK clear, i.e. connections opened (a retransmitted SYN counts again).  A SYN is also counted
@@ -34,7 +40,7 @@ from typing import Any, Final
 #: Name of the traffic table (family ``inet``) in every host namespace.
 TRAFFIC_TABLE: Final = "edgewatch_lab_traffic"
 #: The table's named counters, in the order of :func:`render_traffic_table`.
-COUNTER_NAMES: Final = ("cloud", "peers", "cloud_connections", "peer_connections")
+COUNTER_NAMES: Final = ("cloud", "peers", "cloud_connections", "peer_connections", "cloud_answers")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,12 +51,15 @@ class TrafficCounters:
     ``{field: int}``).
 
     Attributes:
-        cloud_packets: IPv4 packets to the cloud address.
+        cloud_packets: IPv4 packets to the cloud address, but answers on connections the cloud opened.
         cloud_bytes: bytes of those packets (IPv4 header included).
         cloud_connections: TCP connections opened to the cloud address (SYN without ACK).
         peer_packets: IPv4 packets to any other address of the lab subnet.
         peer_bytes: bytes of those packets (IPv4 header included).
         peer_connections: TCP connections opened to peers (SYN without ACK).
+        cloud_answer_packets: IPv4 packets to the cloud address on connections the cloud opened
+            (the lab's reads of the host: measuring, not the system's own traffic).
+        cloud_answer_bytes: bytes of those packets (IPv4 header included).
     """
 
     cloud_packets: int = 0
@@ -59,6 +68,8 @@ class TrafficCounters:
     peer_packets: int = 0
     peer_bytes: int = 0
     peer_connections: int = 0
+    cloud_answer_packets: int = 0
+    cloud_answer_bytes: int = 0
 
     def delta(self, earlier: TrafficCounters) -> TrafficCounters:
         """What was sent between snapshot ``earlier`` and this later one (``self - earlier``,
@@ -112,6 +123,8 @@ def render_traffic_table(*, cloud_address: str, subnet: str) -> str:
     syn = "tcp flags & (syn | ack) == syn"
     rules = [
         'oifname "lo" return',  # 127/8 and the host's own address: never leaves the host
+        f"ip daddr {cloud_address} ct direction reply counter name cloud_answers",
+        f"ip daddr {cloud_address} ct direction reply return",  # the cloud asked: the lab measuring
         f"ip daddr {cloud_address} {syn} counter name cloud_connections",
         f"ip daddr {cloud_address} counter name cloud",
         f"ip daddr {cloud_address} return",
@@ -175,4 +188,6 @@ def parse_counters(nft_json: str) -> TrafficCounters:
         peer_packets=found["peers"][0],
         peer_bytes=found["peers"][1],
         peer_connections=found["peer_connections"][0],
+        cloud_answer_packets=found["cloud_answers"][0],
+        cloud_answer_bytes=found["cloud_answers"][1],
     )
