@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 from edgewatch_lab.testing.netlab import REGISTRY_DIR, NetLab
 
@@ -45,3 +46,12 @@ def checked_lab() -> Iterator[NetLab]:
     finally:
         lab.close()
         assert lab_leftovers(lab_id) == []
+
+
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` if it still runs, wait for it (10 s at most) and close its stdout pipe."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()

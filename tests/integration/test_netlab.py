@@ -33,7 +33,7 @@ import pytest
 
 from edgewatch_lab.testing.netlab import REGISTRY_DIR, Host, NetLab, NetLabError
 
-from _netlab import checked_lab, lab_leftovers as _lab_leftovers, netns_names as _netns_names, root_links as _root_links
+from _netlab import checked_lab, lab_leftovers as _lab_leftovers, netns_names as _netns_names, reap, root_links as _root_links
 
 pytestmark = pytest.mark.root
 
@@ -154,13 +154,8 @@ class Net:
 
     def stop_listener(self, name: str) -> None:
         proc = self.listeners.pop(name, None)
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        if proc is not None:
+            reap(proc)
 
     def address(self, name: str) -> str:
         return self.lab.cloud_address if name == CLOUD else self.lab.host(name).address
@@ -247,10 +242,7 @@ def udp_one_way(net: Net, *, src: str, dst: str, count: int = 5) -> int:
             out, _ = receiver.communicate(timeout=15)
             return int(out)
         finally:
-            if receiver.poll() is None:
-                receiver.kill()
-            receiver.wait(timeout=10)
-            receiver.stdout.close()
+            reap(receiver)
     assert dst == CLOUD
     host = net.lab.host(src)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:

@@ -15,7 +15,7 @@ import pytest
 
 from edgewatch_lab.testing.netlab import TRAFFIC_TABLE, Host, NetLab, NetLabError, TrafficCounters
 
-from _netlab import checked_lab
+from _netlab import checked_lab, reap
 
 pytestmark = pytest.mark.root
 
@@ -173,11 +173,7 @@ def test_answers_to_the_clouds_own_connections_are_counted_apart(lab: NetLab) ->
         assert got == size
         assert answerer.wait(timeout=10) == 0
     finally:
-        if answerer.poll() is None:
-            answerer.kill()
-            answerer.wait(timeout=10)
-        if answerer.stdout is not None:
-            answerer.stdout.close()
+        reap(answerer)
     sent = lab.traffic(a.name).delta(before)
     assert sent.cloud_packets == sent.cloud_bytes == sent.cloud_connections == 0
     assert size < sent.cloud_answer_bytes < size * 1.2  # the payload and its headers (SYN-ACK, FIN included)

@@ -20,7 +20,7 @@ import pytest
 
 from edgewatch_lab.testing.netlab import REGISTRY_DIR, NetLab, NetLabError
 
-from _netlab import checked_lab, lab_leftovers as _lab_leftovers, netns_names as _netns_names, root_links as _root_links
+from _netlab import checked_lab, lab_leftovers as _lab_leftovers, netns_names as _netns_names, reap, root_links as _root_links
 
 pytestmark = pytest.mark.root
 
@@ -96,11 +96,7 @@ def test_cleanup_stale_removes_lab_of_dead_owner(lab: NetLab) -> None:
         assert {lab.bridge, lab.host("a-1").netns} <= _root_links() | _netns_names()
         assert lab.host("a-1").run(["true"], timeout=10).returncode == 0
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=10)
-        if child.stdout is not None:
-            child.stdout.close()
+        reap(child)
         NetLab.cleanup_stale()  # owner is dead by now: removes whatever the test left
 
 
