@@ -32,12 +32,25 @@ from collections.abc import Callable
 import durationpy
 
 __all__ = [
+    "MICRO_TIME_PATTERN",
     "MonotonicClock",
     "format_micro_time",
     "format_rfc3339",
+    "is_micro_time",
     "parse_go_duration",
+    "parse_instant_ns",
     "parse_rfc3339",
 ]
+
+#: The one spelling of a Kubernetes ``MicroTime`` that edgewatch writes and the apiserver
+#: serializes (``2006-01-02T15:04:05.000000Z07:00`` in UTC): six fraction digits, upper-case ``T``
+#: and ``Z``. The agent policy ``edgewatch-agent-carry-mark`` (deploy/15-policy-agent.yaml) requires
+#: a delegate mark in exactly this form, with this same expression.
+MICRO_TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
+_MICRO_TIME = re.compile(MICRO_TIME_PATTERN, re.ASCII)
+#: RFC 3339 ``date-time`` (section 5.6), ``T`` and ``Z`` in either case, a fraction of any length.
+_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                      r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))", re.ASCII)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -84,6 +97,37 @@ def parse_rfc3339(text: str) -> float:
     if moment.tzinfo is None:
         raise ValueError(f"not an RFC 3339 timestamp (no offset): {text!r}")
     return (moment - _EPOCH).total_seconds()
+
+
+def is_micro_time(text: object) -> bool:
+    """True iff ``text`` is a string in the one MicroTime spelling (:data:`MICRO_TIME_PATTERN`)."""
+    return isinstance(text, str) and _MICRO_TIME.fullmatch(text) is not None
+
+
+def parse_instant_ns(text: str) -> int:
+    """An RFC 3339 ``date-time`` as integer nanoseconds since the epoch: the instant, whatever the
+    spelling (``Z``, ``z`` or an offset; ``T`` or ``t``; a fraction of any length, digits past the
+    ninth dropped as Go's ``time.Parse`` drops them). Two spellings of one instant give one number,
+    so a comparison of two times is a comparison of instants, as CEL's ``timestamp()`` compares them
+    in the apiserver's admission policies — never of texts, and never rounded to a float or to
+    Python's microseconds. Raises ValueError for anything else (a leap second, a date that does not
+    exist, an offset past 23:59)."""
+    match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction, zulu, sign, off_h, off_m = match.groups()[6:]
+    try:
+        offset = dt.timedelta(0) if zulu else dt.timedelta(hours=int(off_h), minutes=int(off_m))
+        if offset >= dt.timedelta(days=1) or (off_m is not None and int(off_m) > 59):
+            raise ValueError("offset out of range")
+        moment = dt.datetime(year, month, day, hour, minute, second, tzinfo=dt.timezone.utc)
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}") from None
+    if sign == "-":
+        offset = -offset
+    seconds = (moment - _EPOCH) // dt.timedelta(seconds=1) - offset // dt.timedelta(seconds=1)
+    return seconds * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
 
 
 def parse_go_duration(text: str) -> float:

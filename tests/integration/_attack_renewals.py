@@ -130,3 +130,84 @@ def carry_not_believed_events(c: PlaygroundCluster, name: str) -> list[str]:
     events = json.loads(c.cp.kubectl("get", "events", "-n", "default", "-o", "json",  # type: ignore[union-attr]
                                      f"--field-selector=involvedObject.name={name},reason=CarryNotBelieved"))
     return [e.get("message", "") for e in events["items"]]
+
+
+MARK_REMOVAL_POLICY = "edgewatch-agent-mark-removal"
+
+
+def _whole_second(at: dt.datetime, *, micro: bool) -> str:
+    """``at`` to the second, written by hand (not with edgewatch's formatter under test): with six
+    fraction digits (the MicroTime spelling) or with none (another spelling of the same instant)."""
+    base = at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return base + (".000000Z" if micro else "Z")
+
+
+def attack_respelled_and_spoiled_marks(c: PlaygroundCluster) -> tuple[int, int, float]:
+    """a-5 is killed; a-1 (its real token) tries both spellings of "one field, two parsers":
+
+    * a renewal of a-5's Lease with renewTime ``…:05.000000Z`` and the mark ``…:05Z`` (the same
+      instant): the apiserver's policy took it as a carry, the controller as a-5's own renewal, and
+      a dead a-5 stayed NORMAL (measured before the fix: 74 such renewals admitted in 100 s);
+    * a correct carry, then a patch of the annotations alone that spoils the mark.
+
+    Every respelled renewal and every spoiling patch must be refused (403), and a-5 failed. Returns
+    (respelled refused, spoils refused, seconds from the kill to the failed taint)."""
+    attacker = Attacker(c)
+    wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"), 120,
+         "a-5 healthy before the attack")
+    c.kill_node("a-5")
+    killed = time.monotonic()
+    mark = {"edgewatch.io/delegate-heartbeat": "true", "edgewatch.io/delegated-by": attacker.node,
+            "edgewatch.io/delegated-via": "peer"}
+    try:
+        async def attack() -> tuple[int, int, float | None]:
+            client = attacker.client()
+            respelled = spoiled = 0
+            failed_after: float | None = None
+            try:
+                while time.monotonic() - killed < 60:
+                    now = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+                    body = {"spec": {"renewTime": _whole_second(now, micro=True)}, "metadata": {"annotations": {
+                        **mark, "edgewatch.io/delegated-renew-time": _whole_second(now, micro=False)}}}
+                    try:
+                        await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE,
+                                           patch_type=PatchType.MERGE)
+                        raise AssertionError(f"a respelled mark was admitted: {body}")
+                    except ApiError as exc:
+                        assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
+                        respelled += 1
+                    # step one, a correct carry (allowed: a-1 is in a-5's group), then the spoiling patch
+                    carried = _whole_second(now, micro=True)
+                    try:
+                        await client.patch(Lease, "a-5", {"spec": {"renewTime": carried}, "metadata": {"annotations": {
+                            **mark, "edgewatch.io/delegated-renew-time": carried}}},
+                            namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+                    except ApiError as exc:  # the controller's own hold may have written in between
+                        assert exc.status.code in (403, 409), f"{exc.status.code} {exc.status.message}"
+                    for spoil in ({"edgewatch.io/delegated-renew-time": "2000-01-01T00:00:00.000000Z"},
+                                  {"edgewatch.io/delegate-heartbeat": None}):
+                        try:
+                            await client.patch(Lease, "a-5", {"metadata": {"annotations": spoil}},
+                                               namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+                            raise AssertionError(f"a spoiling patch was admitted: {spoil}")
+                        except ApiError as exc:
+                            assert _refused_by(exc, MARK_REMOVAL_POLICY), f"{exc.status.code} {exc.status.message}"
+                            spoiled += 1
+                    if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(c, "a-5"):
+                        failed_after = time.monotonic() - killed
+                    if failed_after is not None and respelled >= 5:
+                        break
+                    await asyncio.sleep(2)
+            finally:
+                await client.close()
+            return respelled, spoiled, failed_after
+
+        respelled, spoiled, failed_after = asyncio.run(attack())
+        assert failed_after is not None, "the dead node was never judged failed"
+        print(f"\nrespelled marks: {respelled} refused; spoiling patches: {spoiled} refused; "
+              f"a-5 failed {failed_after:.1f} s after the kill")
+        return respelled, spoiled, failed_after
+    finally:
+        c.revive_node("a-5")
+        wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"),
+             120, "a-5 healthy again after revive")

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 import pytest
 from _attack_keys import attack_squatted_key
 from _attack_port import attack_slow_bodies_and_connection_flood
-from _attack_renewals import attack_bare_renewals_of_a_dead_node, attack_future_renewal, carry_not_believed_events
+from _attack_renewals import (
+    attack_bare_renewals_of_a_dead_node,
+    attack_future_renewal,
+    attack_respelled_and_spoiled_marks,
+    carry_not_believed_events,
+)
 from _attacker import Attacker, controller_metric, forbidden, taints
 from _pool import NODES, edge, five_node_pool, wait
 from lightkube import ApiError
@@ -173,6 +178,15 @@ def test_a_bare_renewal_keeps_no_dead_node_alive(cluster: PlaygroundCluster) -> 
     (tests/integration/_attack_renewals.py); a-5 is failed and evicted as without the attacker."""
     failed_after = attack_bare_renewals_of_a_dead_node(cluster)
     assert failed_after < 60
+
+
+def test_one_field_has_one_meaning_for_the_apiserver_and_the_controller(cluster: PlaygroundCluster) -> None:
+    """A mark in another spelling of the renewal's instant, or spoiled after a correct carry, kept a
+    dead node NORMAL; now refused by the apiserver (tests/integration/_attack_renewals.py), and a-5
+    is failed as without the attacker."""
+    respelled, spoiled, failed_after = attack_respelled_and_spoiled_marks(cluster)
+    assert respelled >= 5 and spoiled >= 10
+    assert failed_after < 30
 
 
 def test_a_far_future_renewal_is_refused(cluster: PlaygroundCluster) -> None:

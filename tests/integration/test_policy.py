@@ -28,6 +28,7 @@ import pytest
 from lightkube.resources.core_v1 import Node
 
 from edgewatch.kube.leases import RenewOutcome, clear_stale_mark, renew_on_behalf
+from edgewatch.leasemark import mark_is_current
 from edgewatch.names import DELEGATE_HEARTBEAT_ANNOTATION, EDGE_CONDITION_TYPE, ROLE_CONDITION_TYPE
 from edgewatch.kube.client import api_client
 from edgewatch_lab.testing.controlplane import ControlPlane
@@ -44,6 +45,7 @@ STATUS = "edgewatch-agent-node-status"
 CARRY = "edgewatch-agent-carry"
 CARRY_MARK = "edgewatch-agent-carry-mark"
 CARRY_CLOCK = "edgewatch-agent-carry-clock"
+MARK_REMOVAL = "edgewatch-agent-mark-removal"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
 
@@ -81,6 +83,21 @@ class Identity(Token):
                 return response.status, ""
         except urllib.error.HTTPError as exc:
             return exc.code, str(json.loads(exc.read()).get("message", ""))
+
+    def patch_lease(self, node: str, body: dict[str, Any], *, dry_run: bool = True) -> tuple[int, dict[str, Any]]:
+        """PATCH kube-node-lease/<node> (JSON merge patch) over HTTP with this token, a server-side
+        dry run by default. Returns (HTTP status, the response: the object as it would be stored, or
+        the Status)."""
+        url = f"{self.server}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}" + (
+            "?dryRun=All" if dry_run else "")
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH", headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/merge-patch+json"})
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=context) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def whoami(self) -> dict[str, Any]:
         return json.loads(self.ok("auth", "whoami", "-o", "json"))["status"]["userInfo"]  # type: ignore[no-any-return]
@@ -337,13 +354,25 @@ def test_agent_carries_a_peers_heartbeat(world: World, node_lease: dict[str, Any
     lease["spec"]["renewTime"] = renew = _micro(dt.datetime.now(dt.timezone.utc))
     lease["metadata"]["annotations"].update(_mark("n1", renew, via="coordinator"))
     world.n1.ok("replace", "-f", "-", input_text=json.dumps(lease))
-    # removing the mark is allowed too (the node's own agent clears a stale one)
-    _lease_patch(world.n2, {"metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: None}}})
+    # a current mark is never removed or changed without a renewal (the carried renewal would look
+    # like the node's own), by anyone's agent
+    for who in (world.n2, world.n1):
+        msg = _lease_patch(who, {"metadata": {"annotations": {k: None for k in _mark("n1", renew)}}},
+                           policy=MARK_REMOVAL)
+        assert "the mark names the current renewal" in msg
+    # once the kubelet renewed by itself the mark is stale: the node's own agent removes it, whole
+    kubelet_renew = _micro(dt.datetime.now(dt.timezone.utc))
+    world.admin.kubectl("patch", "lease", "n2", "-n", "kube-node-lease", "--type=merge",
+                        "-p", json.dumps({"spec": {"renewTime": kubelet_renew}}))
+    msg = _lease_patch(world.n2, {"metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: None}}},
+                       policy=MARK_REMOVAL)
+    assert "only the whole mark may be removed" in msg
+    _lease_patch(world.n2, {"metadata": {"annotations": {k: None for k in _mark("n1", renew)}}})
     after = json.loads(world.admin.kubectl("get", "lease", "n2", "-n", "kube-node-lease", "-o", "json"))
-    assert after["spec"]["renewTime"] == lease["spec"]["renewTime"]
+    assert after["spec"]["renewTime"] == kubelet_renew
     assert after["spec"]["holderIdentity"] == "n2"
     assert after["metadata"]["annotations"]["example.com/owner"] == "ops"
-    assert DELEGATE_HEARTBEAT_ANNOTATION not in after["metadata"]["annotations"]
+    assert not any(k.startswith("edgewatch.io/delegat") for k in after["metadata"]["annotations"])
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -408,6 +437,47 @@ def test_a_renewal_whose_mark_does_not_name_it_and_its_carrier_is_refused(
     text = _micro(renew)
     annotations = _mark(mark.get("by", "n1"), text if mark.get("renew") is None else mark["renew"], mark.get("via", "peer"))
     assert says in _renewal(world.n1, renew, annotations, policy=CARRY_MARK), label
+
+
+def _spellings(at: dt.datetime) -> list[str]:
+    """Spellings of the whole-second instant ``at`` that RFC 3339 parsers accept, written by hand
+    (never with edgewatch's formatter): fraction lengths 0-9, T/t, Z/z/+00:00/-00:00, +02:00."""
+    day, clock = at.strftime("%Y-%m-%d"), at.strftime("%H:%M:%S")
+    shifted = (at + dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    out = []
+    for frac in ["", *("." + "0" * n for n in range(1, 10))]:
+        for sep in ("T", "t"):
+            out += [f"{day}{sep}{clock}{frac}{zone}" for zone in ("Z", "z", "+00:00", "-00:00")]
+        out.append(f"{shifted}{frac}+02:00")
+    return out
+
+
+def test_one_meaning_of_the_mark_for_the_apiserver_and_the_controller(world: World,
+                                                                      node_lease: dict[str, Any]) -> None:
+    """Property over every spelling of one instant, through the real policies (server-side dry runs
+    with n1's real token) and the controller's own reading of what the apiserver would store: a
+    renewal the apiserver admits as a carry is a carry to the controller, and the only mark spelling
+    admitted is the MicroTime one. Before: the mark ``…:05Z`` on renewTime ``…:05.000000Z`` was
+    admitted (the same instant to CEL) and read as the node's own renewal (texts differ)."""
+    at = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=2)).replace(microsecond=0)
+    canonical = at.strftime("%Y-%m-%dT%H:%M:%S") + ".000000Z"
+    admitted, refused = [], []
+    for renew in _spellings(at)[::15] + [canonical]:
+        for text in _spellings(at):
+            code, answer = world.n1.patch_lease("n2", {"spec": {"renewTime": renew},
+                                                       "metadata": {"annotations": _mark("n1", text)}})
+            if code == 200:
+                stored = answer["spec"]["renewTime"]
+                carried = mark_is_current(annotations=answer["metadata"]["annotations"], renew_time=stored)
+                assert carried, f"admitted but not a carry to the controller: renewTime {renew!r}, mark {text!r}"
+                admitted.append((renew, text))
+            else:
+                assert code in (400, 403, 422), (code, answer)
+                if code == 403:
+                    assert CARRY_MARK in answer["message"], answer["message"]
+                refused.append((renew, text))
+    assert admitted and {text for _, text in admitted} == {canonical}, admitted
+    assert any(text == at.strftime("%Y-%m-%dT%H:%M:%SZ") for _, text in refused)  # the measured attack
 
 
 def test_no_agent_renews_its_own_nodes_lease(world: World, node_lease: dict[str, Any]) -> None:

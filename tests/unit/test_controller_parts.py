@@ -247,3 +247,35 @@ def test_status_role_column_shows_the_coordinator_state() -> None:
         "pending/unreachable"
     assert role_of(with_condition("Follower", "free text")) == "follower"
     assert role_of(Node.from_dict({"metadata": {"name": "a-1"}, "status": {"conditions": []}})) is None
+
+
+def test_a_renewal_first_seen_carried_stays_carried() -> None:
+    """The two-step attack: a correct carry of a dead node's Lease, then its mark spoiled or removed
+    without a renewal. The renewal was carried when first seen and stays so (it needs the node's own
+    signed statement); it never becomes the node's own heartbeat."""
+    from edgewatch.controller.views import is_delegated
+    obs = Observations()
+    lease_snapshot(lease(R1), name="n1", observations=obs, now=100.0)
+    snap = lease_snapshot(_carried(R2), name="n1", observations=obs, now=110.0)
+    assert snap.carried is True and is_delegated(snap)
+    for spoiled in ({}, {DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: R1},
+                    {DELEGATED_RENEW_TIME_ANNOTATION: R2}):
+        snap = lease_snapshot(lease(R2, spoiled), name="n1", observations=obs, now=111.0)
+        assert snap.carried is True and is_delegated(snap) and snap.own_observed_at is None
+    # the node's own next renewal is its own, whatever stale mark it still shows
+    snap = lease_snapshot(lease("2023-11-14T22:13:40.000000Z", {DELEGATE_HEARTBEAT_ANNOTATION: "true",
+                                                                DELEGATED_RENEW_TIME_ANNOTATION: R2}),
+                          name="n1", observations=obs, now=120.0)
+    assert snap.carried is False and not is_delegated(snap) and snap.own_observed_at == 120.0
+    # and an own renewal never turns into a carry by a mark added after it
+    snap = lease_snapshot(_carried("2023-11-14T22:13:40.000000Z"), name="n1", observations=obs, now=121.0)
+    assert snap.carried is False
+
+
+def test_a_mark_in_another_spelling_of_the_same_instant_is_a_carry() -> None:
+    """renewTime …:20.000000Z with the mark …:20Z: one instant, so carried (the apiserver's CEL agrees)."""
+    from edgewatch.controller.views import is_delegated
+    snap = lease_snapshot(lease(R1, {DELEGATE_HEARTBEAT_ANNOTATION: "true",
+                                     DELEGATED_RENEW_TIME_ANNOTATION: "2023-11-14T22:13:20Z"}),
+                          name="n1", observations=Observations(), now=1.0)
+    assert snap.carried is True and is_delegated(snap)

@@ -254,6 +254,11 @@ class LeaseSnapshot:
       clock), kept while carried renewals follow it; None if it saw none happen (only a first
       sight, or none at all). A node that reached the cloud itself that recently is not cut off,
       whatever its peers carry for it (``edgewatch.controller.views.cloud_view``).
+    * ``carried``: how the controller first saw this renewal: True when the delegate mark named it
+      then (a carried renewal, or the controller's own hold), False when it did not (the kubelet's
+      own). Never changed for the same renewal, whatever its annotations say later: a mark removed
+      or spoiled after a carry does not turn it into the node's own heartbeat. None: judge from the
+      current mark (a snapshot built without the controller's observations).
     """
 
     renew_time: str | None = None
@@ -264,6 +269,7 @@ class LeaseSnapshot:
     holder: str | None = None
     delegation_proven: bool = True
     own_observed_at: float | None = None
+    carried: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))

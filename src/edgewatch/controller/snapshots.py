@@ -19,7 +19,8 @@ import datetime as dt
 from edgewatch.controller.model import LeaseSnapshot, NodeSnapshot, Taint, Toleration
 from edgewatch.controller.observations import Observations
 from edgewatch.kube.api import Lease, Node, Pod
-from edgewatch.kube.leases import lease_renew_text, mark_is_current
+from edgewatch.kube.leases import lease_renew_text
+from edgewatch.leasemark import mark_is_current
 from edgewatch.timefmt import format_rfc3339
 
 __all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
@@ -29,6 +30,9 @@ LEASE = "lease"
 #: Observation kind: a node's latest *own* Lease renewal (no current delegate mark), kept while
 #: carried renewals follow it.
 OWN_LEASE = "own-lease"
+#: Observation kind: how the current renewal was first seen, ``(renewTime text, carried)``; never
+#: reclassified while the renewTime stays.
+RENEWAL_KIND = "renewal-kind"
 
 
 def _ts(value: dt.datetime | None) -> float | None:
@@ -57,9 +61,11 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
     spec = lease.spec
     duration = spec.leaseDurationSeconds if spec is not None else None
     annotations = dict(lease.metadata.annotations or {})
+    carried = _first_kind(observations, name=name, text=text, now=now,
+                          marked=mark_is_current(annotations=annotations, renew_time=text))
     # The node's own renewal, kept while carried renewals follow it; only one seen happening counts
     # (a first sight after a restart says nothing of when it was made).
-    if text is not None and not mark_is_current(annotations=annotations, renew_time=text):
+    if text is not None and not carried:
         if sighting.first:
             observations.forget(name=name, kind=OWN_LEASE)
         else:
@@ -68,7 +74,18 @@ def lease_snapshot(lease: Lease | None, *, name: str, observations: Observations
     return LeaseSnapshot(renew_time=text, observed_at=None if text is None else sighting.at, first_sight=sighting.first,
                          duration_s=float(duration) if duration else None, annotations=annotations,
                          holder=spec.holderIdentity if spec is not None else None,
-                         own_observed_at=None if own is None else own.at)
+                         own_observed_at=None if own is None else own.at, carried=carried)
+
+
+def _first_kind(observations: Observations, *, name: str, text: str | None, now: float, marked: bool) -> bool:
+    """Whether the renewal ``text`` is carried, as first seen: the mark's verdict at the first look
+    at this renewTime, kept for as long as it stays (an annotation written after the renewal, a
+    mark removed or spoiled, changes nothing of what the renewal was)."""
+    old = observations.get(kind=RENEWAL_KIND, name=name)
+    if old is not None and isinstance(old.value, tuple) and old.value[0] == text:
+        return bool(old.value[1])
+    observations.see(kind=RENEWAL_KIND, name=name, value=(text, marked), now=now)
+    return marked
 
 
 def pod_tolerations(pod: Pod) -> tuple[Toleration, ...]:

@@ -22,7 +22,7 @@ from edgewatch.controller.model import (
     VerifiedVerdict,
 )
 from edgewatch.core.types import Verdict
-from edgewatch.kube.leases import mark_is_current
+from edgewatch.leasemark import mark_is_current
 from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
 __all__ = [
@@ -66,12 +66,15 @@ def lease_grace_s(*, lease: LeaseSnapshot | None, config: ControllerConfig) -> f
 
 
 def is_delegated(lease: LeaseSnapshot | None) -> bool:
-    """True iff the Lease's current renewal was made by a delegate on the node's behalf: the delegate
-    mark is current (``edgewatch.kube.leases.mark_is_current``: ``delegate-heartbeat: "true"`` and
-    ``delegated-renew-time`` equal to ``renewTime`` as text). Once the kubelet renews by itself the
-    texts differ and the renewal is the node's own."""
+    """True iff the Lease's current renewal was made by a delegate on the node's behalf: how the
+    controller first saw this renewal (``lease.carried``), else whether the delegate mark is current
+    (``edgewatch.leasemark.mark_is_current``: ``delegate-heartbeat: "true"`` and
+    ``delegated-renew-time`` the same instant as ``renewTime``). Once the kubelet renews by itself
+    the instants differ and the renewal is the node's own."""
     if lease is None:
         return False
+    if lease.carried is not None:
+        return lease.carried
     return mark_is_current(annotations=lease.annotations, renew_time=lease.renew_time)
 
 

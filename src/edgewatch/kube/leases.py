@@ -11,10 +11,11 @@ was decided on, so a concurrent write (the kubelet's own renewal, another delega
 Conflict and we re-read and decide again.
 
 The mark (seeds 000/001/002): ``edgewatch.io/delegate-heartbeat: "true"`` plus
-``edgewatch.io/delegated-renew-time`` equal (as text) to the ``renewTime`` the delegate wrote, with
-``delegated-by`` and ``delegated-via`` (``peer``, ``coordinator`` or ``autonomy``). The kubelet keeps
-annotations when it renews, so once it renews by itself ``renewTime`` moves on and the mark is stale
-at once, before anyone removes it. Comparing the two texts judges no clock.
+``edgewatch.io/delegated-renew-time`` naming the ``renewTime`` the delegate wrote (the same instant;
+:mod:`edgewatch.leasemark`, where the mark's meaning lives), with ``delegated-by`` and
+``delegated-via`` (``peer``, ``coordinator`` or ``autonomy``). The kubelet keeps annotations when it
+renews, so once it renews by itself ``renewTime`` moves on and the mark is stale at once, before
+anyone removes it. Comparing the two instants judges no clock.
 
 Clock rule (docs/clock-skew.md): nothing here compares a time written by another machine with
 this machine's clock, with one documented exception in :func:`renew_on_behalf` (agent side).
@@ -28,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx2 as httpx
@@ -43,6 +44,7 @@ from edgewatch.names import (
     DELEGATED_VIA_ANNOTATION,
     NODE_LEASE_NAMESPACE,
 )
+from edgewatch.leasemark import MARK_ANNOTATIONS, mark_is_current
 from edgewatch.timefmt import format_micro_time
 
 __all__ = [
@@ -58,12 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The Lease annotations of the mark (all written together, all removed together).
-MARK_ANNOTATIONS = (DELEGATE_HEARTBEAT_ANNOTATION, DELEGATED_BY_ANNOTATION,
-                    DELEGATED_RENEW_TIME_ANNOTATION, DELEGATED_VIA_ANNOTATION)
-
-
 
 class RenewOutcome(enum.StrEnum):
     """What a renewal on a node's behalf did."""
@@ -89,16 +85,6 @@ def lease_renew_text(lease: Lease) -> str | None:
     """The Lease's ``spec.renewTime`` as MicroTime text (the form the delegate mark records), or None."""
     renew = lease.spec.renewTime if lease.spec is not None else None
     return None if renew is None else format_micro_time(renew)
-
-
-def mark_is_current(*, annotations: Mapping[str, str], renew_time: str | None) -> bool:
-    """True iff the delegate mark names the current renewal: ``delegate-heartbeat`` is exactly
-    ``"true"`` and ``delegated-renew-time`` equals ``renew_time`` (the Lease's renewTime as MicroTime
-    text). A mark without ``delegated-renew-time`` cannot name a renewal: not current (the kubelet
-    keeps annotations, so such a mark would outlive every later renewal of the node's own). Pure."""
-    if renew_time is None or annotations.get(DELEGATE_HEARTBEAT_ANNOTATION) != "true":
-        return False
-    return annotations.get(DELEGATED_RENEW_TIME_ANNOTATION) == renew_time
 
 
 def is_marked(lease: Lease) -> bool:
