@@ -69,6 +69,10 @@ BEACON_ANNOTATION = f"{DOMAIN}/beacon"
 BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
 """The controller's beacon public key, base64 of the raw 32 bytes."""
 
+CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
+"""On the beacon Lease: how far past its renewTime an agent's carried renewTime may be, a Go duration
+in whole seconds (edgewatch.carryahead; the carry-clock admission policy reads it)."""
+
 # Node client certificates for the pool coordinator (issue 23; edgewatch.controller.csrsigner,
 # https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).
 COORDINATOR_CLIENT_SIGNER = f"{DOMAIN}/coordinator-client"

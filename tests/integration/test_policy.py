@@ -223,12 +223,14 @@ def _reset_node_lease(cp: ControlPlane) -> dict[str, Any]:
     return written
 
 
-def _controller_clock(cp: ControlPlane, at: dt.datetime | None = None) -> dt.datetime:
+def _controller_clock(cp: ControlPlane, at: dt.datetime | None = None, ahead: str | None = "25s") -> dt.datetime:
     """The beacon Lease as the controller writes it: its renewTime is the controller's clock (the
-    carry-clock policy's reference). Returns the time written."""
+    carry-clock policy's reference), its ``edgewatch.io/carry-ahead`` the bound (25 s: a controller
+    with the default --node-monitor-grace of 40 s; None: not published). Returns the time written."""
     at = at or dt.datetime.now(dt.timezone.utc)
+    annotations = {} if ahead is None else {"edgewatch.io/carry-ahead": ahead}
     _apply(cp, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": "edgewatch-beacon", "namespace": "edgewatch"},
+                "metadata": {"name": "edgewatch-beacon", "namespace": "edgewatch", "annotations": annotations},
                 "spec": {"holderIdentity": "ctl", "renewTime": _micro(at)}})
     return at
 
@@ -536,17 +538,57 @@ def test_a_missing_parameter_never_blocks_a_kubelet(world: World, node_lease: di
         _controller_clock(cp)
 
 
+def _eventually_refused(who: Identity, renew: dt.datetime, says: str, timeout_s: float = 30) -> str:
+    """Retry a dry-run carry of ``renew`` until CARRY_CLOCK refuses it saying ``says`` (admission
+    sees a new beacon Lease through an informer). Returns the message."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code, answer = who.patch_lease("n2", {"spec": {"renewTime": _micro(renew)},
+                                              "metadata": {"annotations": _mark("n1", _micro(renew))}})
+        message = str(answer.get("message", ""))
+        if code == 403 and CARRY_CLOCK in message and says in message:
+            return message
+        assert time.monotonic() < deadline, f"not refused by {CARRY_CLOCK} after {timeout_s} s: {code} {message}"
+        time.sleep(0.5)
+
+
+def _allowed(who: Identity, renew: dt.datetime) -> bool:
+    code, answer = who.patch_lease("n2", {"spec": {"renewTime": _micro(renew)},
+                                          "metadata": {"annotations": _mark("n1", _micro(renew))}})
+    assert code in (200, 403), (code, answer)
+    return code == 200
+
+
 def test_a_renewal_in_the_future_is_refused(world: World, node_lease: dict[str, Any]) -> None:
     """The far-future renewTime: kube-controller-manager counts a renewal only when renewTime grows,
-    so one in 2030 would hide every real renewal until then. At most 30 s past the controller's clock
-    (the beacon Lease), whatever the carrier's own clock says."""
+    so one in 2030 would hide every real renewal until then. At most the controller's published bound
+    past its clock (the beacon Lease), whatever the carrier's own clock says, and never over 30 s."""
     controller = _controller_clock(world.admin, dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=3))
     for ahead_s in (60, 86400 * 365 * 4):
         renew = controller + dt.timedelta(seconds=ahead_s)
         msg = _renewal(world.n1, renew, _mark("n1", _micro(renew)), policy=CARRY_CLOCK)
-        assert "more than 30 s past the controller's clock" in msg
-    renew = controller + dt.timedelta(seconds=25)  # a carrier's estimate a little ahead: allowed
+        assert "more than 25s past the controller's clock" in msg
+    renew = controller + dt.timedelta(seconds=24)  # a carrier's estimate a little ahead: allowed
     _renewal(world.n1, renew, _mark("n1", _micro(renew)))
+
+
+def test_the_future_bound_is_the_controllers_and_capped(world: World, node_lease: dict[str, Any]) -> None:
+    """The bound follows the controller's annotation (derived from the kubelet's renew interval and
+    kube-controller-manager's grace: edgewatch.carryahead), at most 30 s whatever it says; without a
+    valid one, no carry at all."""
+    cp = world.admin
+    try:
+        controller = _controller_clock(cp, ahead="5s")  # the lab's grace of 20 s: 20 - 10 - 5
+        _eventually_refused(world.n1, controller + dt.timedelta(seconds=6), "more than 5s past")
+        assert _allowed(world.n1, controller + dt.timedelta(seconds=4))
+        controller = _controller_clock(cp, ahead="99s")  # a controller bug cannot widen it past 30 s
+        _eventually_refused(world.n1, controller + dt.timedelta(seconds=31), "more than 30s past")
+        assert _allowed(world.n1, controller + dt.timedelta(seconds=29))
+        for bad in (None, "", "5m", "-5s", "1.5s", "100s"):
+            controller = _controller_clock(cp, ahead=bad)
+            _eventually_refused(world.n1, controller, "names no carry bound")
+    finally:
+        _controller_clock(cp)
 
 
 # -- 3. nodes/status: its own pool role only (verdicts are the controller's) ---------------------------

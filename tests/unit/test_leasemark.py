@@ -123,7 +123,7 @@ def test_the_policy_spells_the_mark_as_this_module_does() -> None:
     agent policy applies to delegated-renew-time is MICRO_TIME_PATTERN (as a CEL string literal),
     and every mark annotation starts with the prefix the mark-removal policy watches."""
     text = POLICY.read_text()
-    literals = re.findall(r"\.matches\('([^']*)'\)", text)
+    literals = re.findall(r"[mM]arkText\.matches\('([^']*)'\)", text)
     assert len(literals) >= 2
     assert {lit.replace("\\\\", "\\") for lit in literals} == {MICRO_TIME_PATTERN}
     assert f"startsWith('{MARK_PREFIX}')" in text

@@ -35,19 +35,20 @@ def settings(name: str) -> dict[str, Any]:
     sc = load_scenario(name)
     return {"config": install.edgewatch_config(grouping=sc.topology.grouping, coordinators={},
                                                out_of_service_pools=sc.out_of_service_pools()),
-            "controller_args": [f"--autonomy={sc.timings.autonomy_s:g}"],
+            "controller_args": [f"--autonomy={sc.timings.autonomy_s:g}",
+                                f"--node-monitor-grace={sc.timings.node_monitor_grace_s:g}"],
             "controller_replicas": min(2, sc.topology.cloud_nodes)}
 
 
 def test_node_failure_settings_become_exact_values() -> None:
     s = settings("node-failure")
-    autonomy = s["controller_args"][0]
+    autonomy, grace = s["controller_args"]
     assert install.values(**s) == {
         "config": {"grouping": s["config"]["grouping"], "groupLabel": "edgewatch.io/pool",
                    "coverLabel": "edgewatch.io/pool", "poolCoordinators": ""},
-        "controller": {"replicas": 1, "extraArgs": [autonomy]},
+        "controller": {"replicas": 1, "extraArgs": [autonomy, grace]},
     }
-    assert autonomy.startswith("--autonomy=")
+    assert autonomy.startswith("--autonomy=") and grace == "--node-monitor-grace=20"
 
 
 def test_values_with_coordinators_and_rings_are_exact() -> None:

@@ -13,6 +13,12 @@ What it is for
     machine is compared with this machine's clock (docs/clock-skew.md) — the controller's time is
     taken as a reference and only *durations measured here* are added to it.
 
+Never past the bound: the controller publishes with the beacon how far past its renewTime an
+agent's renewTime may be (``edgewatch.io/carry-ahead``, derived from the kubelet's and
+kube-controller-manager's timings: ``edgewatch.carryahead``). :meth:`CloudClock.now` never answers
+later than the last reading plus that bound, less :data:`AHEAD_MARGIN_S`, so an honest carrier is
+never refused while the controller writes beacons (it answers the same time until the next one).
+
 Limits: the estimate is as old as the network delay of the watch event (milliseconds) behind the
 controller's clock; before the first beacon Lease is seen (or with a controller that writes no
 renewTime) :meth:`CloudClock.now` falls back to this machine's wall clock.
@@ -24,7 +30,11 @@ import datetime as dt
 import time
 from collections.abc import Callable
 
-__all__ = ["CloudClock"]
+__all__ = ["AHEAD_MARGIN_S", "CloudClock"]
+
+#: Kept below the published bound, seconds: the apiserver may judge by a beacon Lease a moment older
+#: than the one this agent saw last (its admission reads parameters through an informer).
+AHEAD_MARGIN_S = 1.0
 
 
 class CloudClock:
@@ -40,6 +50,11 @@ class CloudClock:
         self._monotonic = monotonic
         self._wall = wall
         self._reference: tuple[dt.datetime, float] | None = None  # (controller time, our monotonic then)
+        self._ahead_s: float | None = None  # the published carry-ahead bound, seconds
+
+    def limit(self, ahead_s: float | None) -> None:
+        """Note the carry-ahead bound the controller published, seconds (None: none published, no limit)."""
+        self._ahead_s = ahead_s
 
     @property
     def known(self) -> bool:
@@ -58,8 +73,12 @@ class CloudClock:
 
     def now(self) -> dt.datetime:
         """The controller's current time as estimated here (aware UTC datetime): its last reading
-        plus the seconds this machine's monotonic clock advanced since; the wall clock if none."""
+        plus the seconds this machine's monotonic clock advanced since, never more than the published
+        bound less :data:`AHEAD_MARGIN_S`; the wall clock if no reading was seen."""
         if self._reference is None:
             return self._wall()
         reading, seen_at = self._reference
-        return reading + dt.timedelta(seconds=max(0.0, self._monotonic() - seen_at))
+        elapsed = max(0.0, self._monotonic() - seen_at)
+        if self._ahead_s is not None:
+            elapsed = min(elapsed, max(0.0, self._ahead_s - AHEAD_MARGIN_S))
+        return reading + dt.timedelta(seconds=elapsed)

@@ -47,10 +47,12 @@ from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat
 from edgewatch.kube.api import ApiError, AsyncClient, HttpError, Lease, LeaseSpec, ObjectMeta
+from edgewatch.carryahead import parse_ahead
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
     BEACON_LEASE_NAME,
+    CARRY_AHEAD_ANNOTATION,
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
 )
@@ -186,9 +188,10 @@ class EvidenceReporter:
         and note its renewTime as a reading of the controller's clock (:mod:`edgewatch.agent.cloudclock`)."""
         if lease is None:
             return
+        annotations = lease.metadata.annotations or {} if lease.metadata else {}
+        self.cloud_clock.limit(parse_ahead(annotations.get(CARRY_AHEAD_ANNOTATION)))
         if lease.spec is not None and isinstance(lease.spec.renewTime, dt.datetime):
             self.cloud_clock.observe(lease.spec.renewTime)
-        annotations = lease.metadata.annotations or {} if lease.metadata else {}
         key_text = annotations.get(BEACON_KEY_ANNOTATION)
         if key_text:
             try:

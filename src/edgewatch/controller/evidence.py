@@ -42,10 +42,12 @@ from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.beacon import Beacon, sign_beacon
 from edgewatch.core.identity import NodeKey
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Lease, LeaseSpec, ObjectMeta, Secret
+from edgewatch.carryahead import format_ahead
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
     BEACON_LEASE_NAME,
+    CARRY_AHEAD_ANNOTATION,
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
     KEY_RECORD_KEY,
@@ -85,11 +87,16 @@ class BeaconIssuer:
         period_s: seconds between beacons (default 5 s: a statement is at most one period older than
             it looks, well inside the 30 s evidence TTL).
         api_timeout_s: bound of every API call, seconds.
+        carry_ahead_s: how far past the beacon's renewTime an agent's carried renewTime may be, whole
+            seconds (``edgewatch.carryahead``), published with every beacon for the carry-clock
+            admission policy and the agents; None publishes nothing (the policy then refuses carries).
     """
 
     def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
-                 namespace: str = "edgewatch", period_s: float = 5.0, api_timeout_s: float = 10.0) -> None:
+                 namespace: str = "edgewatch", period_s: float = 5.0, api_timeout_s: float = 10.0,
+                 carry_ahead_s: int | None = None) -> None:
         self.client = client
+        self.carry_ahead_s = carry_ahead_s
         self.verified = verified
         self.clock = clock
         self.namespace = namespace
@@ -155,6 +162,8 @@ class BeaconIssuer:
         self.verified.beacons.record(beacon.value, at=self.clock())
         annotations[BEACON_ANNOTATION] = sign_beacon(beacon, self.key)
         annotations[BEACON_KEY_ANNOTATION] = base64.b64encode(self.key.public_raw).decode("ascii")
+        if self.carry_ahead_s is not None:
+            annotations[CARRY_AHEAD_ANNOTATION] = format_ahead(self.carry_ahead_s)
         # renewTime: the controller's clock at issue, the reference the carry policy bounds an
         # agent's renewTime by and the clock agents write carried renewals in (agent.cloudclock)
         renew = dt.datetime.fromtimestamp(self.clock(), dt.UTC)

@@ -60,7 +60,8 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
 def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | None, confirm: float,
                    edge_ttl: float, unknown_policy: str, autonomy: float, resync: float, workers: int,
                    api_timeout: float, metrics_address: str, metrics_port: int, log_level: str,
-                   log_format: str, coordinator_image: str = "", pod_name: str | None = None) -> int:
+                   log_format: str, coordinator_image: str = "", pod_name: str | None = None,
+                   node_monitor_grace: float = 40.0) -> int:
     """Run the controller until SIGTERM; returns the exit code (2 for invalid settings).
 
     Durations in seconds; see ``edgewatch controller --help`` for each setting.
@@ -69,7 +70,7 @@ def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | No
     try:
         config = ControllerConfig(confirm_s=confirm, edge_view_ttl_s=edge_ttl,
                                   unknown_policy=UnknownPolicy(unknown_policy), autonomy_s=autonomy,
-                                  coordinator_image=coordinator_image)
+                                  coordinator_image=coordinator_image, node_monitor_grace_s=node_monitor_grace)
         if workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
         if not api_timeout > 0:

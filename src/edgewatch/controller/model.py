@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from edgewatch.carryahead import carry_ahead_s
 from edgewatch.core.types import Verdict
 from edgewatch.names import CLOUD_UNREACHABLE_TAINT_KEY, DOMAIN, FAILED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY
 
@@ -328,9 +329,22 @@ class ControllerConfig:
     #: its own image (``--coordinator-image``, env ``EDGEWATCH_IMAGE``). Empty: no coordinator
     #: Deployment is written (the controller logs why).
     coordinator_image: str = ""
+    #: kube-controller-manager's ``--node-monitor-grace-period`` in this cluster: 40 s, the stock
+    #: default before Kubernetes 1.32 (50 s since), the shorter and so the safer guess. It bounds how far
+    #: past the controller's clock an agent's carried renewTime may be (``carry_ahead_s``).
+    node_monitor_grace_s: float = 40.0
+
+    @property
+    def carry_ahead_s(self) -> int:
+        """How far past the controller's clock a carried renewTime may be, whole seconds
+        (``edgewatch.carryahead``: the kubelet renews every quarter of ``default_lease_duration_s``)."""
+        return carry_ahead_s(node_monitor_grace_s=self.node_monitor_grace_s,
+                             kubelet_renew_interval_s=self.default_lease_duration_s / 4)
 
     def __post_init__(self) -> None:
+        _check_seconds("node_monitor_grace_s", self.node_monitor_grace_s, allow_zero=False)
         _check_seconds("default_lease_duration_s", self.default_lease_duration_s, allow_zero=False)
+        _ = self.carry_ahead_s  # a grace too short to carry safely stops the controller at start
         _check_seconds("edge_view_ttl_s", self.edge_view_ttl_s, allow_zero=False)
         _check_seconds("confirm_s", self.confirm_s, allow_zero=True)
         _check_seconds("overdue_slack_s", self.overdue_slack_s, allow_zero=True)

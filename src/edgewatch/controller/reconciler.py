@@ -195,7 +195,8 @@ class Reconciler:
         self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
                                      on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
-                                    period_s=beacon_period_s, api_timeout_s=api_timeout_s)
+                                    period_s=beacon_period_s, api_timeout_s=api_timeout_s,
+                                    carry_ahead_s=config.carry_ahead_s)
         self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
                                          on_change=self.queue.add, namespace=identity_namespace,
                                          watch_timeout_s=watch_timeout_s, api_timeout_s=api_timeout_s)

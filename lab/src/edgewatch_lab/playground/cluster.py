@@ -274,7 +274,8 @@ class PlaygroundCluster:
         return install.install(
             method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
             kubeconfig=self.admin_kubeconfig, config=config,
-            controller_args=[f"--autonomy={sc.timings.autonomy_s:g}"],
+            controller_args=[f"--autonomy={sc.timings.autonomy_s:g}",
+                             f"--node-monitor-grace={sc.timings.node_monitor_grace_s:g}"],
             controller_replicas=min(2, sc.topology.cloud_nodes), release=release)
 
     def stop(self) -> None:

@@ -1,0 +1,83 @@
+"""How far past the controller's clock a carried Lease renewTime may be: a bound derived from the
+kubelet's renew interval and kube-controller-manager's grace, so that no carry can hide a live
+node's own renewals long enough to make it NotReady.
+
+Why a bound at all: kube-controller-manager's node lifecycle controller counts a Lease renewal only
+when ``renewTime`` grows (it keeps the Lease with the latest renewTime it saw and times its own
+``probeTimestamp`` from there). A carried renewTime ``A`` seconds ahead therefore hides every later
+renewal of the node's own kubelet until one of them is past it.
+
+The derivation (all seconds): a carrier writes at time ``t`` (the controller's clock) a renewTime
+``R <= beacon + A <= t + A`` (the beacon Lease shows the controller's clock at most one beacon period
+old). The kubelet renews every ``I`` (a quarter of its Lease duration: 10 s of 40 s), with its own
+clock, which may run up to ``s`` behind the controller's; its first renewal past ``R`` comes at most
+``A + I + s`` after ``t``, and until then kube-controller-manager counts nothing. The node goes
+NotReady if that exceeds ``G`` (``--node-monitor-grace-period``). So ``A <= G - I - slack`` with
+``slack >= s`` plus the watch and write delays; :data:`CLOCK_SLACK_S` (5 s) is that slack. Honest
+carriers never need more than the beacon's age: they write renewTimes on the controller's clock as
+they last read it (``edgewatch.agent.cloudclock``), and never past the published bound.
+
+Examples: stock ``G = 50`` (Kubernetes 1.32+) or ``40`` with ``I = 10``: ``A = 30`` (the cap) and
+``25``; the lab's ``G = 20``: ``A = 5``. A grace below ``I + slack + MIN_AHEAD_S`` (17 s) cannot
+be carried safely and is refused.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["CLOCK_SLACK_S", "MAX_AHEAD_S", "MIN_AHEAD_S", "carry_ahead_s", "format_ahead", "parse_ahead"]
+
+#: Slack for a kubelet clock behind the controller's and for watch and write delays, seconds.
+CLOCK_SLACK_S = 5.0
+#: The admission policy's own cap (deploy/15-policy-agent.yaml), seconds: whatever a controller publishes.
+MAX_AHEAD_S = 30
+#: Below this an honest carrier's renewals (on the controller's clock as it last read it, up to a
+#: beacon period old) would be refused as often as not, seconds.
+MIN_AHEAD_S = 2
+
+_AHEAD = re.compile(r"[0-9]{1,2}s", re.ASCII)
+
+
+def carry_ahead_s(*, node_monitor_grace_s: float, kubelet_renew_interval_s: float,
+                  slack_s: float = CLOCK_SLACK_S) -> int:
+    """The bound, whole seconds: ``min(MAX_AHEAD_S, floor(G - I - slack))`` (module docstring).
+
+    Args:
+        node_monitor_grace_s: kube-controller-manager's ``--node-monitor-grace-period``, seconds.
+        kubelet_renew_interval_s: how often the kubelet renews its Lease, seconds (a quarter of
+            ``leaseDurationSeconds``: 10 s by default).
+        slack_s: kubelet clock lag and delays allowed for, seconds.
+
+    Raises:
+        ValueError: a value not finite or not positive, or a grace too short for any safe bound
+            (below ``I + slack + MIN_AHEAD_S``).
+    """
+    for name, value in (("node_monitor_grace_s", node_monitor_grace_s),
+                        ("kubelet_renew_interval_s", kubelet_renew_interval_s), ("slack_s", slack_s)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    ahead = math.floor(node_monitor_grace_s - kubelet_renew_interval_s - slack_s)
+    if ahead < MIN_AHEAD_S:
+        raise ValueError(
+            f"a node-monitor grace of {node_monitor_grace_s:g} s leaves no safe carry bound: it must be at least "
+            f"{kubelet_renew_interval_s + slack_s + MIN_AHEAD_S:g} s (the kubelet's {kubelet_renew_interval_s:g} s "
+            f"renew interval + {slack_s:g} s slack + {MIN_AHEAD_S} s)")
+    return min(MAX_AHEAD_S, ahead)
+
+
+def format_ahead(seconds: int) -> str:
+    """The bound as the beacon Lease's annotation value: a Go duration in whole seconds (``"25s"``),
+    which the admission policy reads with CEL ``duration()``."""
+    return f"{int(seconds)}s"
+
+
+def parse_ahead(text: object) -> int | None:
+    """The bound from the annotation value (``"25s"``, one or two digits), capped at
+    :data:`MAX_AHEAD_S` as the policy caps it; None if absent or malformed."""
+    if not isinstance(text, str) or _AHEAD.fullmatch(text) is None:
+        return None
+    return min(MAX_AHEAD_S, int(text[:-1]))
