@@ -390,7 +390,7 @@ def test_agent_carries_a_peers_heartbeat(world: World, node_lease: dict[str, Any
     ({"metadata": {"finalizers": ["example.com/keep"]}}, "metadata.finalizers"),
     ({"metadata": {"ownerReferences": None}}, "metadata.ownerReferences"),
     # an allowed change does not carry a forbidden one along
-    ({"spec": {"holderIdentity": "n1"}, "metadata": {"annotations": {DELEGATE_HEARTBEAT_ANNOTATION: "true"}}},
+    ({"spec": {"holderIdentity": "n1"}, "metadata": {"annotations": {"edgewatch.io/note": "x"}}},
      "spec.holderIdentity"),
 ])
 def test_agent_cannot_change_anything_else_of_a_node_lease(world: World, node_lease: dict[str, Any],
