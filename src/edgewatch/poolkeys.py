@@ -11,6 +11,8 @@ What it is for
             heartbeats/<node>             the node's heartbeat (its own lease, 40 s)
             leader/election/<node>        the node's candidacy (its leader lease, 5 s)
             leader/sync/<node>            leader-informer-sync of the node's term as leader
+            leader/disqualified/<node>    the create revision of the node's candidacy that may never
+                                          lead (written by the coordinator only: root)
             nodes/<node>/cache/...        the pool cache the node wrote while it led
                                           (layout: edgewatch.poolcache.layout)
 
@@ -21,6 +23,16 @@ Who leads (:func:`leader_of`)
     lease expired or was revoked). Readers act on, and serve, only what the current leader wrote:
     its sync key and its ``nodes/<leader>/`` area. A node that is not the leader can write none of
     those (etcd refuses), so it cannot forge what the pool serves or hold the election.
+
+No queue
+    etcd's recipe lets a candidate wait in line, but edgewatch's agents stand only when nobody
+    leads and withdraw at once when they lose, so a candidacy *standing* behind a leader is a member
+    trying to be next in line (a compromised one: under a long lease it would lead after the next
+    routine leader change and never step down). The coordinator (``edgewatch.pooletcd.janitor``),
+    following the election in revision order, disqualifies such a candidacy, and one whose lease is
+    longer than :data:`MAX_LEADER_TTL_S`: ``leader/disqualified/<node>``, a key only it can write,
+    which every agent reads with the election and obeys (a disqualified candidacy never leads). It
+    also deletes every key of a node that left the pool.
 
 Limits: pure, no I/O. Pool names are DNS-1123 labels and node names DNS-1123 subdomains (checked
 by callers), so no name can contain ``/`` and one node's keys never nest inside another's.
@@ -34,9 +46,14 @@ from dataclasses import dataclass
 
 from edgewatch.core.types import is_dns1123_subdomain
 
-__all__ = ["KEY_ROOT", "Access", "Candidate", "Grant", "PoolKeys", "leader_of", "node_grants", "prefix_end"]
+__all__ = ["KEY_ROOT", "MAX_LEADER_TTL_S", "Access", "Candidate", "Grant", "PoolKeys", "leader_of", "node_grants",
+           "prefix_end"]
 
 KEY_ROOT = "/edgewatch/pools/"
+#: The longest lease a candidacy may have, seconds: three times the agents' 5 s leader lease. A longer
+#: one would outlive its holder's death by that much (a 30-day lease: for good); the coordinator
+#: revokes it.
+MAX_LEADER_TTL_S = 15
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -95,6 +112,15 @@ class PoolKeys:
         """``leader-informer-sync`` of ``node``'s term as leader."""
         return self.syncs + node.encode()
 
+    @property
+    def disqualifications(self) -> bytes:
+        """Prefix of the candidacies that may never lead (written by the coordinator only)."""
+        return self.leadership + b"disqualified/"
+
+    def disqualified(self, node: str) -> bytes:
+        """The key naming ``node``'s disqualified candidacy (its create revision, in decimal)."""
+        return self.disqualifications + node.encode()
+
     def writer(self, node: str) -> str:
         """The area only ``node`` writes, where it keeps the pool cache while it leads."""
         return f"{self.prefix}nodes/{node}/"
@@ -148,3 +174,4 @@ def leader_of(candidates: Mapping[str, Candidate]) -> str | None:
     valid = [(c.create_revision, name) for name, c in candidates.items()
              if c.lease != 0 and c.create_revision > 0 and is_dns1123_subdomain(name)]
     return min(valid)[1] if valid else None
+

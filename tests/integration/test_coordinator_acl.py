@@ -192,3 +192,92 @@ async def test_the_cli_reconciles_and_is_idempotent(world: tuple[EtcdServer, Poo
         await _denied(lambda: edge2.put(keys.heartbeat("edge-1"), b"{}"))
     finally:
         await edge2.close()
+
+
+async def test_a_member_cannot_make_itself_next_in_line(kube: AsyncClient,
+                                                        world: tuple[EtcdServer, PoolCA, str, Path]) -> None:
+    """The attack as a compromised member runs it, with only its own certificate and key: while n1
+    leads, n2 puts its sealed candidacy under a 30-day lease (standing in line, and outliving its
+    own death), then again under a 5 s lease it keeps alive; n1's agent restarts (a routine leader
+    change). Without the coordinator's janitor n2 led the pool after the restart, and every follower
+    read its cache area; now its candidacies are disqualified and revoked, it never leads, and an
+    honest node does. When n2 leaves the pool its keys are removed."""
+    from edgewatch.core.seal import seal
+    from edgewatch.pooletcd.janitor import ElectionJanitor
+
+    server, ca, pool, folder = world
+    keys = PoolKeys(pool)
+    n1, n2, n3 = "edge-1", "edge-2", "edge-3"
+    target = f"{server.address}:{server.client_port}"
+    root = _issue(ca, "root", folder)
+    await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2, n3])
+    members = {"now": frozenset({n1, n2, n3})}
+    actions: list[str] = []
+    janitor = ElectionJanitor(host=server.address, port=server.client_port, credentials=root.credentials, pool=pool,
+                              members=lambda: members["now"], sweep_s=0.5, on_action=actions.append)
+    published = PublicKeys()
+    signers = {n: NodeKeyring(node=n, keys=[NodeKey.generate()], public=published) for n in (n1, n2, n3)}
+
+    def coordinator(n: str) -> PoolCoordinator:
+        return PoolCoordinator(url=server.client_url, pool=pool, node=n, kube=kube, cloud_ok=lambda: True,
+                               verdict_of=lambda _n: "healthy", config=FAST, tls=_issue(ca, n, folder),
+                               signer=signers[n])
+
+    coordinators = {n1: coordinator(n1), n3: coordinator(n3)}
+    tasks: dict[str, asyncio.Task[None]] = {"janitor": asyncio.create_task(janitor.run())}
+    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                           credentials=_issue(ca, n2, folder).credentials())
+    try:
+        await asyncio.wait_for(janitor.synced.wait(), 20)
+        tasks[n1] = asyncio.create_task(coordinators[n1].run())
+        await _wait(lambda: coordinators[n1].role is Role.LEADER, timeout_s=20, what=f"{n1} to lead")
+        tasks[n3] = asyncio.create_task(coordinators[n3].run())
+        await _wait(lambda: coordinators[n3].leader == n1, timeout_s=20, what=f"{n3} to follow {n1}")
+
+        # n2 stands in line under a 30-day lease, its candidacy sealed with its own key
+        candidacy = seal(n2.encode(), key=keys.candidate(n2), signer=signers[n2])
+        long_lease = await attacker.lease(30 * 86400)
+        await attacker.put(keys.candidate(n2), candidacy, lease=long_lease)
+        await attacker.put(keys.writer(n2).encode() + b"cache/forged", b"x")
+        await _wait(lambda: "long_lease" in actions, timeout_s=10, what="the long-lease candidacy disqualified")
+        await _wait(lambda: n2 not in coordinators[n3]._candidates, timeout_s=10, what="its lease revoked")
+
+        # again, under a short lease it keeps alive: standing in line behind n1
+        short = await attacker.lease(5)
+        await attacker.put(keys.candidate(n2), candidacy, lease=short)
+        await _wait(lambda: "standing" in actions, timeout_s=10, what="the standing candidacy disqualified")
+        await _wait(lambda: n2 not in coordinators[n3]._candidates, timeout_s=10, what="its lease revoked")
+        assert coordinators[n3].leader == n1
+
+        # a routine restart of the leader's agent: an honest node leads, never n2
+        short = await attacker.lease(5)
+        await attacker.put(keys.candidate(n2), candidacy, lease=short)  # in line again right before
+        await coordinators[n1].close()
+        tasks.pop(n1).cancel()
+        coordinators[n1] = coordinator(n1)
+        tasks[n1] = asyncio.create_task(coordinators[n1].run())
+        await _wait(lambda: coordinators[n3].leader in (n1, n3) and coordinators[n1].leader == coordinators[n3].leader,
+                    timeout_s=30, what="an honest leader after the restart")
+        for _ in range(20):
+            assert coordinators[n3].leader != n2 and coordinators[n1].leader != n2
+            await asyncio.sleep(0.1)
+
+        # n2 leaves the pool: its keys and its area are removed
+        members["now"] = frozenset({n1, n3})
+        await _wait(lambda: "departed" in actions, timeout_s=10, what="n2's keys removed")
+        probe = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0, credentials=root.credentials())
+        try:
+            left = await probe.get_prefix(keys.writer(n2).encode())
+            assert list(left) == []
+            assert await probe.get(keys.candidate(n2)) is None or (await probe.get(keys.candidate(n2))).value is None
+        finally:
+            await probe.close()
+    finally:
+        for c in coordinators.values():
+            await c.close()
+        for t in tasks.values():
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):
+            await attacker.close()

@@ -11,8 +11,9 @@ when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_sign
    obtains the serving and root certificates through CSRs and keeps rotating them
    (``edgewatch.poolcoordinator.certificates``, ``edgewatch.csr``); reads the CA again every
    ``ca_refresh_s`` and restarts etcd when it changed (etcd loads it only at start);
-3. once both are there, runs etcd (``etcdprocess``), probes it (``health``) and keeps its access
-   control equal to the pool's Nodes (``members``).
+3. once both are there, runs etcd (``etcdprocess``), probes it (``health``), keeps its access
+   control equal to the pool's Nodes (``members``) and its election honest: no candidacy in line
+   behind a leader, none under a long lease, no keys of former members (``edgewatch.pooletcd.janitor``).
 
 ``/readyz`` is 200 when (a) etcd answered the last probe over TLS with the root certificate and
 (b) the access control was reconciled at least once for the current member Nodes; else 503 saying
@@ -43,6 +44,7 @@ from edgewatch.poolcoordinator.etcdprocess import EtcdSupervisor, etcd_argv
 from edgewatch.poolcoordinator.health import EtcdProbe
 from edgewatch.poolcoordinator.members import MembersLoop
 from edgewatch.poolcoordinator.metrics import CoordinatorMetrics
+from edgewatch.pooletcd.janitor import ElectionJanitor
 
 __all__ = ["CoordinatorConfig", "PoolCoordinator"]
 
@@ -151,6 +153,10 @@ class PoolCoordinator:
                            ca_file=self.tls.ca_file),
             on_restart=self.metrics.etcd_restarts.inc,
             on_exit=lambda: self.probe.invalidate("etcd exited; the new process is not probed yet"))
+        self.janitor = ElectionJanitor(
+            host="127.0.0.1", port=c.port, credentials=self._credentials, pool=c.pool,
+            members=lambda: self.members.members if self.members.store.synced.is_set() else None,
+            timeout_s=c.etcd_timeout_s, on_action=lambda action: self.metrics.election_actions.labels(action).inc())
         self.ops_ports: dict[str, int] = {}
 
     def _credentials(self) -> grpc.ChannelCredentials:
@@ -188,6 +194,7 @@ class PoolCoordinator:
                 tg.create_task(self.supervisor.run(), name="etcd")
                 tg.create_task(self.probe.run(), name="etcd-probe")
                 tg.create_task(self.members.run(), name="members")
+                tg.create_task(self.janitor.run(), name="election-janitor")
                 tg.create_task(self._follow_pool_ca(), name="pool-ca")
 
     async def _follow_pool_ca(self) -> None:

@@ -41,6 +41,11 @@ class CoordinatorMetrics:
         self.ca_reads = Counter(f"{prefix}_ca_reads", "Periodic reads of the pool CA by result (unchanged, "
                                 "changed: etcd restarted to load it, error: the CA in use kept).", ["result"],
                                 registry=registry)
+        self.election_actions = Counter(f"{prefix}_election_actions", "What the coordinator did to keep the pool "
+                                        "election honest (standing: a candidacy put while another led, mostly an "
+                                        "honest loser of a race; long_lease, no_lease: a candidacy outliving its "
+                                        "holder; departed: a former member's keys removed; error: a failed "
+                                        "session).", ["action"], registry=registry)
         self.members = Gauge(f"{prefix}_members", "The pool's member Nodes.", registry=registry)
         self.members.set_function(members)
         self.ready = Gauge(f"{prefix}_ready", "1 when the coordinator is ready (/readyz), else 0.", registry=registry)

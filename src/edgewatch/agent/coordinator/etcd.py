@@ -1,52 +1,9 @@
-"""The coordinator's etcd client: aetcd's, plus TLS channel credentials (``_EtcdClient``), with
-the gRPC channel options every session uses (``_CHANNEL_OPTIONS``)."""
+"""The coordinator's etcd client (``_EtcdClient``) and the gRPC channel options every session uses
+(``_CHANNEL_OPTIONS``): ``edgewatch.pooletcd.client``, under the names the agent's parts use."""
 
 from __future__ import annotations
 
-import aetcd
-import grpc
-from aetcd import rpc as etcd_rpc
-from aetcd import watcher as etcd_watcher
+from edgewatch.pooletcd.client import CHANNEL_OPTIONS as _CHANNEL_OPTIONS
+from edgewatch.pooletcd.client import EtcdClient as _EtcdClient
 
 __all__ = ["_CHANNEL_OPTIONS", "_EtcdClient"]
-
-
-_CHANNEL_OPTIONS = {
-    # Detect a silently dead TCP path under long-lived watches; etcd's server-side minimum ping
-    # interval is 5 s (--grpc-keepalive-min-time), so stay above it.
-    "grpc.keepalive_time_ms": 10_000,
-    "grpc.keepalive_timeout_ms": 5_000,
-    "grpc.keepalive_permit_without_calls": 0,
-    # We retry at the session level; gRPC's own reconnect backoff would only add delay.
-    "grpc.initial_reconnect_backoff_ms": 200,
-    "grpc.max_reconnect_backoff_ms": 2_000,
-    "grpc.enable_retries": 0,
-    # The pool cache reads a resource's whole prefix in one range (gRPC's default cap is 4 MiB).
-    "grpc.max_receive_message_length": 256 * 2**20,
-}
-
-
-class _EtcdClient(aetcd.Client):
-    """aetcd's client, plus TLS channel credentials (aetcd 1.0 only opens insecure channels)."""
-
-    def __init__(self, *, host: str, port: int, timeout: float,
-                 credentials: grpc.ChannelCredentials | None) -> None:
-        super().__init__(host=host, port=port, timeout=timeout, options=dict(_CHANNEL_OPTIONS))  # type: ignore[arg-type]
-        self._credentials = credentials
-
-    async def connect(self) -> None:  # same steps as aetcd.Client.connect, with a secure channel
-        if self._connected.is_set():
-            return
-        target = f"{self._host}:{self._port}"
-        options = list(self._options.items())
-        if self._credentials is None:
-            self.channel = etcd_rpc.insecure_channel(target, options=options)
-        else:
-            self.channel = etcd_rpc.secure_channel(target, self._credentials, options=options)
-        self.kvstub = etcd_rpc.KVStub(self.channel)
-        self.clusterstub = etcd_rpc.ClusterStub(self.channel)
-        self.leasestub = etcd_rpc.LeaseStub(self.channel)
-        self.maintenancestub = etcd_rpc.MaintenanceStub(self.channel)
-        self._watcher = etcd_watcher.Watcher(etcd_rpc.WatchStub(self.channel), timeout=self._timeout,
-                                             metadata=self.metadata)
-        self._connected.set()

@@ -3,8 +3,9 @@
 a snapshot, then the watch; a health probe that re-reads them (proves the coordinator answers,
 repairs a missed event) and deletes this node's own candidacy left by its previous incarnation.
 
-Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision); only the
-leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
+Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision), never one this
+the coordinator disqualified (``leader/disqualified/<node>``: a candidacy put while another led,
+or under a long lease; ``edgewatch.pooletcd.janitor``); only the leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
 control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
 candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete.
 Both values are sealed by the node the key names (``edgewatch.core.seal``): one that is not (the
@@ -42,6 +43,7 @@ class LeaderKeyWatch(CoordinatorState):
             return  # older than what the watch already applied
         self._candidates.clear()
         self._syncs.clear()
+        self._disqualified.clear()
         for kv in snapshot:
             self._apply_kv(kv.key, kv, deleted=False)
         self._state_rev = revision
@@ -57,7 +59,7 @@ class LeaderKeyWatch(CoordinatorState):
         self._leader_state_changed()
 
     def _apply_kv(self, key: bytes, kv: Any, *, deleted: bool) -> bool:
-        """Record one candidacy or sync key; False if the key is neither."""
+        """Record one candidacy, sync key or disqualification; False if the key is none of them."""
         candidates, syncs = self.keys.candidates, self.keys.syncs
         if key.startswith(candidates):
             name = key[len(candidates):].decode(errors="replace")
@@ -71,6 +73,16 @@ class LeaderKeyWatch(CoordinatorState):
                     log.warning("ignoring a malformed candidacy (no lease or a bad node name)",
                                 extra={"pool": self.pool, "node": self.node, "candidate": name[:80]})
                 self._candidates[name] = _LeaderKey(kv.lease, kv.create_revision, kv.mod_revision)
+            return True
+        if key.startswith(self.keys.disqualifications):
+            name = key[len(self.keys.disqualifications):].decode(errors="replace")
+            value = b"" if deleted else bytes(kv.value)
+            if value.isdigit() and len(value) <= 20:
+                self._disqualified[name] = int(value)
+            else:
+                if not deleted:
+                    self.metrics.rejected.labels(reason="disqualification").inc()
+                self._disqualified.pop(name, None)
             return True
         if key.startswith(syncs):
             name = key[len(syncs):].decode(errors="replace")

@@ -101,6 +101,7 @@ class CoordinatorState:
         self._role = Role.PENDING
         self._healthy = False
         self._candidates: dict[str, _LeaderKey] = {}  # leader/election/<node>, as observed
+        self._disqualified: dict[str, int] = {}  # leader/disqualified/<node>: that create revision never leads
         self._syncs: dict[str, int] = {}  # leader/sync/<node> -> its mod revision
         self._sync_present = False
         self._sync_rev = 0
@@ -164,7 +165,8 @@ class CoordinatorState:
     @property
     def leader(self) -> str | None:
         """The current leader's node name as seen in etcd: the valid candidacy with the lowest
-        create revision (``poolkeys.leader_of``); None if none, or unreachable."""
+        create revision (``poolkeys.leader_of``) that the coordinator did not disqualify; None if
+        none, or unreachable."""
         if not self._healthy:
             return None
         return self._observed_leader()
@@ -177,7 +179,13 @@ class CoordinatorState:
         return None if leader is None else CacheArea(leader, self.keys.writer(leader))
 
     def _observed_leader(self) -> str | None:
-        return leader_of({name: Candidate(kv.lease, kv.create_revision) for name, kv in self._candidates.items()})
+        return leader_of(self._eligible())
+
+    def _eligible(self) -> dict[str, Candidate]:
+        """The candidacies that may lead: all but those the coordinator disqualified
+        (``leader/disqualified/<node>``, written by the coordinator only: ``edgewatch.pooletcd.janitor``)."""
+        return {name: Candidate(kv.lease, kv.create_revision) for name, kv in self._candidates.items()
+                if self._disqualified.get(name) != kv.create_revision}
 
     @property
     def _leader_kv(self) -> _LeaderKey | None:

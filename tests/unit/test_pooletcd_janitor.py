@@ -1,0 +1,79 @@
+"""edgewatch.pooletcd.janitor.ElectionBook: the coordinator's judgement of the pool election, change
+by change in revision order (pure). The attack it stops: a member puts its candidacy while another
+node leads, under a long lease, and is next in line for good."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edgewatch.poolkeys import MAX_LEADER_TTL_S, Candidate
+from edgewatch.pooletcd.janitor import ElectionBook
+
+
+def test_a_candidacy_put_while_another_leads_is_disqualified() -> None:
+    book = ElectionBook()
+    assert book.put("n1", Candidate(lease=11, create_revision=10), granted_ttl_s=5) is None
+    verdict = book.put("n2", Candidate(lease=12, create_revision=20), granted_ttl_s=5)  # standing in line
+    assert verdict is not None and (verdict.node, verdict.reason, verdict.lease) == ("n2", "standing", 12)
+    book.delete("n1")  # a routine leader change: the standing candidacy never leads
+    assert book.leader() is None
+    assert book.put("n3", Candidate(lease=13, create_revision=30), granted_ttl_s=5) is None  # an honest campaign
+    assert book.leader() == "n3"
+
+
+def test_the_winner_of_a_simultaneous_campaign_leads_and_the_losers_are_disqualified() -> None:
+    book = ElectionBook()
+    assert book.put("n2", Candidate(13, 40), granted_ttl_s=5) is None
+    assert book.put("n3", Candidate(14, 41), granted_ttl_s=5).reason == "standing"  # type: ignore[union-attr]
+    assert book.put("n4", Candidate(15, 42), granted_ttl_s=5).reason == "standing"  # type: ignore[union-attr]
+    assert book.leader() == "n2"
+
+
+def test_long_and_missing_leases_are_disqualified_even_for_the_first() -> None:
+    book = ElectionBook()
+    assert book.put("n1", Candidate(11, 10), granted_ttl_s=30 * 86400).reason == "long_lease"  # type: ignore[union-attr]
+    assert book.put("n2", Candidate(0, 11), granted_ttl_s=None).reason == "no_lease"  # type: ignore[union-attr]
+    assert book.leader() is None
+    assert book.put("n3", Candidate(13, 12), granted_ttl_s=MAX_LEADER_TTL_S) is None
+    assert book.leader() == "n3"
+
+
+def test_a_rewrite_of_a_judged_or_leading_candidacy_changes_nothing() -> None:
+    book = ElectionBook()
+    book.put("n1", Candidate(11, 10), granted_ttl_s=5)
+    assert book.put("n1", Candidate(11, 10), granted_ttl_s=5) is None
+    assert book.put("n2", Candidate(12, 20), granted_ttl_s=5) is not None
+    assert book.put("n2", Candidate(12, 20), granted_ttl_s=5) is None  # judged already
+    assert book.leader() == "n1"
+
+
+def test_a_snapshot_disqualifies_everyone_in_line_and_keeps_what_was_judged() -> None:
+    book = ElectionBook()
+    verdicts = book.snapshot({"n1": Candidate(11, 10), "n2": Candidate(12, 20), "n3": Candidate(13, 5)},
+                             {"n3": 5}, {"n1": 5, "n2": 5, "n3": 5})
+    assert [(v.node, v.reason) for v in verdicts] == [("n2", "standing")]
+    assert book.leader() == "n1"
+
+
+@given(st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3", "n4"]), st.booleans(),
+                          st.sampled_from([5, 5, 5, 3600])), max_size=30))
+def test_no_candidacy_put_behind_an_eligible_leader_ever_leads(steps: list[tuple[str, bool, int]]) -> None:
+    """Property: whatever the order of puts (True) and deletes (False), a candidacy that was put
+    while an eligible leader existed, or under a long lease, is never the leader afterwards."""
+    book = ElectionBook()
+    revision = 0
+    tainted: set[tuple[str, int]] = set()
+    for node, put, ttl in steps:
+        if not put:
+            book.delete(node)
+            continue
+        revision += 1
+        leader_before = book.leader()
+        verdict = book.put(node, Candidate(revision + 100, revision), granted_ttl_s=ttl)
+        if (leader_before is not None and leader_before != node) or ttl > MAX_LEADER_TTL_S:
+            assert verdict is not None
+            tainted.add((node, revision))
+        leader = book.leader()
+        if leader is not None:
+            assert (leader, book.candidates[leader].create_revision) not in tainted
