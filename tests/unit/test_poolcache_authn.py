@@ -209,7 +209,7 @@ def test_decision_cache_never_exceeds_its_bounds(ops: list[tuple[int, bool]]) ->
     (Hit("v", fresh=True), True, True, Step.USE),
     (Hit("v", fresh=True), False, False, Step.USE),
     (Hit("v", fresh=False), True, True, Step.ASK),          # past its TTL, the cloud answers: ask again
-    (Hit("v", fresh=False), True, False, Step.USE),         # budget spent: the last decision
+    (Hit("v", fresh=False), True, False, Step.USE),         # budget spent: a stale denial stays a denial
     (Hit("v", fresh=False), False, False, Step.USE),        # cut off: the last decision, however old
     (Hit("v", fresh=False), False, True, Step.USE),
     (None, True, True, Step.ASK),
@@ -219,6 +219,17 @@ def test_decision_cache_never_exceeds_its_bounds(ops: list[tuple[int, bool]]) ->
 ])
 def test_next_step_table(hit: Hit[str] | None, cloud_ok: bool, may_ask: bool, step: Step) -> None:
     assert next_step(hit, cloud_ok=cloud_ok, may_ask=may_ask) is step
+
+
+@pytest.mark.parametrize(("hit", "cloud_ok", "may_ask", "step"), [
+    (Hit("v", fresh=False), True, False, Step.UNVERIFIABLE),  # the cloud answers: no allow past its TTL
+    (Hit("v", fresh=False), False, False, Step.USE),          # cut off: the last allow
+    (Hit("v", fresh=False), True, True, Step.ASK),
+    (Hit("v", fresh=True), True, False, Step.USE),
+])
+def test_next_step_never_serves_a_stale_allow_while_the_cloud_answers(hit: Hit[str], cloud_ok: bool, may_ask: bool,
+                                                                      step: Step) -> None:
+    assert next_step(hit, cloud_ok=cloud_ok, may_ask=may_ask, allows=True) is step
 
 
 def test_review_policy_checks_its_values() -> None:
@@ -377,13 +388,31 @@ async def test_the_review_budget_bounds_what_a_flood_costs_the_cloud() -> None:
     ac = _control(cloud, clock, link, reviews_per_s=1.0, review_burst=5.0)
     assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200  # 2 reviews
     codes = [_code(await ac.check(authorization=f"Bearer bogus-{i}", attributes=LIST_SVC)) for i in range(100)]
-    assert codes[:3] == [401] * 3 and set(codes[3:]) == {503}
-    assert len(cloud.calls) == 5
+    assert codes[:4] == [401] * 4 and set(codes[4:]) == {503}  # kube-proxy's access review was its own
+    assert len(cloud.calls) == 6
     clock.t += 1000.0                                   # kube-proxy's decisions are stale, budget refilled
     for i in range(100):
         await ac.check(authorization=f"Bearer bogus-x{i}", attributes=LIST_SVC)
-    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200  # the stale allow
+    calls = len(cloud.calls)
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert len(cloud.calls) == calls + 2                # refreshed from its own budget, not the flood's
     assert ac.tokens.sizes()[0] == 1                    # the flood never pushed kube-proxy out
+
+
+async def test_one_users_requests_never_spend_another_users_reviews_and_no_stale_allow_is_served() -> None:
+    """The attack: a local client spends the review budget so that stale allows are served with no
+    end (a revoked token keeps reading) and other clients' reviews wait. Each authenticated user
+    has a bucket of its own, and while the cloud answers an allow past its TTL is never served."""
+    cloud, clock, link = FakeCloud(), Clock(), [True]
+    ac = _control(cloud, clock, link, reviews_per_s=0.001, review_burst=2.0)
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200   # kube-proxy: 2
+    assert _code(await ac.check(authorization="Bearer nobody-token", attributes=LIST_SVC)) == 403  # another: 2
+    clock.t += 1000.0                                   # both stale; kube-proxy's bucket refilled by 1
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200  # token refreshed
+    r = await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)  # its access: its budget is spent
+    assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "rate_limited"), r
+    link[0] = False                                     # cut off: the last decision, however old
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
 
 
 async def test_refusals_are_logged_rate_limited_without_tokens_and_counted(caplog: pytest.LogCaptureFixture) -> None:

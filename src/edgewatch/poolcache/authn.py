@@ -39,7 +39,7 @@ TTLs (:class:`ReviewPolicy`, seconds; Kubernetes' defaults for the kubelet's web
 Cut off from the cloud (the agent's link is down, or a review fails)
     A decision older than its TTL is re-checked before use while the cloud answers. When it
     cannot be (``cloud_ok()`` is False, the review times out or fails, or the node's review budget
-    is spent), the last decision is used, however old: a cached allow keeps working for as long
+    is spent, for a denial), the last decision is used, however old: a cached allow keeps working for as long
     as the node is cut off, as the cache's last known state does; a cached denial stays a denial.
     A token never seen before cannot be checked: 503 ``ServiceUnavailable`` with ``Retry-After``
     and a message saying so (never a 200: the cloud never vouched for it). While ``cloud_ok()`` is
@@ -49,8 +49,11 @@ Bounds
     Per cache :data:`ReviewPolicy.max_positive` positive and ``max_negative`` negative entries,
     least recently used dropped first; negative entries never push out positive ones (a flood of
     bogus tokens cannot evict kube-proxy's allow). Reviews sent to the cloud: a token bucket
-    (``reviews_per_s``, ``review_burst``) and at most ``max_concurrent`` at once, each bounded by
-    ``review_timeout_s``. Responses are read up to :data:`MAX_REVIEW_BYTES` and checked
+    (``reviews_per_s``, ``review_burst``) for tokens not authenticated yet and one per
+    authenticated user (refreshing kube-proxy's decisions never waits for a flood of bogus tokens
+    or for another user's requests), and at most ``max_concurrent`` at once, each bounded by
+    ``review_timeout_s``. While the cloud answers, an allow past its TTL is never served: if its
+    user's budget is spent the request is refused (503, ``rate_limited``); a denial stays one. Responses are read up to :data:`MAX_REVIEW_BYTES` and checked
     field by field (untrusted input); a malformed one counts as a failed review.
 
 Refusals
@@ -78,7 +81,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -96,6 +99,10 @@ __all__ = ["AccessControl", "Attributes", "CloudReviewClient", "Refusal", "Revie
 
 log = logging.getLogger(__name__)
 
+#: The review budget's bucket for tokens not (yet) authenticated here.
+_NEW: Final = ("new",)
+#: Review budget buckets kept (the shared one and one per authenticated user, least recently used dropped).
+_BUDGET_SOURCES: Final = 256
 _REVIEW_PATHS: Final = {"token": "/apis/authentication.k8s.io/v1/tokenreviews",
                         "access": "/apis/authorization.k8s.io/v1/subjectaccessreviews"}
 
@@ -207,7 +214,9 @@ class AccessControl:
         self.access: DecisionCache[Authorization] = DecisionCache(
             positive_ttl_s=p.allowed_ttl_s, negative_ttl_s=p.denied_ttl_s,
             max_positive=p.max_positive, max_negative=p.max_negative)
-        self._budget = RateLimiter(rate_per_s=p.reviews_per_s, burst=p.review_burst, max_sources=1)
+        # one bucket for tokens never authenticated, one per authenticated user: a flood of bogus
+        # tokens, or one user's many requests, never spends another user's reviews
+        self._budget = RateLimiter(rate_per_s=p.reviews_per_s, burst=p.review_burst, max_sources=_BUDGET_SOURCES)
         self._slots = asyncio.Semaphore(p.max_concurrent)
         self.counts = _Counts()
         self._logged: dict[str, tuple[float, int]] = {}   # reason -> (last logged at, refusals not logged)
@@ -237,7 +246,8 @@ class AccessControl:
         key = self.token_id(token)
         who = key[:6].hex()
         authn = await self._decide("token", self.tokens, key, lambda t: self.client.token_review(token, timeout_s=t),
-                                   positive=lambda a: a.user is not None)
+                                   positive=lambda a: a.user is not None,
+                                   source=lambda a: ("user", a.user.username) if a is not None and a.user is not None else _NEW)
         if isinstance(authn, Refusal):
             return self._refuse(authn, path=path, who=who)
         if authn.user is None:
@@ -250,7 +260,7 @@ class AccessControl:
                           sort_keys=True).encode()
         authz = await self._decide("access", self.access, hashlib.sha256(spec).digest(),
                                    lambda t: self.client.access_review(user, attributes, timeout_s=t),
-                                   positive=lambda a: a.allowed)
+                                   positive=lambda a: a.allowed, source=lambda _a: ("user", user.username))
         if isinstance(authz, Refusal):
             return self._refuse(authz, path=path, who=who, user=user.username)
         if not authz.allowed:
@@ -262,13 +272,16 @@ class AccessControl:
         return user
 
     async def _decide(self, review: str, cache: DecisionCache[V], key: bytes,
-                      ask: Callable[[float], Any], *, positive: Callable[[V], bool]) -> V | Refusal:
+                      ask: Callable[[float], Any], *, positive: Callable[[V], bool],
+                      source: Callable[[V | None], Hashable]) -> V | Refusal:
         now = self.clock()
         hit = cache.get(key, now=now)
         cloud_ok = self.cloud_ok()
-        # the budget is spent only on a review actually sent
-        may_ask = cloud_ok and not (hit is not None and hit.fresh) and self._budget.allow("reviews", now=now)
-        step = next_step(hit, cloud_ok=cloud_ok, may_ask=may_ask)
+        # the budget is spent only on a review actually sent, from the bucket of whom it is for
+        # (the cached decision's user; a token never authenticated: the shared one)
+        bucket = source(hit.value if hit is not None else None)
+        may_ask = cloud_ok and not (hit is not None and hit.fresh) and self._budget.allow(bucket, now=now)
+        step = next_step(hit, cloud_ok=cloud_ok, may_ask=may_ask, allows=hit is not None and positive(hit.value))
         if step is Step.USE:
             assert hit is not None
             _Counts.add(self.counts.lookups, (review, "fresh" if hit.fresh else "stale"))

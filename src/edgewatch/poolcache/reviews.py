@@ -228,18 +228,26 @@ class Step(Enum):
     UNVERIFIABLE = "refuse"  # no decision and the cloud cannot be asked
 
 
-def next_step(hit: Hit[Any] | None, *, cloud_ok: bool, may_ask: bool) -> Step:
+def next_step(hit: Hit[Any] | None, *, cloud_ok: bool, may_ask: bool, allows: bool = False) -> Step:
     """The step for a lookup (pure; table-tested).
+
+    A decision past its TTL is used while the node is cut off (the last known state); while the
+    cloud answers it is asked again, and if the budget is spent a stale *denial* stays a denial
+    but a stale *allow* is never served (refused as unverifiable: the cloud could be asked, and an
+    allow past its TTL is exactly what a revoked token would keep).
 
     Args:
         hit: the cached decision or None.
         cloud_ok: the node's cloud link is up (the agent's link check).
         may_ask: the review budget (rate limit) has room for one more review.
+        allows: the cached decision lets the request through (an authenticated token, an allowed access).
     """
-    if hit is not None and (hit.fresh or not cloud_ok or not may_ask):
+    if hit is not None and (hit.fresh or not cloud_ok):
         return Step.USE
     if cloud_ok and may_ask:
         return Step.ASK
+    if hit is not None and not allows:
+        return Step.USE
     return Step.UNVERIFIABLE
 
 
