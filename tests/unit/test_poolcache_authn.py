@@ -408,9 +408,10 @@ async def test_one_users_requests_never_spend_another_users_reviews_and_no_stale
     assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200   # kube-proxy: 2
     assert _code(await ac.check(authorization="Bearer nobody-token", attributes=LIST_SVC)) == 403  # another: 2
     clock.t += 1000.0                                   # both stale; kube-proxy has one review left
-    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200  # token refreshed
-    r = await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)  # its access: its budget is spent
-    assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "rate_limited"), r
+    calls = len(cloud.calls)
+    r = await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)  # token refreshed, then its access:
+    assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "rate_limited"), r  # its budget is spent
+    assert cloud.calls[calls:] == [("token", "kp-token")]  # the other user's requests spent none of it
     link[0] = False                                     # cut off: the last decision, however old
     assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
 
