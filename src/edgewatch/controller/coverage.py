@@ -67,6 +67,11 @@ class Coverage:
         """The label key a node needs to be covered ("" = every node)."""
         return self.config.cover_label
 
+    @property
+    def group_label(self) -> str:
+        """The label key naming a node's group while grouping by label is on, else ""."""
+        return self.config.label_key if self.config.enabled else ""
+
     def covers(self, labels: Mapping[str, str]) -> bool:
         """:func:`is_covered` with the cover label in force."""
         return is_covered(labels=labels, cover_label=self.config.cover_label)

@@ -52,6 +52,9 @@ class ControllerMetrics:
         self.nodes = Gauge("edgewatch_controller_nodes", "Covered nodes by enforced state.", ["state"],
                            registry=registry)
         self.transitions = Counter("edgewatch_controller_transitions", "State transitions.", ["to"], registry=registry)
+        self.node_moves = Counter("edgewatch_controller_node_moves", "Nodes whose pool or group label changed after "
+                                  "the controller first saw them (a Warning Event NodeMovedPool each).",
+                                  registry=registry)
         self.evictions = Counter("edgewatch_controller_evictions", "Pod evictions by result.", ["result"],
                                  registry=registry)
         self.reconciles = Counter("edgewatch_controller_reconciles", "Reconciles by result.", ["result"],

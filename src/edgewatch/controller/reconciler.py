@@ -88,6 +88,7 @@ from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownC
 from edgewatch.controller.evictions import PodEvictor
 from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer
 from edgewatch.controller.nodeinformer import SharedNodeInformer
+from edgewatch.controller.moves import LabelMoves
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.planbook import PlanBook
 from edgewatch.controller.roster import RosterPublisher
@@ -185,6 +186,7 @@ class Reconciler:
         self.observations = Observations()
         self.queue = WorkQueue()
         self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
+        self.moves = LabelMoves()  # pool and group label changes, told as Warning Events
         self.shown = ShownConditions()  # what we last wrote to each EdgeHealthy (output only)
         self._node_cache: SeenObjects[Node] = SeenObjects()
         self._lease_cache: SeenObjects[Lease] = SeenObjects()
@@ -271,10 +273,13 @@ class Reconciler:
             self._unproven.pop(name, None)
             self.queue.forget(name)
             self._labels.pop(name, None)
+            self.moves.forget(name)
             self._held.discard(name)
             self.verified.set_node(name, None)
             return
         self._labels[name] = dict(node.metadata.labels or {})
+        if self.moves.note(name, self._labels[name], group_label=self.coverage.group_label) is not None:
+            self.metrics.node_moves.inc()
         self._cover_in_evidence(name)
         self.queue.add(name)
 
@@ -399,6 +404,9 @@ class Reconciler:
                 if exc.status.code != 404:
                     raise
                 lease = None
+        if (moved := self.moves.take(name)) is not None:
+            log.warning(moved, extra={"kind": "node_moved", "node": name})
+            await self._record_event(node, reason="NodeMovedPool", message=moved, type_="Warning")
         now = self.clock()
         snap = node_snapshot(node)
         lease_snap = lease_snapshot(lease, name=name, observations=self.observations, now=now)
