@@ -482,6 +482,24 @@ def test_one_meaning_of_the_mark_for_the_apiserver_and_the_controller(world: Wor
     assert any(text == at.strftime("%Y-%m-%dT%H:%M:%SZ") for _, text in refused)  # the measured attack
 
 
+def test_a_renewal_never_goes_backwards(world: World, node_lease: dict[str, Any]) -> None:
+    """A stream of carries alternating between two past renewTimes counted as no renewal for
+    kube-controller-manager (it counts growth only) and starved the kubelet's own updates with
+    conflicts: a live node went NotReady. Every carry must now be later than the current renewTime."""
+    current = dt.datetime.strptime(node_lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=dt.timezone.utc)
+    for back in (dt.timedelta(seconds=60), dt.timedelta(microseconds=1)):
+        renew = current - back
+        code, answer = world.n1.patch_lease("n2", {"spec": {"renewTime": _micro(renew)},
+                                                   "metadata": {"annotations": _mark("n1", _micro(renew))}})
+        assert code == 403 and CARRY_MARK in answer["message"], (back, code, answer)
+        assert "later than the current one" in answer["message"], answer
+    later = current + dt.timedelta(microseconds=1)
+    code, answer = world.n1.patch_lease("n2", {"spec": {"renewTime": _micro(later)},
+                                               "metadata": {"annotations": _mark("n1", _micro(later))}})
+    assert code == 200, answer
+
+
 def test_no_agent_renews_its_own_nodes_lease(world: World, node_lease: dict[str, Any]) -> None:
     renew = dt.datetime.now(dt.timezone.utc)
     msg = _renewal(world.n2, renew, _mark("n2", _micro(renew)), policy=CARRY_MARK)

@@ -4,11 +4,14 @@ node leads, under a long lease, and is next in line for good."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from edgewatch.poolkeys import MAX_LEADER_TTL_S, Candidate
-from edgewatch.pooletcd.janitor import ElectionBook
+from edgewatch.pooletcd.janitor import ElectionBook, ElectionJanitor
 
 
 def test_a_candidacy_put_while_another_leads_is_disqualified() -> None:
@@ -77,3 +80,28 @@ def test_no_candidacy_put_behind_an_eligible_leader_ever_leads(steps: list[tuple
         leader = book.leader()
         if leader is not None:
             assert (leader, book.candidates[leader].create_revision) not in tainted
+
+
+async def test_a_failed_session_never_ends_the_janitor() -> None:
+    """A session's TaskGroup raises an ExceptionGroup (etcd overloaded, restarted to load a new CA):
+    the janitor counts it and starts a new session; it never propagates into the coordinator pod's
+    own TaskGroup (which would stop etcd with it)."""
+    actions: list[str] = []
+    janitor = ElectionJanitor(host="127.0.0.1", port=1, credentials=lambda: None, pool="p",  # type: ignore[arg-type,return-value]
+                              members=lambda: None, retry_s=0.01, on_action=actions.append)
+    sessions = 0
+
+    async def failing(_client: object) -> None:
+        nonlocal sessions
+        sessions += 1
+        raise ExceptionGroup("session", [TimeoutError("etcd did not answer"), ValueError("x")])
+
+    janitor._session = failing  # type: ignore[method-assign]  # noqa: SLF001
+    task = asyncio.create_task(janitor.run())
+    while sessions < 3:
+        await asyncio.sleep(0.01)
+    assert not task.done()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert actions.count("error") >= 3

@@ -131,6 +131,13 @@ class ElectionBook:
         return Verdict(node=node, create_revision=candidate.create_revision, lease=candidate.lease, reason=reason)
 
 
+def _describe(exc: BaseException) -> str:
+    """One line for a failure, the first of a group (a TaskGroup raises an ExceptionGroup)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _name(key: bytes, prefix: bytes) -> str:
     return key[len(prefix):].decode(errors="replace")
 
@@ -168,9 +175,10 @@ class ElectionJanitor:
             client = EtcdClient(host=self.host, port=self.port, timeout=self.timeout_s, credentials=self._credentials())
             try:
                 await self._session(client)
-            except (aetcd.ClientError, grpc.RpcError, TimeoutError, OSError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - an etcd failure (also grouped by the session's
+                # TaskGroup) or a bug: either way retried, never taking the coordinator pod down with it
                 self._on_action("error")
-                log.warning("pool election janitor: %s; retrying in %.1f s", exc or type(exc).__name__, self.retry_s,
+                log.warning("pool election janitor: %s; retrying in %.1f s", _describe(exc), self.retry_s,
                             extra={"pool": self.pool})
             finally:
                 with contextlib.suppress(Exception):

@@ -8,8 +8,11 @@ the coordinator disqualified (``leader/disqualified/<node>``: a candidacy put wh
 or under a long lease; ``edgewatch.pooletcd.janitor``); only the leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
 control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
 candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete.
-Both values are sealed by the node the key names (``edgewatch.core.seal``): one that is not (the
-coordinator's host writing a candidacy or a sync for a node) is counted and treated as absent."""
+Both values are sealed by the node the key names (``edgewatch.core.seal``): a sync key that is not
+is counted and treated as absent; a candidacy that is not (a forgery by the coordinator's host, a
+member's deliberately bad seal, a key this node has not read yet) is counted and keeps its place
+in the election, so every node and the coordinator agree on who leads, but it is *untrusted*: this
+node reads nothing of it and does not let it cover delegation (``leader`` is None)."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class LeaderKeyWatch(CoordinatorState):
         self._candidates.clear()
         self._syncs.clear()
         self._disqualified.clear()
+        self._untrusted.clear()
         for kv in snapshot:
             self._apply_kv(kv.key, kv, deleted=False)
         self._state_rev = revision
@@ -65,9 +69,15 @@ class LeaderKeyWatch(CoordinatorState):
             name = key[len(candidates):].decode(errors="replace")
             if deleted:
                 self._candidates.pop(name, None)
-            elif self._refused(key, kv.value, name, "candidacy"):
-                self._candidates.pop(name, None)  # not this node's own: as if absent
+                self._untrusted.discard(name)
             else:
+                # A candidacy whose seal this node refuses still takes its place in the election
+                # (every node, and the coordinator, must agree on who leads), but this node neither
+                # reads its area nor lets it cover delegation: ``leader`` is None then.
+                if self._refused(key, kv.value, name, "candidacy"):
+                    self._untrusted.add(name)
+                else:
+                    self._untrusted.discard(name)
                 if kv.lease == 0 or not is_dns1123_subdomain(name):
                     self.metrics.rejected.labels(reason="leader_key").inc()
                     log.warning("ignoring a malformed candidacy (no lease or a bad node name)",
@@ -109,7 +119,7 @@ class LeaderKeyWatch(CoordinatorState):
         """The current leader's sync key is at its observed mod revision (0: absent); note when we
         saw it change, by our own clock."""
         leader = self._observed_leader()
-        mod_revision = self._syncs.get(leader, 0) if leader is not None else 0
+        mod_revision = self._syncs.get(leader, 0) if leader is not None and leader not in self._untrusted else 0
         self._sync_present = mod_revision != 0
         if mod_revision and mod_revision != self._sync_rev:
             self._sync_seen_at = time.monotonic()

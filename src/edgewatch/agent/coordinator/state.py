@@ -102,6 +102,7 @@ class CoordinatorState:
         self._healthy = False
         self._candidates: dict[str, _LeaderKey] = {}  # leader/election/<node>, as observed
         self._disqualified: dict[str, int] = {}  # leader/disqualified/<node>: that create revision never leads
+        self._untrusted: set[str] = set()  # candidacies whose seal this node refused (they keep their place)
         self._syncs: dict[str, int] = {}  # leader/sync/<node> -> its mod revision
         self._sync_present = False
         self._sync_rev = 0
@@ -166,10 +167,12 @@ class CoordinatorState:
     def leader(self) -> str | None:
         """The current leader's node name as seen in etcd: the valid candidacy with the lowest
         create revision (``poolkeys.leader_of``) that the coordinator did not disqualify; None if
-        none, or unreachable."""
+        none, if its seal is refused here (untrusted: it leads, but nothing of it is used), or
+        unreachable."""
         if not self._healthy:
             return None
-        return self._observed_leader()
+        leader = self._observed_leader()
+        return None if leader is None or leader in self._untrusted else leader
 
     @property
     def cache_area(self) -> CacheArea | None:
