@@ -28,8 +28,10 @@ How
     drops disqualifications whose candidacy is gone.
 
 Limits
-    Judgements are made in revision order from the janitor's first snapshot; on that snapshot
-    (a coordinator start) every candidacy behind the eligible leader is disqualified. A member can
+    Judgements are made in revision order from the janitor's first snapshot (a coordinator start),
+    on which every candidacy behind the eligible leader is disqualified; a broken session resumes
+    right after the last change judged (a new snapshot only if etcd compacted past it, after an
+    hour). A member can
     still win an election race held while nobody leads (as any member can) and lead while its
     cloud link is up. With an etcd not run by edgewatch's coordinator pod (``poolCoordinators: {pool:
     URL}``) nothing disqualifies: run ``edgewatch pool-etcd-acl`` and accept the queue. Every call
@@ -168,6 +170,7 @@ class ElectionJanitor:
         self.book = ElectionBook()
         self.synced = asyncio.Event()  # set once the first snapshot is judged
         self._former: set[str] = set()  # the members at the last sweep
+        self._revision: int | None = None  # the last etcd revision judged (None: judge a snapshot)
 
     async def run(self) -> None:
         """Sessions until cancelled; never raises for etcd errors (logged, counted, retried)."""
@@ -191,12 +194,21 @@ class ElectionJanitor:
             return await call
 
     async def _session(self, client: EtcdClient) -> None:
+        """One session: judge a snapshot the first time (or when etcd compacted past where the last
+        session stopped), else resume the watch right after the last change judged, so a broken
+        session leaves no gap in which a candidacy could be put in line unseen."""
         await self._call(client.connect())
-        revision = await self._judge_snapshot(client)
+        if self._revision is None:
+            self._revision = await self._judge_snapshot(client)
         self.synced.set()
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._sweep_loop(client))
-            tg.create_task(self._follow(client, revision))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._sweep_loop(client))
+                tg.create_task(self._follow(client, self._revision))
+        except* aetcd.exceptions.RevisionCompactedError:
+            log.warning("pool election janitor: etcd compacted past the last change judged; judging a snapshot",
+                        extra={"pool": self.pool})
+            self._revision = None
 
     async def _granted(self, client: EtcdClient, lease: int) -> int | None:
         if lease == 0:
@@ -230,11 +242,13 @@ class ElectionJanitor:
                 name = _name(event.kv.key, prefix)
                 if event.kind == "DELETE":
                     self.book.delete(name)
-                    continue
-                candidate = Candidate(event.kv.lease, event.kv.create_revision)
-                verdict = self.book.put(name, candidate, granted_ttl_s=await self._granted(client, candidate.lease))
-                if verdict is not None:
-                    await self._act(client, verdict)
+                else:
+                    candidate = Candidate(event.kv.lease, event.kv.create_revision)
+                    verdict = self.book.put(name, candidate,
+                                            granted_ttl_s=await self._granted(client, candidate.lease))
+                    if verdict is not None:
+                        await self._act(client, verdict)
+                self._revision = max(self._revision or 0, int(event.kv.mod_revision))
         finally:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
