@@ -15,9 +15,11 @@ Both must be refused by the apiserver, and the dead node failed and evicted as w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Iterator
 
 from _attacker import Attacker, taints
 from _pool import edge, node, wait
@@ -42,15 +44,28 @@ def _refused_by(exc: ApiError, policy: str) -> bool:
     return exc.status.code == 403 and policy in (exc.status.message or "")
 
 
+def _healthy(c: PlaygroundCluster, name: str) -> bool:
+    return edge(c, name) == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, name)
+
+
+@contextlib.contextmanager
+def _killed(c: PlaygroundCluster, name: str) -> Iterator[float]:
+    """Kill ``name`` once it is healthy (an earlier test may have just revived it); yield the kill's
+    monotonic time; revive it and wait until it is healthy again, whatever happened."""
+    wait(lambda: _healthy(c, name), 120, f"{name} healthy before the attack")
+    c.kill_node(name)
+    try:
+        yield time.monotonic()
+    finally:
+        c.revive_node(name)
+        wait(lambda: _healthy(c, name), 120, f"{name} healthy again after revive")
+
+
 def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
     """a-5 is killed; a-1 renews its Lease with no mark every 2 s. Returns seconds from the kill
     to the failed taint (with every renewal refused)."""
     attacker = Attacker(c)
-    wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"), 120,
-         "a-5 healthy before the attack (an earlier test may have just revived it)")
-    c.kill_node("a-5")
-    killed = time.monotonic()
-    try:
+    with _killed(c, "a-5") as killed:
         async def attack() -> tuple[int, int, float | None]:
             client = attacker.client()
             tried = refused = 0
@@ -81,10 +96,6 @@ def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
         # kube-controller-manager sees no heartbeat either: the node goes NotReady as it should
         wait(lambda: _ready(c, "a-5") != "True", 60, "a-5 NotReady for kube-controller-manager")
         return failed_after
-    finally:
-        c.revive_node("a-5")
-        wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"),
-             120, "a-5 healthy again after revive")
 
 
 def attack_future_renewal(c: PlaygroundCluster) -> None:
@@ -153,13 +164,9 @@ def attack_respelled_and_spoiled_marks(c: PlaygroundCluster) -> tuple[int, int, 
     Every respelled renewal and every spoiling patch must be refused (403), and a-5 failed. Returns
     (respelled refused, spoils refused, seconds from the kill to the failed taint)."""
     attacker = Attacker(c)
-    wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"), 120,
-         "a-5 healthy before the attack")
-    c.kill_node("a-5")
-    killed = time.monotonic()
     mark = {"edgewatch.io/delegate-heartbeat": "true", "edgewatch.io/delegated-by": attacker.node,
             "edgewatch.io/delegated-via": "peer"}
-    try:
+    with _killed(c, "a-5") as killed:
         async def attack() -> tuple[int, int, float | None]:
             client = attacker.client()
             respelled = spoiled = 0
@@ -207,7 +214,3 @@ def attack_respelled_and_spoiled_marks(c: PlaygroundCluster) -> tuple[int, int, 
         print(f"\nrespelled marks: {respelled} refused; spoiling patches: {spoiled} refused; "
               f"a-5 failed {failed_after:.1f} s after the kill")
         return respelled, spoiled, failed_after
-    finally:
-        c.revive_node("a-5")
-        wait(lambda: edge(c, "a-5") == "True" and FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-5"),
-             120, "a-5 healthy again after revive")

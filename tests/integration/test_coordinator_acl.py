@@ -63,6 +63,20 @@ async def _denied(call: Callable[[], object]) -> str:
     raise AssertionError("etcd let the write through")
 
 
+async def _stop(coordinators: dict[str, PoolCoordinator], tasks: dict[str, asyncio.Task[None]],
+                *clients: _EtcdClient) -> None:
+    """Close the coordinators, cancel and await the tasks, close the raw clients."""
+    for c in coordinators.values():
+        await c.close()
+    for t in tasks.values():
+        t.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
 @pytest.fixture
 async def world(binaries: Binaries) -> AsyncIterator[tuple[EtcdServer, PoolCA, str, Path]]:
     folder = Path(tempfile.mkdtemp(prefix="edgewatch-coord-acl-"))
@@ -150,14 +164,7 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
         await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1])
         await _denied(lambda: attacker.get(keys.heartbeat(n1)))
     finally:
-        for c in coordinators.values():
-            await c.close()
-        for t in tasks.values():
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        with contextlib.suppress(Exception):
-            await attacker.close()
+        await _stop(coordinators, tasks, attacker)
 
 
 async def test_the_cli_reconciles_and_is_idempotent(world: tuple[EtcdServer, PoolCA, str, Path]) -> None:
@@ -273,11 +280,4 @@ async def test_a_member_cannot_make_itself_next_in_line(kube: AsyncClient,
         finally:
             await probe.close()
     finally:
-        for c in coordinators.values():
-            await c.close()
-        for t in tasks.values():
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        with contextlib.suppress(Exception):
-            await attacker.close()
+        await _stop(coordinators, tasks, attacker)
