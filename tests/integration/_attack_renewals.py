@@ -27,7 +27,7 @@ from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
-from edgewatch.names import FAILED_TAINT_KEY, NODE_LEASE_NAMESPACE
+from edgewatch.names import BEACON_LEASE_NAME, FAILED_TAINT_KEY, NODE_LEASE_NAMESPACE
 from edgewatch_lab.playground.cluster import PlaygroundCluster
 from edgewatch.timefmt import format_micro_time
 
@@ -134,6 +134,61 @@ def attack_future_renewal(c: PlaygroundCluster) -> None:
         assert _ready(c, "a-2") == "True" and edge(c, "a-2") == "True"
         assert FAILED_TAINT_KEY + ":NoExecute" not in taints(c, "a-2")
         time.sleep(1)
+
+
+def attack_carries_ahead_of_a_live_node(c: PlaygroundCluster, *, duration_s: float = 60) -> tuple[int, int, int]:
+    """The measured attack on the bound: a-1 carries live a-2's Lease as far ahead of the
+    controller's clock as the apiserver admits (the beacon's renewTime + its published bound),
+    then waits until a-2's kubelet renews past it, and again; kube-controller-manager counts a
+    renewal only when renewTime grows, so each carry hides the kubelet's renewals until then. With
+    the old fixed 30 s bound (test grace 20 s) a-2 went NotReady 5 times in 100 s. Returns (carries
+    admitted, carries past the bound refused, samples of a-2 not Ready)."""
+    attacker = Attacker(c)
+
+    def text(at: dt.datetime) -> str:  # by hand, not with the formatter under test
+        return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    async def attack() -> tuple[int, int, int]:
+        client = attacker.client()
+        admitted = refused = not_ready = 0
+        deadline = time.monotonic() + duration_s
+        try:
+            while time.monotonic() < deadline:
+                beacon = await client.get(Lease, BEACON_LEASE_NAME, namespace="edgewatch")
+                ahead = int((beacon.metadata.annotations or {})["edgewatch.io/carry-ahead"].rstrip("s"))
+                base = beacon.spec.renewTime
+                target = base + dt.timedelta(seconds=ahead)
+                for renew, allowed in ((target + dt.timedelta(seconds=2), False), (target, True)):
+                    lease = await client.get(Lease, "a-2", namespace=NODE_LEASE_NAMESPACE)
+                    lease.spec.renewTime = renew
+                    lease.metadata.annotations = {**(lease.metadata.annotations or {}),
+                                                  "edgewatch.io/delegate-heartbeat": "true",
+                                                  "edgewatch.io/delegated-by": attacker.node,
+                                                  "edgewatch.io/delegated-renew-time": text(renew),
+                                                  "edgewatch.io/delegated-via": "peer"}
+                    try:
+                        await client.replace(lease)
+                        assert allowed, f"a carry {ahead + 2} s past the beacon was admitted"
+                        admitted += 1
+                    except ApiError as exc:  # an allowed one may race a newer beacon or the kubelet (409)
+                        assert exc.status.code in (403, 409), f"{exc.status.code} {exc.status.message}"
+                        if not allowed:
+                            assert _refused_by(exc, CLOCK_POLICY), exc.status.message
+                            refused += 1
+                while time.monotonic() < deadline:  # until the kubelet renews past the carry
+                    not_ready += _ready(c, "a-2") != "True"
+                    lease = await client.get(Lease, "a-2", namespace=NODE_LEASE_NAMESPACE)
+                    if lease.spec.renewTime > target:
+                        break
+                    await asyncio.sleep(1)
+        finally:
+            await client.close()
+        return admitted, refused, not_ready
+
+    admitted, refused, not_ready = asyncio.run(attack())
+    print(f"\ncarries ahead of a live node: {admitted} admitted at the bound, {refused} past it refused, "
+          f"{not_ready} samples not Ready")
+    return admitted, refused, not_ready
 
 
 def carry_not_believed_events(c: PlaygroundCluster, name: str) -> list[str]:

@@ -22,6 +22,7 @@ from _attack_keys import attack_squatted_key
 from _attack_port import attack_slow_bodies_and_connection_flood
 from _attack_renewals import (
     attack_bare_renewals_of_a_dead_node,
+    attack_carries_ahead_of_a_live_node,
     attack_future_renewal,
     attack_respelled_and_spoiled_marks,
     carry_not_believed_events,
@@ -187,6 +188,14 @@ def test_one_field_has_one_meaning_for_the_apiserver_and_the_controller(cluster:
     respelled, spoiled, failed_after = attack_respelled_and_spoiled_marks(cluster)
     assert respelled >= 5 and spoiled >= 10
     assert failed_after < 30
+
+
+def test_carries_at_the_bound_never_make_a_live_node_not_ready(cluster: PlaygroundCluster) -> None:
+    """The bound is derived from the kubelet's 10 s interval and the lab's 20 s grace (5 s): a-1's
+    carries as far ahead as admitted hide a-2's kubelet for at most 15 s, so a-2 stays Ready."""
+    admitted, refused, not_ready = attack_carries_ahead_of_a_live_node(cluster)
+    assert admitted >= 2 and refused >= 2
+    assert not_ready == 0
 
 
 def test_a_far_future_renewal_is_refused(cluster: PlaygroundCluster) -> None:
