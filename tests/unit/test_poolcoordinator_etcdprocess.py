@@ -204,3 +204,15 @@ async def test_a_restart_asked_for_stops_etcd_and_starts_it_again_at_once(tmp_pa
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+def test_etcd_listens_on_loopback_only_until_the_access_control_is_on(tmp_path: Path) -> None:
+    """Before the first reconcile switches authentication on, any certificate of the pool CA may do
+    anything in etcd: it listens on 127.0.0.1 alone then."""
+    common = dict(binary="etcd", node="a-1", host_ip="10.0.0.5", port=2379, data_dir=tmp_path,
+                  cert_file=tmp_path / "c", key_file=tmp_path / "k", ca_file=tmp_path / "ca")
+    closed = etcd_argv(**common, loopback_only=True)  # type: ignore[arg-type]
+    opened = etcd_argv(**common)  # type: ignore[arg-type]
+    value = lambda argv, flag: argv[argv.index(flag) + 1]  # noqa: E731
+    assert value(closed, "--listen-client-urls") == "https://127.0.0.1:2379"
+    assert value(opened, "--listen-client-urls") == "https://10.0.0.5:2379,https://127.0.0.1:2379"

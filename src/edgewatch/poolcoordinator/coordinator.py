@@ -11,13 +11,15 @@ when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_sign
    obtains the serving and root certificates through CSRs and keeps rotating them
    (``edgewatch.poolcoordinator.certificates``, ``edgewatch.csr``); reads the CA again every
    ``ca_refresh_s`` and restarts etcd when it changed (etcd loads it only at start);
-3. once both are there, runs etcd (``etcdprocess``), probes it (``health``), keeps its access
+3. once both are there, runs etcd (``etcdprocess``; on loopback only until the first access-control
+   reconcile has switched authentication on, then on the node's address too), probes it
+   (``health``), keeps its access
    control equal to the pool's Nodes (``members``) and its election honest: no candidacy in line
    behind a leader, none under a long lease, no keys of former members (``edgewatch.pooletcd.janitor``).
 
-``/readyz`` is 200 when (a) etcd answered the last probe over TLS with the root certificate and
-(b) the access control was reconciled at least once for the current member Nodes; else 503 saying
-which is missing. The controller publishes the coordinator's address to the agents only while the
+``/readyz`` is 200 when (a) etcd answered the last probe over TLS with the root certificate,
+(b) the access control was reconciled at least once for the current member Nodes and (c) etcd was
+opened to the pool after that; else 503 saying which is missing. The controller publishes the coordinator's address to the agents only while the
 pod is Ready.
 """
 
@@ -128,9 +130,11 @@ class PoolCoordinator:
         self._issued = asyncio.Event()
         both = _BothIssued(self._issued)
         target = f"127.0.0.1:{c.port}"
+        self._acl_on = asyncio.Event()  # the access control was reconciled once: etcd may face the pool
+        self.opened = False  # etcd listens on the node's address (not only on loopback)
         self.members = MembersLoop(client=client, pool=c.pool, target=target, credentials=self._credentials,
                                    timeout_s=c.etcd_timeout_s, debounce_s=c.debounce_s, informer_config=c.informer,
-                                   on_result=lambda result: self.metrics.acl_reconciles.labels(result).inc())
+                                   on_result=self._acl_result)
         self.probe = EtcdProbe(target=target, credentials=self._credentials, interval_s=c.probe_interval_s,
                                timeout_s=min(c.etcd_timeout_s, 5.0))
         self.serving = CertificateRequester(
@@ -147,10 +151,13 @@ class PoolCoordinator:
         self.metrics = CoordinatorMetrics(registry=self.registry, members=lambda: len(self.members.members),
                                           ready=lambda: self.readiness() is None,
                                           expiry={"serving": self.serving.expiry_s, "root": self.root.expiry_s})
+        argv = {mode: etcd_argv(binary=c.etcd_binary, node=c.node, host_ip=c.host_ip, port=c.port,
+                                data_dir=c.data_dir, cert_file=self.tls.server.cert_file,
+                                key_file=self.tls.server.key_file, ca_file=self.tls.ca_file, loopback_only=mode)
+                for mode in (True, False)}
+        self._open_argv = argv[False]
         self.supervisor = EtcdSupervisor(
-            argv=etcd_argv(binary=c.etcd_binary, node=c.node, host_ip=c.host_ip, port=c.port, data_dir=c.data_dir,
-                           cert_file=self.tls.server.cert_file, key_file=self.tls.server.key_file,
-                           ca_file=self.tls.ca_file),
+            argv=argv[True],
             on_restart=self.metrics.etcd_restarts.inc,
             on_exit=lambda: self.probe.invalidate("etcd exited; the new process is not probed yet"))
         self.janitor = ElectionJanitor(
@@ -158,6 +165,21 @@ class PoolCoordinator:
             members=lambda: self.members.members if self.members.store.synced.is_set() else None,
             timeout_s=c.etcd_timeout_s, on_action=lambda action: self.metrics.election_actions.labels(action).inc())
         self.ops_ports: dict[str, int] = {}
+
+    def _acl_result(self, result: str) -> None:
+        self.metrics.acl_reconciles.labels(result).inc()
+        if result == "ok":
+            self._acl_on.set()
+
+    async def _open_to_the_pool(self) -> None:
+        """etcd starts listening on loopback only: until the first access-control reconcile switches
+        authentication on, every certificate of the pool CA may do anything, so no node may reach
+        it. Then it is restarted listening on the node's address too."""
+        await self._acl_on.wait()
+        self.supervisor.argv = tuple(self._open_argv)
+        await self.supervisor.restart("access control is on: listening on the node's address")
+        self.opened = True
+        log.info("pool coordinator etcd open to the pool", extra={"pool": self.config.pool})
 
     def _credentials(self) -> grpc.ChannelCredentials:
         return root_credentials(self.tls)
@@ -168,6 +190,8 @@ class PoolCoordinator:
             return f"etcd does not answer over TLS with the root certificate ({self.probe.reason})"
         if not self.members.current():
             return "etcd's access control is not reconciled for the current members yet"
+        if not self.opened:
+            return "etcd listens on loopback only until its access control is on"
         return None
 
     async def run(self) -> None:
@@ -195,6 +219,7 @@ class PoolCoordinator:
                 tg.create_task(self.probe.run(), name="etcd-probe")
                 tg.create_task(self.members.run(), name="members")
                 tg.create_task(self.janitor.run(), name="election-janitor")
+                tg.create_task(self._open_to_the_pool(), name="open-to-the-pool")
                 tg.create_task(self._follow_pool_ca(), name="pool-ca")
 
     async def _follow_pool_ca(self) -> None:

@@ -65,7 +65,7 @@ def metrics_port(port: int) -> int:
 
 
 def etcd_argv(*, binary: str, node: str, host_ip: str, port: int, data_dir: Path, cert_file: Path, key_file: Path,
-              ca_file: Path) -> list[str]:
+              ca_file: Path, loopback_only: bool = False) -> list[str]:
     """The etcd command line (see the module docstring).
 
     Args:
@@ -76,6 +76,8 @@ def etcd_argv(*, binary: str, node: str, host_ip: str, port: int, data_dir: Path
         data_dir: the coordinator's data folder (etcd's is ``<data_dir>/etcd``).
         cert_file / key_file: the serving certificate and its key.
         ca_file: the pool CA: the only client certificates accepted are signed by it.
+        loopback_only: listen for clients on ``127.0.0.1`` alone (until the access control is on:
+            before it, every certificate of the pool CA may do anything).
 
     Raises:
         ValueError: a port out of range or an empty name or address.
@@ -86,8 +88,8 @@ def etcd_argv(*, binary: str, node: str, host_ip: str, port: int, data_dir: Path
         raise ValueError("node and host_ip must not be empty")
     host = f"[{host_ip}]" if ":" in host_ip else host_ip
     peer = f"http://127.0.0.1:{peer_port(port)}"
-    clients = [f"https://{host}:{port}"]
-    if host_ip != "127.0.0.1":
+    clients = [] if loopback_only else [f"https://{host}:{port}"]
+    if host_ip != "127.0.0.1" or loopback_only:
         clients.append(f"https://127.0.0.1:{port}")
     return [
         binary,
