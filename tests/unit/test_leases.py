@@ -136,3 +136,18 @@ async def test_clear_stale_mark_never_removes_a_mark_written_after_its_read() ->
     assert not await clear_stale_mark(client=kube, node="n1")  # type: ignore[arg-type]
     assert raced and is_marked(Lease.from_dict(lease(kube)))
     assert lease(kube)["spec"]["renewTime"] == format_micro_time(NOW + dt.timedelta(seconds=5))
+
+
+async def test_a_newer_renewal_marked_as_another_carriers_is_never_this_carriers_success() -> None:
+    """A compromised node keeps a cut-off peer's Lease just ahead of the honest carrier with its
+    own mark: the honest carrier writes nothing (a renewTime must grow) and says so, never RENEWED."""
+    kube = FakeKube()
+    later = "2030-01-01T00:00:05.000000Z"
+    add_lease(kube, renew=later, annotations={DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: later,
+                                              "edgewatch.io/delegated-by": "mallory"})
+    done = await renew_on_behalf(client=kube, node="n1", delegate="n2", via="peer", alive_at=NOW)  # type: ignore[arg-type]
+    assert done.outcome is RenewOutcome.CARRIED_BY_ANOTHER and "mallory" in done.detail
+    add_lease(kube, renew=later, annotations={DELEGATE_HEARTBEAT_ANNOTATION: "true", DELEGATED_RENEW_TIME_ANNOTATION: later,
+                                              "edgewatch.io/delegated-by": "n2"})
+    done = await renew_on_behalf(client=kube, node="n1", delegate="n2", via="peer", alive_at=NOW)  # type: ignore[arg-type]
+    assert done.outcome is RenewOutcome.RENEWED

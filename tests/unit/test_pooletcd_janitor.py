@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -105,3 +106,49 @@ async def test_a_failed_session_never_ends_the_janitor() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert actions.count("error") >= 3
+
+
+async def test_a_disqualification_that_could_not_be_written_is_judged_again() -> None:
+    """etcd overloaded when the janitor writes a disqualification: the write fails, the janitor
+    forgets it, and the replayed change is judged (and written) again; before, it counted as judged
+    in memory only, and every agent took the candidacy for the next in line."""
+    from edgewatch.pooletcd.janitor import Verdict
+
+    janitor = ElectionJanitor(host="127.0.0.1", port=1, credentials=lambda: None, pool="p",  # type: ignore[arg-type,return-value]
+                              members=lambda: None)
+    janitor.book.put("n1", Candidate(11, 10), granted_ttl_s=5)
+    verdict = janitor.book.put("n2", Candidate(12, 20), granted_ttl_s=5)
+    assert verdict is not None
+
+    class Overloaded:
+        async def put(self, *_a: object, **_k: object) -> None:
+            raise TimeoutError("etcd did not answer")
+
+    with pytest.raises(TimeoutError):
+        await janitor._act(Overloaded(), verdict)  # type: ignore[arg-type]  # noqa: SLF001
+    assert "n2" not in janitor.book.disqualified
+    again = janitor.book.put("n2", Candidate(12, 20), granted_ttl_s=5)  # the watch replays the change
+    assert again == Verdict(node="n2", create_revision=20, lease=12, reason="standing")
+
+
+def test_the_judged_revision_follows_a_listing_that_matches_the_book() -> None:
+    """A quiet election must not let etcd's hourly compaction pass the judged revision."""
+    from types import SimpleNamespace
+
+    janitor = ElectionJanitor(host="127.0.0.1", port=1, credentials=lambda: None, pool="p",  # type: ignore[arg-type,return-value]
+                              members=lambda: None)
+    janitor._revision = 100  # noqa: SLF001
+    janitor.book.put("n1", Candidate(11, 10), granted_ttl_s=5)
+    prefix = janitor.keys.candidates
+
+    class Listing(list):  # type: ignore[type-arg]
+        header = SimpleNamespace(revision=5000)
+
+    same = Listing([SimpleNamespace(key=prefix + b"n1", create_revision=10)])
+    janitor._advance(same)  # noqa: SLF001
+    assert janitor._revision == 5000  # noqa: SLF001
+    other = Listing([SimpleNamespace(key=prefix + b"n1", create_revision=10),
+                     SimpleNamespace(key=prefix + b"n2", create_revision=4990)])  # not judged yet
+    other.header = SimpleNamespace(revision=6000)  # type: ignore[attr-defined]
+    janitor._advance(other)  # noqa: SLF001
+    assert janitor._revision == 5000  # noqa: SLF001

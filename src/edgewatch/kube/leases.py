@@ -68,6 +68,7 @@ class RenewOutcome(enum.StrEnum):
     NODE_RENEWED_ITSELF = "self"   # someone else (the kubelet) renewed in the meantime; nothing written
     NO_LEASE = "no_lease"          # the node has no Lease; nothing written
     NOT_DUE = "not_due"            # renewed recently enough; nothing written
+    CARRIED_BY_ANOTHER = "other"   # a newer renewal marked as another carrier's; nothing written
     CONFLICT = "conflict"          # still conflicting after the retries
     FAILED = "failed"              # the API could not be reached or refused
 
@@ -174,8 +175,9 @@ async def renew_on_behalf(
         A :class:`DelegatedRenewal`; never raises for API errors (they come back as FAILED).
 
     Clock note (the one exception to docs/clock-skew.md, agent side): a current renewTime at or
-    after ``alive_at`` is taken as "nothing newer to report" (NODE_RENEWED_ITSELF, or RENEWED if it
-    is a current mark), which compares the Lease's renewTime (the kubelet's clock, or the
+    after ``alive_at`` is taken as "nothing newer to report" (NODE_RENEWED_ITSELF; RENEWED if it is
+    a current mark naming ``delegate``; CARRIED_BY_ANOTHER if the mark names someone else, which is
+    never counted as this delegate's success), which compares the Lease's renewTime (the kubelet's clock, or the
     controller's as another delegate estimated it) with ``alive_at`` (the controller's clock as this
     delegate estimates it): a node whose kubelet's clock is ahead of the controller's is not carried
     until the controller's clock passes its last renewTime.
@@ -187,8 +189,11 @@ async def renew_on_behalf(
     def decide(lease: Lease) -> DelegatedRenewal | dt.datetime:
         current = lease.spec.renewTime if lease.spec else None
         if current is not None and current >= alive_at:
-            return DelegatedRenewal(RenewOutcome.RENEWED if is_marked(lease) else RenewOutcome.NODE_RENEWED_ITSELF,
-                                    renew_time=current)
+            if not is_marked(lease):
+                return DelegatedRenewal(RenewOutcome.NODE_RENEWED_ITSELF, renew_time=current)
+            by = (lease.metadata.annotations or {}).get(DELEGATED_BY_ANNOTATION) if lease.metadata else None
+            return DelegatedRenewal(RenewOutcome.RENEWED if by == delegate else RenewOutcome.CARRIED_BY_ANOTHER,
+                                    renew_time=current, detail="" if by == delegate else f"marked as {by}'s")
         return alive_at
 
     return await _renew_marked(client=client, node=node, decide=decide, delegate=delegate, via=via,

@@ -256,8 +256,15 @@ class ElectionJanitor:
         raise TimeoutError("the election watch ended")
 
     async def _act(self, client: EtcdClient, verdict: Verdict) -> None:
-        """Write the disqualification, then revoke the lease (or delete a lease-less candidacy)."""
-        await self._call(client.put(self.keys.disqualified(verdict.node), str(verdict.create_revision).encode()))
+        """Write the disqualification, then revoke the lease (or delete a lease-less candidacy). A
+        disqualification that could not be written is forgotten, so the change that caused it is
+        judged again when the next session replays it (the judged revision has not moved past it)."""
+        try:
+            await self._call(client.put(self.keys.disqualified(verdict.node), str(verdict.create_revision).encode()))
+        except BaseException:
+            if self.book.disqualified.get(verdict.node) == verdict.create_revision:
+                del self.book.disqualified[verdict.node]
+            raise
         if verdict.lease:
             with contextlib.suppress(aetcd.ClientError):  # already gone: nothing to revoke
                 await self._call(client.revoke_lease(verdict.lease))
@@ -274,15 +281,27 @@ class ElectionJanitor:
             await self.sweep(client)
             await asyncio.sleep(self.sweep_s)
 
+    def _advance(self, candidacies: Any) -> None:
+        """Move the judged revision up to a listing's when the book already holds exactly the
+        candidacies listed: no change up to it is left to judge. So a quiet election (no change for
+        hours) never lets etcd's hourly compaction pass the judged revision, and a broken session
+        resumes its watch instead of judging a snapshot blind to what happened in between."""
+        seen = {(_name(kv.key, self.keys.candidates), int(kv.create_revision)) for kv in candidacies}
+        if seen == {(n, c.create_revision) for n, c in self.book.candidates.items()} and self._revision is not None:
+            self._revision = max(self._revision, int(candidacies.header.revision))
+
     async def sweep(self, client: EtcdClient) -> list[str]:
         """Delete every key of nodes that are no longer members, and disqualifications whose
         candidacy is gone; the departed nodes' names (nothing while the members are unknown or none)."""
         members = self._members()
         departed: set[str] = set()
         by_node: dict[str, list[Any]] = {}
+        listed: dict[bytes, Any] = {}
         for prefix in (self.keys.heartbeats, self.keys.candidates, self.keys.syncs, self.keys.disqualifications):
-            for kv in await self._call(client.get_prefix(prefix, keys_only=True)):
+            listed[prefix] = listing = await self._call(client.get_prefix(prefix, keys_only=True))
+            for kv in listing:
                 by_node.setdefault(_name(kv.key, prefix), []).append(kv)
+        self._advance(listed[self.keys.candidates])
         if members:
             # a former member: keys under its name, or a member seen before (its area may be all it wrote)
             departed = {n for n in set(by_node) | self._former if n not in members}
