@@ -523,3 +523,38 @@ def test_a_review_with_text_utf8_cannot_carry_is_malformed_not_a_crash(field: st
     body = json.dumps({"kind": "TokenReview", "status": {"authenticated": True, "user": user}}).encode()
     with pytest.raises(MalformedReview, match="not valid UTF-8"):
         parse_token_review(body)
+
+
+async def test_one_users_many_allowed_names_never_push_kube_proxys_decisions_out() -> None:
+    """The attack: a local client allowed to get any Service asks for 2,000 different names (each an
+    allowed decision of its own) before a cut-off, so kube-proxy's cached allow is pushed out and
+    its reconnect while cut off is refused. Each user's flood now evicts only its own entries."""
+    cloud, clock, link = FakeCloud(), Clock(), [True]
+    mallory = UserInfo(username="mallory")
+    cloud.users["mallory-token"] = mallory
+    cloud.allowed.add(("mallory", "get", "services"))
+    ac = _control(cloud, clock, link, max_positive=8, reviews_per_s=1e6, review_burst=1e6)
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    for i in range(2000):
+        name = Attributes(verb="get", group="", version="v1", resource="services", namespace="web", name=f"s-{i}")
+        assert _code(await ac.check(authorization="Bearer mallory-token", attributes=name)) == 200
+    link[0] = False                                       # cut off: kube-proxy's decisions are still there
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert ac.access.sizes()[0] == 8
+
+
+async def test_busy_review_slots_never_serve_a_stale_allow_while_the_cloud_answers() -> None:
+    """Every review slot busy for a whole timeout (a flood on a slow link) counted as a failed review,
+    which served a stale allow. Now it is the budget spent: a stale allow is refused, a stale
+    denial stays one."""
+    cloud, clock, link = FakeCloud(), Clock(), [True]
+    ac = _control(cloud, clock, link, review_timeout_s=0.05)
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert _code(await ac.check(authorization="Bearer bogus", attributes=LIST_SVC)) == 401
+    clock.t += 1000.0                                    # every decision stale
+    ac._slots = asyncio.Semaphore(0)                     # noqa: SLF001 - every slot busy
+    r = await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)
+    assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "rate_limited"), r
+    assert _code(await ac.check(authorization="Bearer bogus", attributes=LIST_SVC)) == 401  # the stale denial
+    link[0] = False                                      # cut off: the last decision, as before
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200

@@ -290,10 +290,18 @@ class AccessControl:
             _Counts.add(self.counts.lookups, (review, "miss"))
             return self._unverifiable("cut_off" if not cloud_ok else "rate_limited", review)
         timeout_s = self.policy.review_timeout_s
+        try:  # every review slot busy for a whole timeout is the budget spent, not a failed review
+            async with asyncio.timeout(timeout_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            if hit is not None and not positive(hit.value):
+                _Counts.add(self.counts.lookups, (review, "stale"))
+                return hit.value  # a stale denial stays a denial
+            _Counts.add(self.counts.lookups, (review, "miss"))
+            return self._unverifiable("rate_limited", review)
         try:
             async with asyncio.timeout(timeout_s):
-                async with self._slots:
-                    value = await ask(timeout_s)
+                value = await ask(timeout_s)
         except (ReviewUnavailable, MalformedReview, TimeoutError) as exc:
             why = exc.reason if isinstance(exc, ReviewUnavailable) else (
                 "timeout" if isinstance(exc, TimeoutError) else "malformed")
@@ -306,12 +314,14 @@ class AccessControl:
                 return hit.value
             _Counts.add(self.counts.lookups, (review, "miss"))
             return self._unverifiable("unavailable", review, detail=why)
+        finally:
+            self._slots.release()
         ok = positive(value)
         _Counts.add(self.counts.lookups, (review, "miss" if hit is None else "refreshed"))
         _Counts.add(self.counts.reviews, (review, {("token", True): "authenticated", ("token", False):
                                                    "unauthenticated", ("access", True): "allowed",
                                                    ("access", False): "denied"}[(review, ok)]))
-        cache.put(key, value, positive=ok, now=self.clock())
+        cache.put(key, value, positive=ok, now=self.clock(), owner=source(value))
         return value  # type: ignore[no-any-return]
 
     def _unverifiable(self, reason: str, review: str, *, detail: str = "") -> Refusal:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Generic, TypeVar
@@ -177,6 +178,7 @@ class Hit(Generic[V]):
 class _Entry(Generic[V]):
     value: V
     stored_at: float
+    owner: Hashable = None
 
 
 class DecisionCache(Generic[V]):
@@ -206,14 +208,20 @@ class DecisionCache(Generic[V]):
                 return Hit(entry.value, fresh=0.0 <= now - entry.stored_at < self._ttl[positive])
         return None
 
-    def put(self, key: bytes, value: V, *, positive: bool, now: float) -> None:
-        """Store ``value`` for ``key`` as of ``now``; replaces a decision of either kind."""
+    def put(self, key: bytes, value: V, *, positive: bool, now: float, owner: Hashable = None) -> None:
+        """Store ``value`` for ``key`` as of ``now``; replaces a decision of either kind. When the
+        kind is full, the least recently used entry of the owner holding the most goes first: one
+        user's many requests (a local client asking for every name it may read) push out only its
+        own decisions, never kube-proxy's."""
         self._entries[not positive].pop(key, None)
         entries = self._entries[positive]
-        entries[key] = _Entry(value, now)
+        entries[key] = _Entry(value, now, owner)
         entries.move_to_end(key)
         while len(entries) > self._max[positive]:
-            entries.popitem(last=False)
+            counts = Counter(e.owner for e in entries.values())
+            heaviest = max(counts, key=lambda o: counts[o])
+            victim = next(k for k, e in entries.items() if e.owner == heaviest)
+            del entries[victim]
 
     def sizes(self) -> tuple[int, int]:
         """(positive, negative) entries held."""
