@@ -52,6 +52,9 @@ __all__ = ["CoordinatorConfig", "PoolCoordinator"]
 
 log = logging.getLogger(__name__)
 
+#: File in the data folder once etcd's access control was first switched on there.
+ACL_MARKER = "acl-on"
+
 
 @dataclass(frozen=True, kw_only=True)
 class CoordinatorConfig:
@@ -157,7 +160,7 @@ class PoolCoordinator:
                 for mode in (True, False)}
         self._open_argv = argv[False]
         self.supervisor = EtcdSupervisor(
-            argv=argv[True],
+            argv=argv[False] if (c.data_dir / ACL_MARKER).exists() else argv[True],
             on_restart=self.metrics.etcd_restarts.inc,
             on_exit=lambda: self.probe.invalidate("etcd exited; the new process is not probed yet"))
         self.janitor = ElectionJanitor(
@@ -171,11 +174,21 @@ class PoolCoordinator:
         if result == "ok":
             self._acl_on.set()
 
+    @property
+    def _acl_marker(self) -> Path:
+        """Written once the access control was first switched on in this data folder."""
+        return self.config.data_dir / ACL_MARKER
+
     async def _open_to_the_pool(self) -> None:
-        """etcd starts listening on loopback only: until the first access-control reconcile switches
-        authentication on, every certificate of the pool CA may do anything, so no node may reach
-        it. Then it is restarted listening on the node's address too."""
+        """etcd starts listening on loopback only while its data folder has never had the access
+        control on (before it, every certificate of the pool CA may do anything, so no node may
+        reach it); after the first reconcile it is restarted listening on the node's address too.
+        A data folder that had it (authentication stays on in etcd's data) opens at once."""
+        if self._acl_marker.exists():
+            self.opened = True
+            return
         await self._acl_on.wait()
+        self._acl_marker.write_text("authentication on\n")
         self.supervisor.argv = tuple(self._open_argv)
         await self.supervisor.restart("access control is on: listening on the node's address")
         self.opened = True

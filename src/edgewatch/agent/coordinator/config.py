@@ -14,7 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from edgewatch.agent.coordinator.errors import CoordinatorError
-from edgewatch.poolkeys import KEY_ROOT
+from edgewatch.poolkeys import KEY_ROOT, MAX_LEADER_TTL_S
 
 __all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "MAX_POOL_CA_CERTS", "ClientTLS", "CoordinatorConfig",
            "CoordinatorEndpoint", "CoordinatorTLS", "NodeCertificateTLS", "check_pool_ca", "parse_coordinator_url"]
@@ -85,8 +85,9 @@ class CoordinatorConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.leader_ttl_s < 2:
-            problems.append("leader_ttl_s must be >= 2 (etcd's minimum lease TTL is about 1.5 s)")
+        if not 2 <= self.leader_ttl_s <= MAX_LEADER_TTL_S:
+            problems.append(f"leader_ttl_s must be in [2, {MAX_LEADER_TTL_S}] (etcd's minimum lease TTL is about "
+                            "1.5 s; the pool coordinator disqualifies a candidacy under a longer lease)")
         if not 0 < self.leader_keepalive_s <= self.leader_ttl_s / 3:
             problems.append("leader_keepalive_s must be in (0, leader_ttl_s / 3]")
         if not 0 < self.heartbeat_interval_s <= self.heartbeat_ttl_s / 3:
