@@ -29,12 +29,16 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["CLOCK_SLACK_S", "MAX_AHEAD_S", "MIN_AHEAD_S", "carry_ahead_s", "format_ahead", "parse_ahead"]
+__all__ = ["CLOCK_SLACK_S", "FALLBACK_AHEAD_S", "MAX_AHEAD_S", "MIN_AHEAD_S", "carry_ahead_s", "format_ahead",
+           "parse_ahead"]
 
 #: Slack for a kubelet clock behind the controller's and for watch and write delays, seconds.
 CLOCK_SLACK_S = 5.0
 #: The admission policy's own cap (deploy/15-policy-agent.yaml), seconds: whatever a controller publishes.
 MAX_AHEAD_S = 30
+#: The bound the admission policy applies while the beacon Lease names none (a controller older than
+#: the policy, during an upgrade), seconds: the beacon period with room for an older agent's estimate.
+FALLBACK_AHEAD_S = 10
 #: Below this an honest carrier's renewals (on the controller's clock as it last read it, up to a
 #: beacon period old) would be refused as often as not, seconds.
 MIN_AHEAD_S = 2

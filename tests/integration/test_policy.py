@@ -593,7 +593,7 @@ def test_a_renewal_in_the_future_is_refused(world: World, node_lease: dict[str, 
 def test_the_future_bound_is_the_controllers_and_capped(world: World, node_lease: dict[str, Any]) -> None:
     """The bound follows the controller's annotation (derived from the kubelet's renew interval and
     kube-controller-manager's grace: edgewatch.carryahead), at most 30 s whatever it says; without a
-    valid one, no carry at all."""
+    valid one (a controller older than the policy), 10 s."""
     cp = world.admin
     try:
         controller = _controller_clock(cp, ahead="5s")  # the lab's grace of 20 s: 20 - 10 - 5
@@ -602,9 +602,10 @@ def test_the_future_bound_is_the_controllers_and_capped(world: World, node_lease
         controller = _controller_clock(cp, ahead="99s")  # a controller bug cannot widen it past 30 s
         _eventually_refused(world.n1, controller + dt.timedelta(seconds=31), "more than 30s past")
         assert _allowed(world.n1, controller + dt.timedelta(seconds=29))
-        for bad in (None, "", "5m", "-5s", "1.5s", "100s"):
+        for bad in (None, "", "5m", "-5s", "1.5s", "100s"):  # an older controller: the 10 s fallback
             controller = _controller_clock(cp, ahead=bad)
-            _eventually_refused(world.n1, controller, "names no carry bound")
+            _eventually_refused(world.n1, controller + dt.timedelta(seconds=11), "names no edgewatch.io/carry-ahead")
+            assert _allowed(world.n1, controller + dt.timedelta(seconds=9))
     finally:
         _controller_clock(cp)
 

@@ -47,7 +47,7 @@ from edgewatch.core.evidence import encode_evidence
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat
 from edgewatch.kube.api import ApiError, AsyncClient, HttpError, Lease, LeaseSpec, ObjectMeta
-from edgewatch.carryahead import parse_ahead
+from edgewatch.carryahead import FALLBACK_AHEAD_S, parse_ahead
 from edgewatch.names import (
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
@@ -189,7 +189,8 @@ class EvidenceReporter:
         if lease is None:
             return
         annotations = lease.metadata.annotations or {} if lease.metadata else {}
-        self.cloud_clock.limit(parse_ahead(annotations.get(CARRY_AHEAD_ANNOTATION)))
+        ahead = parse_ahead(annotations.get(CARRY_AHEAD_ANNOTATION))
+        self.cloud_clock.limit(FALLBACK_AHEAD_S if ahead is None else ahead)  # the policy's own fallback
         if lease.spec is not None and isinstance(lease.spec.renewTime, dt.datetime):
             self.cloud_clock.observe(lease.spec.renewTime)
         key_text = annotations.get(BEACON_KEY_ANNOTATION)
