@@ -271,11 +271,12 @@ class PlaygroundCluster:
             coordinators = {p.name: AUTO for p in sc.topology.pools if p.coordinator}
         config = install.edgewatch_config(grouping=sc.topology.grouping, coordinators=coordinators,
                                           out_of_service_pools=sc.out_of_service_pools())
+        args = [f"--autonomy={sc.timings.autonomy_s:g}"]
+        if release is None:  # releases before this checkout's (0.1.0) have no --node-monitor-grace
+            args.append(f"--node-monitor-grace={sc.timings.node_monitor_grace_s:g}")
         return install.install(
             method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
-            kubeconfig=self.admin_kubeconfig, config=config,
-            controller_args=[f"--autonomy={sc.timings.autonomy_s:g}",
-                             f"--node-monitor-grace={sc.timings.node_monitor_grace_s:g}"],
+            kubeconfig=self.admin_kubeconfig, config=config, controller_args=args,
             controller_replicas=min(2, sc.topology.cloud_nodes), release=release)
 
     def stop(self) -> None:
