@@ -136,7 +136,7 @@ def attack_future_renewal(c: PlaygroundCluster) -> None:
         time.sleep(1)
 
 
-def attack_carries_ahead_of_a_live_node(c: PlaygroundCluster, *, duration_s: float = 60) -> tuple[int, int, int]:
+def attack_carries_ahead_of_a_live_node(c: PlaygroundCluster, *, duration_s: float = 45) -> tuple[int, int, int]:
     """The measured attack on the bound: a-1 carries live a-2's Lease as far ahead of the
     controller's clock as the apiserver admits (the beacon's renewTime + its published bound),
     then waits until a-2's kubelet renews past it, and again; kube-controller-manager counts a
