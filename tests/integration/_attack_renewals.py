@@ -19,11 +19,11 @@ import contextlib
 import datetime as dt
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from _attacker import Attacker, taints
 from _pool import edge, node, wait
-from lightkube import ApiError
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
@@ -61,35 +61,46 @@ def _killed(c: PlaygroundCluster, name: str) -> Iterator[float]:
         wait(lambda: _healthy(c, name), 120, f"{name} healthy again after revive")
 
 
+async def _rounds_until_failed(c: PlaygroundCluster, attacker: Attacker, killed: float,
+                               round_: Callable[[AsyncClient], Awaitable[None]], *, min_rounds: int) -> float | None:
+    """Play ``round_`` with the attacker's client every 2 s (for at most 60 s after the kill) until
+    a-5 carries the failed taint and ``min_rounds`` were played; seconds from the kill to the
+    taint, or None if it never came."""
+    client = attacker.client()
+    rounds = 0
+    failed_after: float | None = None
+    try:
+        while time.monotonic() - killed < 60:
+            await round_(client)
+            rounds += 1
+            if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(c, "a-5"):
+                failed_after = time.monotonic() - killed
+            if failed_after is not None and rounds >= min_rounds:
+                break
+            await asyncio.sleep(2)
+    finally:
+        await client.close()
+    return failed_after
+
+
 def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
     """a-5 is killed; a-1 renews its Lease with no mark every 2 s. Returns seconds from the kill
     to the failed taint (with every renewal refused)."""
     attacker = Attacker(c)
     with _killed(c, "a-5") as killed:
-        async def attack() -> tuple[int, int, float | None]:
-            client = attacker.client()
-            tried = refused = 0
-            failed_after: float | None = None
-            try:
-                while time.monotonic() - killed < 60:
-                    body = {"spec": {"renewTime": format_micro_time(dt.datetime.now(dt.UTC))}}
-                    tried += 1
-                    try:
-                        await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE,
-                                           patch_type=PatchType.MERGE)
-                    except ApiError as exc:
-                        assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
-                        refused += 1
-                    if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(c, "a-5"):
-                        failed_after = time.monotonic() - killed
-                    if failed_after is not None and tried >= 10:
-                        break
-                    await asyncio.sleep(2)
-            finally:
-                await client.close()
-            return tried, refused, failed_after
+        tried = refused = 0
 
-        tried, refused, failed_after = asyncio.run(attack())
+        async def bare_renewal(client: AsyncClient) -> None:
+            nonlocal tried, refused
+            body = {"spec": {"renewTime": format_micro_time(dt.datetime.now(dt.UTC))}}
+            tried += 1
+            try:
+                await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+            except ApiError as exc:
+                assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
+                refused += 1
+
+        failed_after = asyncio.run(_rounds_until_failed(c, attacker, killed, bare_renewal, min_rounds=10))
         assert refused == tried > 0, f"{tried - refused} of {tried} bare renewals were accepted"
         assert failed_after is not None, "the dead node was never judged failed"
         print(f"\nbare renewals of a dead node: {refused}/{tried} refused; failed after {failed_after:.1f} s")
@@ -222,49 +233,38 @@ def attack_respelled_and_spoiled_marks(c: PlaygroundCluster) -> tuple[int, int, 
     mark = {"edgewatch.io/delegate-heartbeat": "true", "edgewatch.io/delegated-by": attacker.node,
             "edgewatch.io/delegated-via": "peer"}
     with _killed(c, "a-5") as killed:
-        async def attack() -> tuple[int, int, float | None]:
-            client = attacker.client()
-            respelled = spoiled = 0
-            failed_after: float | None = None
-            try:
-                while time.monotonic() - killed < 60:
-                    now = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
-                    body = {"spec": {"renewTime": _whole_second(now, micro=True)}, "metadata": {"annotations": {
-                        **mark, "edgewatch.io/delegated-renew-time": _whole_second(now, micro=False)}}}
-                    try:
-                        await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE,
-                                           patch_type=PatchType.MERGE)
-                        raise AssertionError(f"a respelled mark was admitted: {body}")
-                    except ApiError as exc:
-                        assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
-                        respelled += 1
-                    # step one, a correct carry (allowed: a-1 is in a-5's group), then the spoiling patch
-                    carried = _whole_second(now, micro=True)
-                    try:
-                        await client.patch(Lease, "a-5", {"spec": {"renewTime": carried}, "metadata": {"annotations": {
-                            **mark, "edgewatch.io/delegated-renew-time": carried}}},
-                            namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
-                    except ApiError as exc:  # the controller's own hold may have written in between
-                        assert exc.status.code in (403, 409), f"{exc.status.code} {exc.status.message}"
-                    for spoil in ({"edgewatch.io/delegated-renew-time": "2000-01-01T00:00:00.000000Z"},
-                                  {"edgewatch.io/delegate-heartbeat": None}):
-                        try:
-                            await client.patch(Lease, "a-5", {"metadata": {"annotations": spoil}},
-                                               namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
-                            raise AssertionError(f"a spoiling patch was admitted: {spoil}")
-                        except ApiError as exc:
-                            assert _refused_by(exc, MARK_REMOVAL_POLICY), f"{exc.status.code} {exc.status.message}"
-                            spoiled += 1
-                    if failed_after is None and FAILED_TAINT_KEY + ":NoExecute" in taints(c, "a-5"):
-                        failed_after = time.monotonic() - killed
-                    if failed_after is not None and respelled >= 5:
-                        break
-                    await asyncio.sleep(2)
-            finally:
-                await client.close()
-            return respelled, spoiled, failed_after
+        respelled = spoiled = 0
 
-        respelled, spoiled, failed_after = asyncio.run(attack())
+        async def both_spellings(client: AsyncClient) -> None:
+            nonlocal respelled, spoiled
+            now = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+            body = {"spec": {"renewTime": _whole_second(now, micro=True)}, "metadata": {"annotations": {
+                **mark, "edgewatch.io/delegated-renew-time": _whole_second(now, micro=False)}}}
+            try:
+                await client.patch(Lease, "a-5", body, namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+                raise AssertionError(f"a respelled mark was admitted: {body}")
+            except ApiError as exc:
+                assert _refused_by(exc, CARRY_POLICY), f"{exc.status.code} {exc.status.message}"
+                respelled += 1
+            # step one, a correct carry (allowed: a-1 is in a-5's group), then the spoiling patch
+            carried = _whole_second(now, micro=True)
+            try:
+                await client.patch(Lease, "a-5", {"spec": {"renewTime": carried}, "metadata": {"annotations": {
+                    **mark, "edgewatch.io/delegated-renew-time": carried}}},
+                    namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+            except ApiError as exc:  # the controller's own hold may have written in between
+                assert exc.status.code in (403, 409), f"{exc.status.code} {exc.status.message}"
+            for spoil in ({"edgewatch.io/delegated-renew-time": "2000-01-01T00:00:00.000000Z"},
+                          {"edgewatch.io/delegate-heartbeat": None}):
+                try:
+                    await client.patch(Lease, "a-5", {"metadata": {"annotations": spoil}},
+                                       namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE)
+                    raise AssertionError(f"a spoiling patch was admitted: {spoil}")
+                except ApiError as exc:
+                    assert _refused_by(exc, MARK_REMOVAL_POLICY), f"{exc.status.code} {exc.status.message}"
+                    spoiled += 1
+
+        failed_after = asyncio.run(_rounds_until_failed(c, attacker, killed, both_spellings, min_rounds=5))
         assert failed_after is not None, "the dead node was never judged failed"
         print(f"\nrespelled marks: {respelled} refused; spoiling patches: {spoiled} refused; "
               f"a-5 failed {failed_after:.1f} s after the kill")

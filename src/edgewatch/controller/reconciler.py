@@ -95,6 +95,7 @@ from edgewatch.controller.roster import RosterPublisher
 from edgewatch.controller.seen import SeenObjects
 from edgewatch.controller.snapshots import (
     LEASE,
+    event_to_api,
     lease_snapshot,
     node_snapshot,
     taint_to_api,
@@ -107,7 +108,7 @@ from edgewatch.controller.quiet import only_renewed, plan_inputs
 from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
-from edgewatch.timefmt import MonotonicClock, format_micro_time, format_rfc3339
+from edgewatch.timefmt import MonotonicClock, format_micro_time
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher
@@ -265,12 +266,7 @@ class Reconciler:
         name = node.metadata.name
         self._node_cache.seen(name, None if op == "DELETED" else node)
         if op == "DELETED":
-            self.plans.pop(name)
-            self.cut_off.forget(name)
-            self.agents_silent.forget(name)
-            self.shown.forget(name)
-            self.observations.forget(name=name)
-            self._unproven.pop(name, None)
+            self._forget_node(name)
             self.queue.forget(name)
             self._labels.pop(name, None)
             self.moves.forget(name)
@@ -282,6 +278,15 @@ class Reconciler:
             self.metrics.node_moves.inc()
         self._cover_in_evidence(name)
         self.queue.add(name)
+
+    def _forget_node(self, name: str) -> None:
+        """Drop what is kept of a deleted Node: its plan, trackers, shown condition, observations."""
+        self.plans.pop(name)
+        self.cut_off.forget(name)
+        self.agents_silent.forget(name)
+        self.shown.forget(name)
+        self.observations.forget(name=name)
+        self._unproven.pop(name, None)
 
     def pool_of(self, name: str) -> str | None:
         """The pool (label ``edgewatch.io/pool``) of a covered node, or None: whose CA signs its certificate."""
@@ -387,12 +392,7 @@ class Reconciler:
                 node = await self._call(self.client.get(Node, name))
             except ApiError as exc:
                 if exc.status.code == 404:
-                    self.plans.pop(name)
-                    self.cut_off.forget(name)
-                    self.agents_silent.forget(name)
-                    self.shown.forget(name)
-                    self.observations.forget(name=name)
-                    self._unproven.pop(name, None)
+                    self._forget_node(name)
                     return None
                 raise
         lease = self._lease_cache.get(name) if name not in self._held else None
@@ -591,15 +591,9 @@ class Reconciler:
         return await self.evictor.evict_due(name, taint_added_at=added, now=now)
 
     async def _record_event(self, node: Node, *, reason: str, message: str, type_: str) -> None:
-        now = format_rfc3339(self.clock())
-        event = Event.from_dict({
-            "metadata": {"name": f"{node.metadata.name}.{secrets.token_hex(6)}", "namespace": "default"},
-            "involvedObject": {"kind": "Node", "name": node.metadata.name, "uid": node.metadata.uid,
-                               "apiVersion": "v1"},
-            "reason": reason, "message": message, "type": type_,
-            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        })
+        event = Event.from_dict(event_to_api(node=node.metadata.name, uid=node.metadata.uid, reason=reason,
+                                             message=message, type_=type_, component=COMPONENT, now=self.clock(),
+                                             suffix=secrets.token_hex(6)))
         try:
             await self._call(self.client.create(event))
         except API_ERRORS as exc:

@@ -1,5 +1,5 @@
 """From API objects and the controller's observations to the decision core's snapshots
-(``edgewatch.controller.model``), and back (a taint as API JSON).
+(``edgewatch.controller.model``), and back (a taint, an Event on a Node, as API JSON).
 
 The Lease builder also *records* what it sees (``edgewatch.controller.observations``): the Lease's
 renewTime is an identity whose changes the controller times with its own clock; the snapshot
@@ -23,7 +23,7 @@ from edgewatch.kube.leases import lease_renew_text
 from edgewatch.leasemark import mark_is_current
 from edgewatch.timefmt import format_rfc3339
 
-__all__ = ["lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
+__all__ = ["event_to_api", "lease_snapshot", "node_snapshot", "pod_tolerations", "taint_to_api"]
 
 #: Observation kind (key of ``Observations``): a node's Lease renewal.
 LEASE = "lease"
@@ -106,3 +106,17 @@ def taint_to_api(taint: Taint) -> dict[str, str]:
     if taint.time_added is not None:
         body["timeAdded"] = format_rfc3339(taint.time_added)
     return body
+
+
+def event_to_api(*, node: str, uid: str | None, reason: str, message: str, type_: str, component: str,
+                 now: float, suffix: str) -> dict[str, object]:
+    """An Event on Node ``node`` as the API's JSON (``core/v1``, in ``default`` as kubectl shows
+    Node Events), named ``<node>.<suffix>``; ``now`` in seconds since the epoch."""
+    at = format_rfc3339(now)
+    return {
+        "metadata": {"name": f"{node}.{suffix}", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": node, "uid": uid, "apiVersion": "v1"},
+        "reason": reason, "message": message, "type": type_,
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": at, "lastTimestamp": at, "count": 1,
+    }

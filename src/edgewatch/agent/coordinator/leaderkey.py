@@ -3,10 +3,10 @@
 a snapshot, then the watch; a health probe that re-reads them (proves the coordinator answers,
 repairs a missed event) and deletes this node's own candidacy left by its previous incarnation.
 
-Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision), never one this
-the coordinator disqualified (``leader/disqualified/<node>``: a candidacy put while another led,
-or under a long lease; ``edgewatch.pooletcd.janitor``); only the leader's sync key counts. A node can write only its own candidacy and sync key (etcd's access
-control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
+Who leads is ``poolkeys.leader_of`` over the candidacies (lowest create revision), never one the
+coordinator disqualified (``leader/disqualified/<node>``: a candidacy put while another led, or
+under a long lease; ``edgewatch.pooletcd.janitor``); only the leader's sync key counts. A node can
+write only its own candidacy and sync key (etcd's access control, ``edgewatch.pooletcd``), so no node can hold or end another's leadership; a malformed
 candidacy (no lease, a bad name) is counted and ignored, never obeyed and never needed to delete.
 Both values are sealed by the node the key names (``edgewatch.core.seal``): a sync key that is not
 is counted and treated as absent; a candidacy that is not (a forgery by the coordinator's host, a
