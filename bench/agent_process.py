@@ -101,10 +101,12 @@ def ready(addr: str) -> bool:
         return False
 
 
-def metrics_of(addr: str) -> dict[str, float]:
-    """The agent's /metrics as ``{'name{labels}': value}`` ({} when it does not answer)."""
+def metrics_of(addr: str, token: str) -> dict[str, float]:
+    """The agent's /metrics as ``{'name{labels}': value}`` ({} when it does not answer), read with
+    ``token`` (one that may ``get /metrics``: the shipped scraper ServiceAccount's)."""
     try:
-        with urllib.request.urlopen(f"http://{addr}:51005/metrics", timeout=5) as resp:
+        req = urllib.request.Request(f"http://{addr}:51005/metrics", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
             text = resp.read().decode()
     except OSError:
         return {}
@@ -253,6 +255,9 @@ async def measure(cp: ControlPlane, n: int, opts: Options, workdir: Path) -> dic
         etcd = EtcdServer(binary=cp.binaries.etcd)
         await asyncio.to_thread(etcd.start)
         await put_config(kubeconfig, {CONFIG_KEY_POOL_COORDINATORS: f"{POOL}: {etcd.client_url}\n"})
+    deploy = Path(__file__).resolve().parents[1] / "deploy"  # /metrics needs the shipped scraper's token
+    cp.kubectl("apply", "-f", str(deploy / "00-namespace.yaml"), "-f", str(deploy / "13-rbac-metrics.yaml"))
+    token = cp.kubectl("create", "token", "edgewatch-metrics-scraper", "--namespace", "edgewatch").strip()
     t0 = time.monotonic()
     await create_nodes(kubeconfig, names, {POOL_LABEL: POOL} if opts.coordinator else {})
     created_s = time.monotonic() - t0
@@ -281,16 +286,16 @@ async def measure(cp: ControlPlane, n: int, opts: Options, workdir: Path) -> dic
                  "--log-level", "WARNING"],
                 stdout=subprocess.DEVNULL, stderr=open(state / "agent.log", "wb"), env=env)
             if opts.coordinator and name == me and opts.role == "leader":
-                await wait_for(lambda: role_of(metrics_of(address(index[me]))) == "leader", timeout_s=60,
+                await wait_for(lambda: role_of(metrics_of(address(index[me]), token)) == "leader", timeout_s=60,
                                what="M to lead its pool")
             if opts.coordinator and name == others[-1] and opts.role == "follower":
-                await wait_for(lambda: any(role_of(metrics_of(address(index[x]))) == "leader" for x in others),
+                await wait_for(lambda: any(role_of(metrics_of(address(index[x]), token)) == "leader" for x in others),
                                timeout_s=60, what="a neighbour to lead the pool")
         await wait_for(lambda: ready(address(index[me])), timeout_s=120, what="M ready")
         start_s = time.monotonic() - started[me]
         await asyncio.sleep(30)  # warm-up: every detector has seen its neighbours
         pid = procs[me].pid
-        seen = check_running(await asyncio.to_thread(metrics_of, address(index[me])), address(index[me]),
+        seen = check_running(await asyncio.to_thread(metrics_of, address(index[me]), token), address(index[me]),
                              pool_cache=opts.pool_cache, coordinator=opts.coordinator, role=opts.role)
         cpu0, t1 = proc_cpu_s(pid), time.monotonic()
         helpers0 = {x: proc_cpu_s(p.pid) for x, p in procs.items() if x != me}
@@ -301,7 +306,7 @@ async def measure(cp: ControlPlane, n: int, opts: Options, workdir: Path) -> dic
         memory = proc_memory_mib(pid)
         memory_map = proc_memory_map_mib(pid, top=8)
         threads = proc_threads(pid)
-        metrics = await asyncio.to_thread(metrics_of, address(index[me]))
+        metrics = await asyncio.to_thread(metrics_of, address(index[me]), token)
         if opts.coordinator:
             assert role_of(metrics) == opts.role, f"M's role changed during the window: {role_of(metrics)}"
         probes_ok = metrics.get('edgewatch_agent_probes_total{result="ok"}', 0.0)

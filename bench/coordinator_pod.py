@@ -211,6 +211,8 @@ class Pod:
     host_ip: str
     port: int
     data_dir: Path
+    #: a token that may ``get /metrics`` (the shipped scraper ServiceAccount's), sent with every GET
+    token: str = ""
 
     @property
     def ops_port(self) -> int:
@@ -222,7 +224,9 @@ class Pod:
 
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ops_port}{path}", timeout=5) as resp:
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.ops_port}{path}",
+                                                               headers=headers), timeout=5) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
@@ -428,6 +432,10 @@ def measure(n: int, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]
             pod = start_pod(kubeconfig=kubeconfig, etcd=etcd, node=node_name(0), host_ip=node_address(0),
                             data_dir=data, log=work / "pod-0.log")
             pods.append(pod)
+            # the pod's /metrics answers only a token allowed to read it: the shipped scraper's
+            deploy = Path(__file__).resolve().parents[1] / "deploy"
+            cp.kubectl("apply", "-f", str(deploy / "00-namespace.yaml"), "-f", str(deploy / "13-rbac-metrics.yaml"))
+            pod.token = cp.kubectl("create", "token", "edgewatch-metrics-scraper", "--namespace", "edgewatch").strip()
             started = time.monotonic()
             row["pod_ready_s"] = round(wait_until(pod.ready, timeout_s=90, what="the pod's /readyz"), 1)
             nodes = [{"name": node_name(i), "cut": is_cut(i), **issue_node_certificate(ca, work / "nodes" / node_name(i),

@@ -71,9 +71,11 @@ with urllib.request.urlopen(req, context=ctx, timeout=600) as resp:
 """
 
 
+# argv: a token that may get /metrics (the playground's scraper token)
 METRICS = """
-import urllib.request
-print(urllib.request.urlopen("http://127.0.0.1:51005/metrics", timeout=10).read().decode())
+import sys, urllib.request
+req = urllib.request.Request("http://127.0.0.1:51005/metrics", headers={"Authorization": "Bearer " + sys.argv[1]})
+print(urllib.request.urlopen(req, timeout=10).read().decode())
 """
 
 
@@ -190,7 +192,7 @@ async def _latency(cluster: PlaygroundCluster, client: Any, *, nodes: int, chang
     proc.kill()
     _, watcher_err = proc.communicate()
     await thread
-    probe = subprocess.run(node.host.wrap_argv([sys.executable, "-c", METRICS]), capture_output=True, text=True,
+    probe = subprocess.run(node.host.wrap_argv([sys.executable, "-c", METRICS, cluster.metrics_token() or ""]), capture_output=True, text=True,
                            timeout=20)
     source = [line.split('"')[1] for line in probe.stdout.splitlines()
               if line.startswith("edgewatch_poolcache_source{") and line.rstrip().endswith(" 1.0")]

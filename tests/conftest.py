@@ -7,6 +7,7 @@ KUBEBUILDER_ASSETS; see edgewatch_lab.testing.binaries.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -31,6 +32,15 @@ def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
     """One control plane for the session on 127.0.0.1, at the short test timings."""
     with ControlPlane(binaries=binaries, timings=TEST_TIMINGS) as cp:
         yield cp
+
+
+@pytest.fixture
+def metrics_token(control_plane: ControlPlane) -> str:
+    """A token of the shipped scraper ServiceAccount (deploy/13-rbac-metrics.yaml applied with its
+    namespace): what may read edgewatch's /metrics."""
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    control_plane.kubectl("apply", "-f", str(deploy / "00-namespace.yaml"), "-f", str(deploy / "13-rbac-metrics.yaml"))
+    return control_plane.kubectl("create", "token", "edgewatch-metrics-scraper", "--namespace", "edgewatch").strip()
 
 
 @pytest.fixture

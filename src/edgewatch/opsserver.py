@@ -7,13 +7,18 @@ Why not aiohttp (the agent's server): these processes then import no HTTP server
 ``wsgiref`` from the standard library plus prometheus-client's own WSGI app and threading server are
 enough for three GET endpoints scraped every few seconds.
 
-Limits: HTTP only (no TLS, no auth), like kube-controller-manager's insecure metrics port of old;
-bind it to the pod or host address, not a public one. ``readiness`` runs in the server's threads:
-it must only read state (no I/O, no event-loop call).
+``/metrics`` is served only to a scraper the cloud allows to ``get /metrics`` when a guard is
+given (:mod:`edgewatch.metricsauth`; the check runs on the caller's event loop, the server's
+thread waits for it at most :data:`CHECK_TIMEOUT_S`); ``/healthz`` and ``/readyz`` are open (the
+kubelet's probes carry no token).
+
+Limits: HTTP only (no TLS); bind it to the pod or host address, not a public one. ``readiness``
+runs in the server's threads: it must only read state (no I/O, no event-loop call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -24,7 +29,13 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
-__all__ = ["serve_ops"]
+from edgewatch.metricsauth import MetricsGuard
+
+__all__ = ["CHECK_TIMEOUT_S", "serve_ops"]
+
+CHECK_TIMEOUT_S = 10.0
+"""Longest wait of a ``/metrics`` request for its token's check, seconds (two reviews of at most
+5 s each, :class:`edgewatch.poolcache.reviews.ReviewPolicy`)."""
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -32,12 +43,22 @@ class _QuietHandler(WSGIRequestHandler):
         """No access log."""
 
 
-def _app(*, registry: CollectorRegistry, readiness: Callable[[], str | None]) -> Callable[..., Iterable[bytes]]:
+def _app(*, registry: CollectorRegistry, readiness: Callable[[], str | None],
+         guard: tuple[MetricsGuard, asyncio.AbstractEventLoop] | None) -> Callable[..., Iterable[bytes]]:
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
+            if guard is not None:
+                refusal = guard[0].check_from_thread(environ.get("HTTP_AUTHORIZATION"), loop=guard[1],
+                                                     timeout_s=CHECK_TIMEOUT_S)
+                if refusal is not None:
+                    headers = [("Content-Type", "text/plain")]
+                    if refusal.retry_after_s:
+                        headers.append(("Retry-After", str(refusal.retry_after_s)))
+                    start_response(f"{refusal.code} {refusal.status_reason}", headers)
+                    return [refusal.message.encode() + b"\n"]
             return metrics(environ, start_response)
         if path == "/healthz":
             start_response("200 OK", [("Content-Type", "text/plain")])
@@ -57,16 +78,20 @@ def _app(*, registry: CollectorRegistry, readiness: Callable[[], str | None]) ->
 
 @contextlib.contextmanager
 def serve_ops(*, address: str, port: int, registry: CollectorRegistry,
-              readiness: Callable[[], str | None] = lambda: None) -> Iterator[int]:
+              readiness: Callable[[], str | None] = lambda: None, guard: MetricsGuard | None = None) -> Iterator[int]:
     """Serve the ops endpoints on ``address:port`` (port 0: any free port) while the context is open;
     yields the port. ``readiness()`` returns None when ready, else why not (the 503's text).
+    ``guard``: who may read ``/metrics`` (None: anyone); given, this must be entered from a
+    coroutine, whose event loop runs the checks.
 
     Raises:
         OSError: the address cannot be bound.
+        RuntimeError: a guard without a running event loop.
     """
+    guarded = (guard, asyncio.get_running_loop()) if guard is not None else None
     family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("OpsServer", (ThreadingWSGIServer,), {"address_family": family})
-    server = make_server(address, port, _app(registry=registry, readiness=readiness), server_class=server_class,
+    server = make_server(address, port, _app(registry=registry, readiness=readiness, guard=guarded), server_class=server_class,
                          handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="ops-http", daemon=True)
     thread.start()

@@ -40,11 +40,11 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def metric(url: str, name: str, /, **labels: str) -> float | None:
-    """Sum of the samples of ``name`` whose labels include ``labels`` at a /metrics ``url``;
-    None when the endpoint does not answer."""
+def metric(url: str, name: str, headers: dict[str, str], /, **labels: str) -> float | None:
+    """Sum of the samples of ``name`` whose labels include ``labels`` at a /metrics ``url`` (read
+    with ``headers``: the lab's scraper token); None when the endpoint does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
             text = resp.read().decode()
     except OSError:
         return None
@@ -58,14 +58,14 @@ def metric(url: str, name: str, /, **labels: str) -> float | None:
 
 def controller(cluster: PlaygroundCluster, name: str, /, **labels: str) -> float:
     """A controller metric summed over the replicas that answer (each on its cloud node, port 51006)."""
-    values = [metric(f"http://{cluster.nodes[n].address}:51006/metrics", name, **labels)
+    values = [metric(f"http://{cluster.nodes[n].address}:51006/metrics", name, cluster.metrics_headers(), **labels)
               for n in cluster.scenario.cloud_node_names()]
     return sum(v for v in values if v is not None)
 
 
 def agent(cluster: PlaygroundCluster, host: str, name: str, /, **labels: str) -> float | None:
     """A metric of the agent on ``host`` (port 51005), None while it does not answer."""
-    return metric(f"http://{cluster.nodes[host].address}:51005/metrics", name, **labels)
+    return metric(f"http://{cluster.nodes[host].address}:51005/metrics", name, cluster.metrics_headers(), **labels)
 
 
 def _agent_pid(cluster: PlaygroundCluster, node: str) -> int:

@@ -98,9 +98,10 @@ def open_sockets(pid: int) -> int:
 
 def http_get(cluster: PlaygroundCluster, from_node: str, path: str) -> tuple[int, str]:
     """GET ``path`` on the victim's peer port from inside ``from_node``'s network namespace
-    (curl, 3 s); (0, error) when no answer came."""
+    (curl, 3 s; ``/metrics`` with the lab's scraper token); (0, error) when no answer came."""
     url = f"http://{cluster.nodes[VICTIM].address}:{PORT}{path}"
-    done = cluster.nodes[from_node].host.run(["curl", "-sS", "-m", "3", "-w", "\n%{http_code}", url], timeout=6)
+    auth = [arg for k, v in cluster.metrics_headers().items() for arg in ("-H", f"{k}: {v}")] if path == "/metrics" else []
+    done = cluster.nodes[from_node].host.run(["curl", "-sS", "-m", "3", *auth, "-w", "\n%{http_code}", url], timeout=6)
     body, _, code = done.stdout.rpartition("\n")
     return (int(code) if code.isdigit() else 0), (body if code.isdigit() and code != "000" else done.stderr)
 

@@ -93,7 +93,8 @@ def controller_metric(c: PlaygroundCluster, name: str, labels: dict[str, str]) -
     total = 0.0
     for node in c.scenario.cloud_node_names():
         try:
-            with urllib.request.urlopen(f"http://{c.nodes[node].address}:51006/metrics", timeout=5) as resp:
+            with urllib.request.urlopen(urllib.request.Request(f"http://{c.nodes[node].address}:51006/metrics",
+                                                               headers=c.metrics_headers()), timeout=5) as resp:
                 text = resp.read().decode()
         except OSError:
             continue

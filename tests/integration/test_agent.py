@@ -68,7 +68,8 @@ def _post(url: str, body: bytes) -> int:
 
 
 def _metric(c: PlaygroundCluster, name: str, metric: str, labels: str) -> float:
-    with urllib.request.urlopen(_url(c, name, "/metrics"), timeout=5) as resp:
+    req = urllib.request.Request(_url(c, name, "/metrics"), headers=c.metrics_headers())
+    with urllib.request.urlopen(req, timeout=5) as resp:
         text = resp.read().decode()
     m = re.search(rf"^{re.escape(metric)}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -227,3 +228,43 @@ def test_agent_status_command_lists_every_node(cluster: PlaygroundCluster) -> No
     table = {r["node"]: r for r in asyncio.run(rows())}
     assert set(NODES) <= set(table)
     assert all(table[n]["edge"] == "healthy" and table[n]["pool"] == "a" for n in NODES)
+
+
+def _read(url: str, token: str | None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def test_metrics_tell_the_map_only_to_the_metrics_reader(cluster: PlaygroundCluster) -> None:
+    """The attack: from the LAN, or as root on a-1 with a-1's own pod-bound agent token, or with any
+    pod's ServiceAccount token, read a-2's /metrics (the group's members, the pool's leader, every
+    link state) and the controller's. Each is refused (401/403) and counted; the shipped scraper
+    ServiceAccount's token reads them; the kubelet's probes (/healthz, /readyz) stay open."""
+    from _attacker import agent_token
+
+    assert cluster.cp is not None
+    victim = _url(cluster, "a-2", "/metrics")
+    controllers = [f"http://{cluster.nodes[n].address}:51006" for n in cluster.scenario.cloud_node_names()]
+    controller = next(url for url in controllers if _read(f"{url}/healthz", None)[0] == 200) + "/metrics"
+    any_pod = cluster.cp.kubectl("create", "token", "default", "--namespace", "default").strip()
+    stolen = agent_token(cluster, "a-1")
+    for url in (victim, controller):
+        code, body = _read(url, None)
+        assert code == 401 and "edgewatch_" not in body, (url, code, body[:300])
+        code, body = _read(url, "not-a-token")
+        assert code == 401 and "edgewatch_" not in body, (url, code, body[:300])
+        for token in (stolen, any_pod):
+            code, body = _read(url, token)
+            assert code == 403 and 'cannot get path "/metrics"' in body, (url, code, body[:300])
+        code, body = _read(url, cluster.metrics_token())
+        assert code == 200 and "edgewatch_metrics_access_refused_requests_total" in body, (url, code, body[:300])
+    assert _metric(cluster, "a-2", "edgewatch_metrics_access_refused_requests_total",
+                   'code="401",reason="no_token"') >= 1
+    assert _metric(cluster, "a-2", "edgewatch_metrics_access_refused_requests_total",
+                   'code="403",reason="forbidden"') >= 2
+    assert _read(_url(cluster, "a-2", "/readyz"), None) == (200, "ok\n")
+    assert _read(_url(cluster, "a-2", "/healthz"), None) == (200, "ok\n")

@@ -225,6 +225,14 @@ def test_podmonitor_and_the_metrics_service_select_the_controller_pods_metrics_p
     ports = {p["name"]: p for c in deployment["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
     (endpoint,) = pm["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+    # with the shipped scraper's token (deploy/13-rbac-metrics.yaml: /metrics needs one)
+    rbac = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((ROOT / "deploy/13-rbac-metrics.yaml")
+                                                                              .read_text())}
+    secret = rbac[("Secret", endpoint["authorization"]["credentials"]["name"])]
+    assert endpoint["authorization"]["type"] == "Bearer" and endpoint["authorization"]["credentials"]["key"] == "token"
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["namespace"] == pm["metadata"]["namespace"]
+    assert ("ServiceAccount", secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]) in rbac
     assert f"--metrics-port={ports[endpoint['port']]['containerPort']}" in deployment["spec"]["template"]["spec"][
         "containers"][0]["args"]
     # the headless Service (for a ServiceMonitor or kubernetes_sd role endpoints) reaches the same port

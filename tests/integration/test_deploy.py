@@ -184,6 +184,10 @@ def test_agent_rbac_is_least_privilege(applied: str, control_plane: ControlPlane
     ("watch", "pods", "default", False),
     ("patch", "configmaps/edgewatch-pool-coordinators", "edgewatch", True),
     ("update", "configmaps/edgewatch-pool-coordinators", "edgewatch", True),
+    # who may read its /metrics (edgewatch.metricsauth) ...
+    ("create", "tokenreviews.authentication.k8s.io", None, True),
+    ("create", "subjectaccessreviews.authorization.k8s.io", None, True),
+    ("list", "tokenreviews.authentication.k8s.io", None, False),
 ])
 def test_controller_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
                                             namespace: str | None, allowed: bool) -> None:
@@ -211,10 +215,25 @@ def test_controller_rbac_is_least_privilege(applied: str, control_plane: Control
     ("list", "pods", "edgewatch", False),
     ("update", "leases", "kube-node-lease", False),
     ("create", "deployments.apps", "edgewatch", False),
+    # who may read its /metrics (edgewatch.metricsauth)
+    ("create", "tokenreviews.authentication.k8s.io", None, True),
+    ("create", "subjectaccessreviews.authorization.k8s.io", None, True),
 ])
 def test_coordinator_rbac_is_least_privilege(applied: str, control_plane: ControlPlane, verb: str, resource: str,
                                              namespace: str | None, allowed: bool) -> None:
     assert can_i(control_plane, COORDINATOR, verb, resource, namespace=namespace) is allowed
+
+
+@pytest.mark.parametrize(("who", "allowed"), [
+    ("system:serviceaccount:edgewatch:edgewatch-metrics-scraper", True),
+    (AGENT, False), (CONTROLLER, False), (COORDINATOR, False),   # one node's credential reads no metrics
+    ("system:serviceaccount:default:default", False),
+])
+def test_only_the_metrics_reader_may_get_metrics(applied: str, control_plane: ControlPlane, who: str,
+                                                 allowed: bool) -> None:
+    assert can_i(control_plane, who, "get", "/metrics") is allowed
+    assert not can_i(control_plane, "system:serviceaccount:edgewatch:edgewatch-metrics-scraper", "get", "pods",
+                     namespace="edgewatch")
 
 
 @pytest.mark.parametrize(("verb", "resource"), [("get", "configmaps/edgewatch-pool-coordinators"),

@@ -127,9 +127,10 @@ async def _wait(predicate: Callable[[], Any], *, timeout_s: float, what: str) ->
         await asyncio.sleep(0.2)
 
 
-def _get(url: str) -> tuple[int, str]:
+def _get(url: str, token: str = "") -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -192,7 +193,8 @@ def _config(pool: str, folder: Path, binaries: Binaries, port: int) -> Coordinat
 
 
 async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools_nodes(
-        kube: AsyncClient, binaries: Binaries, pool_world: tuple[str, PoolCA, Path, list[str]]) -> None:
+        kube: AsyncClient, binaries: Binaries, pool_world: tuple[str, PoolCA, Path, list[str]],
+        metrics_token: str) -> None:
     pool, ca, folder, nodes = pool_world
     keys = PoolKeys(pool)
     n1, n2, n3 = (f"{pool}-edge-{i}" for i in (1, 2, 3))
@@ -244,7 +246,9 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
         assert coordinator.members.members == {n2, n3}
         assert _get(f"{ops}/readyz")[0] == 200
 
-        metrics = _get(f"{ops}/metrics")[1]
+        # who may read it: the scraper's token (edgewatch.metricsauth, checked on this event loop: read from a thread)
+        assert (await asyncio.to_thread(_get, f"{ops}/metrics"))[0] == 401
+        metrics = (await asyncio.to_thread(_get, f"{ops}/metrics", metrics_token))[1]
         assert "edgewatch_pool_coordinator_ready 1.0" in metrics
         assert "edgewatch_pool_coordinator_members 2.0" in metrics
         assert 'edgewatch_pool_coordinator_acl_reconciles_total{result="ok"}' in metrics
@@ -266,7 +270,8 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
         await _wait(lambda: coordinator.supervisor.starts == 3 and coordinator.supervisor.pid, timeout_s=20,
                     what="etcd restarted")
         await _wait(lambda: _get(f"{ops}/readyz")[0] == 200, timeout_s=30, what="/readyz 200 again")
-        assert "edgewatch_pool_coordinator_etcd_restarts_total 2.0" in _get(f"{ops}/metrics")[1]
+        assert "edgewatch_pool_coordinator_etcd_restarts_total 2.0" in (
+            await asyncio.to_thread(_get, f"{ops}/metrics", metrics_token))[1]
         assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
 
         # The pool CA rotated (the bundle new + old in its ConfigMap): etcd restarted to load it
@@ -285,7 +290,7 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
                                                  certificate_chain=new_cert)
         assert await _put(target, by_new_ca, keys.heartbeat(n2)) is None
         assert await _put(target, creds[n2], keys.heartbeat(n2)) is None
-        metrics = _get(f"{ops}/metrics")[1]
+        metrics = (await asyncio.to_thread(_get, f"{ops}/metrics", metrics_token))[1]
         assert 'edgewatch_pool_coordinator_ca_reads_total{result="changed"} 1.0' in metrics
         assert 'edgewatch_pool_coordinator_ca_reads_total{result="unchanged"}' in metrics
         etcd_pid = coordinator.supervisor.pid

@@ -93,6 +93,7 @@ from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.http import http_client_of
+from edgewatch.metricsauth import MetricsGuard
 from edgewatch.poolcache.apiserver import Upstream
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,12 @@ class Agent:
                 timeout_s=config.api_timeout_s, lifetime_s=config.coordinator_certificate_lifetime_s,
                 listeners=(self.coordinators,))
         exported: list[Exported] = [self.metrics] if self.pool_cache is None else [self.metrics, self.pool_cache]
-        self.ops = OpsEndpoints(started=self.started, roster=self.membership, exchange=self.peers, exported=exported)
+        self.metrics_guard: MetricsGuard | None = None
+        if http is not None:  # who may read /metrics: asked of the cloud (edgewatch.metricsauth)
+            self.metrics_guard = MetricsGuard(http=http, link=self.link)
+            self.registry.register(self.metrics_guard.collector)
+        self.ops = OpsEndpoints(started=self.started, roster=self.membership, exchange=self.peers, exported=exported,
+                                guard=self.metrics_guard)
 
         # The one event: the cloud link's flips (the metric, and the pool coordinator at once).
         self.metrics.cloud_link_changed(self.link.up)

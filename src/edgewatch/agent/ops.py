@@ -5,7 +5,8 @@
   else 503 saying which is missing (the DaemonSet's readiness probe);
 - ``/metrics``: the Prometheus text of every registry handed in, in order (the agent's own, then
   the pool cache's, whose registry is replaced with each of its generations and read anew each
-  time).
+  time), to a scraper the cloud allows to ``get /metrics`` (:mod:`edgewatch.metricsauth`; 401,
+  403 or 503 otherwise).
 
 What it is handed: the ``started`` event, the roster (:class:`RosterState`: the membership), the
 exchange (:class:`PeriodCount`: the peer exchange) and what to export (:class:`Exported`).
@@ -23,6 +24,8 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from edgewatch.metricsauth import MetricsGuard
 
 __all__ = ["Exported", "OpsEndpoints", "PeriodCount", "RosterState"]
 
@@ -61,10 +64,12 @@ class OpsEndpoints:
         roster: the roster's state (:class:`RosterState`).
         exchange: the completed periods (:class:`PeriodCount`).
         exported: what ``/metrics`` shows, in order (:class:`Exported`).
+        guard: who may read ``/metrics``; None serves it to anyone (tests of the handlers only).
     """
 
     def __init__(self, *, started: asyncio.Event, roster: RosterState, exchange: PeriodCount,
-                 exported: Sequence[Exported]) -> None:
+                 exported: Sequence[Exported], guard: MetricsGuard | None) -> None:
+        self._guard = guard
         self._started = started
         self._roster = roster
         self._exchange = exchange
@@ -87,7 +92,12 @@ class OpsEndpoints:
             return web.Response(text="ok\n")
         return web.Response(status=503, text="group roster not known yet\n" if not known else "no period yet\n")
 
-    async def metrics(self, _req: web.Request) -> web.Response:
+    async def metrics(self, req: web.Request) -> web.Response:
         """GET /metrics."""
+        if self._guard is not None:
+            refusal = await self._guard.check(req.headers.get("Authorization"))
+            if refusal is not None:
+                headers = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else {}
+                return web.Response(status=refusal.code, text=refusal.message + "\n", headers=headers)
         body = b"".join(generate_latest(source.registry) for source in self._exported)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

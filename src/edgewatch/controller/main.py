@@ -20,8 +20,10 @@ from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig, UnknownPolicy
 from edgewatch.controller.ops import serve_ops
 from edgewatch.controller.reconciler import Reconciler
-from edgewatch.logs import configure_logging
 from edgewatch.kube.client import api_client
+from edgewatch.kube.http import http_client_of
+from edgewatch.logs import configure_logging
+from edgewatch.metricsauth import MetricsGuard
 from edgewatch.runtime import run_until_signalled
 
 __all__ = ["run_controller", "run_controller_async"]
@@ -37,6 +39,10 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
     client = api_client(kubeconfig, timeout_s=api_timeout_s, component="controller")
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry)
+    http = http_client_of(client)  # who may read /metrics: asked of the apiserver (edgewatch.metricsauth)
+    guard = MetricsGuard(http=http) if http is not None else None
+    if guard is not None:
+        registry.register(guard.collector)
     elector = LeaderElector(client=client, namespace=namespace, name="edgewatch-controller", identity=identity,
                             config=election, on_change=lambda leading: metrics.leader.set(1 if leading else 0))
 
@@ -51,7 +57,7 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
 
     try:
         with serve_ops(address=metrics_address, port=metrics_port, registry=registry,
-                       ready=lambda: elector.reachable):
+                       ready=lambda: elector.reachable, guard=guard):
             await elector.run(work)
     finally:
         await client.close()

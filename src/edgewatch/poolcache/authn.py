@@ -149,7 +149,7 @@ class CloudReviewClient:
 
     async def access_review(self, user: UserInfo, attrs: Attributes, *, timeout_s: float) -> Authorization:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": {**user.subject(), "resourceAttributes": attrs.resource_attributes()}}
+                "spec": {**user.subject(), **attrs.review_attributes()}}
         return parse_access_review(await self._post("access", body, timeout_s=timeout_s))
 
     async def _post(self, review: str, body: dict[str, Any], *, timeout_s: float) -> bytes:
@@ -196,14 +196,20 @@ class AccessControl:
         cloud_ok: the node's cloud link state (False: no review is tried, cached decisions only).
         policy: TTLs and bounds.
         clock: monotonic seconds (tests pass their own).
+        service: what is guarded, as refusal messages name it (default the pool cache).
+        metric_prefix: the prefix of the collector's metric names (default ``edgewatch_poolcache``:
+            ``<prefix>_refused_requests_total``, ``<prefix>_reviews_total``, ...).
 
     Keep one instance for the agent's life (decisions survive a restart of the endpoint) and
     register :attr:`collector` on each metrics registry that exports it.
     """
 
     def __init__(self, *, client: ReviewClient, cloud_ok: Callable[[], bool], policy: ReviewPolicy | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, service: str = "the node-local pool cache",
+                 metric_prefix: str = "edgewatch_poolcache") -> None:
         self.client = client
+        self.service = service
+        self.metric_prefix = metric_prefix
         self.cloud_ok = cloud_ok
         self.policy = p = policy or ReviewPolicy()
         self.clock = clock
@@ -241,7 +247,7 @@ class AccessControl:
         token = bearer_token(authorization)
         if token is None:
             return self._refuse(Refusal(code=401, reason="no_token", status_reason="Unauthorized",
-                                        message="Unauthorized: the node-local pool cache serves only clients with a "
+                                        message=f"Unauthorized: {self.service} serves only clients with a "
                                                 "bearer token the cloud apiserver authenticates"), path=path)
         key = self.token_id(token)
         who = key[:6].hex()
@@ -256,7 +262,7 @@ class AccessControl:
         user = authn.user
         if attributes is None:
             return user
-        spec = json.dumps({"subject": user.subject(), "resource": attributes.resource_attributes()},
+        spec = json.dumps({"subject": user.subject(), "resource": attributes.review_attributes()},
                           sort_keys=True).encode()
         authz = await self._decide("access", self.access, hashlib.sha256(spec).digest(),
                                    lambda t: self.client.access_review(user, attributes, timeout_s=t),
@@ -331,13 +337,13 @@ class AccessControl:
                "unavailable": f"the cloud apiserver gave no review ({detail})"}[reason]
         return Refusal(code=503, reason=reason, status_reason="ServiceUnavailable",
                        retry_after_s=self.policy.retry_after_s,
-                       message=f"this {what} cannot be checked: {why}, and the node-local pool cache has no earlier "
+                       message=f"this {what} cannot be checked: {why}, and {self.service} has no earlier "
                                f"decision of the cloud for it (a client it served before keeps being served); "
                                f"retry once the link is back")
 
     def _refuse(self, refusal: Refusal, *, path: str, who: str = "", user: str = "", cloud_said: str = "") -> Refusal:
         _Counts.add(self.counts.refused, (str(refusal.code), refusal.reason))
-        self._note(refusal.reason, f"pool cache refused a request: {refusal.code} {refusal.reason}",
+        self._note(refusal.reason, f"{self.service} refused a request: {refusal.code} {refusal.reason}",
                    path=path, token=who or None, user=user or None, cloud_said=cloud_said or None)
         return refusal
 
@@ -362,13 +368,13 @@ class _AccessCollector(Collector):
         self._access = access
 
     def collect(self) -> Iterator[Any]:
-        counts = self._access.counts
+        counts, prefix = self._access.counts, self._access.metric_prefix
         families: list[tuple[str, str, list[str], Mapping[tuple[str, str], int]]] = [
-            ("edgewatch_poolcache_refused_requests", "Requests refused by the pool cache's access control.",
+            (f"{prefix}_refused_requests", "Requests refused by the access control.",
              ["code", "reason"], counts.refused),
-            ("edgewatch_poolcache_reviews", "TokenReviews and SubjectAccessReviews asked of the cloud, by result.",
+            (f"{prefix}_reviews", "TokenReviews and SubjectAccessReviews asked of the cloud, by result.",
              ["review", "result"], counts.reviews),
-            ("edgewatch_poolcache_review_cache", "Review cache lookups: fresh (used), stale (past its TTL, used "
+            (f"{prefix}_review_cache", "Review cache lookups: fresh (used), stale (past its TTL, used "
              "because the cloud could not be asked), refreshed (past its TTL, asked again), miss (never seen).",
              ["review", "result"], counts.lookups),
         ]
@@ -377,7 +383,7 @@ class _AccessCollector(Collector):
             for key, value in sorted(table.items()):
                 family.add_metric(list(key), value)
             yield family
-        entries = GaugeMetricFamily("edgewatch_poolcache_review_cache_entries", "Decisions held by the review "
+        entries = GaugeMetricFamily(f"{prefix}_review_cache_entries", "Decisions held by the review "
                                     "caches.", labels=["review", "kind"])
         for review, cache in (("token", self._access.tokens), ("access", self._access.access)):
             positive, negative = cache.sizes()

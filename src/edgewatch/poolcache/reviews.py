@@ -79,14 +79,17 @@ class Attributes:
         verb: ``get``, ``list`` or ``watch``.
         group: API group ("" for core); version: e.g. ``v1``; resource: e.g. ``services``.
         namespace: "" for all namespaces (cluster scope); name: "" unless one object.
+        path: a non-resource URL such as ``/metrics`` (then ``nonResourceAttributes``; group,
+            version and resource are ignored), "" for a resource request.
     """
 
     verb: str
-    group: str
-    version: str
-    resource: str
+    group: str = ""
+    version: str = ""
+    resource: str = ""
     namespace: str = ""
     name: str = ""
+    path: str = ""
 
     def resource_attributes(self) -> dict[str, str]:
         """The ``resourceAttributes`` of a SubjectAccessReview (empty fields left out)."""
@@ -96,6 +99,13 @@ class Attributes:
         if self.name:
             out["name"] = self.name
         return out
+
+    def review_attributes(self) -> dict[str, dict[str, str]]:
+        """The attributes part of a SubjectAccessReview spec: ``{"nonResourceAttributes": {path,
+        verb}}`` for a path, else ``{"resourceAttributes": ...}``."""
+        if self.path:
+            return {"nonResourceAttributes": {"path": self.path, "verb": self.verb}}
+        return {"resourceAttributes": self.resource_attributes()}
 
 
 @dataclass(frozen=True)
@@ -356,7 +366,12 @@ def parse_access_review(body: bytes) -> Authorization:
 def forbidden_message(user: UserInfo, attrs: Attributes, reason: str = "") -> str:
     """kube-apiserver's 403 message (k8s.io/apiserver ``responsewriters.ForbiddenStatusError``):
     ``services is forbidden: User "u" cannot list resource "services" in API group "" at the
-    cluster scope`` (``in the namespace "ns"``; ``services "x" is forbidden`` for one object)."""
+    cluster scope`` (``in the namespace "ns"``; ``services "x" is forbidden`` for one object;
+    ``forbidden: User "u" cannot get path "/metrics"`` for a non-resource URL)."""
+    if attrs.path:  # ``forbidden: User "u" cannot get path "/metrics"``
+        msg = f'forbidden: User "{user.username}" cannot {attrs.verb} path "{attrs.path}"'
+        msg = msg.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return f"{msg}: {reason}" if reason else msg
     qualified = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
     subject = f'{qualified} "{attrs.name}"' if attrs.name else qualified
     scope = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"

@@ -38,6 +38,8 @@ from edgewatch.csr import CertificateRequester
 from edgewatch.certfiles import CertificateFiles
 from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.informer import InformerConfig
+from edgewatch.kube.http import http_client_of
+from edgewatch.metricsauth import MetricsGuard
 from edgewatch.opsserver import serve_ops
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.poolcoordinator.certificates import (TlsFiles, install_pool_ca, read_pool_ca, root_credentials,
@@ -168,6 +170,10 @@ class PoolCoordinator:
             members=lambda: self.members.members if self.members.store.synced.is_set() else None,
             timeout_s=c.etcd_timeout_s, on_action=lambda action: self.metrics.election_actions.labels(action).inc())
         self.ops_ports: dict[str, int] = {}
+        http = http_client_of(client)  # who may read /metrics: asked of the apiserver (edgewatch.metricsauth)
+        self.metrics_guard = MetricsGuard(http=http) if http is not None else None
+        if self.metrics_guard is not None:
+            self.registry.register(self.metrics_guard.collector)
 
     def _acl_result(self, result: str) -> None:
         self.metrics.acl_reconciles.labels(result).inc()
@@ -218,7 +224,8 @@ class PoolCoordinator:
         with contextlib.ExitStack() as stack:
             for address in addresses:
                 self.ops_ports[address] = stack.enter_context(
-                    serve_ops(address=address, port=c.ops_port, registry=self.registry, readiness=self.readiness))
+                    serve_ops(address=address, port=c.ops_port, registry=self.registry, readiness=self.readiness,
+                              guard=self.metrics_guard))
             log.info("pool coordinator starting", extra={"pool": c.pool, "node": c.node, "host_ip": c.host_ip,
                                                          "port": c.port, "ops_ports": self.ops_ports})
             await install_pool_ca(client=self._client, namespace=c.namespace, pool=c.pool, ca_file=self.tls.ca_file,

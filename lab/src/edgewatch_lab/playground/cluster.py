@@ -80,6 +80,8 @@ WORKLOAD_NAMESPACE = "playground"
 EDGEWATCH_NAMESPACE = install.NAMESPACE
 EDGEWATCH_IMAGE = "ghcr.io/edgewatch/edgewatch"
 CLOUD_ZONE = "cloud"
+#: The shipped ServiceAccount whose tokens may read edgewatch's /metrics (deploy/13-rbac-metrics.yaml).
+METRICS_SCRAPER = "edgewatch-metrics-scraper"
 
 
 @dataclass
@@ -131,6 +133,7 @@ class PlaygroundCluster:
         #: observer, ``edgewatch status`` run by the operator, tests. Never handed to edgewatch's pods,
         #: which get ServiceAccount tokens (the report's ``identities`` proves it).
         self.admin_kubeconfig: Path | None = None
+        self._metrics_token: str | None = None
         #: The real nodes' runtime binaries and images (None without real nodes).
         self.node_bin: Path | None = None
         self.images: Images | None = None
@@ -261,6 +264,32 @@ class PlaygroundCluster:
         return {"install_deleted": len(deleted.splitlines()), "install_deleted_s": round(deleted_s, 1),
                 "cleanup_exit": done.returncode, "cleanup": lines[-1] if lines else "",
                 "cleanup_s": round(time.monotonic() - start - deleted_s, 1)}
+
+    def metrics_token(self) -> str | None:
+        """A token of the shipped scraper ServiceAccount ``edgewatch/edgewatch-metrics-scraper``
+        (deploy/13-rbac-metrics.yaml: may ``get /metrics`` and nothing else), for the lab's own
+        readers of edgewatch's ``/metrics`` (its Prometheus, the coordinator watch, tests), as an
+        operator's Prometheus holds one. Asked once with ``kubectl create token`` (valid 48 h) and
+        kept; None while the install has no such ServiceAccount (a release before it, whose
+        ``/metrics`` is open), asked again next time.
+
+        Raises:
+            subprocess.CalledProcessError: kubectl failed for another reason than a missing account.
+        """
+        if self._metrics_token is None and self.cp is not None:
+            try:
+                self._metrics_token = self.cp.kubectl("create", "token", METRICS_SCRAPER, "--namespace",
+                                                      EDGEWATCH_NAMESPACE, "--duration=48h").strip() or None
+            except subprocess.CalledProcessError as exc:
+                if "NotFound" not in (exc.stderr or "") and "not found" not in (exc.stderr or ""):
+                    raise
+        return self._metrics_token
+
+    def metrics_headers(self) -> dict[str, str]:
+        """``{"Authorization": "Bearer <token>"}`` for a ``/metrics`` read (:meth:`metrics_token`),
+        or ``{}`` while there is no token."""
+        token = self.metrics_token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _apply(self, method: str, release: str | None) -> dict[str, object]:
         """``install.install`` with the playground's settings for this scenario."""

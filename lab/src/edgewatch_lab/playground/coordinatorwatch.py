@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx2 as httpx
@@ -78,11 +79,15 @@ class CoordinatorWatch:
         addresses: node -> the address its agent's peer port listens on.
         reachable: node -> whether the lab reaches it now (not killed, not cut from the cloud).
         metrics_timeout_s: bound of one ``/metrics`` read.
+        metrics_headers: the headers of a ``/metrics`` read (the lab's scraper token,
+            ``PlaygroundCluster.metrics_headers``; called in a thread, it may run kubectl).
     """
 
     def __init__(self, *, client: AsyncClient, namespace: str, pools: dict[str, list[str]],
-                 addresses: dict[str, str], reachable: Any, metrics_timeout_s: float = 1.0) -> None:
+                 addresses: dict[str, str], reachable: Any, metrics_timeout_s: float = 1.0,
+                 metrics_headers: Callable[[], dict[str, str]] = dict) -> None:
         self.client = client
+        self.metrics_headers = metrics_headers
         self.namespace = namespace
         self.pools = pools
         self.addresses = addresses
@@ -98,8 +103,9 @@ class CoordinatorWatch:
 
     async def _served(self, node: str) -> bool:
         try:
+            headers = await asyncio.to_thread(self.metrics_headers)
             resp = await self._http.get(f"http://{self.addresses[node]}:{DEFAULT_PEER_PORT}/metrics",
-                                        timeout=self.metrics_timeout_s)
+                                        timeout=self.metrics_timeout_s, headers=headers)
         except (httpx.HTTPError, OSError):
             return False
         return resp.status_code == 200 and cache_source_is_coordinator(resp.text)

@@ -82,13 +82,16 @@ def rules_file(root: Path) -> Path:
     return root / "deploy" / "monitoring" / "edgewatch.rules.yaml"
 
 
-def _pod_job(name: str, *, app: str, port_name: str, kubeconfig: Path, namespace: str) -> dict[str, Any]:
+def _pod_job(name: str, *, app: str, port_name: str, kubeconfig: Path, namespace: str,
+             token_file: Path | None) -> dict[str, Any]:
     """A scrape job for the pods labelled ``app.kubernetes.io/name=<app>``, on their container
     port named ``port_name``: what the prometheus-operator makes of a PodMonitor with that
     selector and ``port``. No ``node`` target label (the operator adds none either): the
     controller's own series carry a ``node`` label that the alerts group by, and a target label of
-    the same name would rename it to ``exported_node``."""
+    the same name would rename it to ``exported_node``. ``token_file``: the bearer token that may
+    read ``/metrics`` (the PodMonitor's ``authorization``), None for none."""
     return {
+        **({"authorization": {"type": "Bearer", "credentials_file": str(token_file)}} if token_file else {}),
         "job_name": name,
         "metrics_path": "/metrics",
         "scheme": "http",
@@ -111,7 +114,7 @@ def _pod_job(name: str, *, app: str, port_name: str, kubeconfig: Path, namespace
 
 
 def render_config(*, kubeconfig: Path, rules: Path, namespace: str = "edgewatch",
-                  interval_s: float = EVALUATION_INTERVAL_S) -> dict[str, Any]:
+                  interval_s: float = EVALUATION_INTERVAL_S, token_file: Path | None = None) -> dict[str, Any]:
     """The Prometheus configuration of a lab run (pure).
 
     Args:
@@ -120,6 +123,8 @@ def render_config(*, kubeconfig: Path, rules: Path, namespace: str = "edgewatch"
         rules: the rules file to load (:func:`rules_file`).
         namespace: where edgewatch runs.
         interval_s: scrape and evaluation interval, seconds (see ``EVALUATION_INTERVAL_S``).
+        token_file: a file holding a token that may ``get /metrics`` (the shipped scraper
+            ServiceAccount's, deploy/13-rbac-metrics.yaml), or None to scrape without one.
 
     Returns a dict with ``global`` (scrape/evaluation interval and timeout), ``rule_files`` and two
     ``scrape_configs``: ``edgewatch-controller`` (the PodMonitor's equivalent: pods labelled
@@ -136,9 +141,9 @@ def render_config(*, kubeconfig: Path, rules: Path, namespace: str = "edgewatch"
         "rule_files": [str(rules)],
         "scrape_configs": [
             _pod_job("edgewatch-controller", app="edgewatch-controller", port_name="metrics",
-                     kubeconfig=kubeconfig, namespace=namespace),
+                     kubeconfig=kubeconfig, namespace=namespace, token_file=token_file),
             _pod_job("edgewatch-agent", app="edgewatch-agent", port_name="peer",
-                     kubeconfig=kubeconfig, namespace=namespace),
+                     kubeconfig=kubeconfig, namespace=namespace, token_file=token_file),
         ],
     }
 
@@ -176,9 +181,10 @@ class PrometheusServer:
 
     def __init__(self, *, binary: Path, kubeconfig: Path, rules: Path, workdir: Path,
                  namespace: str = "edgewatch", interval_s: float = EVALUATION_INTERVAL_S,
-                 ready_timeout_s: float = 60.0, stop_timeout_s: float = 10.0) -> None:
+                 ready_timeout_s: float = 60.0, stop_timeout_s: float = 10.0, token_file: Path | None = None) -> None:
         self.binary = binary
-        self.config = render_config(kubeconfig=kubeconfig, rules=rules, namespace=namespace, interval_s=interval_s)
+        self.config = render_config(kubeconfig=kubeconfig, rules=rules, namespace=namespace, interval_s=interval_s,
+                                    token_file=token_file)
         self.workdir = workdir
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -284,8 +290,13 @@ def lab_prometheus(cluster: PlaygroundCluster, binary: Path) -> PrometheusServer
     if root is None or not rules_file(root).is_file():
         raise PrometheusError("--prometheus needs the repository checkout (deploy/monitoring/edgewatch.rules.yaml)")
     assert cluster.admin_kubeconfig is not None and cluster.workdir is not None
+    token, token_file = cluster.metrics_token(), cluster.workdir / "metrics-scraper.token"
+    if token:  # what the PodMonitor's authorization reads from the scraper's Secret
+        token_file.write_text(token)
+        token_file.chmod(0o600)
     return PrometheusServer(binary=binary, kubeconfig=cluster.admin_kubeconfig, rules=rules_file(root),
-                            workdir=cluster.workdir, namespace=EDGEWATCH_NAMESPACE)
+                            workdir=cluster.workdir, namespace=EDGEWATCH_NAMESPACE,
+                            token_file=token_file if token else None)
 
 
 def query_alerts(base_url: str, *, start_wall: float, end_wall: float, timeout_s: float = 10.0,

@@ -339,7 +339,8 @@ class ScenarioPlayer:
             return not faults.killed and not faults.cloud_cut
 
         watch = CoordinatorWatch(client=self.client, namespace=EDGEWATCH_NAMESPACE, pools=self.coordinator_pools,
-                                 addresses={n: v.address for n, v in self.cluster.nodes.items()}, reachable=reachable)
+                                 addresses={n: v.address for n, v in self.cluster.nodes.items()}, reachable=reachable,
+                                 metrics_headers=self.cluster.metrics_headers)
         self.recording.coordinators = watch.series
         try:
             while not stop.is_set():
