@@ -125,6 +125,20 @@ class PoolKeys:
         """The area only ``node`` writes, where it keeps the pool cache while it leads."""
         return f"{self.prefix}nodes/{node}/"
 
+    def writer_of(self, key: bytes) -> str | None:
+        """The node whose role lets it write ``key`` (:func:`node_grants`: its heartbeat,
+        candidacy, sync key or ``nodes/<node>/`` area), or None for a key no node writes (a
+        disqualification, anything outside the layout)."""
+        for prefix in (self.heartbeats, self.candidates, self.syncs):
+            if key.startswith(prefix):
+                name = key[len(prefix):]
+                return name.decode(errors="replace") if name and b"/" not in name else None
+        area = f"{self.prefix}nodes/".encode()
+        if key.startswith(area):
+            name, slash, _rest = key[len(area):].partition(b"/")
+            return name.decode(errors="replace") if name and slash else None
+        return None
+
 
 class Access(enum.Enum):
     """etcd permission types (``authpb.Permission.Type``)."""
@@ -144,11 +158,15 @@ class Grant:
     access: Access
 
 
-def node_grants(keys: PoolKeys, node: str) -> tuple[Grant, ...]:
+def node_grants(keys: PoolKeys, node: str, *, writes: bool = True) -> tuple[Grant, ...]:
     """What ``node``'s etcd role allows: read the whole pool; write its heartbeat, its candidacy,
-    its sync key and its own area; nothing else (sorted, for comparing with what etcd has)."""
+    its sync key and its own area; nothing else (sorted, for comparing with what etcd has).
+    ``writes=False``: the read alone (a member suspended for going over its write quota,
+    ``edgewatch.pooletcd.quota``)."""
     writer = keys.writer(node).encode()
     pool = keys.prefix.encode()
+    if not writes:
+        return (Grant(pool, prefix_end(pool), Access.READ),)
     return tuple(sorted((
         Grant(pool, prefix_end(pool), Access.READ),
         Grant(keys.heartbeat(node), b"", Access.READWRITE),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import ipaddress
 import json
@@ -49,6 +50,7 @@ from edgewatch.names import (
 from edgewatch.poolcoordinator.certificates import TlsFiles
 from edgewatch.poolcoordinator.coordinator import CoordinatorConfig, PoolCoordinator
 from edgewatch.poolkeys import PoolKeys
+from edgewatch.pooletcd.quota import QuotaPolicy
 from edgewatch_lab.testing.binaries import Binaries
 from edgewatch_lab.testing.controlplane import ControlPlane
 from edgewatch_lab.testing.coordinatorpki import free_port_block, issue_pod_certificates
@@ -303,6 +305,93 @@ async def test_the_coordinator_runs_an_authenticated_etcd_that_follows_the_pools
     assert coordinator.supervisor.pid is None
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+async def test_a_member_cannot_fill_the_pool_store(
+        kube: AsyncClient, binaries: Binaries, pool_world: tuple[str, PoolCA, Path, list[str]]) -> None:
+    """The attack as a compromised member runs it, with only its own certificate and key: n1 writes
+    512 KiB values into its own area as fast as etcd takes them, then rewrites one key as fast
+    (history until compaction). On the code before per-member quotas every write was accepted
+    until etcd's quota tripped NOSPACE for the whole pool. Now (quotas scaled down for the test:
+    2 MiB stored, 8 MiB at once) n1 is suspended to read only, its area is deleted, the honest n2
+    keeps writing, and n1 writes again once the suspension is over."""
+    pool, ca, folder, nodes = pool_world
+    keys = PoolKeys(pool)
+    n1, n2 = (f"{pool}-edge-{i}" for i in (1, 2))
+    for name in (n1, n2):
+        await _make_node(kube, name, pool)
+        nodes.append(name)
+    port = free_port_block()
+    target = f"127.0.0.1:{port}"
+    quota = QuotaPolicy(write_bytes_per_s=64 * 1024, burst_bytes=8 * 2**20, stored_bytes=2 * 2**20, suspend_s=6)
+    config = dataclasses.replace(_config(pool, folder, binaries, port), quota=quota)
+    tls = TlsFiles.under(config.data_dir)
+    tls.folder.mkdir(parents=True)
+    _issue_as_the_requester(ca, tls)
+    coordinator = PoolCoordinator(client=kube, config=config)
+    task = asyncio.create_task(coordinator.run())
+    creds = {n: _node_credentials(ca, n) for n in (n1, n2)}
+    area = keys.writer(n1).encode() + b"cache/"
+    value = secrets.token_bytes(512 * 1024)
+    try:
+        await _wait(lambda: coordinator.opened and coordinator.members.current(), timeout_s=60,
+                    what="the coordinator open with its access control on")
+        await _wait(lambda: _put_ok(target, creds[n2], keys.heartbeat(n2)), timeout_s=30, what="etcd serving")
+        await _wait(lambda: coordinator.quota.synced.is_set(), timeout_s=10, what="the quota keeper following")
+
+        # many large keys: refused once past 2 MiB stored, within a few writes
+        accepted, refused = 0, None
+        for i in range(64):  # 32 MiB: all of it landed before
+            refused = await _put(target, creds[n1], area + f"k{i}".encode(), value)
+            if refused is not None:
+                break
+            accepted += 1
+        assert refused is not None and "permission denied" in refused.lower(), (accepted, refused)
+        assert accepted <= 12, accepted  # 4 fit; the rest in the moment the reconcile takes
+        assert n1 in coordinator.quota.suspended()
+        assert await _put(target, creds[n2], keys.heartbeat(n2)) is None  # honest members write on
+        assert await _put(target, creds[n1], keys.heartbeat(n1)) is not None  # n1 may only read now
+        probe = _EtcdRoot(target, tls)
+        await _wait(lambda: probe.empty(keys.writer(n1).encode()), timeout_s=10, what="n1's area deleted")
+
+        # the suspension ends: n1 writes again; then one key rewritten fast (history): refused past 8 MiB
+        await _wait(lambda: _put_ok(target, creds[n1], keys.heartbeat(n1)), timeout_s=30, what="n1 writing again")
+        accepted, refused = 0, None
+        for _ in range(64):
+            refused = await _put(target, creds[n1], area + b"one", value)
+            if refused is not None:
+                break
+            accepted += 1
+        assert refused is not None and "permission denied" in refused.lower(), (accepted, refused)
+        assert accepted <= 24, accepted  # 16 fit in the bucket
+        metrics = coordinator.registry.get_sample_value
+        assert metrics("edgewatch_pool_coordinator_quota_actions_total", {"action": "stored"}) == 1
+        assert metrics("edgewatch_pool_coordinator_quota_actions_total", {"action": "rate"}) == 1
+        assert metrics("edgewatch_pool_coordinator_quota_actions_total", {"action": "lifted"}) >= 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class _EtcdRoot:
+    """Counts keys with the coordinator's root certificate (what the test reads, not what it attacks)."""
+
+    def __init__(self, target: str, tls: TlsFiles) -> None:
+        self.target, self.tls = target, tls
+
+    async def empty(self, prefix: bytes) -> bool:
+        return await self.count(prefix) == 0
+
+    async def count(self, prefix: bytes) -> int:
+        from edgewatch.poolcoordinator.certificates import root_credentials
+        from edgewatch.poolkeys import prefix_end
+        channel = etcd_rpc.secure_channel(self.target, root_credentials(self.tls), options=[("grpc.enable_retries", 0)])
+        try:
+            reply = await etcd_rpc.KVStub(channel).Range(
+                etcd_rpc.RangeRequest(key=prefix, range_end=prefix_end(prefix), count_only=True), timeout=5)
+            return int(reply.count)
+        finally:
+            await channel.close()
 
 
 async def _put_ok(target: str, credentials: grpc.ChannelCredentials, key: bytes) -> bool:

@@ -53,8 +53,8 @@ def test_the_argv_is_exactly_the_documented_one() -> None:
         "--initial-cluster", "edge-1=http://127.0.0.1:12381",
         "--listen-metrics-urls", "http://127.0.0.1:12382",
         "--cert-file", "/d/tls/server.crt", "--key-file", "/d/tls/server.key", "--trusted-ca-file", "/d/tls/ca.crt",
-        "--client-cert-auth", "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1h",
-        "--quota-backend-bytes", str(1024**3), "--snapshot-count", "10000", "--enable-grpc-gateway=false",
+        "--client-cert-auth", "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m",
+        "--quota-backend-bytes", str(2 * 1024**3), "--snapshot-count", "10000", "--enable-grpc-gateway=false",
     ]
 
 
@@ -64,7 +64,7 @@ def test_clients_need_tls_and_only_loopback_gets_peer_and_metrics() -> None:
     assert "--client-cert-auth" in flags and flags["--trusted-ca-file"] == "/d/tls/ca.crt"
     for flag in ("--listen-peer-urls", "--initial-advertise-peer-urls", "--listen-metrics-urls"):
         assert flags[flag].startswith("http://127.0.0.1:"), flag
-    assert QUOTA_BACKEND_BYTES == 1073741824
+    assert QUOTA_BACKEND_BYTES == 2 * 1024**3
 
 
 def test_ports_and_addresses() -> None:

@@ -32,11 +32,14 @@ class PoolKube(FakeKube):
 class FakeReconcile:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.suspended: list[frozenset[str]] = []
         self.failures: list[str] = []  # reasons of the next calls to fail
 
-    async def __call__(self, *, target: str, credentials: Any, pool: str, members: Any, timeout_s: float) -> AclResult:
+    async def __call__(self, *, target: str, credentials: Any, pool: str, members: Any, timeout_s: float,
+                       suspended: frozenset[str]) -> AclResult:
         assert target == "127.0.0.1:12379" and pool == "factory-1" and credentials == "creds" and timeout_s == 3
         self.calls.append(tuple(members))
+        self.suspended.append(suspended)
         if self.failures:
             raise AclError(self.failures.pop(0), "etcd said no")
         return AclResult(steps=(), enabled_auth=False)
@@ -60,6 +63,30 @@ async def _until(predicate: Any, timeout_s: float = 5.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+async def test_a_suspension_is_reconciled_when_kicked_for_members_only() -> None:
+    kube, reconcile, results = PoolKube(), FakeReconcile(), []
+    for n in ("edge-1", "edge-2"):
+        kube.put("Node", _node(n))
+    suspended = {"now": frozenset[str]()}
+    loop = _loop(kube, reconcile, results, suspended=lambda: suspended["now"])
+    task = asyncio.create_task(loop.run())
+    try:
+        await _until(loop.current)
+        assert reconcile.suspended == [frozenset()]
+        suspended["now"] = frozenset({"edge-2", "gone"})  # a former member is not passed on
+        loop.kick()
+        await _until(lambda: len(reconcile.calls) == 2)
+        assert reconcile.suspended[-1] == {"edge-2"} and reconcile.calls[-1] == ("edge-1", "edge-2")
+        suspended["now"] = frozenset()
+        loop.kick()
+        await _until(lambda: len(reconcile.calls) == 3)
+        assert reconcile.suspended[-1] == frozenset()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
 
 def test_the_selector_is_the_pool_label() -> None:

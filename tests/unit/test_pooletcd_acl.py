@@ -87,3 +87,38 @@ def test_departed_node_loses_its_user_before_its_role() -> None:
     assert steps == [AclStep("delete_user", "gone"), AclStep("delete_role", role_name("gone"))]
 
 
+
+
+@given(st.sets(NAMES), st.sets(NAMES))
+def test_a_suspended_member_reads_only_and_gets_its_writes_back(members: set[str], suspended: set[str]) -> None:
+    roles: dict[str, set[Grant]] = {"root": set()}
+    users: dict[str, set[str]] = {"root": {"root"}}
+    _apply(plan_acl(keys=KEYS, members=members, roles=_frozen(roles, users)[0], users=_frozen(roles, users)[1]),
+           roles, users)
+    r, u = _frozen(roles, users)
+    _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u, suspended=suspended), roles, users)
+    pool_read = Grant(KEYS.prefix.encode(), b"/edgewatch/pools/p0", Access.READ)
+    for n in members - {"root"}:
+        if n in suspended:
+            assert roles[role_name(n)] == {pool_read}
+        else:
+            assert roles[role_name(n)] == set(node_grants(KEYS, n))
+    r, u = _frozen(roles, users)
+    _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u), roles, users)  # suspension over
+    assert all(roles[role_name(n)] == set(node_grants(KEYS, n)) for n in members - {"root"})
+
+
+def test_who_writes_a_key() -> None:
+    keys = PoolKeys("p")
+    assert keys.writer_of(keys.heartbeat("n-1")) == "n-1"
+    assert keys.writer_of(keys.candidate("n-1")) == "n-1"
+    assert keys.writer_of(keys.sync("n-1")) == "n-1"
+    assert keys.writer_of(keys.writer("n-1").encode() + b"cache/services/x") == "n-1"
+    assert keys.writer_of(keys.disqualified("n-1")) is None       # the coordinator's (root)
+    assert keys.writer_of(keys.heartbeats + b"a/b") is None
+    assert keys.writer_of(b"/edgewatch/pools/p/nodes/n-1") is None  # no area without a slash
+    assert keys.writer_of(b"/edgewatch/pools/q/heartbeats/n-1") is None
+    # every key a node may write by its grants is charged to that node
+    for grant in node_grants(keys, "n-1"):
+        if grant.access is Access.READWRITE:
+            assert keys.writer_of(grant.key + (b"x" if grant.range_end else b"")) == "n-1"

@@ -49,6 +49,7 @@ from edgewatch.poolcoordinator.health import EtcdProbe
 from edgewatch.poolcoordinator.members import MembersLoop
 from edgewatch.poolcoordinator.metrics import CoordinatorMetrics
 from edgewatch.pooletcd.janitor import ElectionJanitor
+from edgewatch.pooletcd.quota import QuotaKeeper, QuotaPolicy
 
 __all__ = ["CoordinatorConfig", "PoolCoordinator"]
 
@@ -80,6 +81,8 @@ class CoordinatorConfig:
         ca_refresh_s: how often the pool CA's ConfigMap is read again, seconds (default 60 s, as
             the agents do); a change is written to ``ca.crt`` and etcd is restarted to load it.
         informer: the Node informer's timings.
+        quota: each member's write quota (``edgewatch.pooletcd.quota``; defaults: 256 KiB/s,
+            160 MiB at once and stored, 300 s suspension).
     """
 
     pool: str
@@ -98,6 +101,7 @@ class CoordinatorConfig:
     debounce_s: float = 1.0
     ca_refresh_s: float = 60.0
     informer: InformerConfig | None = None
+    quota: QuotaPolicy = QuotaPolicy()
 
 
 class _BothIssued:
@@ -137,9 +141,13 @@ class PoolCoordinator:
         target = f"127.0.0.1:{c.port}"
         self._acl_on = asyncio.Event()  # the access control was reconciled once: etcd may face the pool
         self.opened = False  # etcd listens on the node's address (not only on loopback)
+        # per-member write quotas: a member over its quota may only read for a while (pooletcd.quota)
+        self.quota = QuotaKeeper(host="127.0.0.1", port=c.port, credentials=self._credentials, pool=c.pool,
+                                 policy=c.quota, timeout_s=c.etcd_timeout_s, on_change=self._suspensions_changed,
+                                 on_action=lambda action: self.metrics.quota_actions.labels(action).inc())
         self.members = MembersLoop(client=client, pool=c.pool, target=target, credentials=self._credentials,
                                    timeout_s=c.etcd_timeout_s, debounce_s=c.debounce_s, informer_config=c.informer,
-                                   on_result=self._acl_result)
+                                   on_result=self._acl_result, suspended=self.quota.suspended)
         self.probe = EtcdProbe(target=target, credentials=self._credentials, interval_s=c.probe_interval_s,
                                timeout_s=min(c.etcd_timeout_s, 5.0))
         self.serving = CertificateRequester(
@@ -174,6 +182,9 @@ class PoolCoordinator:
         self.metrics_guard = MetricsGuard(http=http) if http is not None else None
         if self.metrics_guard is not None:
             self.registry.register(self.metrics_guard.collector)
+
+    def _suspensions_changed(self) -> None:
+        self.members.kick()
 
     def _acl_result(self, result: str) -> None:
         self.metrics.acl_reconciles.labels(result).inc()
@@ -239,6 +250,7 @@ class PoolCoordinator:
                 tg.create_task(self.probe.run(), name="etcd-probe")
                 tg.create_task(self.members.run(), name="members")
                 tg.create_task(self.janitor.run(), name="election-janitor")
+                tg.create_task(self.quota.run(), name="write-quota")
                 tg.create_task(self._open_to_the_pool(), name="open-to-the-pool")
                 tg.create_task(self._follow_pool_ca(), name="pool-ca")
 

@@ -4,7 +4,7 @@
 TLS on ``<HOST_IP>:<port>`` and ``127.0.0.1:<port>`` with a certificate from the pool's CA
 (``--client-cert-auth``: etcd takes the user from the certificate's CN), whose peer and metrics
 listeners stay on loopback (``port+2``, ``port+3``; ``port+1`` is the coordinator's ops port), with
-periodic compaction (1 h), a 1 GiB quota and snapshots every 10000 writes. The peer URL is on
+periodic compaction (5 min), a 2 GiB quota and snapshots every 10000 writes. The peer URL is on
 loopback, so the member's stored identity never depends on the node's address. The data lives
 under ``<data-dir>/etcd`` on the node's hostPath: a pod rescheduled to another node starts on an
 empty etcd (the pool's cache re-fills from its leader's list, heartbeats re-register, the members
@@ -41,13 +41,19 @@ from pathlib import Path
 
 from edgewatch.kube.backoff import backoff_delay
 
-__all__ = ["QUOTA_BACKEND_BYTES", "EtcdSupervisor", "etcd_argv", "metrics_port", "peer_port"]
+__all__ = ["COMPACTION_RETENTION", "QUOTA_BACKEND_BYTES", "EtcdSupervisor", "etcd_argv", "metrics_port", "peer_port"]
 
 log = logging.getLogger(__name__)
 etcd_log = logging.getLogger("edgewatch.poolcoordinator.etcd")
 
-QUOTA_BACKEND_BYTES = 1024**3
-"""etcd's ``--quota-backend-bytes`` (1 GiB: a pool's heartbeats, election and cache need far less)."""
+QUOTA_BACKEND_BYTES = 2 * 1024**3
+"""etcd's ``--quota-backend-bytes`` (2 GiB, etcd's default: a pool's heartbeats, election and cache
+need far less; one member's writes are bounded far below it, ``edgewatch.pooletcd.quota``)."""
+
+COMPACTION_RETENTION = "5m"
+"""``--auto-compaction-retention`` (periodic): revisions older than 5 minutes are dropped, which
+bounds the history one member's writes can pile up (``edgewatch.pooletcd.quota``); a watch
+resumed from further back starts over from a listing."""
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR,
            "dpanic": logging.CRITICAL, "panic": logging.CRITICAL, "fatal": logging.CRITICAL}
@@ -106,7 +112,7 @@ def etcd_argv(*, binary: str, node: str, host_ip: str, port: int, data_dir: Path
         "--trusted-ca-file", str(ca_file),
         "--client-cert-auth",
         "--auto-compaction-mode", "periodic",
-        "--auto-compaction-retention", "1h",
+        "--auto-compaction-retention", COMPACTION_RETENTION,
         "--quota-backend-bytes", str(QUOTA_BACKEND_BYTES),
         "--snapshot-count", "10000",
         # No JSON gateway: nothing of ours uses it, it is one more way in (issue 23 found a put

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 Reconcile = Callable[..., Awaitable[AclResult]]
 """``reconcile_acl``'s signature (keyword arguments ``target``, ``credentials``, ``pool``,
-``members``, ``timeout_s``)."""
+``members``, ``timeout_s``, ``suspended``)."""
 
 
 def pool_selector(pool: str) -> str:
@@ -73,6 +73,8 @@ class MembersLoop:
         backoff_initial_s / backoff_cap_s: retry delays after a failure, seconds (default 1 s to 10 s).
         informer_config: the Node informer's timings.
         on_result: told each reconcile's result (``ok`` or the ``AclError`` reason); must not raise.
+        suspended: the members that may only read now (over their write quota,
+            ``edgewatch.pooletcd.quota``); read at each reconcile, and :meth:`kick` after it changes.
         reconcile: the reconcile function (``reconcile_acl``; a test's fake).
         rng: random source of the jitter.
     """
@@ -81,8 +83,9 @@ class MembersLoop:
                  timeout_s: float, debounce_s: float = 1.0, resync_s: float = 300.0, backoff_initial_s: float = 1.0,
                  backoff_cap_s: float = 10.0, informer_config: InformerConfig | None = None,
                  on_result: Callable[[str], None] = _ignore, reconcile: Reconcile = reconcile_acl,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, suspended: Callable[[], frozenset[str]] = frozenset) -> None:
         self.pool = pool
+        self._suspended = suspended
         self.target = target
         self._credentials = credentials
         self.timeout_s = timeout_s
@@ -94,6 +97,7 @@ class MembersLoop:
         self._reconcile = reconcile
         self._rng = rng
         self._changed = asyncio.Event()
+        self._urgent = False  # kicked: reconcile without the debounce
         self.store: Store[Node] = Store(on_event=self._on_node)
         self.informer: Informer[Node] = Informer(
             source=lister_watcher(client, NODES, label_selector=pool_selector(pool)), sink=self.store,
@@ -104,6 +108,12 @@ class MembersLoop:
     def current(self) -> bool:
         """True once the Nodes were listed and the last successful reconcile was for the names now."""
         return self.store.synced.is_set() and self.reconciled == self.members
+
+    def kick(self) -> None:
+        """Reconcile at once (no debounce) although the members did not change: the suspended
+        members did, and every second a member over its quota keeps writing counts."""
+        self._urgent = True
+        self._changed.set()
 
     def _on_node(self, _op: str, _node: Node) -> None:
         names = frozenset(self.store.objects)
@@ -121,8 +131,11 @@ class MembersLoop:
         await self.store.synced.wait()
         attempt = 0
         while True:
-            while True:  # debounce: until debounce_s pass without a change
+            while True:  # debounce: until debounce_s pass without a change (none after a kick)
                 self._changed.clear()
+                if self._urgent:
+                    self._urgent = False
+                    break
                 await asyncio.sleep(self.debounce_s)
                 if not self._changed.is_set():
                     break
@@ -142,7 +155,8 @@ class MembersLoop:
         names = frozenset(members)
         try:
             result = await self._reconcile(target=self.target, credentials=self._credentials(), pool=self.pool,
-                                           members=sorted(names), timeout_s=self.timeout_s)
+                                           members=sorted(names), timeout_s=self.timeout_s,
+                                           suspended=self._suspended() & names)
         except AclError as exc:
             log.warning("pool etcd access control not reconciled: %s", exc,
                         extra={"pool": self.pool, "reason": exc.reason})

@@ -41,6 +41,9 @@ class CoordinatorMetrics:
         self.ca_reads = Counter(f"{prefix}_ca_reads", "Periodic reads of the pool CA by result (unchanged, "
                                 "changed: etcd restarted to load it, error: the CA in use kept).", ["result"],
                                 registry=registry)
+        self.quota_actions = Counter(f"{prefix}_quota_actions", "Per-member write quotas (rate, stored: a "
+                                     "member over its quota suspended to read only; lifted: its suspension over; "
+                                     "error: a failed session).", ["action"], registry=registry)
         self.election_actions = Counter(f"{prefix}_election_actions", "What the coordinator did to keep the pool "
                                         "election honest (standing: a candidacy put while another led, mostly an "
                                         "honest loser of a race; long_lease, no_lease: a candidacy outliving its "

@@ -5,7 +5,8 @@ What it is for
     enabled) and authorizes it by the roles of the user of that name. A pool's etcd has one user
     per member node, each with one role ``edgewatch-node-<node>`` carrying exactly
     :func:`edgewatch.poolkeys.node_grants`: read the pool, write its own heartbeat, candidacy,
-    sync key and cache area. :func:`plan_acl` diffs that with what etcd has and returns the steps,
+    sync key and cache area (a member suspended for going over its write quota: read only).
+    :func:`plan_acl` diffs that with what etcd has and returns the steps,
     in an order that never leaves a user with more than its own rights: grants are revoked before
     others are added, and a departed node's user is deleted (it can no longer authenticate) before
     its role.
@@ -18,7 +19,7 @@ Limits
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from edgewatch.poolkeys import Grant, PoolKeys, node_grants
@@ -54,7 +55,7 @@ class AclStep:
 
 
 def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tuple[Grant, ...]],
-             users: Mapping[str, tuple[str, ...]]) -> list[AclStep]:
+             users: Mapping[str, tuple[str, ...]], suspended: Collection[str] = frozenset()) -> list[AclStep]:
     """The steps from etcd's current ``roles`` (name -> grants) and ``users`` (name -> roles) to
     one user and role per member of the pool (empty when nothing is to change).
 
@@ -63,6 +64,9 @@ def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tupl
         members: the pool's nodes now (e.g. from its roster); reserved names are skipped.
         roles: every role etcd has, with its grants.
         users: every user etcd has, with its roles.
+        suspended: members that may read but not write now (over their write quota,
+            ``edgewatch.pooletcd.quota``): their write grants are revoked, to be granted again once
+            they are no longer named here.
     """
     wanted = {n for n in members if n not in RESERVED_USERS}
     steps: list[AclStep] = []
@@ -75,7 +79,7 @@ def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tupl
             steps.append(AclStep("delete_role", role))
     for node in sorted(wanted):
         role = role_name(node)
-        want = set(node_grants(keys, node))
+        want = set(node_grants(keys, node, writes=node not in suspended))
         have = set(roles.get(role, ()))
         if role not in roles:
             steps.append(AclStep("add_role", role))

@@ -30,8 +30,9 @@ How
 Limits
     Judgements are made in revision order from the janitor's first snapshot (a coordinator start),
     on which every candidacy behind the eligible leader is disqualified; a broken session resumes
-    right after the last change judged (a new snapshot only if etcd compacted past it, after an
-    hour). A member can
+    right after the last change judged (a new snapshot only if etcd compacted past it: the
+    coordinator's etcd keeps 5 minutes of history, and every sweep moves the judged revision up
+    while the election is quiet). A member can
     still win an election race held while nobody leads (as any member can) and lead while its
     cloud link is up. With an etcd not run by edgewatch's coordinator pod (``poolCoordinators: {pool:
     URL}``) nothing disqualifies: run ``edgewatch pool-etcd-acl`` and accept the queue. Every call
@@ -284,7 +285,7 @@ class ElectionJanitor:
     def _advance(self, candidacies: Any) -> None:
         """Move the judged revision up to a listing's when the book already holds exactly the
         candidacies listed: no change up to it is left to judge. So a quiet election (no change for
-        hours) never lets etcd's hourly compaction pass the judged revision, and a broken session
+        hours) never lets etcd's periodic compaction pass the judged revision, and a broken session
         resumes its watch instead of judging a snapshot blind to what happened in between."""
         seen = {(_name(kv.key, self.keys.candidates), int(kv.create_revision)) for kv in candidacies}
         if seen == {(n, c.create_revision) for n, c in self.book.candidates.items()} and self._revision is not None:

@@ -20,7 +20,7 @@ Limits
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -130,7 +130,8 @@ class _Auth:
 
 
 async def reconcile_acl(*, target: str, credentials: grpc.ChannelCredentials | None, pool: str,
-                        members: Iterable[str], timeout_s: float = 5.0, enable: bool = True) -> AclResult:
+                        members: Iterable[str], timeout_s: float = 5.0, enable: bool = True,
+                        suspended: Collection[str] = frozenset()) -> AclResult:
     """Make the pool's etcd at ``target`` (``host:port``) have exactly one user and role per
     member (see the module docstring), then switch authentication on if ``enable``.
 
@@ -142,6 +143,7 @@ async def reconcile_acl(*, target: str, credentials: grpc.ChannelCredentials | N
         members: the pool's nodes now.
         timeout_s: bound of each call, seconds.
         enable: switch etcd's authentication on at the end.
+        suspended: members that may only read now (``plan_acl``).
 
     Raises:
         AclError: a call failed (see the module docstring).
@@ -152,7 +154,7 @@ async def reconcile_acl(*, target: str, credentials: grpc.ChannelCredentials | N
     try:
         auth = _Auth(channel, timeout_s)
         roles, users = await auth.state()
-        steps = plan_acl(keys=PoolKeys(pool), members=members, roles=roles, users=users)
+        steps = plan_acl(keys=PoolKeys(pool), members=members, roles=roles, users=users, suspended=suspended)
         for step in steps:
             await auth.apply(step)
         enabled = await auth.enable(users) if enable else False
