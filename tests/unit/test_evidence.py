@@ -68,6 +68,24 @@ def test_beacon_holder_adopts_only_newer_signed_beacons() -> None:
         holder.trust(b"short")
 
 
+def test_the_beacon_held_is_not_verified_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgewatch.core import beacon as beacon_module
+
+    key = NodeKey.generate()
+    holder = BeaconHolder()
+    holder.trust(key.public_raw)
+    token = sign_beacon(Beacon(2, B2), key)
+    assert holder.offer(token)
+    checks: list[object] = []
+    monkeypatch.setattr(beacon_module, "verify_beacon", lambda t, p: checks.append(t) or verify_beacon(t, p))
+    for _ in range(20):  # every peer envelope carries it
+        assert not holder.offer(token)
+    assert checks == []
+    assert holder.offer(sign_beacon(Beacon(3, B3), key)) and len(checks) == 1  # a new one is verified
+    holder.trust(NodeKey.generate().public_raw)  # a new key: the old token means nothing
+    assert not holder.offer(token) and holder.value == ""
+
+
 def test_beacon_log_is_bounded() -> None:
     log = BeaconLog(max_beacons=2)
     log.record(B1, at=1.0)

@@ -142,8 +142,12 @@ class BeaconHolder:
         return self._public_raw
 
     def offer(self, token: object) -> bool:
-        """Adopt ``token`` if it verifies and is newer; True if adopted. Never raises."""
-        if self._public is None or not token:
+        """Adopt ``token`` if it verifies and is newer; True if adopted. Never raises.
+
+        The token held now, offered again (every peer envelope carries it), is not verified again:
+        the same text under the same trusted key verified once already (one Ed25519 check per
+        beacon instead of one per envelope received)."""
+        if self._public is None or not token or token == self.token:
             return False
         try:
             beacon = verify_beacon(token, self._public)
