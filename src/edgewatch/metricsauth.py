@@ -6,22 +6,24 @@ What it is for
     node's network and from every pod. The text names the group's members, the pool's leader and
     each node's cloud link state: what an attacker on the LAN would map first. So ``/metrics`` is
     served only to a client the cloud apiserver says may ``get`` the non-resource URL
-    ``/metrics``, as kube-controller-manager, the kubelet and controller-runtime's secure metrics
-    serving do (k8s.io/apiserver delegated authentication and authorization: a ``TokenReview``,
-    then a ``SubjectAccessReview`` with ``nonResourceAttributes {path: /metrics, verb: get}``).
+    ``/edgewatch/metrics`` (:data:`METRICS_ATTRIBUTES`), as kube-controller-manager, the kubelet
+    and controller-runtime's secure metrics serving do for their own (k8s.io/apiserver delegated
+    authentication and authorization: a ``TokenReview``, then a ``SubjectAccessReview`` with
+    ``nonResourceAttributes {path: /edgewatch/metrics, verb: get}``).
     ``/healthz`` and ``/readyz`` stay open: the kubelet probes them without a token and they say
     only "ok" or why not.
 
 Who is allowed
-    Whoever RBAC lets ``get`` ``/metrics``: the shipped ClusterRole ``edgewatch-metrics-reader``
-    (deploy/11-rbac-metrics.yaml), bound to the shipped ServiceAccount
-    ``edgewatch-metrics-scraper`` whose token Secret the PodMonitors use, or to a Prometheus's own
-    ServiceAccount. Agents' own tokens are not allowed: one node's credential reads no other
-    node's metrics.
+    Whoever RBAC lets ``get`` ``/edgewatch/metrics``: the shipped ClusterRole
+    ``edgewatch-metrics-reader`` (deploy/13-rbac-metrics.yaml), bound to the shipped
+    ServiceAccount ``edgewatch-metrics-scraper`` whose token Secret the PodMonitor uses, or to a
+    Prometheus's own ServiceAccount (a role for ``/metrics`` alone does not do). Agents' own
+    tokens are not allowed: one node's credential reads no other node's metrics.
 
 Behaviour
     :class:`edgewatch.poolcache.authn.AccessControl` with its TTLs, bounds and review budget (a
-    flood of bogus tokens costs at most its bucket of reviews, never a scraper's), under the
+    flood of bogus tokens spends its address's bucket of reviews, then a shared one four times
+    deeper; a scraper's token checked before keeps its own), under the
     metric prefix ``edgewatch_metrics_access`` (``..._refused_requests_total{code,reason}``,
     ``..._reviews_total``, ``..._review_cache_total``, ``..._review_cache_entries``). Refusals:
     401 (no or unknown token), 403 (not allowed), 503 (not checkable now: cut off from the cloud
@@ -33,8 +35,11 @@ Cost
     process (each under 1 KiB each way); nothing per scrape.
 
 Limits
-    HTTP, not HTTPS: the token crosses the node network in the clear, as on the kubelet's
-    read-only port of old; a scraper token that can read only ``/metrics`` is all it gives.
+    HTTP, not HTTPS: the token crosses the node network in the clear. And a bearer token sent to
+    a node is the node's to keep: scraping a compromised agent gives it the scraper's token,
+    which reads every edgewatch process's metrics (no other component's). The shipped PodMonitor
+    scrapes only the controller, on cloud nodes; scrape agents only with that in mind. A flood of
+    bogus tokens from several addresses can delay the first check of a new scraper token (503).
 """
 
 from __future__ import annotations
@@ -47,8 +52,11 @@ from edgewatch.poolcache.authn import AccessControl, Attributes, CloudReviewClie
 
 __all__ = ["METRICS_ATTRIBUTES", "LinkState", "MetricsGuard"]
 
-METRICS_ATTRIBUTES: Final = Attributes(verb="get", path="/metrics")
-"""What a scrape asks of RBAC: ``get`` on the non-resource URL ``/metrics``."""
+METRICS_ATTRIBUTES: Final = Attributes(verb="get", path="/edgewatch/metrics")
+"""What a scrape asks of RBAC: ``get`` on the non-resource URL ``/edgewatch/metrics``, a name of its
+own, so that a token that reads edgewatch's metrics reads no other component's (kube-apiserver's,
+kube-controller-manager's and the kubelet's ``/metrics``), as kube-rbac-proxy authorizes its
+upstream by attributes of its own."""
 
 
 class LinkState(Protocol):
@@ -82,19 +90,19 @@ class MetricsGuard:
     def _cloud_ok(self) -> bool:
         return self._link is None or self._link.up
 
-    async def check(self, authorization: str | None) -> Refusal | None:
-        """None if the request whose ``Authorization`` header is ``authorization`` may read
-        ``/metrics``, else the refusal (code 401, 403 or 503, and its message). Never raises for
-        the client's or the cloud's faults."""
+    async def check(self, authorization: str | None, *, origin: str = "") -> Refusal | None:
+        """None if the request whose ``Authorization`` header is ``authorization``, from the
+        address ``origin``, may read ``/metrics``, else the refusal (code 401, 403 or 503, and
+        its message). Never raises for the client's or the cloud's faults."""
         verdict = await self.access.check(authorization=authorization, attributes=METRICS_ATTRIBUTES,
-                                          path="/metrics")
+                                          path="/metrics", origin=origin)
         return verdict if isinstance(verdict, Refusal) else None
 
     def check_from_thread(self, authorization: str | None, *, loop: asyncio.AbstractEventLoop,
-                          timeout_s: float) -> Refusal | None:
+                          timeout_s: float, origin: str = "") -> Refusal | None:
         """:meth:`check` from a thread other than ``loop``'s (a WSGI server's), waiting at most
         ``timeout_s`` seconds; a check that does not finish in time is a 503 refusal."""
-        future = asyncio.run_coroutine_threadsafe(self.check(authorization), loop)
+        future = asyncio.run_coroutine_threadsafe(self.check(authorization, origin=origin), loop)
         try:
             return future.result(timeout=timeout_s)
         except TimeoutError:

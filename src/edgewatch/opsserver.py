@@ -12,8 +12,12 @@ given (:mod:`edgewatch.metricsauth`; the check runs on the caller's event loop, 
 thread waits for it at most :data:`CHECK_TIMEOUT_S`); ``/healthz`` and ``/readyz`` are open (the
 kubelet's probes carry no token).
 
+Bounds: at most :data:`MAX_CONNECTIONS` connections served at once (one thread each; more are
+closed at once), each closed if its request is not whole within :data:`READ_TIMEOUT_S`.
+
 Limits: HTTP only (no TLS); bind it to the pod or host address, not a public one. ``readiness``
-runs in the server's threads: it must only read state (no I/O, no event-loop call).
+runs in the server's threads: it must only read state (no I/O, no event-loop call). A flood of
+connections from the LAN can still keep the kubelet's probe out (it is closed like the rest).
 """
 
 from __future__ import annotations
@@ -31,16 +35,55 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from edgewatch.metricsauth import MetricsGuard
 
-__all__ = ["CHECK_TIMEOUT_S", "serve_ops"]
+__all__ = ["CHECK_TIMEOUT_S", "MAX_CONNECTIONS", "READ_TIMEOUT_S", "serve_ops"]
 
 CHECK_TIMEOUT_S = 10.0
 """Longest wait of a ``/metrics`` request for its token's check, seconds (two reviews of at most
 5 s each, :class:`edgewatch.poolcache.reviews.ReviewPolicy`)."""
 
 
+MAX_CONNECTIONS = 16
+"""Connections served at once; one more is closed at once (a probe, a scrape or two at a time is
+what these ports see; a flood of idle connections must not take a thread each)."""
+
+READ_TIMEOUT_S = 5.0
+"""A connection that sends no whole request line and headers within this many seconds is closed."""
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT_S  # socketserver.StreamRequestHandler: the socket's timeout
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         """No access log."""
+
+
+class _BoundedServer(ThreadingWSGIServer):
+    """prometheus-client's threading WSGI server with at most :data:`MAX_CONNECTIONS` threads (each
+    connection beyond is closed unanswered) and a deeper accept backlog than ``socketserver``'s 5."""
+
+    request_queue_size = 128
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused = 0
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def _app(*, registry: CollectorRegistry, readiness: Callable[[], str | None],
@@ -52,7 +95,8 @@ def _app(*, registry: CollectorRegistry, readiness: Callable[[], str | None],
         if path == "/metrics":
             if guard is not None:
                 refusal = guard[0].check_from_thread(environ.get("HTTP_AUTHORIZATION"), loop=guard[1],
-                                                     timeout_s=CHECK_TIMEOUT_S)
+                                                     timeout_s=CHECK_TIMEOUT_S,
+                                                     origin=str(environ.get("REMOTE_ADDR", "")))
                 if refusal is not None:
                     headers = [("Content-Type", "text/plain")]
                     if refusal.retry_after_s:
@@ -90,7 +134,7 @@ def serve_ops(*, address: str, port: int, registry: CollectorRegistry,
     """
     guarded = (guard, asyncio.get_running_loop()) if guard is not None else None
     family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
-    server_class = type("OpsServer", (ThreadingWSGIServer,), {"address_family": family})
+    server_class = type("OpsServer", (_BoundedServer,), {"address_family": family})
     server = make_server(address, port, _app(registry=registry, readiness=readiness, guard=guarded), server_class=server_class,
                          handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="ops-http", daemon=True)

@@ -158,22 +158,21 @@ class Grant:
     access: Access
 
 
-def node_grants(keys: PoolKeys, node: str, *, writes: bool = True) -> tuple[Grant, ...]:
+def node_grants(keys: PoolKeys, node: str, *, writes: bool = True, area: bool = True) -> tuple[Grant, ...]:
     """What ``node``'s etcd role allows: read the whole pool; write its heartbeat, its candidacy,
     its sync key and its own area; nothing else (sorted, for comparing with what etcd has).
-    ``writes=False``: the read alone (a member suspended for going over its write quota,
-    ``edgewatch.pooletcd.quota``)."""
+    A member over its write quota (``edgewatch.pooletcd.quota``) gets less: ``area=False``
+    without its area, ``writes=False`` the read alone."""
     writer = keys.writer(node).encode()
     pool = keys.prefix.encode()
-    if not writes:
-        return (Grant(pool, prefix_end(pool), Access.READ),)
-    return tuple(sorted((
-        Grant(pool, prefix_end(pool), Access.READ),
-        Grant(keys.heartbeat(node), b"", Access.READWRITE),
-        Grant(keys.candidate(node), b"", Access.READWRITE),
-        Grant(keys.sync(node), b"", Access.READWRITE),
-        Grant(writer, prefix_end(writer), Access.READWRITE),
-    )))
+    grants = [Grant(pool, prefix_end(pool), Access.READ)]
+    if writes:
+        grants += [Grant(keys.heartbeat(node), b"", Access.READWRITE),
+                   Grant(keys.candidate(node), b"", Access.READWRITE),
+                   Grant(keys.sync(node), b"", Access.READWRITE)]
+        if area:
+            grants.append(Grant(writer, prefix_end(writer), Access.READWRITE))
+    return tuple(sorted(grants))
 
 
 @dataclass(frozen=True)

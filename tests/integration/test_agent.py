@@ -259,7 +259,7 @@ def test_metrics_tell_the_map_only_to_the_metrics_reader(cluster: PlaygroundClus
         assert code == 401 and "edgewatch_" not in body, (url, code, body[:300])
         for token in (stolen, any_pod):
             code, body = _read(url, token)
-            assert code == 403 and 'cannot get path "/metrics"' in body, (url, code, body[:300])
+            assert code == 403 and 'cannot get path "/edgewatch/metrics"' in body, (url, code, body[:300])
         code, body = _read(url, cluster.metrics_token())
         assert code == 200 and "edgewatch_metrics_access_refused_requests_total" in body, (url, code, body[:300])
     assert _metric(cluster, "a-2", "edgewatch_metrics_access_refused_requests_total",

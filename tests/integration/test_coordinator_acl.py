@@ -281,3 +281,63 @@ async def test_a_member_cannot_make_itself_next_in_line(kube: AsyncClient,
             await probe.close()
     finally:
         await _stop(coordinators, tasks, attacker)
+
+
+async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer, PoolCA, str, Path]) -> None:
+    """The attack as a compromised member runs it, with only its own certificate and key: grant
+    leases with no key in a loop (etcd checks no key permission for a grant, and a lease is
+    invisible to the write quotas), and rewrite a 256 KiB value in its own area (history until
+    compaction, a file that never shrinks by itself). Before the coordinator's upkeep every lease
+    stayed and the file only grew; now the keyless leases are revoked at their second look, a
+    lease over 600 s at its first, an honest member's lease with its key stays, and the store is
+    compacted and defragmented once past its high water (here 2 of a 4 MiB quota)."""
+    from aetcd import rpc as etcd_rpc
+
+    from edgewatch.pooletcd.upkeep import StoreUpkeep
+
+    server, ca, pool, folder = world
+    keys = PoolKeys(pool)
+    n1, n2 = "edge-1", "edge-2"
+    target = f"{server.address}:{server.client_port}"
+    root = _issue(ca, "root", folder)
+    await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
+    actions: list[str] = []
+    upkeep = StoreUpkeep(host=server.address, port=server.client_port, credentials=root.credentials, pool=pool,
+                         quota_bytes=4 * 2**20, high_water=0.5, interval_s=0.5, lease_every=1,
+                         on_action=actions.append)
+    honest = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                         credentials=_issue(ca, n1, folder).credentials())
+    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+                           credentials=_issue(ca, n2, folder).credentials())
+    probe = _EtcdClient(host=server.address, port=server.client_port, timeout=10.0, credentials=root.credentials())
+    tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def leases() -> set[int]:
+        reply = await probe.leasestub.LeaseLeases(etcd_rpc.LeaseLeasesRequest(), timeout=5)
+        return {int(x.ID) for x in reply.leases}
+
+    async def db_size() -> int:
+        return int((await probe.maintenancestub.Status(etcd_rpc.StatusRequest(), timeout=5)).dbSize)
+
+    try:
+        await probe.connect()
+        heartbeat = await honest.lease(40)
+        await honest.put(keys.heartbeat(n1), b"alive", lease=heartbeat)
+        flood = {int((await attacker.lease(300)).id) for _ in range(300)}
+        forever = int((await attacker.lease(30 * 86400)).id)
+        value = secrets.token_bytes(256 * 1024)
+        for _ in range(16):  # 4 MiB of history in its own area
+            await attacker.put(keys.writer(n2).encode() + b"cache/churn", value)
+        grown = await db_size()
+        assert grown > 2 * 2**20 and flood | {forever} <= await leases()  # all of it landed
+
+        tasks["upkeep"] = asyncio.create_task(upkeep.run())
+        await _wait(lambda: "defragmented" in actions and actions.count("keyless") >= 300, timeout_s=30,
+                    what="the store compacted and the keyless leases revoked")
+        left = await leases()
+        assert not (flood | {forever}) & left and int(heartbeat.id) in left
+        assert "long_lease" in actions and "compacted" in actions
+        assert await db_size() < grown
+        assert (await honest.get(keys.heartbeat(n1))).value == b"alive"
+    finally:
+        await _stop({}, tasks, honest, attacker, probe)

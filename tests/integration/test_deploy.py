@@ -231,9 +231,10 @@ def test_coordinator_rbac_is_least_privilege(applied: str, control_plane: Contro
 ])
 def test_only_the_metrics_reader_may_get_metrics(applied: str, control_plane: ControlPlane, who: str,
                                                  allowed: bool) -> None:
-    assert can_i(control_plane, who, "get", "/metrics") is allowed
-    assert not can_i(control_plane, "system:serviceaccount:edgewatch:edgewatch-metrics-scraper", "get", "pods",
-                     namespace="edgewatch")
+    assert can_i(control_plane, who, "get", "/edgewatch/metrics") is allowed
+    scraper = "system:serviceaccount:edgewatch:edgewatch-metrics-scraper"
+    assert not can_i(control_plane, scraper, "get", "pods", namespace="edgewatch")
+    assert not can_i(control_plane, scraper, "get", "/metrics")  # no other component's metrics
 
 
 @pytest.mark.parametrize(("verb", "resource"), [("get", "configmaps/edgewatch-pool-coordinators"),

@@ -37,14 +37,15 @@ class _Cloud:
 
 
 def test_a_scrape_asks_for_the_non_resource_url() -> None:
-    assert METRICS_ATTRIBUTES.review_attributes() == {"nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
+    assert METRICS_ATTRIBUTES.review_attributes() == {"nonResourceAttributes": {"path": "/edgewatch/metrics",
+                                                                                 "verb": "get"}}
     services = Attributes(verb="list", group="", version="v1", resource="services")
     assert set(services.review_attributes()) == {"resourceAttributes"}
 
 
 def test_the_403_names_the_path_as_kube_apiserver_does() -> None:
     assert forbidden_message(AGENT, METRICS_ATTRIBUTES) == (
-        'forbidden: User "system:serviceaccount:edgewatch:edgewatch-agent" cannot get path "/metrics"')
+        'forbidden: User "system:serviceaccount:edgewatch:edgewatch-agent" cannot get path "/edgewatch/metrics"')
 
 
 def _get(url: str, token: str | None) -> tuple[int, str]:
@@ -69,7 +70,7 @@ async def test_the_ops_server_serves_metrics_only_to_the_reader() -> None:
             status, body = await asyncio.to_thread(_get, f"{base}/metrics", token)
             assert status == code and "edgewatch_topology_secret" not in body, (token, status, body)
         status, body = await asyncio.to_thread(_get, f"{base}/metrics", "agent")
-        assert 'cannot get path "/metrics"' in body
+        assert 'cannot get path "/edgewatch/metrics"' in body
         status, body = await asyncio.to_thread(_get, f"{base}/metrics", "scraper")
         assert status == 200 and "edgewatch_topology_secret_total 1.0" in body
         assert 'edgewatch_metrics_access_refused_requests_total{code="401",reason="no_token"} 1.0' in body
@@ -96,3 +97,41 @@ async def test_a_check_that_cannot_finish_is_a_503_not_a_hang() -> None:
     loop = asyncio.get_running_loop()
     refusal = await asyncio.to_thread(guard.check_from_thread, "Bearer scraper", loop=loop, timeout_s=0.3)
     assert refusal is not None and refusal.code == 503
+
+
+async def test_idle_connections_are_bounded_and_cut() -> None:
+    """A flood of idle half-sent requests: at most MAX_CONNECTIONS threads, each cut after the read
+    timeout; a probe answered once they are cut."""
+    import socket
+    import threading
+
+    from edgewatch import opsserver
+
+    registry = CollectorRegistry()
+    with serve_ops(address="127.0.0.1", port=0, registry=registry) as port:
+        before = threading.active_count()
+        idle = []
+        for _ in range(3 * opsserver.MAX_CONNECTIONS):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finished
+            idle.append(conn)
+        await asyncio.sleep(0.5)
+        assert threading.active_count() - before <= opsserver.MAX_CONNECTIONS
+        await asyncio.sleep(opsserver.READ_TIMEOUT_S + 0.5)
+        assert await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz", None) == (200, "ok\n")
+        for conn in idle:
+            conn.close()
+
+
+async def test_a_flood_of_bogus_tokens_from_one_address_spends_its_own_budget() -> None:
+    """One address sends bogus tokens until its budget is spent; a new scraper token from another
+    address is still reviewed (until the shared budget, four times deeper, is spent too)."""
+    from edgewatch.poolcache.reviews import ReviewPolicy
+
+    now = [0.0]
+    guard = MetricsGuard(http=httpx.AsyncClient(), policy=ReviewPolicy(reviews_per_s=0.001, review_burst=3))
+    guard.access.client = _Cloud()
+    guard.access.clock = lambda: now[0]
+    refusals = [await guard.check(f"Bearer bogus-{i}", origin="10.0.0.66") for i in range(10)]
+    assert [r.code for r in refusals if r is not None] == [401] * 3 + [503] * 7  # 3 reviewed, then its budget
+    assert await guard.check("Bearer scraper", origin="10.0.0.5") is None        # another address: reviewed

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from edgewatch.kube.informer import InformerConfig
+from edgewatch.pooletcd.acl import Suspensions
 from edgewatch.pooletcd.provisioner import AclError, AclResult
 from edgewatch.poolcoordinator.members import MembersLoop, pool_selector
 
@@ -32,11 +33,11 @@ class PoolKube(FakeKube):
 class FakeReconcile:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
-        self.suspended: list[frozenset[str]] = []
+        self.suspended: list[Suspensions] = []
         self.failures: list[str] = []  # reasons of the next calls to fail
 
     async def __call__(self, *, target: str, credentials: Any, pool: str, members: Any, timeout_s: float,
-                       suspended: frozenset[str]) -> AclResult:
+                       suspended: Suspensions) -> AclResult:
         assert target == "127.0.0.1:12379" and pool == "factory-1" and credentials == "creds" and timeout_s == 3
         self.calls.append(tuple(members))
         self.suspended.append(suspended)
@@ -69,20 +70,41 @@ async def test_a_suspension_is_reconciled_when_kicked_for_members_only() -> None
     kube, reconcile, results = PoolKube(), FakeReconcile(), []
     for n in ("edge-1", "edge-2"):
         kube.put("Node", _node(n))
-    suspended = {"now": frozenset[str]()}
+    suspended = {"now": Suspensions()}
     loop = _loop(kube, reconcile, results, suspended=lambda: suspended["now"])
     task = asyncio.create_task(loop.run())
     try:
         await _until(loop.current)
-        assert reconcile.suspended == [frozenset()]
-        suspended["now"] = frozenset({"edge-2", "gone"})  # a former member is not passed on
+        assert reconcile.suspended == [Suspensions()]
+        suspended["now"] = Suspensions(read_only=frozenset({"edge-2", "gone"}))  # a former member is not passed on
         loop.kick()
         await _until(lambda: len(reconcile.calls) == 2)
-        assert reconcile.suspended[-1] == {"edge-2"} and reconcile.calls[-1] == ("edge-1", "edge-2")
-        suspended["now"] = frozenset()
+        assert reconcile.suspended[-1] == Suspensions(read_only=frozenset({"edge-2"}))
+        assert reconcile.calls[-1] == ("edge-1", "edge-2")
+        suspended["now"] = Suspensions()
         loop.kick()
         await _until(lambda: len(reconcile.calls) == 3)
-        assert reconcile.suspended[-1] == frozenset()
+        assert reconcile.suspended[-1] == Suspensions()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_flapping_label_does_not_hold_the_reconcile_back() -> None:
+    kube, reconcile, results = PoolKube(), FakeReconcile(), []
+    kube.put("Node", _node("edge-1"))
+    loop = _loop(kube, reconcile, results, max_debounce_s=0.5)
+    task = asyncio.create_task(loop.run())
+    try:
+        await _until(loop.current)
+        stop = asyncio.get_running_loop().time() + 1.5
+        while asyncio.get_running_loop().time() < stop:  # a change every 50 ms, under the 100 ms debounce
+            kube.put("Node", _node("edge-2"))
+            await asyncio.sleep(0.05)
+            await kube.delete(type("Node", (), {}), "edge-2")
+            await asyncio.sleep(0.05)
+        assert len(reconcile.calls) >= 3, reconcile.calls  # about one per max_debounce_s
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgewatch.poolkeys import Access, Grant, PoolKeys, node_grants
-from edgewatch.pooletcd.acl import AclStep, plan_acl, role_name
+from edgewatch.pooletcd.acl import AclStep, Suspensions, plan_acl, role_name
 
 KEYS = PoolKeys("p")
 NAMES = st.sampled_from(["a", "b", "c", "a-b", "root", "n-1"])
@@ -89,22 +89,30 @@ def test_departed_node_loses_its_user_before_its_role() -> None:
 
 
 
-@given(st.sets(NAMES), st.sets(NAMES))
-def test_a_suspended_member_reads_only_and_gets_its_writes_back(members: set[str], suspended: set[str]) -> None:
+@given(st.sets(NAMES), st.sets(NAMES), st.sets(NAMES))
+def test_a_suspended_member_loses_its_writes_and_gets_them_back(members: set[str], read_only: set[str],
+                                                                no_area: set[str]) -> None:
     roles: dict[str, set[Grant]] = {"root": set()}
     users: dict[str, set[str]] = {"root": {"root"}}
-    _apply(plan_acl(keys=KEYS, members=members, roles=_frozen(roles, users)[0], users=_frozen(roles, users)[1]),
-           roles, users)
     r, u = _frozen(roles, users)
+    _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u), roles, users)
+    r, u = _frozen(roles, users)
+    suspended = Suspensions(read_only=frozenset(read_only), no_area=frozenset(no_area))
     _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u, suspended=suspended), roles, users)
     pool_read = Grant(KEYS.prefix.encode(), b"/edgewatch/pools/p0", Access.READ)
     for n in members - {"root"}:
-        if n in suspended:
-            assert roles[role_name(n)] == {pool_read}
+        grants = roles[role_name(n)]
+        assert pool_read in grants
+        if n in read_only:
+            assert grants == {pool_read}
+        elif n in no_area:
+            assert grants == set(node_grants(KEYS, n)) - {g for g in node_grants(KEYS, n)
+                                                          if g.key == KEYS.writer(n).encode()}
+            assert any(g.key == KEYS.heartbeat(n) for g in grants)  # its heartbeat and candidacy stay
         else:
-            assert roles[role_name(n)] == set(node_grants(KEYS, n))
+            assert grants == set(node_grants(KEYS, n))
     r, u = _frozen(roles, users)
-    _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u), roles, users)  # suspension over
+    _apply(plan_acl(keys=KEYS, members=members, roles=r, users=u), roles, users)  # suspensions over
     assert all(roles[role_name(n)] == set(node_grants(KEYS, n)) for n in members - {"root"})
 
 

@@ -1,5 +1,7 @@
-"""Per-member write quotas, the pure ledger: the rate bucket, the stored bytes, suspension and its
-end (a property: however a member writes, its live bytes never pass the bound unsuspended)."""
+"""Per-member write quotas, the pure ledger: the cost of a member's own keys (a bucket, etcd's
+per-revision overhead, deletions charged, no refill on lift), its area's live bytes, the two
+suspensions and their end (a property: however a member writes, nothing it writes unsuspended
+passes its bounds)."""
 
 from __future__ import annotations
 
@@ -7,60 +9,65 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgewatch.pooletcd.quota import QuotaLedger, QuotaPolicy
+from edgewatch.pooletcd.acl import Suspensions
+from edgewatch.pooletcd.quota import REVISION_OVERHEAD_BYTES, QuotaLedger, QuotaPolicy
 
-POLICY = QuotaPolicy(write_bytes_per_s=100, burst_bytes=1_000, stored_bytes=2_000, suspend_s=60)
+POLICY = QuotaPolicy(key_bytes_per_s=100, key_burst_bytes=1_000, area_bytes=2_000, suspend_s=60)
+HB = b"/edgewatch/pools/p/heartbeats/a"
 
 
-def test_a_burst_then_a_trickle_is_within_the_rate() -> None:
+def test_each_revision_of_its_keys_costs_etcd_overhead_and_deletions_count() -> None:
     ledger = QuotaLedger(POLICY)
-    assert ledger.put("a", b"k1", 1_000, now=0.0) is None          # the whole bucket at once
-    assert ledger.put("a", b"k1", 100, now=1.0) is None            # refilled 100 in 1 s (rewrites: stored 100)
-    assert ledger.put("a", b"k1", 100, now=1.5) == "rate"          # 50 refilled, 100 asked
-    assert ledger.suspended(now=1.5) == {"a"}
-    assert ledger.put("b", b"k2", 900, now=1.5) is None            # another member's bucket is its own
-    assert ledger.put("a", b"k1", 10_000, now=2.0) is None         # already suspended: one action
-    assert ledger.lift(now=61.4) == [] and ledger.lift(now=61.5) == ["a"]
-    assert ledger.suspended(now=61.5) == frozenset()
-    assert ledger.put("a", b"k1", 1_000, now=61.5) is None         # a full bucket again
+    cost = REVISION_OVERHEAD_BYTES + 50
+    assert ledger.change("a", HB, area=False, size=50, now=0.0) is None          # 306 of 1,000
+    assert ledger.change("a", HB, area=False, size=None, now=0.0) is None        # a deletion: 256 + key
+    assert ledger.change("a", HB, area=False, size=50, now=0.0) is None
+    assert ledger.change("a", HB, area=False, size=50, now=0.0) == "read_only"   # over 1,000
+    assert cost * 3 + REVISION_OVERHEAD_BYTES + len(HB) > POLICY.key_burst_bytes
+    assert ledger.suspensions(now=1.0) == Suspensions(read_only=frozenset({"a"}))
+    assert ledger.change("a", HB, area=False, size=50, now=2.0) is None          # already suspended: one action
+    assert ledger.change("b", b"k", area=False, size=600, now=2.0) is None        # another member's bucket
+    assert ledger.lift(now=59.9) == [] and ledger.lift(now=60.0) == ["a"]
+    # not refilled by the lift: only what the rate gave back since
+    assert ledger.change("a", HB, area=False, size=50, now=60.0) is None
+    assert ledger.suspensions(now=60.0) == Suspensions()
 
 
-def test_stored_bytes_count_live_keys_only() -> None:
-    ledger = QuotaLedger(QuotaPolicy(write_bytes_per_s=1e9, burst_bytes=10**9, stored_bytes=2_000, suspend_s=60))
+def test_an_areas_live_bytes_are_bounded_and_its_owner_keeps_its_keys() -> None:
+    ledger = QuotaLedger(POLICY)
     ledger.load([("a", b"old", 1_500), ("b", b"x", 10)])
-    assert ledger.put("a", b"k", 400, now=0.0) is None
-    ledger.delete(b"old")
-    assert ledger.stored["a"] == 400
-    assert ledger.put("a", b"k", 1_900, now=0.0) is None             # replaces its 400
-    assert ledger.put("a", b"k2", 101, now=0.0) == "stored"
-    assert ledger.stored == {"a": 2_001, "b": 10}
+    assert ledger.change("a", b"k", area=True, size=400, now=0.0) is None
+    assert ledger.change("a", b"old", area=True, size=None, now=0.0) is None
+    assert ledger.area["a"] == 400
+    assert ledger.change("a", b"k", area=True, size=1_900, now=0.0) is None      # replaces its 400
+    assert ledger.change("a", b"k2", area=True, size=101, now=0.0) == "no_area"
+    assert ledger.suspensions(now=0.0) == Suspensions(no_area=frozenset({"a"}))
+    assert ledger.area == {"a": 2_001, "b": 10}
+    # many area writes cost its keys' bucket nothing: its heartbeat goes on
+    assert ledger.change("a", HB, area=False, size=50, now=0.0) is None
 
 
-@given(st.lists(st.tuples(st.sampled_from([b"k1", b"k2", b"k3"]), st.integers(1, 1_500),
+@given(st.lists(st.tuples(st.sampled_from([b"k1", b"k2", b"k3", HB]), st.integers(1, 1_500),
                           st.floats(0, 5), st.booleans()), max_size=60))
-def test_a_member_never_passes_its_bounds_unsuspended(writes: list[tuple[bytes, int, float, bool]]) -> None:
-    """Every write accepted while not suspended keeps the member within its stored bytes, and the
-    bytes accepted since its bucket was last full within the bucket plus what the rate refilled."""
+def test_a_member_never_passes_its_bounds_unsuspended(changes: list[tuple[bytes, int, float, bool]]) -> None:
+    """Accepted unsuspended: its area within its bytes, and its keys' cost since the start within
+    the bucket plus what the rate gave back."""
     ledger = QuotaLedger(POLICY)
-    now, written, start = 0.0, 0, None
-    for key, size, pause, delete in writes:
+    now, spent = 0.0, 0
+    for key, size, pause, delete in changes:
         now += pause
-        if ledger.lift(now=now):
-            written, start = 0, None
-        if delete:
-            ledger.delete(key)
-            continue
-        suspended_before = "a" in ledger.suspended(now=now)
-        reason = ledger.put("a", key, size, now=now)
-        if suspended_before or reason is not None:
-            assert reason is None or "a" in ledger.suspended(now=now)
-            continue
-        start = now if start is None else start
-        written += size
-        assert ledger.stored["a"] <= POLICY.stored_bytes
-        assert written <= POLICY.burst_bytes + (now - start) * POLICY.write_bytes_per_s + 1e-6
+        ledger.lift(now=now)
+        area = key != HB
+        before = ledger.suspensions(now=now)
+        suspension = ledger.change("a", key, area=area, size=None if delete else size, now=now)
+        if not area and "a" not in before.read_only:
+            spent += REVISION_OVERHEAD_BYTES + (len(key) if delete else size)
+            if suspension is None:
+                assert spent <= POLICY.key_burst_bytes + now * POLICY.key_bytes_per_s + 1e-6
+        if area and suspension is None and "a" not in before.no_area and not delete:
+            assert ledger.area["a"] <= POLICY.area_bytes
 
 
 def test_a_policy_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
-        QuotaPolicy(stored_bytes=0)
+        QuotaPolicy(area_bytes=0)

@@ -95,7 +95,7 @@ class OpsEndpoints:
     async def metrics(self, req: web.Request) -> web.Response:
         """GET /metrics."""
         if self._guard is not None:
-            refusal = await self._guard.check(req.headers.get("Authorization"))
+            refusal = await self._guard.check(req.headers.get("Authorization"), origin=req.remote or "")
             if refusal is not None:
                 headers = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else {}
                 return web.Response(status=refusal.code, text=refusal.message + "\n", headers=headers)

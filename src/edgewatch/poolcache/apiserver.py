@@ -220,6 +220,7 @@ class _Server:
     async def _refused(self, request: web.Request, attributes: Attributes | None) -> web.Response | None:
         """None if the cloud's decisions let this request go on, else the refusal to send."""
         verdict = await self.access.check(authorization=request.headers.get("Authorization"), attributes=attributes,
+                                          origin=request.remote or "",
                                           path=request.path)
         if not isinstance(verdict, Refusal):
             return None

@@ -99,7 +99,7 @@ __all__ = ["AccessControl", "Attributes", "CloudReviewClient", "Refusal", "Revie
 
 log = logging.getLogger(__name__)
 
-#: The review budget's bucket for tokens not (yet) authenticated here.
+#: The review budget's buckets for tokens not (yet) authenticated here start with this (then the address).
 _NEW: Final = ("new",)
 #: Review budget buckets kept (the shared one and one per authenticated user, least recently used dropped).
 _BUDGET_SOURCES: Final = 256
@@ -223,6 +223,9 @@ class AccessControl:
         # one bucket for tokens never authenticated, one per authenticated user: a flood of bogus
         # tokens, or one user's many requests, never spends another user's reviews
         self._budget = RateLimiter(rate_per_s=p.reviews_per_s, burst=p.review_burst, max_sources=_BUDGET_SOURCES)
+        # tokens never authenticated: a bucket per client address as well as the shared one, so
+        # a flood from one address spends its own bucket before the shared one (4 times deeper)
+        self._new_budget = RateLimiter(rate_per_s=4 * p.reviews_per_s, burst=4 * p.review_burst, max_sources=1)
         self._slots = asyncio.Semaphore(p.max_concurrent)
         self.counts = _Counts()
         self._logged: dict[str, tuple[float, int]] = {}   # reason -> (last logged at, refusals not logged)
@@ -234,13 +237,15 @@ class AccessControl:
         return hmac.new(self._hmac_key, token.encode(), hashlib.sha256).digest()
 
     async def check(self, *, authorization: str | None, attributes: Attributes | None, path: str = "",
-                    ) -> UserInfo | Refusal:
+                    origin: str = "") -> UserInfo | Refusal:
         """The user if the request may go on, else why not.
 
         Args:
             authorization: the request's ``Authorization`` header, or None.
             attributes: what the request does, or None for discovery (authentication only).
             path: the request path, for the log.
+            origin: the client's address ("" if unknown): a token never authenticated is reviewed
+                from that address's share of the budget for new tokens, then the shared one.
 
         Never raises for the cloud's or the client's faults: those are refusals.
         """
@@ -253,7 +258,8 @@ class AccessControl:
         who = key[:6].hex()
         authn = await self._decide("token", self.tokens, key, lambda t: self.client.token_review(token, timeout_s=t),
                                    positive=lambda a: a.user is not None,
-                                   source=lambda a: ("user", a.user.username) if a is not None and a.user is not None else _NEW)
+                                   source=lambda a: ("user", a.user.username) if a is not None and a.user is not None
+                                   else ("new", origin))
         if isinstance(authn, Refusal):
             return self._refuse(authn, path=path, who=who)
         if authn.user is None:
@@ -284,9 +290,10 @@ class AccessControl:
         hit = cache.get(key, now=now)
         cloud_ok = self.cloud_ok()
         # the budget is spent only on a review actually sent, from the bucket of whom it is for
-        # (the cached decision's user; a token never authenticated: the shared one)
+        # (the cached decision's user; a token never authenticated: its address's, then the shared one)
         bucket = source(hit.value if hit is not None else None)
-        may_ask = cloud_ok and not (hit is not None and hit.fresh) and self._budget.allow(bucket, now=now)
+        may_ask = cloud_ok and not (hit is not None and hit.fresh) and self._budget.allow(bucket, now=now) and (
+            not (isinstance(bucket, tuple) and bucket[:1] == _NEW) or self._new_budget.allow(_NEW, now=now))
         step = next_step(hit, cloud_ok=cloud_ok, may_ask=may_ask, allows=hit is not None and positive(hit.value))
         if step is Step.USE:
             assert hit is not None

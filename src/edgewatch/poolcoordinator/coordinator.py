@@ -44,12 +44,13 @@ from edgewatch.opsserver import serve_ops
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.poolcoordinator.certificates import (TlsFiles, install_pool_ca, read_pool_ca, root_credentials,
                                                      root_spec, serving_spec, write_pool_ca)
-from edgewatch.poolcoordinator.etcdprocess import EtcdSupervisor, etcd_argv
+from edgewatch.poolcoordinator.etcdprocess import QUOTA_BACKEND_BYTES, EtcdSupervisor, etcd_argv
 from edgewatch.poolcoordinator.health import EtcdProbe
 from edgewatch.poolcoordinator.members import MembersLoop
 from edgewatch.poolcoordinator.metrics import CoordinatorMetrics
 from edgewatch.pooletcd.janitor import ElectionJanitor
 from edgewatch.pooletcd.quota import QuotaKeeper, QuotaPolicy
+from edgewatch.pooletcd.upkeep import StoreUpkeep
 
 __all__ = ["CoordinatorConfig", "PoolCoordinator"]
 
@@ -81,8 +82,8 @@ class CoordinatorConfig:
         ca_refresh_s: how often the pool CA's ConfigMap is read again, seconds (default 60 s, as
             the agents do); a change is written to ``ca.crt`` and etcd is restarted to load it.
         informer: the Node informer's timings.
-        quota: each member's write quota (``edgewatch.pooletcd.quota``; defaults: 256 KiB/s,
-            160 MiB at once and stored, 300 s suspension).
+        quota: each member's write quota (``edgewatch.pooletcd.quota``; defaults: its keys 4 KiB/s
+            and 64 KiB at once, its area 128 MiB, 300 s suspensions).
     """
 
     pool: str
@@ -145,6 +146,10 @@ class PoolCoordinator:
         self.quota = QuotaKeeper(host="127.0.0.1", port=c.port, credentials=self._credentials, pool=c.pool,
                                  policy=c.quota, timeout_s=c.etcd_timeout_s, on_change=self._suspensions_changed,
                                  on_action=lambda action: self.metrics.quota_actions.labels(action).inc())
+        # the store within its quota, and no lease without a key (pooletcd.upkeep)
+        self.upkeep = StoreUpkeep(host="127.0.0.1", port=c.port, credentials=self._credentials, pool=c.pool,
+                                  quota_bytes=QUOTA_BACKEND_BYTES, timeout_s=c.etcd_timeout_s,
+                                  on_action=lambda action: self.metrics.store_actions.labels(action).inc())
         self.members = MembersLoop(client=client, pool=c.pool, target=target, credentials=self._credentials,
                                    timeout_s=c.etcd_timeout_s, debounce_s=c.debounce_s, informer_config=c.informer,
                                    on_result=self._acl_result, suspended=self.quota.suspended)
@@ -251,6 +256,7 @@ class PoolCoordinator:
                 tg.create_task(self.members.run(), name="members")
                 tg.create_task(self.janitor.run(), name="election-janitor")
                 tg.create_task(self.quota.run(), name="write-quota")
+                tg.create_task(self.upkeep.run(), name="store-upkeep")
                 tg.create_task(self._open_to_the_pool(), name="open-to-the-pool")
                 tg.create_task(self._follow_pool_ca(), name="pool-ca")
 

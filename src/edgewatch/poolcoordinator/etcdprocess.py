@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import time
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from edgewatch.kube.backoff import backoff_delay
 
-__all__ = ["COMPACTION_RETENTION", "QUOTA_BACKEND_BYTES", "EtcdSupervisor", "etcd_argv", "metrics_port", "peer_port"]
+__all__ = ["COMPACTION_RETENTION", "ETCD_GOMEMLIMIT", "QUOTA_BACKEND_BYTES", "EtcdSupervisor", "etcd_argv", "metrics_port", "peer_port"]
 
 log = logging.getLogger(__name__)
 etcd_log = logging.getLogger("edgewatch.poolcoordinator.etcd")
@@ -49,6 +50,10 @@ etcd_log = logging.getLogger("edgewatch.poolcoordinator.etcd")
 QUOTA_BACKEND_BYTES = 2 * 1024**3
 """etcd's ``--quota-backend-bytes`` (2 GiB, etcd's default: a pool's heartbeats, election and cache
 need far less; one member's writes are bounded far below it, ``edgewatch.pooletcd.quota``)."""
+
+ETCD_GOMEMLIMIT = "320MiB"
+"""etcd's ``GOMEMLIMIT`` unless the pod sets one: under the coordinator pod's 512Mi limit, leaving
+room for the Python process beside it."""
 
 COMPACTION_RETENTION = "5m"
 """``--auto-compaction-retention`` (periodic): revisions older than 5 minutes are dropped, which
@@ -219,9 +224,12 @@ class EtcdSupervisor:
         return True
 
     async def _run_once(self) -> int:
+        # Go's soft memory limit below the pod's 512Mi: etcd's garbage collector works harder
+        # before the container is OOM-killed (one member's large reads spike its heap)
+        env = {**os.environ, "GOMEMLIMIT": os.environ.get("GOMEMLIMIT", ETCD_GOMEMLIMIT)}
         proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True, limit=_MAX_LINE)
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True, limit=_MAX_LINE, env=env)
         self._proc = proc
         self.starts += 1
         log.info("etcd started", extra={"pid": proc.pid})

@@ -38,6 +38,7 @@ from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import NODES
 from edgewatch.kube.store import Store
 from edgewatch.names import POOL_LABEL
+from edgewatch.pooletcd.acl import Suspensions
 from edgewatch.pooletcd.provisioner import AclError, AclResult, reconcile_acl
 
 __all__ = ["MembersLoop", "Reconcile", "pool_selector"]
@@ -69,27 +70,29 @@ class MembersLoop:
             root certificate is used); may raise ``OSError`` (counted as ``unreadable``).
         timeout_s: bound of each etcd call, seconds.
         debounce_s: quiet time after a change before reconciling, seconds (default 1 s).
+        max_debounce_s: the longest a reconcile waits for quiet, seconds (default 10 s).
         resync_s: reconcile again after this long without a change, seconds (default 300 s).
         backoff_initial_s / backoff_cap_s: retry delays after a failure, seconds (default 1 s to 10 s).
         informer_config: the Node informer's timings.
         on_result: told each reconcile's result (``ok`` or the ``AclError`` reason); must not raise.
-        suspended: the members that may only read now (over their write quota,
-            ``edgewatch.pooletcd.quota``); read at each reconcile, and :meth:`kick` after it changes.
+        suspended: the members over their write quota now (``edgewatch.pooletcd.quota``); read at
+            each reconcile, and :meth:`kick` after it changes.
         reconcile: the reconcile function (``reconcile_acl``; a test's fake).
         rng: random source of the jitter.
     """
 
     def __init__(self, *, client: object, pool: str, target: str, credentials: Callable[[], grpc.ChannelCredentials],
-                 timeout_s: float, debounce_s: float = 1.0, resync_s: float = 300.0, backoff_initial_s: float = 1.0,
+                 timeout_s: float, debounce_s: float = 1.0, max_debounce_s: float = 10.0, resync_s: float = 300.0, backoff_initial_s: float = 1.0,
                  backoff_cap_s: float = 10.0, informer_config: InformerConfig | None = None,
                  on_result: Callable[[str], None] = _ignore, reconcile: Reconcile = reconcile_acl,
-                 rng: random.Random | None = None, suspended: Callable[[], frozenset[str]] = frozenset) -> None:
+                 rng: random.Random | None = None, suspended: Callable[[], Suspensions] = Suspensions) -> None:
         self.pool = pool
         self._suspended = suspended
         self.target = target
         self._credentials = credentials
         self.timeout_s = timeout_s
         self.debounce_s = debounce_s
+        self.max_debounce_s = max_debounce_s
         self.resync_s = resync_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_cap_s = backoff_cap_s
@@ -131,13 +134,17 @@ class MembersLoop:
         await self.store.synced.wait()
         attempt = 0
         while True:
-            while True:  # debounce: until debounce_s pass without a change (none after a kick)
+            # debounce: until debounce_s pass without a change, but never longer than max_debounce_s
+            # (a label flapping faster than the debounce must not hold every reconcile back); none
+            # after a kick
+            first = asyncio.get_running_loop().time()
+            while True:
                 self._changed.clear()
                 if self._urgent:
                     self._urgent = False
                     break
                 await asyncio.sleep(self.debounce_s)
-                if not self._changed.is_set():
+                if not self._changed.is_set() or asyncio.get_running_loop().time() - first >= self.max_debounce_s:
                     break
             if await self._reconcile_once(self.members):
                 attempt = 0
@@ -156,7 +163,7 @@ class MembersLoop:
         try:
             result = await self._reconcile(target=self.target, credentials=self._credentials(), pool=self.pool,
                                            members=sorted(names), timeout_s=self.timeout_s,
-                                           suspended=self._suspended() & names)
+                                           suspended=self._suspended().of(names))
         except AclError as exc:
             log.warning("pool etcd access control not reconciled: %s", exc,
                         extra={"pool": self.pool, "reason": exc.reason})

@@ -41,8 +41,13 @@ class CoordinatorMetrics:
         self.ca_reads = Counter(f"{prefix}_ca_reads", "Periodic reads of the pool CA by result (unchanged, "
                                 "changed: etcd restarted to load it, error: the CA in use kept).", ["result"],
                                 registry=registry)
-        self.quota_actions = Counter(f"{prefix}_quota_actions", "Per-member write quotas (rate, stored: a "
-                                     "member over its quota suspended to read only; lifted: its suspension over; "
+        self.store_actions = Counter(f"{prefix}_store_actions", "Upkeep of the pool's etcd (compacted, "
+                                     "defragmented, disarmed: the store over half its quota or NOSPACE raised; "
+                                     "long_lease, keyless: a lease revoked; error: a failed round).", ["action"],
+                                     registry=registry)
+        self.quota_actions = Counter(f"{prefix}_quota_actions", "Per-member write quotas (read_only: a "
+                                     "member whose writes to its keys cost over its quota may only read; no_area: "
+                                     "one over its area's bytes may not write there; lifted: a suspension over; "
                                      "error: a failed session).", ["action"], registry=registry)
         self.election_actions = Counter(f"{prefix}_election_actions", "What the coordinator did to keep the pool "
                                         "election honest (standing: a candidacy put while another led, mostly an "

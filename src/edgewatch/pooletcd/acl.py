@@ -5,7 +5,7 @@ What it is for
     enabled) and authorizes it by the roles of the user of that name. A pool's etcd has one user
     per member node, each with one role ``edgewatch-node-<node>`` carrying exactly
     :func:`edgewatch.poolkeys.node_grants`: read the pool, write its own heartbeat, candidacy,
-    sync key and cache area (a member suspended for going over its write quota: read only).
+    sync key and cache area (a member over its write quota: less, :class:`Suspensions`).
     :func:`plan_acl` diffs that with what etcd has and returns the steps,
     in an order that never leaves a user with more than its own rights: grants are revoked before
     others are added, and a departed node's user is deleted (it can no longer authenticate) before
@@ -19,12 +19,12 @@ Limits
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from edgewatch.poolkeys import Grant, PoolKeys, node_grants
 
-__all__ = ["ROLE_PREFIX", "RESERVED_USERS", "AclStep", "plan_acl", "role_name"]
+__all__ = ["NO_SUSPENSIONS", "ROLE_PREFIX", "RESERVED_USERS", "AclStep", "Suspensions", "plan_acl", "role_name"]
 
 ROLE_PREFIX = "edgewatch-node-"
 RESERVED_USERS = frozenset({"root"})
@@ -33,6 +33,22 @@ RESERVED_USERS = frozenset({"root"})
 def role_name(node: str) -> str:
     """The etcd role of ``node``."""
     return f"{ROLE_PREFIX}{node}"
+
+
+@dataclass(frozen=True)
+class Suspensions:
+    """Members over their write quota (``edgewatch.pooletcd.quota``): ``read_only`` may only read;
+    ``no_area`` may write everything but their ``nodes/<node>/`` area."""
+
+    read_only: frozenset[str] = frozenset()
+    no_area: frozenset[str] = frozenset()
+
+    def of(self, members: frozenset[str]) -> Suspensions:
+        """The suspensions of ``members`` only."""
+        return Suspensions(read_only=self.read_only & members, no_area=self.no_area & members)
+
+
+NO_SUSPENSIONS = Suspensions()
 
 
 @dataclass(frozen=True)
@@ -55,7 +71,7 @@ class AclStep:
 
 
 def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tuple[Grant, ...]],
-             users: Mapping[str, tuple[str, ...]], suspended: Collection[str] = frozenset()) -> list[AclStep]:
+             users: Mapping[str, tuple[str, ...]], suspended: Suspensions = NO_SUSPENSIONS) -> list[AclStep]:
     """The steps from etcd's current ``roles`` (name -> grants) and ``users`` (name -> roles) to
     one user and role per member of the pool (empty when nothing is to change).
 
@@ -64,9 +80,9 @@ def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tupl
         members: the pool's nodes now (e.g. from its roster); reserved names are skipped.
         roles: every role etcd has, with its grants.
         users: every user etcd has, with its roles.
-        suspended: members that may read but not write now (over their write quota,
-            ``edgewatch.pooletcd.quota``): their write grants are revoked, to be granted again once
-            they are no longer named here.
+        suspended: members over their write quota now (``edgewatch.pooletcd.quota``): their
+            write grants (or their area's) are revoked, to be granted again once they are no longer
+            named there.
     """
     wanted = {n for n in members if n not in RESERVED_USERS}
     steps: list[AclStep] = []
@@ -79,7 +95,8 @@ def plan_acl(*, keys: PoolKeys, members: Iterable[str], roles: Mapping[str, tupl
             steps.append(AclStep("delete_role", role))
     for node in sorted(wanted):
         role = role_name(node)
-        want = set(node_grants(keys, node, writes=node not in suspended))
+        want = set(node_grants(keys, node, writes=node not in suspended.read_only,
+                               area=node not in suspended.no_area))
         have = set(roles.get(role, ()))
         if role not in roles:
             steps.append(AclStep("add_role", role))

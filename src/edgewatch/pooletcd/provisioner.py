@@ -20,14 +20,14 @@ Limits
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
 from aetcd import rpc as etcd_rpc
 
 from edgewatch.poolkeys import Access, Grant, PoolKeys
-from edgewatch.pooletcd.acl import AclStep, plan_acl
+from edgewatch.pooletcd.acl import NO_SUSPENSIONS, AclStep, Suspensions, plan_acl
 
 __all__ = ["AclError", "AclResult", "reconcile_acl"]
 
@@ -131,7 +131,7 @@ class _Auth:
 
 async def reconcile_acl(*, target: str, credentials: grpc.ChannelCredentials | None, pool: str,
                         members: Iterable[str], timeout_s: float = 5.0, enable: bool = True,
-                        suspended: Collection[str] = frozenset()) -> AclResult:
+                        suspended: Suspensions = NO_SUSPENSIONS) -> AclResult:
     """Make the pool's etcd at ``target`` (``host:port``) have exactly one user and role per
     member (see the module docstring), then switch authentication on if ``enable``.
 
@@ -143,7 +143,7 @@ async def reconcile_acl(*, target: str, credentials: grpc.ChannelCredentials | N
         members: the pool's nodes now.
         timeout_s: bound of each call, seconds.
         enable: switch etcd's authentication on at the end.
-        suspended: members that may only read now (``plan_acl``).
+        suspended: members over their write quota now (``plan_acl``).
 
     Raises:
         AclError: a call failed (see the module docstring).

@@ -1,43 +1,40 @@
 """Per-member write quotas on a pool coordinator's etcd (``QuotaKeeper``): one member cannot fill
-the store for everyone.
+the store, or starve the janitor, for everyone.
 
 What it stops
     etcd has one quota for the whole store (``--quota-backend-bytes``) and none per user. A member
     (root on one node, its own certificate and key) may write without limit under its own keys
     (heartbeat, candidacy, sync key, ``nodes/<node>/`` area): large values, many keys, or one key
     rewritten fast, each revision kept until compaction. Past the quota etcd raises its ``NOSPACE``
-    alarm and refuses every write of the pool (heartbeats, the election, the pool cache) until an
-    operator compacts, defragments and disarms it.
+    alarm and refuses every write of the pool (heartbeats, the election, the pool cache).
 
 How
-    The coordinator (root credentials, beside its etcd) follows every write under the pool's
-    prefix from one listing (:class:`QuotaLedger`, pure) and charges each to the member whose keys
-    it is (``PoolKeys.writer_of``), key plus value bytes:
+    The coordinator (root credentials, beside its etcd) follows every change under the pool's
+    prefix from one paged listing (:class:`QuotaLedger`, pure) and charges each to the member whose
+    key it is (``PoolKeys.writer_of``), at etcd's own estimate of a revision's cost:
+    :data:`REVISION_OVERHEAD_BYTES` plus key plus value, deletions included:
 
-    * **rate**: a token bucket per member, ``burst_bytes`` deep, refilled at
-      ``write_bytes_per_s`` (a new leader writes its whole pool cache at once; heartbeats and
-      cache changes after that are a trickle);
-    * **stored**: the bytes of the member's live keys, at most ``stored_bytes``.
+    * **its keys** (heartbeat, candidacy, sync key): a token bucket, ``key_burst_bytes`` deep,
+      refilled at ``key_bytes_per_s`` (an honest node writes its heartbeat every 10 s and its
+      candidacy once an election). Over it: *read only*: its role keeps the pool read alone;
+    * **its area** (``nodes/<node>/``, the pool cache it writes while it leads): the bytes of its
+      live keys, at most ``area_bytes``. Over it: *no area*: its area's write grant goes and the
+      area is deleted (and what lands there before the revocation); its heartbeat and candidacy
+      stay, so an honest leader of a cluster whose objects outgrow the bound keeps its place.
 
-    A member over either is *suspended* for ``suspend_s``: the coordinator's access control
-    reconcile (``edgewatch.poolcoordinator.members``, at once, no debounce) gives its etcd role the
-    pool read alone (``node_grants(writes=False)``) until then, and, when over ``stored_bytes``,
-    its ``nodes/<node>/`` area is deleted (and what lands there before the revocation). It reads as before; honest members' writes never wait for
-    it. After the suspension its write grants come back and its bucket is full again.
+    A suspension lasts ``suspend_s``; the access control reconcile
+    (``edgewatch.poolcoordinator.members``, kicked, no debounce) applies it and lifts it. The
+    bucket is not refilled by the lift.
 
-Bounds (defaults, :class:`QuotaPolicy`)
-    One member holds at most ``stored_bytes`` live (160 MiB: the two pool-scope caches of a
-    follower hold at most 64 MiB of JSON each, plus seals) and adds at most ``burst_bytes`` plus
-    ``write_bytes_per_s`` times etcd's compaction retention (5 min) of history before it is
-    suspended: about 400 MiB, against a 2 GiB quota (``etcdprocess.QUOTA_BACKEND_BYTES``); five
-    compromised members of one pool are needed to fill it.
+    The area's write *rate* is not bounded here (cluster churn, e.g. pods flapping Ready, makes an
+    honest leader's cache churn): the history it piles up is bounded by the coordinator's upkeep
+    (``edgewatch.pooletcd.upkeep``), which compacts and defragments etcd when its file grows.
 
 Limits
-    The writes a member makes between going over and the reconcile revoking its grants (a few
-    etcd calls, milliseconds to a second on a busy host) still land (and count). A suspended leader's pool cache goes stale (followers see its
-    sync key unchanged); it leads on. Cost: one more watch on the coordinator's own etcd, every
-    write of the pool decoded once more in the coordinator pod (heartbeats: one small value per
-    member per interval).
+    Writes made between going over and the revocation (a few etcd calls) still land, and count.
+    A member suspended from its area while it leads serves a stale pool cache until the
+    suspension ends. Cost: one more watch on the coordinator's own etcd; every change of the pool
+    decoded once more in the coordinator pod.
 """
 
 from __future__ import annotations
@@ -48,17 +45,26 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Final
 
 import aetcd
 import grpc
+from aetcd import rpc as etcd_rpc
 from aetcd import utils as etcd_utils
 
 from edgewatch.poolkeys import PoolKeys, prefix_end
+from edgewatch.pooletcd.acl import Suspensions
 from edgewatch.pooletcd.client import EtcdClient
 
-__all__ = ["QuotaKeeper", "QuotaLedger", "QuotaPolicy"]
+__all__ = ["REVISION_OVERHEAD_BYTES", "QuotaKeeper", "QuotaLedger", "QuotaPolicy"]
 
 log = logging.getLogger(__name__)
+
+REVISION_OVERHEAD_BYTES: Final = 256
+"""What etcd counts for a request beyond its key and value (``storage/quota.go``'s cost estimate):
+one revision's index, metadata and page space."""
+
+_PAGE: Final = 512  # keys per range of the listing (a listing never holds the whole pool at once)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,26 +72,27 @@ class QuotaPolicy:
     """Each member's write quota (module docstring).
 
     Attributes:
-        write_bytes_per_s: sustained write rate, bytes per second (256 KiB/s: a heartbeat is under
-            1 KiB per interval; a busy pool's cache changes a few KiB a second).
-        burst_bytes: bytes written at once (160 MiB: a new leader's whole pool cache).
-        stored_bytes: live bytes under the member's keys (160 MiB, the same bound).
-        suspend_s: how long a member over its quota may only read, seconds (300 s).
+        key_bytes_per_s: sustained cost of writes to its heartbeat, candidacy and sync key, bytes
+            per second (4 KiB/s: an honest node spends under 100 B/s).
+        key_burst_bytes: cost spent at once on those keys (64 KiB: a few elections in a row).
+        area_bytes: live bytes in its ``nodes/<node>/`` area (128 MiB: the two pool-scope caches
+            a follower holds, 64 MiB of JSON each, ``poolcache.store``).
+        suspend_s: how long a suspension lasts, seconds (300 s).
     """
 
-    write_bytes_per_s: float = 256 * 1024
-    burst_bytes: int = 160 * 2**20
-    stored_bytes: int = 160 * 2**20
+    key_bytes_per_s: float = 4 * 1024
+    key_burst_bytes: int = 64 * 1024
+    area_bytes: int = 128 * 2**20
     suspend_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if not (self.write_bytes_per_s > 0 and self.burst_bytes > 0 and self.stored_bytes > 0
+        if not (self.key_bytes_per_s > 0 and self.key_burst_bytes > 0 and self.area_bytes > 0
                 and self.suspend_s > 0):
             raise ValueError(f"every quota must be positive, got {self}")
 
 
 class QuotaLedger:
-    """Bytes written and stored per member, and who is suspended (pure: ``now`` is passed in,
+    """Cost written and bytes stored per member, and who is suspended (pure: ``now`` is passed in,
     seconds on one monotonic clock).
 
     Args:
@@ -94,72 +101,79 @@ class QuotaLedger:
 
     def __init__(self, policy: QuotaPolicy) -> None:
         self.policy = policy
-        self._keys: dict[bytes, tuple[str, int]] = {}     # key -> (member, bytes)
-        self.stored: dict[str, int] = {}                    # member -> live bytes
-        self._buckets: dict[str, tuple[float, float]] = {}  # member -> (bytes left, at)
-        self.suspended_until: dict[str, float] = {}
+        self._area_keys: dict[bytes, tuple[str, int]] = {}  # area key -> (member, bytes)
+        self.area: dict[str, int] = {}                        # member -> live bytes in its area
+        self._buckets: dict[str, tuple[float, float]] = {}    # member -> (cost left, at)
+        self.read_only: dict[str, float] = {}                 # member -> suspended until
+        self.no_area: dict[str, float] = {}
 
     def load(self, entries: Iterable[tuple[str, bytes, int]]) -> None:
-        """Start over from a listing of ``(member, key, bytes)``: the live sizes (nothing is
-        charged to the rate; suspensions and buckets stay)."""
-        self._keys.clear()
-        self.stored.clear()
+        """Start over from a listing of the areas' keys as ``(member, key, bytes)`` (nothing is
+        charged to the buckets; suspensions and buckets stay)."""
+        self._area_keys.clear()
+        self.area.clear()
         for member, key, size in entries:
-            self._keys[key] = (member, size)
-            self.stored[member] = self.stored.get(member, 0) + size
+            self._area_keys[key] = (member, size)
+            self.area[member] = self.area.get(member, 0) + size
 
-    def put(self, member: str, key: bytes, size: int, *, now: float) -> str | None:
-        """Charge a write of ``size`` bytes to ``key`` by ``member``; the reason (``rate`` or
-        ``stored``) if this write takes a member not suspended yet over its quota (it is
-        suspended from ``now``), else None."""
-        old = self._keys.get(key)
-        if old is not None:
-            self.stored[old[0]] = self.stored.get(old[0], 0) - old[1]
-        self._keys[key] = (member, size)
-        self.stored[member] = self.stored.get(member, 0) + size
+    def _charge(self, member: str, cost: int, now: float) -> bool:
+        """Spend ``cost`` from the member's bucket; False if it went below zero."""
         p = self.policy
-        left, at = self._buckets.get(member, (float(p.burst_bytes), now))
-        left = min(float(p.burst_bytes), left + max(0.0, now - at) * p.write_bytes_per_s) - size
+        left, at = self._buckets.get(member, (float(p.key_burst_bytes), now))
+        left = min(float(p.key_burst_bytes), left + max(0.0, now - at) * p.key_bytes_per_s) - cost
         self._buckets[member] = (left, now)
-        if self.suspended_until.get(member, -1.0) > now:
+        return left >= 0
+
+    def change(self, member: str, key: bytes, *, area: bool, size: int | None, now: float) -> str | None:
+        """Charge a change of ``key`` by ``member``: a put of ``size`` bytes (key plus value), or a
+        deletion (``size`` None). ``area``: the key is in the member's area. The suspension it
+        starts (``read_only`` or ``no_area``), or None."""
+        if area:
+            old = self._area_keys.pop(key, None)
+            if old is not None:
+                self.area[old[0]] = self.area.get(old[0], 0) - old[1]
+            if size is None:
+                return None
+            self._area_keys[key] = (member, size)
+            self.area[member] = self.area.get(member, 0) + size
+            if self.area[member] > self.policy.area_bytes and self.no_area.get(member, -1.0) <= now:
+                self.no_area[member] = now + self.policy.suspend_s
+                return "no_area"
             return None
-        reason = "stored" if self.stored[member] > p.stored_bytes else "rate" if left < 0 else None
-        if reason is not None:
-            self.suspended_until[member] = now + p.suspend_s
-        return reason
+        ok = self._charge(member, REVISION_OVERHEAD_BYTES + (size if size is not None else len(key)), now)
+        if not ok and self.read_only.get(member, -1.0) <= now:
+            self.read_only[member] = now + self.policy.suspend_s
+            return "read_only"
+        return None
 
-    def delete(self, key: bytes) -> None:
-        """A key is gone."""
-        old = self._keys.pop(key, None)
-        if old is not None:
-            self.stored[old[0]] = self.stored.get(old[0], 0) - old[1]
-
-    def suspended(self, *, now: float) -> frozenset[str]:
+    def suspensions(self, *, now: float) -> Suspensions:
         """The members suspended at ``now``."""
-        return frozenset(m for m, until in self.suspended_until.items() if until > now)
+        return Suspensions(read_only=frozenset(m for m, t in self.read_only.items() if t > now),
+                           no_area=frozenset(m for m, t in self.no_area.items() if t > now))
 
     def lift(self, *, now: float) -> list[str]:
-        """End the suspensions that are over at ``now``; those members (sorted), each with a full
-        bucket again."""
-        over = sorted(m for m, until in self.suspended_until.items() if until <= now)
-        for member in over:
-            del self.suspended_until[member]
-            self._buckets.pop(member, None)
-        return over
+        """End the suspensions that are over at ``now``; those members (sorted). Buckets are not
+        refilled: a member keeps paying for what it wrote while suspended."""
+        over = set()
+        for table in (self.read_only, self.no_area):
+            for member in [m for m, t in table.items() if t <= now]:
+                del table[member]
+                over.add(member)
+        return sorted(over)
 
 
 class QuotaKeeper:
-    """Follows a pool's writes with root credentials and suspends a member over its quota (module
-    docstring).
+    """Follows a pool's changes with root credentials and suspends a member over its quota
+    (module docstring).
 
     Args (keyword-only):
         host, port: the etcd client endpoint.
         credentials: makes the root TLS credentials (called per session).
         pool: the pool.
         policy: the quotas (default :class:`QuotaPolicy`).
-        on_change: called when the set of suspended members changed (the access control's
-            ``MembersLoop.kick``); must not raise.
-        on_action: told each suspension's reason (``rate``, ``stored``), ``lifted`` and ``error``;
+        on_change: called when the suspensions changed (the access control's ``MembersLoop.kick``);
+            must not raise.
+        on_action: told each suspension (``read_only``, ``no_area``), ``lifted`` and ``error``;
             must not raise.
         timeout_s: bound of each etcd call, seconds.
         retry_s: pause after a failed session, seconds.
@@ -178,11 +192,10 @@ class QuotaKeeper:
         self.timeout_s, self.retry_s = timeout_s, retry_s
         self._clock = clock
         self.synced = asyncio.Event()  # set once the first listing is loaded
-        self._purging: set[str] = set()  # suspended for their stored bytes: their area is kept empty
 
-    def suspended(self) -> frozenset[str]:
-        """The members that may only read now (``MembersLoop``'s ``suspended``)."""
-        return self.ledger.suspended(now=self._clock())
+    def suspended(self) -> Suspensions:
+        """The members over their quota now (``MembersLoop``'s ``suspended``)."""
+        return self.ledger.suspensions(now=self._clock())
 
     async def run(self) -> None:
         """Sessions until cancelled; never raises for etcd errors (logged, counted, retried)."""
@@ -203,55 +216,72 @@ class QuotaKeeper:
                             await client.close()
                 await asyncio.sleep(self.retry_s)
 
-    async def _call(self, call: object) -> object:
+    async def _call(self, call: Any) -> Any:
         async with asyncio.timeout(self.timeout_s):
-            return await call  # type: ignore[misc]
+            return await call
+
+    def _area_of(self, key: bytes) -> str | None:
+        member = self.keys.writer_of(key)
+        return member if member is not None and key.startswith(self.keys.writer(member).encode()) else None
+
+    async def _listing(self, client: EtcdClient) -> int:
+        """Load the areas' live sizes, a page of keys at a time at one revision; that revision."""
+        prefix = self.keys.prefix.encode()
+        end, start, revision = prefix_end(prefix), prefix, 0
+        entries: list[tuple[str, bytes, int]] = []
+        while True:
+            request = etcd_rpc.RangeRequest(key=start, range_end=end, limit=_PAGE, revision=revision)
+            reply = await self._call(client.kvstub.Range(request, timeout=self.timeout_s))
+            revision = revision or int(reply.header.revision)
+            for kv in reply.kvs:
+                member = self._area_of(kv.key)
+                if member is not None:
+                    entries.append((member, bytes(kv.key), len(kv.key) + len(kv.value)))
+            if not reply.more or not reply.kvs:
+                break
+            start = bytes(reply.kvs[-1].key) + b"\0"
+        self.ledger.load(entries)
+        return revision
 
     async def _session(self, client: EtcdClient) -> None:
         await self._call(client.connect())
-        prefix = self.keys.prefix.encode()
-        listing = await self._call(client.get_prefix(prefix))
-        entries = []
-        for kv in listing:  # type: ignore[attr-defined]
-            member = self.keys.writer_of(kv.key)
-            if member is not None:
-                entries.append((member, bytes(kv.key), len(kv.key) + len(kv.value)))
-        self.ledger.load(entries)
+        revision = await self._listing(client)
         self.synced.set()
+        prefix = self.keys.prefix.encode()
         watch = await self._call(client.watch(prefix, range_end=etcd_utils.prefix_range_end(prefix),
-                                              start_revision=int(listing.header.revision) + 1))  # type: ignore[attr-defined]
+                                              start_revision=revision + 1))
         try:
-            async for event in watch:  # type: ignore[attr-defined]
+            async for event in watch:
                 key = bytes(event.kv.key)
-                if event.kind == "DELETE":
-                    self.ledger.delete(key)
-                    continue
                 member = self.keys.writer_of(key)
                 if member is None:
                     continue
-                reason = self.ledger.put(member, key, len(key) + len(event.kv.value), now=self._clock())
-                if reason is not None:
-                    await self._suspend(client, member, reason)
-                elif member in self._purging and key.startswith(self.keys.writer(member).encode()):
-                    # landed after the area was deleted, before its write grants were revoked
+                in_area = self._area_of(key) is not None
+                size = None if event.kind == "DELETE" else len(key) + len(event.kv.value)
+                suspension = self.ledger.change(member, key, area=in_area, size=size, now=self._clock())
+                if suspension is not None:
+                    await self._suspend(client, member, suspension)
+                elif size is not None and in_area and member in self.suspended().no_area:
+                    # landed after the area was deleted, before its write grant was revoked
                     await self._call(client.delete(key))
         finally:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
-                    await watch.cancel()  # type: ignore[attr-defined]
+                    await watch.cancel()
         raise TimeoutError("the pool's watch ended")
 
-    async def _suspend(self, client: EtcdClient, member: str, reason: str) -> None:
+    async def _suspend(self, client: EtcdClient, member: str, suspension: str) -> None:
         p = self.ledger.policy
-        self._on_action(reason)
+        self._on_action(suspension)
         self._on_change()
-        log.warning("pool write quota: %s may only read for %g s: %s", member[:80], p.suspend_s,
-                    f"over {p.stored_bytes} stored bytes" if reason == "stored"
-                    else f"over {p.burst_bytes} bytes at once or {p.write_bytes_per_s:g} bytes/s",
-                    extra={"pool": self.pool, "member": member[:80], "reason": reason,
-                           "stored_bytes": self.ledger.stored.get(member, 0)})
-        if reason == "stored":  # its area goes (the pool cache it wrote is rewritten once it leads again)
-            self._purging.add(member)
+        log.warning("pool write quota: %s %s for %g s: %s", member[:80],
+                    "may only read" if suspension == "read_only" else "may not write its area", p.suspend_s,
+                    f"over {p.area_bytes} bytes in its area" if suspension == "no_area"
+                    else f"writes to its keys cost over {p.key_burst_bytes} bytes at once or "
+                         f"{p.key_bytes_per_s:g} bytes/s",
+                    extra={"pool": self.pool, "member": member[:80], "suspension": suspension,
+                           "area_bytes": self.ledger.area.get(member, 0)})
+        if suspension == "no_area":  # its area goes (the pool cache is rewritten once it may again)
             area = self.keys.writer(member).encode()
             with contextlib.suppress(aetcd.ClientError):
                 await self._call(client.delete_range(area, prefix_end(area)))
@@ -262,8 +292,7 @@ class QuotaKeeper:
             lifted = self.ledger.lift(now=self._clock())
             if lifted:
                 for member in lifted:
-                    self._purging.discard(member)
                     self._on_action("lifted")
-                    log.info("pool write quota: %s may write again", member[:80],
+                    log.info("pool write quota: %s's suspension is over", member[:80],
                              extra={"pool": self.pool, "member": member[:80]})
                 self._on_change()
