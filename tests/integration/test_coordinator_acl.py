@@ -290,7 +290,7 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
     compaction, a file that never shrinks by itself). Before the coordinator's upkeep every lease
     stayed and the file only grew; now the keyless leases are revoked at their second look, a
     lease over 600 s at its first, an honest member's lease with its key stays, and the store is
-    compacted and defragmented once past its high water (here 2 of a 4 MiB quota)."""
+    compacted and defragmented once past its high water (half the quota)."""
     from aetcd import rpc as etcd_rpc
 
     from edgewatch.pooletcd.upkeep import StoreUpkeep
@@ -302,9 +302,6 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
     root = _issue(ca, "root", folder)
     await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
     actions: list[str] = []
-    upkeep = StoreUpkeep(host=server.address, port=server.client_port, credentials=root.credentials, pool=pool,
-                         quota_bytes=4 * 2**20, high_water=0.5, interval_s=0.5, lease_every=1,
-                         on_action=actions.append)
     honest = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                          credentials=_issue(ca, n1, folder).credentials())
     attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
@@ -326,11 +323,15 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
         flood = {int((await attacker.lease(300)).id) for _ in range(300)}
         forever = int((await attacker.lease(30 * 86400)).id)
         value = secrets.token_bytes(256 * 1024)
-        for _ in range(16):  # 4 MiB of history in its own area
+        for _ in range(32):  # 8 MiB of history in its own area
             await attacker.put(keys.writer(n2).encode() + b"cache/churn", value)
         grown = await db_size()
-        assert grown > 2 * 2**20 and flood | {forever} <= await leases()  # all of it landed
+        assert grown > 2**20 and flood | {forever} <= await leases()  # all of it landed
 
+        # a quota the file has passed half of (the real one is 2 GiB)
+        upkeep = StoreUpkeep(host=server.address, port=server.client_port, credentials=root.credentials, pool=pool,
+                             quota_bytes=grown + 1, high_water=0.5, interval_s=0.5, lease_every=1,
+                             on_action=actions.append)
         tasks["upkeep"] = asyncio.create_task(upkeep.run())
         await _wait(lambda: "defragmented" in actions and actions.count("keyless") >= 300, timeout_s=30,
                     what="the store compacted and the keyless leases revoked")

@@ -4,12 +4,16 @@ Used by the agents (their node certificate) and the coordinator pod (its root ce
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
 import aetcd
 import grpc
 from aetcd import rpc as etcd_rpc
 from aetcd import watcher as etcd_watcher
 
-__all__ = ["CHANNEL_OPTIONS", "EtcdClient"]
+__all__ = ["CHANNEL_OPTIONS", "EtcdClient", "keep_sessions"]
 
 
 CHANNEL_OPTIONS = {
@@ -51,3 +55,24 @@ class EtcdClient(aetcd.Client):
         self._watcher = etcd_watcher.Watcher(etcd_rpc.WatchStub(self.channel), timeout=self._timeout,
                                              metadata=self.metadata)
         self._connected.set()
+
+
+async def keep_sessions(*, host: str, port: int, timeout_s: float, credentials: Callable[[], grpc.ChannelCredentials],
+                        session: Callable[[EtcdClient], Awaitable[None]], on_error: Callable[[Exception], None],
+                        pause_s: float) -> None:
+    """Run ``session`` with a new client (``credentials()`` called each time, so a rotated
+    certificate is used) until cancelled, ``pause_s`` seconds after each. An exception of a session
+    (an etcd failure, or a bug) goes to ``on_error`` and never ends the loop; the client is closed
+    after each session within ``timeout_s`` seconds. The coordinator pod's root loops
+    (``janitor``, ``quota``, ``upkeep``) run this way, so none takes the pod down with it."""
+    while True:
+        client = EtcdClient(host=host, port=port, timeout=timeout_s, credentials=credentials())
+        try:
+            await session(client)
+        except Exception as exc:  # noqa: BLE001 - reported, and the next session tried
+            on_error(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(timeout_s):
+                    await client.close()
+        await asyncio.sleep(pause_s)

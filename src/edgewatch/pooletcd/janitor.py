@@ -54,7 +54,7 @@ from aetcd import utils as etcd_utils
 
 from edgewatch.core.types import is_decimal
 from edgewatch.poolkeys import MAX_LEADER_TTL_S, Candidate, PoolKeys, leader_of, prefix_end
-from edgewatch.pooletcd.client import EtcdClient
+from edgewatch.pooletcd.client import EtcdClient, keep_sessions
 
 __all__ = ["ElectionBook", "ElectionJanitor", "Verdict"]
 
@@ -175,20 +175,14 @@ class ElectionJanitor:
 
     async def run(self) -> None:
         """Sessions until cancelled; never raises for etcd errors (logged, counted, retried)."""
-        while True:
-            client = EtcdClient(host=self.host, port=self.port, timeout=self.timeout_s, credentials=self._credentials())
-            try:
-                await self._session(client)
-            except Exception as exc:  # noqa: BLE001 - an etcd failure (also grouped by the session's
-                # TaskGroup) or a bug: either way retried, never taking the coordinator pod down with it
-                self._on_action("error")
-                log.warning("pool election janitor: %s; retrying in %.1f s", _describe(exc), self.retry_s,
-                            extra={"pool": self.pool})
-            finally:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self.timeout_s):
-                        await client.close()
-            await asyncio.sleep(self.retry_s)
+        await keep_sessions(host=self.host, port=self.port, timeout_s=self.timeout_s, credentials=self._credentials,
+                            session=self._session, on_error=self._failed, pause_s=self.retry_s)
+
+    def _failed(self, exc: Exception) -> None:
+        """A session failed (an etcd failure, also grouped by its TaskGroup, or a bug): retried."""
+        self._on_action("error")
+        log.warning("pool election janitor: %s; retrying in %.1f s", _describe(exc), self.retry_s,
+                    extra={"pool": self.pool})
 
     async def _call(self, call: Any) -> Any:
         async with asyncio.timeout(self.timeout_s):

@@ -54,7 +54,7 @@ from aetcd import utils as etcd_utils
 
 from edgewatch.poolkeys import PoolKeys, prefix_end
 from edgewatch.pooletcd.acl import Suspensions
-from edgewatch.pooletcd.client import EtcdClient
+from edgewatch.pooletcd.client import EtcdClient, keep_sessions
 
 __all__ = ["REVISION_OVERHEAD_BYTES", "QuotaKeeper", "QuotaLedger", "QuotaPolicy"]
 
@@ -201,20 +201,14 @@ class QuotaKeeper:
         """Sessions until cancelled; never raises for etcd errors (logged, counted, retried)."""
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._lift_loop())
-            while True:
-                client = EtcdClient(host=self.host, port=self.port, timeout=self.timeout_s,
-                                    credentials=self._credentials())
-                try:
-                    await self._session(client)
-                except Exception as exc:  # noqa: BLE001 - an etcd failure or a bug: retried, never fatal
-                    self._on_action("error")
-                    log.warning("pool write quota: %s; retrying in %.1f s", f"{type(exc).__name__}: {exc}"[:300],
-                                self.retry_s, extra={"pool": self.pool})
-                finally:
-                    with contextlib.suppress(Exception):
-                        async with asyncio.timeout(self.timeout_s):
-                            await client.close()
-                await asyncio.sleep(self.retry_s)
+            await keep_sessions(host=self.host, port=self.port, timeout_s=self.timeout_s,
+                                credentials=self._credentials, session=self._session, on_error=self._failed,
+                                pause_s=self.retry_s)
+
+    def _failed(self, exc: Exception) -> None:
+        self._on_action("error")
+        log.warning("pool write quota: %s; retrying in %.1f s", f"{type(exc).__name__}: {exc}"[:300], self.retry_s,
+                    extra={"pool": self.pool})
 
     async def _call(self, call: Any) -> Any:
         async with asyncio.timeout(self.timeout_s):

@@ -40,7 +40,7 @@ from typing import Any, Final
 import grpc
 from aetcd import rpc as etcd_rpc
 
-from edgewatch.pooletcd.client import EtcdClient
+from edgewatch.pooletcd.client import EtcdClient, keep_sessions
 
 __all__ = ["MAX_MEMBER_LEASE_TTL_S", "LeaseJudge", "StoreUpkeep", "needs_compaction"]
 
@@ -117,19 +117,13 @@ class StoreUpkeep:
 
     async def run(self) -> None:
         """Rounds until cancelled; never raises for etcd errors (logged, counted)."""
-        while True:
-            await asyncio.sleep(self.interval_s)
-            client = EtcdClient(host=self.host, port=self.port, timeout=self.timeout_s,
-                                credentials=self._credentials())
-            try:
-                await self.round(client)
-            except Exception as exc:  # noqa: BLE001 - an etcd failure or a bug: next round, never fatal
-                self._on_action("error")
-                log.warning("pool store upkeep: %s", f"{type(exc).__name__}: {exc}"[:300], extra={"pool": self.pool})
-            finally:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self.timeout_s):
-                        await client.close()
+        await asyncio.sleep(self.interval_s)
+        await keep_sessions(host=self.host, port=self.port, timeout_s=self.timeout_s, credentials=self._credentials,
+                            session=self.round, on_error=self._failed, pause_s=self.interval_s)
+
+    def _failed(self, exc: Exception) -> None:
+        self._on_action("error")
+        log.warning("pool store upkeep: %s", f"{type(exc).__name__}: {exc}"[:300], extra={"pool": self.pool})
 
     async def _call(self, call: Any, *, timeout_s: float | None = None) -> Any:
         async with asyncio.timeout(timeout_s or self.timeout_s):
