@@ -26,8 +26,9 @@ Behaviour
     deeper; a scraper's token checked before keeps its own), under the
     metric prefix ``edgewatch_metrics_access`` (``..._refused_requests_total{code,reason}``,
     ``..._reviews_total``, ``..._review_cache_total``, ``..._review_cache_entries``). Refusals:
-    401 (no or unknown token), 403 (not allowed), 503 (not checkable now: cut off from the cloud
-    with no earlier decision for this token). While a node is cut off, a scraper allowed before
+    401 (no or unknown token), 403 (not allowed), 503 (not checkable now, with no earlier decision
+    for this token: cut off from the cloud, no review answered lately, or the review budget
+    spent). While a node is cut off, a scraper allowed before
     keeps being served from the cached decision.
 
 Cost
@@ -75,7 +76,9 @@ class MetricsGuard:
         http: the process's cloud API client (its ServiceAccount may ``create`` tokenreviews and
             subjectaccessreviews).
         link: whether the cloud is reachable now (down: cached decisions only, no review
-            tried); None: always (the controller, in the cloud).
+            tried); None: taken as up (the controller, in the cloud; the pool coordinator, which
+            has no link monitor: a review that times out makes it use cached decisions for
+            30 s, ``poolcache.authn.UNREACHABLE_S``).
         policy: TTLs and bounds (defaults: :class:`ReviewPolicy`).
 
     Register :attr:`collector` on the process's metrics registry.

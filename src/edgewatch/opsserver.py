@@ -7,13 +7,14 @@ Why not aiohttp (the agent's server): these processes then import no HTTP server
 ``wsgiref`` from the standard library plus prometheus-client's own WSGI app and threading server are
 enough for three GET endpoints scraped every few seconds.
 
-``/metrics`` is served only to a scraper the cloud allows to ``get /metrics`` when a guard is
+``/metrics`` is served only to a scraper the cloud allows to ``get /edgewatch/metrics`` when a guard is
 given (:mod:`edgewatch.metricsauth`; the check runs on the caller's event loop, the server's
 thread waits for it at most :data:`CHECK_TIMEOUT_S`); ``/healthz`` and ``/readyz`` are open (the
 kubelet's probes carry no token).
 
-Bounds: at most :data:`MAX_CONNECTIONS` connections served at once (one thread each; more are
-closed at once), each closed if its request is not whole within :data:`READ_TIMEOUT_S`.
+Bounds: at most :data:`MAX_CONNECTIONS` connections served at once (a thread each, and a timer
+for its deadline; more are closed at once), each shut if its request line and headers are not
+whole within :data:`READ_TIMEOUT_S` of its accept.
 
 Limits: HTTP only (no TLS); bind it to the pod or host address, not a public one. ``readiness``
 runs in the server's threads: it must only read state (no I/O, no event-loop call). A flood of
@@ -38,8 +39,10 @@ from edgewatch.metricsauth import MetricsGuard
 __all__ = ["CHECK_TIMEOUT_S", "MAX_CONNECTIONS", "READ_TIMEOUT_S", "serve_ops"]
 
 CHECK_TIMEOUT_S = 10.0
-"""Longest wait of a ``/metrics`` request for its token's check, seconds (two reviews of at most
-5 s each, :class:`edgewatch.poolcache.reviews.ReviewPolicy`)."""
+"""Longest wait of a ``/metrics`` request for its token's check, seconds (a review, or the wait
+for a free review slot, takes at most 5 s, :class:`edgewatch.poolcache.reviews.ReviewPolicy`; a
+review that times out stops further ones for 30 s, so a cut-off process answers from its cached
+decisions after one timeout)."""
 
 
 MAX_CONNECTIONS = 16
@@ -47,11 +50,36 @@ MAX_CONNECTIONS = 16
 what these ports see; a flood of idle connections must not take a thread each)."""
 
 READ_TIMEOUT_S = 5.0
-"""A connection that sends no whole request line and headers within this many seconds is closed."""
+"""A connection whose request line and headers are not whole within this many seconds of its
+accept is shut (a deadline for the whole request, however slowly its bytes drip)."""
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = READ_TIMEOUT_S  # socketserver.StreamRequestHandler: the socket's timeout
+    """No access log; the connection is shut once :data:`READ_TIMEOUT_S` pass before its request
+    line and headers are read (a deadline for the whole request, not per read: a client dripping a
+    byte a second is cut too)."""
+
+    timeout = READ_TIMEOUT_S  # socketserver.StreamRequestHandler: each read's timeout as well
+
+    def setup(self) -> None:
+        super().setup()
+        self._deadline = threading.Timer(READ_TIMEOUT_S, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        try:
+            return bool(super().parse_request())  # reads the headers
+        finally:
+            self._deadline.cancel()
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         """No access log."""

@@ -288,7 +288,7 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
     leases with no key in a loop (etcd checks no key permission for a grant, and a lease is
     invisible to the write quotas), and rewrite a 256 KiB value in its own area (history until
     compaction, a file that never shrinks by itself). Before the coordinator's upkeep every lease
-    stayed and the file only grew; now the keyless leases are revoked at their second look, a
+    stayed and the file only grew; now the keyless leases are revoked after their grace, a
     lease over 600 s at its first, an honest member's lease with its key stays, and the store is
     compacted and defragmented once past its high water (half the quota)."""
     from aetcd import rpc as etcd_rpc
@@ -331,7 +331,7 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
         # a quota the file has passed half of (the real one is 2 GiB)
         upkeep = StoreUpkeep(host=server.address, port=server.client_port, credentials=root.credentials, pool=pool,
                              quota_bytes=grown + 1, high_water=0.5, interval_s=0.5, lease_every=1,
-                             on_action=actions.append)
+                             keyless_grace_s=1.0, on_action=actions.append)  # 120 s in a pod
         tasks["upkeep"] = asyncio.create_task(upkeep.run())
         await _wait(lambda: "defragmented" in actions and actions.count("keyless") >= 300, timeout_s=30,
                     what="the store compacted and the keyless leases revoked")

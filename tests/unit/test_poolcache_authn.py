@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from edgewatch.poolcache.authn import AccessControl, CloudReviewClient, ReviewUnavailable
+from edgewatch.poolcache.authn import UNREACHABLE_S, AccessControl, CloudReviewClient, ReviewUnavailable
 from edgewatch.poolcache.reviews import (MAX_REVIEW_BYTES, Attributes, Authentication, Authorization, DecisionCache,
                                          Hit, MalformedReview, Refusal, ReviewPolicy, Step, UserInfo, bearer_token,
                                          forbidden_message, next_step, parse_access_review, parse_token_review)
@@ -368,6 +369,7 @@ async def test_a_failed_review_falls_back_to_the_last_decision(failure: Exceptio
     r = await ac.check(authorization="Bearer nobody-token", attributes=LIST_SVC)
     assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "unavailable")
     cloud.failure = None
+    clock.t += UNREACHABLE_S  # after a timeout or no route, no review for a while (none waits for another)
     assert _code(await ac.check(authorization="Bearer nobody-token", attributes=LIST_SVC)) == 403
 
 
@@ -381,6 +383,24 @@ async def test_a_review_that_hangs_is_bounded_by_the_timeout() -> None:
         assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
         r = await ac.check(authorization="Bearer nobody-token", attributes=LIST_SVC)
     assert isinstance(r, Refusal) and (r.code, r.reason) == (503, "unavailable") and "timeout" in r.message
+
+
+async def test_after_a_timeout_no_request_waits_for_another() -> None:
+    cloud, clock, link = FakeCloud(), Clock(), [True]
+    ac = _control(cloud, clock, link, review_timeout_s=0.2)
+    await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)
+    cloud.hang = True
+    clock.t += 1000.0
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200  # waited once
+    calls = len(cloud.calls)
+    started = time.monotonic()
+    for _ in range(5):  # stale decisions at once, nothing sent
+        assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert time.monotonic() - started < 0.2 and len(cloud.calls) == calls
+    cloud.hang = False
+    clock.t += UNREACHABLE_S
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert len(cloud.calls) > calls  # asked again
 
 
 async def test_the_review_budget_bounds_what_a_flood_costs_the_cloud() -> None:

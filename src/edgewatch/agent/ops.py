@@ -5,7 +5,7 @@
   else 503 saying which is missing (the DaemonSet's readiness probe);
 - ``/metrics``: the Prometheus text of every registry handed in, in order (the agent's own, then
   the pool cache's, whose registry is replaced with each of its generations and read anew each
-  time), to a scraper the cloud allows to ``get /metrics`` (:mod:`edgewatch.metricsauth`; 401,
+  time), to a scraper the cloud allows to ``get /edgewatch/metrics`` (:mod:`edgewatch.metricsauth`; 401,
   403 or 503 otherwise).
 
 What it is handed: the ``started`` event, the roster (:class:`RosterState`: the membership), the

@@ -2,7 +2,7 @@
 apiserver) and ``/metrics`` (Prometheus text), on the standard-library HTTP server of
 :mod:`edgewatch.opsserver` (shared with the pool coordinator; it says why no HTTP framework).
 
-``/metrics`` only to a scraper the cloud allows to ``get /metrics`` (:mod:`edgewatch.metricsauth`).
+``/metrics`` only to a scraper the cloud allows to ``get /edgewatch/metrics`` (:mod:`edgewatch.metricsauth`).
 
 Limits: HTTP only (no TLS); bind it to the pod or host address, not a public one.
 """

@@ -39,7 +39,9 @@ TTLs (:class:`ReviewPolicy`, seconds; Kubernetes' defaults for the kubelet's web
 Cut off from the cloud (the agent's link is down, or a review fails)
     A decision older than its TTL is re-checked before use while the cloud answers. When it
     cannot be (``cloud_ok()`` is False, the review times out or fails, or the node's review budget
-    is spent, for a denial), the last decision is used, however old: a cached allow keeps working for as long
+    is spent, for a denial), the last decision is used, however old (after a review that timed out
+    or found no route, no review is tried for :data:`UNREACHABLE_S`, 30 s, so no request waits for
+    another timeout meanwhile): a cached allow keeps working for as long
     as the node is cut off, as the cache's last known state does; a cached denial stays a denial.
     A token never seen before cannot be checked: 503 ``ServiceUnavailable`` with ``Retry-After``
     and a message saying so (never a 200: the cloud never vouched for it). While ``cloud_ok()`` is
@@ -49,9 +51,10 @@ Bounds
     Per cache :data:`ReviewPolicy.max_positive` positive and ``max_negative`` negative entries,
     least recently used dropped first; negative entries never push out positive ones (a flood of
     bogus tokens cannot evict kube-proxy's allow). Reviews sent to the cloud: a token bucket
-    (``reviews_per_s``, ``review_burst``) for tokens not authenticated yet and one per
-    authenticated user (refreshing kube-proxy's decisions never waits for a flood of bogus tokens
-    or for another user's requests), and at most ``max_concurrent`` at once, each bounded by
+    (``reviews_per_s``, ``review_burst``) per client address for tokens not authenticated yet, all
+    of them also drawing on one shared bucket four times deeper, and one per authenticated user
+    (refreshing kube-proxy's decisions never waits for a flood of bogus tokens or for another
+    user's requests), and at most ``max_concurrent`` at once, each bounded by
     ``review_timeout_s``. While the cloud answers, an allow past its TTL is never served: if its
     user's budget is spent the request is refused (503, ``rate_limited``); a denial stays one. Responses are read up to :data:`MAX_REVIEW_BYTES` and checked
     field by field (untrusted input); a malformed one counts as a failed review.
@@ -103,6 +106,9 @@ log = logging.getLogger(__name__)
 _NEW: Final = ("new",)
 #: Review budget buckets kept (the shared one and one per authenticated user, least recently used dropped).
 _BUDGET_SOURCES: Final = 256
+#: After a review times out or finds no route, seconds during which no review is tried (cached
+#: decisions are used, an unseen token is refused with 503), as while the link monitor says down.
+UNREACHABLE_S: Final = 30.0
 _REVIEW_PATHS: Final = {"token": "/apis/authentication.k8s.io/v1/tokenreviews",
                         "access": "/apis/authorization.k8s.io/v1/subjectaccessreviews"}
 
@@ -227,6 +233,8 @@ class AccessControl:
         # a flood from one address spends its own bucket before the shared one (4 times deeper)
         self._new_budget = RateLimiter(rate_per_s=4 * p.reviews_per_s, burst=4 * p.review_burst, max_sources=1)
         self._slots = asyncio.Semaphore(p.max_concurrent)
+        self._unreachable_until = -float("inf")  # a review timed out or found no route: until then
+        self._unreachable_why = ""
         self.counts = _Counts()
         self._logged: dict[str, tuple[float, int]] = {}   # reason -> (last logged at, refusals not logged)
         self.collector: Collector = _AccessCollector(self)
@@ -288,7 +296,10 @@ class AccessControl:
                       source: Callable[[V | None], Hashable]) -> V | Refusal:
         now = self.clock()
         hit = cache.get(key, now=now)
-        cloud_ok = self.cloud_ok()
+        link_up = self.cloud_ok()
+        # a review that timed out or found no route: the cloud is taken as unreachable for a while,
+        # so requests use their cached decisions at once instead of each waiting for a timeout
+        cloud_ok = link_up and now >= self._unreachable_until
         # the budget is spent only on a review actually sent, from the bucket of whom it is for
         # (the cached decision's user; a token never authenticated: its address's, then the shared one)
         bucket = source(hit.value if hit is not None else None)
@@ -301,7 +312,8 @@ class AccessControl:
             return hit.value
         if step is Step.UNVERIFIABLE:
             _Counts.add(self.counts.lookups, (review, "miss"))
-            return self._unverifiable("cut_off" if not cloud_ok else "rate_limited", review)
+            return self._unverifiable("cut_off" if not link_up else "rate_limited" if cloud_ok else "unavailable",
+                                      review, detail=f"{self._unreachable_why} in the last {UNREACHABLE_S:g} s")
         timeout_s = self.policy.review_timeout_s
         try:  # every review slot busy for a whole timeout is the budget spent, not a failed review
             async with asyncio.timeout(timeout_s):
@@ -319,6 +331,8 @@ class AccessControl:
             why = exc.reason if isinstance(exc, ReviewUnavailable) else (
                 "timeout" if isinstance(exc, TimeoutError) else "malformed")
             _Counts.add(self.counts.reviews, (review, "error"))
+            if why in ("timeout", "network"):
+                self._unreachable_until, self._unreachable_why = self.clock() + UNREACHABLE_S, why
             detail = str(exc)[:200] or f"no answer within {timeout_s:g} s"
             self._note(f"review_error_{review}", f"{review} review failed ({why}): {detail}; "
                        + ("using the cached decision" if hit is not None else "refusing (never seen)"))

@@ -15,7 +15,12 @@ when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_sign
    reconcile has switched authentication on, then on the node's address too), probes it
    (``health``), keeps its access
    control equal to the pool's Nodes (``members``) and its election honest: no candidacy in line
-   behind a leader, none under a long lease, no keys of former members (``edgewatch.pooletcd.janitor``).
+   behind a leader, none under a long lease, no keys of former members (``edgewatch.pooletcd.janitor``);
+   charges every member's writes to its quota and suspends one over it (``edgewatch.pooletcd.quota``,
+   applied by ``members``); compacts, defragments and disarms etcd past half its quota and revokes
+   leases with no key or over 600 s (``edgewatch.pooletcd.upkeep``).
+
+``/metrics`` answers only a token the apiserver allows to read it (``edgewatch.metricsauth``).
 
 ``/readyz`` is 200 when (a) etcd answered the last probe over TLS with the root certificate,
 (b) the access control was reconciled at least once for the current member Nodes and (c) etcd was
@@ -122,7 +127,8 @@ class PoolCoordinator:
 
     Args (keyword-only):
         client: the API client (the pod's ServiceAccount: ``get`` the pool CA ConfigMap, ``list``
-            and ``watch`` Nodes, ``create`` and ``get`` CSRs).
+            and ``watch`` Nodes, ``create`` and ``get`` CSRs, ``create`` tokenreviews and
+            subjectaccessreviews for ``/metrics``).
         config: :class:`CoordinatorConfig`.
         registry: where the metrics go (a new one by default).
 

@@ -5,9 +5,12 @@ It lists and watches the Nodes labelled ``edgewatch.io/pool=<pool>`` (one
 :class:`edgewatch.kube.Informer` with that label selector, its :class:`edgewatch.kube.store.Store`;
 a Node whose label is removed or changed leaves the selection, which the watch reports as a
 deletion), and after every change of the set of names, once no further change came for
-``debounce_s`` (a rollout relabelling many Nodes costs one reconcile), it calls
+``debounce_s`` (a rollout relabelling many Nodes costs one reconcile; never more than
+``max_debounce_s`` after the first, so a label flapping faster cannot hold it back), it calls
 :func:`edgewatch.pooletcd.provisioner.reconcile_acl` for those names with the root certificate
-(one user and role per member node; a departed node's user is deleted; authentication on). A
+(one user and role per member node, less for a member over its write quota, whose suspensions
+change with :meth:`MembersLoop.kick`, reconciled at once; a departed node's user is deleted;
+authentication on). A
 failed reconcile (etcd not up yet, a timeout) is retried after a capped jittered backoff
 (``edgewatch.kube.backoff``) with the names current then. Every ``resync_s`` the reconcile runs
 again even without a change (an etcd whose data was lost gets its users back; nothing changes

@@ -8,7 +8,14 @@
 - ``edgewatch_pool_coordinator_certificate_expiry_seconds{certificate}``: seconds until the
   ``serving`` or ``root`` certificate in use expires (our monotonic clock; 0 without one);
 - ``edgewatch_pool_coordinator_certificate_requests_total{certificate,result}``: CSRs by result
-  (``edgewatch.csr``).
+  (``edgewatch.csr``);
+- ``edgewatch_pool_coordinator_ca_reads_total{result}``: reads of the pool CA (changed, unchanged,
+  error);
+- ``edgewatch_pool_coordinator_election_actions_total{action}``: the election janitor's actions;
+- ``edgewatch_pool_coordinator_quota_actions_total{action}``: write-quota suspensions (read_only,
+  no_area), their ends (lifted) and failed sessions (error);
+- ``edgewatch_pool_coordinator_store_actions_total{action}``: the store's upkeep (compacted,
+  defragmented, disarmed, long_lease, keyless, error).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ How (every ``interval_s``, with root credentials, beside etcd)
        second per 100 MiB), disarm ``NOSPACE``.
     2. Leases (every ``lease_every`` rounds): list them (``LeaseLeases``), look at up to
        ``max_lease_checks`` (``LeaseTimeToLive`` with keys) and revoke those granted for more
-       than :data:`MAX_MEMBER_LEASE_TTL_S` or keyless at two looks in a row
+       than :data:`MAX_MEMBER_LEASE_TTL_S` or keyless at every look for :data:`KEYLESS_GRACE_S`
        (:class:`LeaseJudge`, pure).
 
 Limits
@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -42,13 +43,17 @@ from aetcd import rpc as etcd_rpc
 
 from edgewatch.pooletcd.client import EtcdClient, keep_sessions
 
-__all__ = ["MAX_MEMBER_LEASE_TTL_S", "LeaseJudge", "StoreUpkeep", "needs_compaction"]
+__all__ = ["KEYLESS_GRACE_S", "MAX_MEMBER_LEASE_TTL_S", "LeaseJudge", "StoreUpkeep", "needs_compaction"]
 
 log = logging.getLogger(__name__)
 
 MAX_MEMBER_LEASE_TTL_S: Final = 600
 """The longest lease a member may hold, seconds: twice the pool cache's 300 s tombstones, the
 longest honest one (heartbeats 40 s, candidacies at most 15 s)."""
+
+KEYLESS_GRACE_S: Final = 120.0
+"""How long a lease may stay without a key before it is revoked, seconds (twice the 60 s for which
+the pool cache's leader reuses a tombstone lease)."""
 
 _NOSPACE: Final = 1  # etcdserverpb.AlarmType.NOSPACE
 
@@ -61,25 +66,30 @@ def needs_compaction(*, db_size: int, quota_bytes: int, alarms: Iterable[int], h
 
 class LeaseJudge:
     """Which leases to revoke (pure): granted for more than :data:`MAX_MEMBER_LEASE_TTL_S`, or
-    keyless at two looks in a row (an honest lease gets its key right after its grant)."""
+    keyless at every look for at least ``grace_s`` (default :data:`KEYLESS_GRACE_S`; an honest
+    lease gets its key right after its grant; the pool cache's leader reuses a tombstone lease for
+    at most 60 s after its grant, whose keys may all be gone meanwhile)."""
 
-    def __init__(self) -> None:
-        self._keyless: set[int] = set()
+    def __init__(self, *, grace_s: float = KEYLESS_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self._keyless_since: dict[int, float] = {}
 
-    def judge(self, looks: Iterable[tuple[int, int, bool]]) -> dict[int, str]:
-        """``looks``: ``(lease, granted TTL seconds, has keys)`` of this round; the leases to revoke
-        with why (``long_lease``, ``keyless``). Leases not looked at this round are forgotten."""
+    def judge(self, looks: Iterable[tuple[int, int, bool]], *, now: float) -> dict[int, str]:
+        """``looks``: ``(lease, granted TTL seconds, has keys)`` of this sweep, at ``now``
+        (monotonic seconds); the leases to revoke with why (``long_lease``, ``keyless``). Leases
+        not looked at this sweep are forgotten."""
         verdicts: dict[int, str] = {}
-        keyless: set[int] = set()
+        keyless: dict[int, float] = {}
         for lease, granted_s, has_keys in looks:
             if granted_s > MAX_MEMBER_LEASE_TTL_S:
                 verdicts[lease] = "long_lease"
             elif not has_keys:
-                if lease in self._keyless:
+                since = self._keyless_since.get(lease, now)
+                if now - since >= self.grace_s:
                     verdicts[lease] = "keyless"
                 else:
-                    keyless.add(lease)
-        self._keyless = keyless
+                    keyless[lease] = since
+        self._keyless_since = keyless
         return verdicts
 
 
@@ -98,12 +108,15 @@ class StoreUpkeep:
         timeout_s: bound of each etcd call, seconds (defragmenting: ten times it).
         on_action: told ``compacted``, ``defragmented``, ``disarmed``, ``long_lease``,
             ``keyless``, ``error``; must not raise.
+        keyless_grace_s: how long a lease may stay keyless, seconds (:data:`KEYLESS_GRACE_S`).
+        clock: monotonic seconds (tests pass their own).
     """
 
     def __init__(self, *, host: str, port: int, credentials: Callable[[], grpc.ChannelCredentials], pool: str,
                  quota_bytes: int, high_water: float = 0.5, interval_s: float = 15.0, lease_every: int = 2,
                  max_lease_checks: int = 2000, timeout_s: float = 5.0,
-                 on_action: Callable[[str], None] = lambda _a: None) -> None:
+                 on_action: Callable[[str], None] = lambda _a: None, keyless_grace_s: float = KEYLESS_GRACE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not 0 < high_water < 1:
             raise ValueError(f"high_water must be in (0, 1), got {high_water}")
         self.host, self.port, self.pool = host, port, pool
@@ -112,7 +125,8 @@ class StoreUpkeep:
         self.timeout_s = timeout_s
         self._credentials = credentials
         self._on_action = on_action
-        self.judge = LeaseJudge()
+        self.judge = LeaseJudge(grace_s=keyless_grace_s)
+        self._clock = clock
         self.rounds = 0
 
     async def run(self) -> None:
@@ -147,10 +161,12 @@ class StoreUpkeep:
         log.warning("pool store upkeep: etcd's file is %d bytes of a %d-byte quota%s: compacting to revision %d "
                     "and defragmenting", db_size, self.quota_bytes, " (NOSPACE raised)" if _NOSPACE in alarms else "",
                     revision, extra={"pool": self.pool, "db_size": db_size})
-        with contextlib.suppress(grpc.RpcError):  # already compacted to it: nothing to do
+        try:
             await self._call(client.kvstub.Compact(etcd_rpc.CompactionRequest(revision=revision, physical=True),
                                                    timeout=self.timeout_s))
-        self._on_action("compacted")
+            self._on_action("compacted")
+        except grpc.RpcError:  # already compacted to it: only the defragmenting is left to do
+            pass
         await self._call(client.maintenancestub.Defragment(etcd_rpc.DefragmentRequest(),
                                                            timeout=10 * self.timeout_s),
                          timeout_s=10 * self.timeout_s)
@@ -168,7 +184,7 @@ class StoreUpkeep:
                 etcd_rpc.LeaseTimeToLiveRequest(ID=int(lease.ID), keys=True), timeout=self.timeout_s))
             if int(reply.TTL) > 0:
                 looks.append((int(lease.ID), int(reply.grantedTTL), bool(reply.keys)))
-        for lease, reason in sorted(self.judge.judge(looks).items()):
+        for lease, reason in sorted(self.judge.judge(looks, now=self._clock()).items()):
             with contextlib.suppress(grpc.RpcError):  # gone already
                 await self._call(client.leasestub.LeaseRevoke(etcd_rpc.LeaseRevokeRequest(ID=lease),
                                                               timeout=self.timeout_s))
