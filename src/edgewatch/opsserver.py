@@ -163,7 +163,8 @@ def serve_ops(*, address: str, port: int, registry: CollectorRegistry,
     guarded = (guard, asyncio.get_running_loop()) if guard is not None else None
     family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("OpsServer", (_BoundedServer,), {"address_family": family})
-    server = make_server(address, port, _app(registry=registry, readiness=readiness, guard=guarded), server_class=server_class,
+    server = make_server(address, port, _app(registry=registry, readiness=readiness, guard=guarded),
+                         server_class=server_class,
                          handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="ops-http", daemon=True)
     thread.start()
