@@ -14,18 +14,14 @@ STAMP  := $(VENV)/.installed
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
 
-# The end-to-end scenarios two at a time (pytest-xdist) and, beside them, the unit and integration
-# tests in one process. A scenario mostly waits on its own timeline (about 40 % of one core), the
-# integration tests mostly on their control planes (about 45 % of one core over their run), and
-# every lab and control plane takes its own subnet, ports and run folder, so the three side by side
-# on 2 cores keep their timings and the suite takes its longest part, not the sum. The scenarios'
-# output is kept in .e2e.log and printed after the rest. Both parts always run; either failing
-# fails the target.
+# The unit and integration tests in one process; then the end-to-end scenarios two at a time
+# (pytest-xdist): each scenario mostly waits on its own timeline (about 40 % of one core), every
+# lab takes its own subnet, ports and run folder, so two side by side on 2 cores keep their timings
+# and halve the suite's longest part. Both parts always run; either failing fails the target.
 test: setup binaries node-binaries
-	@$(VENV)/bin/pytest -n $(E2E_WORKERS) --dist load tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
-	rc=0; $(VENV)/bin/pytest tests/unit tests/integration || rc=$$?; \
-	wait $$e2e; r=$$?; echo "--- end-to-end scenarios (.e2e.log) ---"; cat .e2e.log; \
-	[ $$rc -ne 0 ] || rc=$$r; exit $$rc
+	@rc=0; $(VENV)/bin/pytest tests/unit tests/integration || rc=$$?; \
+	$(VENV)/bin/pytest -n $(E2E_WORKERS) --dist load tests/e2e || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
+	exit $$rc
 
 # Every built-in scenario end to end, those make test leaves out included (tests/e2e/test_scenarios.py,
 # OUTSIDE_MAKE_TEST: pool-split, whose split pool-split-25 plays at 25 nodes; coordinator-real-nodes,
