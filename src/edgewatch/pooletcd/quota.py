@@ -20,7 +20,8 @@ How
     * **its area** (``nodes/<node>/``, the pool cache it writes while it leads): the bytes of its
       live keys, at most ``area_bytes``. Over it: *no area*: its area's write grant goes and the
       area is deleted (and what lands there before the revocation); its heartbeat and candidacy
-      stay, so an honest leader of a cluster whose objects outgrow the bound keeps its place.
+      stay. (The bound is twice what a follower's caches hold, so only a cache no follower could
+      hold anyway takes an honest leader past it; its cache writes then fail and it stands down.)
 
     A suspension lasts ``suspend_s``; the access control reconcile
     (``edgewatch.poolcoordinator.members``, kicked, no debounce) applies it and lifts it. The
@@ -64,7 +65,7 @@ REVISION_OVERHEAD_BYTES: Final = 256
 """What etcd counts for a request beyond its key and value (``storage/quota.go``'s cost estimate):
 one revision's index, metadata and page space."""
 
-_PAGE: Final = 512  # keys per range of the listing (a listing never holds the whole pool at once)
+_PAGE: Final = 128  # keys per range of the listing (a listing never holds the whole pool at once)
 
 
 @dataclass(frozen=True, kw_only=True)
