@@ -401,6 +401,17 @@ async def test_after_a_timeout_no_request_waits_for_another() -> None:
     clock.t += UNREACHABLE_S
     assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
     assert len(cloud.calls) > calls  # asked again
+    # the link monitor seeing the link come back ends the pause at once
+    cloud.hang = True
+    clock.t += 1000.0
+    await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)  # times out: paused again
+    cloud.hang = False
+    link[0] = False
+    await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)
+    link[0] = True
+    calls = len(cloud.calls)
+    assert _code(await ac.check(authorization="Bearer kp-token", attributes=LIST_SVC)) == 200
+    assert len(cloud.calls) > calls
 
 
 async def test_the_review_budget_bounds_what_a_flood_costs_the_cloud() -> None:

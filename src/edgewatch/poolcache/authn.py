@@ -40,8 +40,8 @@ Cut off from the cloud (the agent's link is down, or a review fails)
     A decision older than its TTL is re-checked before use while the cloud answers. When it
     cannot be (``cloud_ok()`` is False, the review times out or fails, or the node's review budget
     is spent, for a denial), the last decision is used, however old (after a review that timed out
-    or found no route, no review is tried for :data:`UNREACHABLE_S`, 30 s, so no request waits for
-    another timeout meanwhile): a cached allow keeps working for as long
+    or found no route, no review is tried for :data:`UNREACHABLE_S`, 30 s, or until ``cloud_ok()``
+    turns from False to True, so no request waits for another timeout meanwhile): a cached allow keeps working for as long
     as the node is cut off, as the cache's last known state does; a cached denial stays a denial.
     A token never seen before cannot be checked: 503 ``ServiceUnavailable`` with ``Retry-After``
     and a message saying so (never a 200: the cloud never vouched for it). While ``cloud_ok()`` is
@@ -235,6 +235,7 @@ class AccessControl:
         self._slots = asyncio.Semaphore(p.max_concurrent)
         self._unreachable_until = -float("inf")  # a review timed out or found no route: until then
         self._unreachable_why = ""
+        self._link_was_up = True
         self.counts = _Counts()
         self._logged: dict[str, tuple[float, int]] = {}   # reason -> (last logged at, refusals not logged)
         self.collector: Collector = _AccessCollector(self)
@@ -297,6 +298,9 @@ class AccessControl:
         now = self.clock()
         hit = cache.get(key, now=now)
         link_up = self.cloud_ok()
+        if link_up and not self._link_was_up:  # the link monitor saw the link come back: ask again
+            self._unreachable_until = -float("inf")
+        self._link_was_up = link_up
         # a review that timed out or found no route: the cloud is taken as unreachable for a while,
         # so requests use their cached decisions at once instead of each waiting for a timeout
         cloud_ok = link_up and now >= self._unreachable_until
