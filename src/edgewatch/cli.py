@@ -1,6 +1,6 @@
 """The ``edgewatch`` command line: ``agent``, ``controller``, ``status``, ``kubeconfig``,
 ``rotate-key``, ``uninstall``, ``pool-etcd-acl``; and, when the lab distribution (``edgewatch-lab``) is installed beside it,
-``playground`` and ``sim`` (entry-point group ``edgewatch.commands``; never in the image).
+``playground``, ``sim`` and ``sim-sweep`` (entry-point group ``edgewatch.commands``; never in the image).
 
 Each subcommand lives in its own module and is imported lazily, so ``edgewatch --help`` stays fast.
 """
@@ -60,6 +60,7 @@ def main() -> None:
     status      prints every node's cloud view, edge view and state
     playground  (lab) a local edge cluster on real Kubernetes binaries with real network faults
     sim         (lab) groups of up to 1,000 agents on a virtual clock: detection, loss, cost, splits
+    sim-sweep   (lab) false verdicts under packet loss over many simulated groups
     """
 
 

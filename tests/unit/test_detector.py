@@ -1,9 +1,12 @@
 """Tests of edgewatch.core.detector: tables for the rule, exhaustive small
 sequences, and hypothesis properties (a lost packet never kills a peer, a
-dead peer is always found, queries never change outcomes)."""
+dead peer is always found, queries never change outcomes, and on a lossy
+link DEAD needs as many failures as the documented loss rule says, checked
+against an oracle written from the docstring)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -20,6 +23,7 @@ from edgewatch.core.detector import (
     on_failure,
     on_success,
     record,
+    required_failures,
     scaled_timeout,
     silence_s,
 )
@@ -27,6 +31,7 @@ from edgewatch.core.types import Health
 
 A, S, D = Health.ALIVE, Health.SUSPECT, Health.DEAD
 DEFAULT = DetectorConfig()
+FIXED = dataclasses.replace(DEFAULT, max_false_dead=None)  # the fixed-count rule, no loss awareness
 
 
 # --------------------------------------------------------------------------- config
@@ -38,6 +43,9 @@ def test_defaults_are_the_documented_ones() -> None:
     assert DEFAULT.dead_after_failures == 3
     assert DEFAULT.dead_timeout_s == 5.0
     assert DEFAULT.recover_successes == 2
+    assert DEFAULT.max_false_dead == 1e-6
+    assert DEFAULT.loss_memory == 20
+    assert DEFAULT.max_dead_failures == 30
 
 
 @pytest.mark.parametrize(
@@ -55,6 +63,12 @@ def test_defaults_are_the_documented_ones() -> None:
         {"suspect_after_failures": 2.0},
         {"dead_after_failures": True},
         {"suspect_timeout_s": "3"},
+        {"max_false_dead": 0.0},
+        {"max_false_dead": 1.0},
+        {"max_false_dead": True},
+        {"max_false_dead": math.nan},
+        {"loss_memory": 0},
+        {"max_dead_failures": 2},  # < dead_after_failures
     ],
 )
 def test_nonsense_config_is_refused(kwargs: dict[str, object]) -> None:
@@ -246,8 +260,9 @@ def has_run(bits: tuple[bool, ...], value: bool, length: int) -> bool:
 @pytest.mark.parametrize("period", [0.5, 1.0, 2.0, 2.5])
 def test_exhaustive_sequences_satisfy_the_rule(period: float) -> None:
     """All 2^11 success/failure sequences at a fixed probe period, checked
-    against properties derived independently from the documented rule."""
-    cfg = DEFAULT
+    against properties derived independently from the documented rule (the
+    fixed count; the loss rule has its own oracle below)."""
+    cfg = FIXED
     length = 11
     for bits in itertools.product((True, False), repeat=length):
         d = PeerDetector(config=cfg, now=0.0)
@@ -282,18 +297,24 @@ def test_exhaustive_sequences_satisfy_the_rule(period: float) -> None:
 # --------------------------------------------------------------------------- properties
 
 configs = st.builds(
-    lambda saf, extra_f, st_, extra_t, rec: DetectorConfig(
+    lambda saf, extra_f, st_, extra_t, rec, bound, memory, extra_cap: DetectorConfig(
         suspect_after_failures=saf,
         dead_after_failures=max(2, saf + extra_f),
         suspect_timeout_s=st_,
         dead_timeout_s=st_ + extra_t,
         recover_successes=rec,
+        max_false_dead=bound,
+        loss_memory=memory,
+        max_dead_failures=max(2, saf + extra_f) + extra_cap,
     ),
     st.integers(1, 5),
     st.integers(0, 4),
     st.floats(0.1, 20),
     st.floats(0, 20),
     st.integers(1, 4),
+    st.none() | st.floats(1e-12, 0.5),
+    st.integers(1, 50),
+    st.integers(0, 40),
 )
 
 gaps = st.floats(min_value=0.0, max_value=20.0, allow_nan=False)
@@ -376,8 +397,9 @@ def test_a_peer_that_stops_answering_is_found_dead(cfg: DetectorConfig, period: 
     d.record(True, now=t)
     d.record(True, now=t)  # recovered from anything
     last_success = t
+    needed = required_failures(config=cfg, loss=d.snapshot.loss)  # checked against the oracle below
     suspect_by = last_success + max(cfg.suspect_after_failures * period, cfg.suspect_timeout_s) + period
-    dead_by = last_success + max(cfg.dead_after_failures * period, cfg.dead_timeout_s) + period
+    dead_by = last_success + max(needed * period, cfg.dead_timeout_s) + period
     seen = []
     k = 0
     while t <= dead_by + period:
@@ -444,3 +466,111 @@ def test_stale_timestamps_act_as_now(cfg: DetectorConfig, evts: list[tuple[float
         a.record(ok, now=t - back[i % len(back)] if i % 2 else t)
         b.record(ok, now=max(t - back[i % len(back)], b.snapshot.last_event_at) if i % 2 else t)
     assert a.snapshot == b.snapshot
+
+
+# --------------------------------------------------------------------------- loss awareness
+# An oracle written from the module docstring, by another route than the code: the share is
+# updated one event at a time (not in closed form) and k is found by counting up (not by logs).
+
+
+def oracle_required(cfg: DetectorConfig, loss: float) -> int:
+    if cfg.max_false_dead is None or loss == 0.0:
+        return cfg.dead_after_failures
+    k = 1
+    while loss**k > cfg.max_false_dead * (1 + 1e-9) and k < cfg.max_dead_failures:  # within float rounding
+        k += 1
+    return max(cfg.dead_after_failures, k)
+
+
+def oracle_run(cfg: DetectorConfig, seq: list[tuple[float, bool]]) -> list[Health]:
+    """The health after each event of ``seq`` (increasing times), by the documented rule."""
+    w = 1.0 / cfg.loss_memory
+    loss, run, dead, ok_run = 0.0, 0, False, 0
+    last_ok: float | None = None
+    out = []
+    for t, ok in seq:
+        silence = t - (0.0 if last_ok is None else last_ok)
+        if not dead and run >= oracle_required(cfg, loss) and silence > cfg.dead_timeout_s:
+            dead = True  # latched by time before this event
+        if ok:
+            if not dead:
+                for _ in range(run):
+                    loss = (1 - w) * loss + w
+            loss = (1 - w) * loss
+            run, ok_run, last_ok = 0, ok_run + 1, t
+            if dead and ok_run >= cfg.recover_successes:
+                dead = False
+        else:
+            run, ok_run = run + 1, 0
+            if not dead and run >= oracle_required(cfg, loss) and t - (0.0 if last_ok is None else last_ok) > cfg.dead_timeout_s:
+                dead = True
+        if dead:
+            out.append(D if ok_run == 0 else S)
+        elif last_ok is None or run >= cfg.suspect_after_failures or t - last_ok > cfg.suspect_timeout_s:
+            out.append(S)
+        else:
+            out.append(A)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(configs, st.floats(0.0, 1.0))
+def test_required_failures_is_the_documented_count(cfg: DetectorConfig, loss: float) -> None:
+    k = required_failures(config=cfg, loss=loss)
+    assert k == oracle_required(cfg, loss)
+    assert cfg.dead_after_failures <= k <= cfg.max_dead_failures
+    if cfg.max_false_dead is not None and k < cfg.max_dead_failures and loss > 0.0:
+        assert loss**k <= cfg.max_false_dead * (1 + 1e-9)  # the bound of the docstring holds below the cap
+    assert required_failures(config=cfg, loss=min(1.0, loss + 0.01)) >= k  # never fewer on a lossier link
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, math.nan, True, "0.5"])
+def test_required_failures_refuses_a_loss_that_is_no_share(bad: object) -> None:
+    with pytest.raises(ValueError):
+        required_failures(config=DEFAULT, loss=bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(configs, st.lists(st.tuples(st.floats(0.01, 3.0), st.booleans()), max_size=120))
+def test_the_loss_rule_matches_the_oracle(cfg: DetectorConfig, evts: list[tuple[float, bool]]) -> None:
+    seq = absolute(evts)
+    d = PeerDetector(config=cfg, now=0.0)
+    assert [d.record(ok, now=t) for t, ok in seq] == oracle_run(cfg, seq)
+
+
+def test_a_lossy_link_needs_a_longer_run_and_a_clean_one_does_not() -> None:
+    """Half of the evidence lost for a minute: DEAD then needs about 20 failures in a row, not 3;
+    the same peer on a clean link is found dead as before (3 failures and the 5 s timeout)."""
+    lossy = PeerDetector(config=DEFAULT, now=0.0)
+    t = 0.0
+    for i in range(121):  # alternate: every other event a failure, the last a success
+        t += 0.5
+        lossy.record(i % 2 == 0, now=t)
+    assert 0.3 < lossy.snapshot.loss < 0.7
+    needed = required_failures(config=DEFAULT, loss=lossy.snapshot.loss)
+    assert needed >= 13
+    for k in range(1, needed):
+        assert lossy.record(False, now=t + k) is not D, k
+    assert lossy.record(False, now=t + needed) is D
+
+    clean = PeerDetector(config=DEFAULT, now=0.0)
+    for k in range(1, 61):
+        clean.record(True, now=k * 0.5)
+    assert required_failures(config=DEFAULT, loss=clean.snapshot.loss) == DEFAULT.dead_after_failures
+    assert [clean.record(False, now=30 + k) for k in range(1, 7)] == [A, S, S, S, S, D]
+
+
+def test_a_dead_peer_does_not_teach_the_detector_that_its_link_is_lossy() -> None:
+    """The failures of an outage (a run that reached DEAD) are not loss: after the peer comes
+    back, its next death is found as fast as its first."""
+    d = PeerDetector(config=DEFAULT, now=0.0)
+    for k in range(1, 21):
+        d.record(True, now=float(k))
+    for k in range(21, 80):
+        d.record(False, now=float(k))
+    assert d.state(now=79.0) is D
+    for k in range(80, 90):
+        d.record(True, now=float(k))
+    assert d.state(now=89.0) is A
+    assert required_failures(config=DEFAULT, loss=d.snapshot.loss) == DEFAULT.dead_after_failures
+    assert [d.record(False, now=89.0 + k) for k in range(1, 7)][-1] is D

@@ -20,15 +20,40 @@ The rule (defaults in brackets, all times in seconds)
     * ALIVE -> SUSPECT after ``suspect_after_failures`` [2] consecutive
       failures, or when silence exceeds ``suspect_timeout_s`` [3.0 s].
     * -> DEAD when silence exceeds ``dead_timeout_s`` [5.0 s] **and** at
-      least ``dead_after_failures`` [3] consecutive failures were recorded.
-      Both are required: absence of evidence (an observer that was paused,
-      overloaded, or did not probe) only ever makes a peer SUSPECT, never
-      DEAD (Lifeguard's "local health awareness": a sick observer must not
-      accuse healthy peers). The adapter must therefore record one failure
-      for every probe period in which it looked for evidence and got none.
+      least :func:`required_failures` consecutive failures were recorded:
+      ``dead_after_failures`` [3] on a clean link, more on a lossy one
+      (below). Both are required: absence of evidence (an observer that was
+      paused, overloaded, or did not probe) only ever makes a peer SUSPECT,
+      never DEAD (Lifeguard's "local health awareness": a sick observer must
+      not accuse healthy peers). The adapter must therefore record one
+      failure for every probe period in which it looked for evidence and got
+      none.
     * DEAD is latched: after it, the first success makes the peer SUSPECT,
       and only ``recover_successes`` [2] consecutive successes make it ALIVE
       again; a failure during recovery makes it DEAD again at once.
+
+    Loss awareness (an accrual detector for periodic evidence): the
+    detector keeps ``loss``, an exponentially weighted share of this peer's
+    evidence events that were failures (weight ``1 / loss_memory`` [20
+    events]). A run of failures still under way is not folded in (it is
+    what is being judged: a dead peer's failures must not slow its own
+    detection), nor one that reached DEAD (an outage is not loss); a run is
+    folded in when a success ends it. The failures required for DEAD are
+    the fewest ``k`` with ``loss ** k <= max_false_dead`` [1e-6], at least
+    ``dead_after_failures`` and at most ``max_dead_failures`` [30]. Why
+    that bounds false verdicts: if a live peer's evidence events fail
+    independently, a failure is followed by another one before any success
+    with probability at most the share of failures among events (extra
+    successes only end runs sooner), so a run of ``k`` failures happens
+    with probability at most ``loss ** k``: at most ``max_false_dead`` per
+    run, the true loss rate being estimated. At 30 % loss on both ends of
+    every message (half of all messages lost) that is about 20 failures in
+    a row instead of 3; on a clean link ``loss`` is 0 and the rule is the
+    fixed one. Limits: the estimate starts at 0 (a detector created on an
+    already lossy link accuses as fast as on a clean one until about
+    ``loss_memory`` events have been seen), and past a loss share of
+    ``max_false_dead ** (1 / max_dead_failures)`` (0.63 by default) the
+    bound is ``loss ** max_dead_failures``, not ``max_false_dead``.
 
     Consequences: a single lost packet never makes a peer SUSPECT (with
     ``suspect_after_failures >= 2``) and never makes it DEAD (enforced:
@@ -36,7 +61,9 @@ The rule (defaults in brackets, all times in seconds)
     ``dead_after_failures`` consecutive failures ever reaches DEAD. With a
     probe every ``p`` seconds a peer that stops answering is SUSPECT after
     ``max(suspect_after_failures * p, suspect_timeout_s)`` and DEAD after
-    about ``max(dead_after_failures * p, dead_timeout_s) + p`` seconds.
+    about ``max(k * p, dead_timeout_s) + p`` seconds, ``k`` the failures
+    required at its last success (``dead_after_failures`` on a clean link,
+    at most ``max_dead_failures``).
 
 Limits
     Time is passed in (``now``, monotonic seconds; never a wall clock, so a
@@ -48,7 +75,9 @@ Limits
     and to test, at the cost of adapting less to jittery links.
 
 Sources
-    Seed 003 (TKE Edge distributed node status determination); SWIM
+    Seed 003 (TKE Edge distributed node status determination); Hayashibara
+    et al. 2004, "The phi accrual failure detector" (suspicion from the
+    observed distribution of this peer's evidence, not a fixed count); SWIM
     (Das, Gupta, Motivala 2002) and Lifeguard (Dadgar et al. 2018) as
     implemented by hashicorp/memberlist, whose suspicion timeout scales with
     ``log10(n)`` (:func:`scaled_timeout`); van Renesse, Minsky, Hayden 1998,
@@ -75,6 +104,7 @@ __all__ = [
     "on_failure",
     "on_success",
     "record",
+    "required_failures",
     "scaled_timeout",
     "silence_s",
 ]
@@ -159,6 +189,30 @@ class DetectorConfig:
     node-monitor-grace-period, and in line with Akka's phi accrual detector
     (~5.5 s). Must be >= ``suspect_timeout_s``."""
 
+    max_false_dead: float | None = 1e-6
+    """Probability, per run of failures, that a live peer whose evidence
+    fails independently at the estimated rate is judged DEAD (the loss
+    awareness of the module docstring). Default 1e-6: at most one run starts
+    per probe period, so a peer checked once a second by 6 observers meets
+    at most about 0.5 false DEAD claims a day at any loss below the cap
+    (far fewer in practice: runs are rarer than periods), and one claim
+    alone fails nobody (the vote counts several observers). None turns loss
+    awareness off: DEAD after exactly ``dead_after_failures``. Must be in
+    (0, 1)."""
+
+    loss_memory: int = 20
+    """Events over which the loss share is averaged (the weight of one new
+    event is ``1 / loss_memory``). Default 20: about ten seconds of evidence
+    at one probe and one received heartbeat a second, long enough that the
+    estimate is steady and short enough that a link that turns lossy is
+    learnt within a quarter of a minute. Must be >= 1."""
+
+    max_dead_failures: int = 30
+    """Most consecutive failures ever required for DEAD, whatever the loss.
+    Default 30 (30 s at one probe a second, the statement lifetime): a peer
+    that answers nothing for that long is treated as dead even on a link
+    that loses most messages. Must be >= ``dead_after_failures``."""
+
     recover_successes: int = 2
     """Consecutive successes needed before a DEAD peer is ALIVE again
     (hysteresis; the first success makes it SUSPECT). Default 2: a flapping
@@ -180,6 +234,13 @@ class DetectorConfig:
             raise ValueError(
                 f"dead_timeout_s ({dead} s) must be >= suspect_timeout_s ({suspect} s)"
             )
+        _check_count("loss_memory", self.loss_memory, 1)
+        _check_count("max_dead_failures", self.max_dead_failures, self.dead_after_failures)
+        bound = self.max_false_dead
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0.0 < bound < 1.0
+        ):
+            raise ValueError(f"max_false_dead must be None or a probability in (0, 1), got {bound!r}")
 
     def scaled_for(self, *, group_size: int) -> DetectorConfig:
         """Return a copy with both timeouts scaled by :func:`scaled_timeout`.
@@ -214,6 +275,9 @@ class DetectorState:
     dead: bool
     """DEAD was reached and recovery (``recover_successes`` successes in a
     row) has not completed."""
+    loss: float = 0.0
+    """Estimated share of this peer's evidence events that fail (0..1),
+    as of the latest success: the current run of failures is not in it."""
 
 
 def initial_state(*, now: float) -> DetectorState:
@@ -246,6 +310,34 @@ def silence_s(state: DetectorState, *, now: float) -> float:
     return _effective_now(state, now) - reference
 
 
+def required_failures(*, config: DetectorConfig, loss: float) -> int:
+    """Consecutive failures needed for DEAD when a share ``loss`` (0..1) of the peer's evidence
+    events fail: the fewest ``k`` with ``loss ** k <= config.max_false_dead``, clamped to
+    ``[dead_after_failures, max_dead_failures]`` (see the module docstring for why this bounds
+    false verdicts). ``dead_after_failures`` when loss awareness is off or ``loss`` is 0.
+
+    Raises:
+        ValueError: ``loss`` is not a number in [0, 1].
+    """
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0.0 <= loss <= 1.0:
+        raise ValueError(f"loss must be a share in [0, 1], got {loss!r}")
+    floor, cap = config.dead_after_failures, config.max_dead_failures
+    if config.max_false_dead is None or loss == 0.0:
+        return floor
+    if loss >= 1.0:
+        return cap
+    needed = math.ceil(math.log(config.max_false_dead * (1 + 1e-9)) / math.log(loss))  # within float rounding
+    return min(cap, max(floor, needed))
+
+
+def _fold(loss: float, *, failures: int, successes: int, memory: int) -> float:
+    """The loss share after ``failures`` failure events and then ``successes`` success events,
+    each weighted ``1 / memory`` (closed form of the exponentially weighted mean)."""
+    keep = 1.0 - 1.0 / memory
+    after_failures = 1.0 - keep**failures * (1.0 - loss)
+    return after_failures * keep**successes
+
+
 def advance(state: DetectorState, *, config: DetectorConfig, now: float) -> DetectorState:
     """Let time pass to ``now`` without new evidence; latch DEAD if due.
 
@@ -255,7 +347,7 @@ def advance(state: DetectorState, *, config: DetectorConfig, now: float) -> Dete
     """
     t = _effective_now(state, now)
     dead = state.dead or (
-        state.consecutive_failures >= config.dead_after_failures
+        state.consecutive_failures >= required_failures(config=config, loss=state.loss)
         and silence_s(state, now=t) > config.dead_timeout_s
     )
     if dead == state.dead and t == state.last_event_at:
@@ -288,12 +380,14 @@ def on_success(state: DetectorState, *, config: DetectorConfig, now: float) -> D
     """
     s = advance(state, config=config, now=now)
     successes = s.consecutive_successes + 1
+    run = 0 if s.dead else s.consecutive_failures  # a run that reached DEAD was an outage, not loss
     return dataclasses.replace(
         s,
         last_success_at=s.last_event_at,
         consecutive_failures=0,
         consecutive_successes=successes,
         dead=s.dead and successes < config.recover_successes,
+        loss=_fold(s.loss, failures=run, successes=1, memory=config.loss_memory),
     )
 
 

@@ -45,6 +45,7 @@ from typing import Any
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.peers import PeerExchange
 from edgewatch.agent.reporter import write_due
+from edgewatch.core.detector import DetectorConfig
 from edgewatch.core.duties import assign_duties
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.core.reach import decide_reach
@@ -71,6 +72,8 @@ class SimConfig:
     beacon_period_s: float = 5.0
     evidence_ttl_s: float = 30.0
     recount_s: float = 1.0
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    """Every agent's failure detector settings (the agent's default unless a bench compares rules)."""
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -179,7 +182,8 @@ class Simulation:
             keyring: Any = NodeKeyring(node=name, keys=(NodeKey.generate(),), public=public) if config.wire \
                 else _Unsigned()
             agent = PeerExchange(me=name, config=AgentConfig(node=name, identity_file=Path("/nonexistent"),
-                                                             rings=config.rings, wire=wire),
+                                                             rings=config.rings, wire=wire,
+                                                             detector=config.detector),
                                  keyring=keyring, membership=members, metrics=metrics,  # type: ignore[arg-type]
                                  link=_CloudLink(self, name),
                                  rng=random.Random(self.rng.getrandbits(64)))
