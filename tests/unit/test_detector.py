@@ -44,7 +44,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert DEFAULT.dead_timeout_s == 5.0
     assert DEFAULT.recover_successes == 2
     assert DEFAULT.max_false_dead == 1e-6
-    assert DEFAULT.loss_memory == 20
+    assert DEFAULT.loss_memory == 10
     assert DEFAULT.max_dead_failures == 30
 
 
@@ -484,19 +484,21 @@ def oracle_required(cfg: DetectorConfig, loss: float) -> int:
 
 def oracle_run(cfg: DetectorConfig, seq: list[tuple[float, bool]]) -> list[Health]:
     """The health after each event of ``seq`` (increasing times), by the documented rule."""
-    w = 1.0 / cfg.loss_memory
-    loss, run, dead, ok_run = 0.0, 0, False, 0
+    ws = (1.0 / cfg.loss_memory, 1.0 / (10 * cfg.loss_memory))  # the short and the long mean
+    means, run, dead, ok_run = [0.0, 0.0], 0, False, 0
     last_ok: float | None = None
     out = []
     for t, ok in seq:
         silence = t - (0.0 if last_ok is None else last_ok)
+        loss = max(means)
         if not dead and run >= oracle_required(cfg, loss) and silence > cfg.dead_timeout_s:
             dead = True  # latched by time before this event
         if ok:
-            if not dead:
-                for _ in range(run):
-                    loss = (1 - w) * loss + w
-            loss = (1 - w) * loss
+            for i, w in enumerate(ws):
+                if not dead:
+                    for _ in range(run):
+                        means[i] = (1 - w) * means[i] + w
+                means[i] = (1 - w) * means[i]
             run, ok_run, last_ok = 0, ok_run + 1, t
             if dead and ok_run >= cfg.recover_successes:
                 dead = False

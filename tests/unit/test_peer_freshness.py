@@ -322,3 +322,41 @@ def test_the_topology_follows_the_group_size() -> None:
     members.size = 3
     peers.refresh_group(now=now)
     assert peers.near == frozenset(names[1:3])
+
+
+def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
+    """The controller's beacon token rides in an envelope only until the peer signs with its value:
+    a-1 holds the token, a-2 does not; a-2 adopts it from a-1's first envelope, and once a-1 holds
+    a heartbeat of a-2 naming it, a-1 sends none. A newer beacon goes out again."""
+    from edgewatch.core.beacon import Beacon, sign_beacon
+    from edgewatch.core.identity import NodeKey
+
+    controller = NodeKey.generate()
+    a = peer_exchange(AgentConfig(node=A, identity_file=Path("/nonexistent")), membership=FixedMembership(ADDRESSES))
+    b = peer_exchange(AgentConfig(node=B, identity_file=Path("/nonexistent")), membership=FixedMembership(ADDRESSES))
+    for p in (a, b):
+        p.beacon.trust(controller.public_raw)
+    first = sign_beacon(Beacon(generation=1, value="1" * 32), controller)
+    assert a.beacon.offer(first)
+
+    def exchange(src: PeerExchange, dst: PeerExchange, nonce: str) -> tuple[Any, Any]:
+        """One probe of ``dst`` by ``src``: the request as ``dst`` read it, the answer as ``src`` did."""
+        now = time.monotonic()
+        for p in (src, dst):
+            p.sign_own(now_mono=now)
+        request = dst.decode(src.envelope_for(dst.me, now_mono=now, nonce=nonce), sender_allowed=lambda s: s == src.me)
+        dst._absorb(request, now_mono=now, direct=True)
+        raw = dst.envelope_for(src.me, now_mono=now, nonce="f" + nonce[1:], reply_to=nonce)
+        answer = src.decode(raw, sender_allowed=lambda s: s == dst.me, reply_to=nonce)
+        src._absorb(answer, now_mono=now, direct=True)
+        return request, answer
+
+    request, answer = exchange(a, b, "1" * 32)
+    assert request.beacon == first and b.beacon.token == first  # a-2 named no beacon yet: it got the token
+    assert answer.beacon == ""  # a-1's heartbeat names it: a-2 sends none back
+    request, answer = exchange(b, a, "2" * 32)  # a-2 signed with the beacon since: nothing to send either way
+    assert request.beacon == "" and answer.beacon == ""
+    second = sign_beacon(Beacon(generation=2, value="2" * 32), controller)
+    assert a.beacon.offer(second)
+    request, _ = exchange(a, b, "3" * 32)
+    assert request.beacon == second and b.beacon.token == second  # a newer beacon goes out again

@@ -1056,7 +1056,7 @@ def test_gossip_disseminates_with_fanout_messages_per_node() -> None:
 
 def test_wire_config_defaults_are_consistent() -> None:
     cfg = WireConfig()
-    assert cfg.max_bytes == 65_536 and cfg.fallback_probes == 2 and cfg.max_relays == 2
+    assert cfg.max_bytes == 65_536 and cfg.fallback_probes == 2 and cfg.max_relays == 0
     assert cfg.relay_max_age_s <= cfg.heartbeat_max_age_s and cfg.replay_window == 64
 
 

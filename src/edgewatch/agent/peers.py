@@ -305,10 +305,22 @@ class PeerExchange:
         raw = encode_envelope(sender=self.me, receiver=peer, epoch=self.incarnation, seq=seq, nonce=nonce,
                               reply_to=reply_to, own=self.own, own_age_s=max(0.0, now_mono - self._signed_at),
                               relayed=aged, keyring=self._keyring, max_bytes=wire.max_bytes,
-                              beacon=self.beacon.token,
+                              beacon=self.beacon_for(peer),
                               version=version if version is not None else self.versions.version_for(peer))
         self.book.mark_relayed(relays)
         return raw
+
+    def beacon_for(self, peer: NodeName) -> str:
+        """The controller's beacon token to put into an envelope to ``peer``: none when the newest
+        heartbeat of ``peer`` held here already names the beacon this agent holds (the peer adopted
+        that token: it signs with its value), else this agent's token. A cut-off or restarted peer
+        names an older beacon, or none, and gets the token; a connected one gets it once per
+        beacon instead of in every envelope (about 180 bytes each)."""
+        entry = self.book.get(peer)
+        held = self.beacon.value
+        if held and entry is not None and entry.heartbeat.beacon == held:
+            return ""
+        return self.beacon.token
 
     def decode(self, raw: bytes, *, sender_allowed: Callable[[NodeName], bool],
                reply_to: str | None = None) -> DecodedEnvelope:

@@ -33,9 +33,14 @@ The rule (defaults in brackets, all times in seconds)
       again; a failure during recovery makes it DEAD again at once.
 
     Loss awareness (an accrual detector for periodic evidence): the
-    detector keeps ``loss``, an exponentially weighted share of this peer's
-    evidence events that were failures (weight ``1 / loss_memory`` [20
-    events]). A run of failures still under way is not folded in (it is
+    detector keeps ``loss``, the share of this peer's evidence events that
+    were failures, as the larger of two exponentially weighted means, over
+    about ``loss_memory`` [10] and ten times as many events: the short one
+    learns a link that turns lossy within seconds, the long one keeps the
+    estimate of a lossy link from dipping on a lucky streak (at 30 % loss a
+    10-event mean alone strays to half the true share now and then, and the
+    bound below is only as good as the estimate). A run of failures still
+    under way is not folded in (it is
     what is being judged: a dead peer's failures must not slow its own
     detection), nor one that reached DEAD (an outage is not loss); a run is
     folded in when a success ends it. The failures required for DEAD are
@@ -50,8 +55,8 @@ The rule (defaults in brackets, all times in seconds)
     every message (half of all messages lost) that is about 20 failures in
     a row instead of 3; on a clean link ``loss`` is 0 and the rule is the
     fixed one. Limits: the estimate starts at 0 (a detector created on an
-    already lossy link accuses as fast as on a clean one until about
-    ``loss_memory`` events have been seen), and past a loss share of
+    already lossy link accuses as fast as on a clean one until a few
+    failure runs have ended), and past a loss share of
     ``max_false_dead ** (1 / max_dead_failures)`` (0.63 by default) the
     bound is ``loss ** max_dead_failures``, not ``max_false_dead``.
 
@@ -95,6 +100,7 @@ from dataclasses import dataclass
 from edgewatch.core.types import Health
 
 __all__ = [
+    "LONG_MEMORY_FACTOR",
     "DetectorConfig",
     "DetectorState",
     "PeerDetector",
@@ -200,12 +206,13 @@ class DetectorConfig:
     awareness off: DEAD after exactly ``dead_after_failures``. Must be in
     (0, 1)."""
 
-    loss_memory: int = 20
-    """Events over which the loss share is averaged (the weight of one new
-    event is ``1 / loss_memory``). Default 20: about ten seconds of evidence
-    at one probe and one received heartbeat a second, long enough that the
-    estimate is steady and short enough that a link that turns lossy is
-    learnt within a quarter of a minute. Must be >= 1."""
+    loss_memory: int = 10
+    """Events over which the short loss mean is taken (the weight of one new
+    event is ``1 / loss_memory``; the long mean's is ten times smaller).
+    Default 10: about five seconds of evidence at one probe and one received
+    heartbeat a second, so a link that turns lossy is learnt within a few
+    failure runs; the long mean (about 100 events, a minute) keeps the
+    estimate steady. Must be >= 1."""
 
     max_dead_failures: int = 30
     """Most consecutive failures ever required for DEAD, whatever the loss.
@@ -275,9 +282,17 @@ class DetectorState:
     dead: bool
     """DEAD was reached and recovery (``recover_successes`` successes in a
     row) has not completed."""
-    loss: float = 0.0
-    """Estimated share of this peer's evidence events that fail (0..1),
-    as of the latest success: the current run of failures is not in it."""
+    loss_short: float = 0.0
+    """Share of this peer's evidence events that failed (0..1), weighted over
+    about ``loss_memory`` events, as of the latest success: the current run
+    of failures is not in it."""
+    loss_long: float = 0.0
+    """The same over about ten times as many events."""
+
+    @property
+    def loss(self) -> float:
+        """The estimated share of failing evidence events: the larger of the two means."""
+        return max(self.loss_short, self.loss_long)
 
 
 def initial_state(*, now: float) -> DetectorState:
@@ -308,6 +323,10 @@ def silence_s(state: DetectorState, *, now: float) -> float:
     """
     reference = state.started_at if state.last_success_at is None else state.last_success_at
     return _effective_now(state, now) - reference
+
+
+LONG_MEMORY_FACTOR = 10
+"""The long loss mean weighs an event ``1 / (LONG_MEMORY_FACTOR * loss_memory)``."""
 
 
 def required_failures(*, config: DetectorConfig, loss: float) -> int:
@@ -387,7 +406,8 @@ def on_success(state: DetectorState, *, config: DetectorConfig, now: float) -> D
         consecutive_failures=0,
         consecutive_successes=successes,
         dead=s.dead and successes < config.recover_successes,
-        loss=_fold(s.loss, failures=run, successes=1, memory=config.loss_memory),
+        loss_short=_fold(s.loss_short, failures=run, successes=1, memory=config.loss_memory),
+        loss_long=_fold(s.loss_long, failures=run, successes=1, memory=LONG_MEMORY_FACTOR * config.loss_memory),
     )
 
 

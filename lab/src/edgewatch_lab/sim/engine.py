@@ -10,9 +10,9 @@ What runs for real
 
 Two fidelities
     * ``wire=True``: every message is a real envelope — Ed25519 keys per node, encode, sign, verify,
-      strict decode, replay guards, relays — so bytes per message are measured, not estimated.
+      strict decode, replay guards — so bytes per message are measured, not estimated.
     * ``wire=False`` (default; about 20x faster): the heartbeat objects are handed over without
-      encoding or signatures, and relays are off. Everything that decides (detectors, topology,
+      encoding or signatures. Neither relays (the agent sends none). Everything that decides (detectors, topology,
       reach, duties) is the same code; used for long runs (false-positive rates over node-hours).
 
 Time
@@ -176,7 +176,7 @@ class Simulation:
         members = _Members(self.group)
         metrics = _Metrics()
         public = PublicKeys()
-        wire = WireConfig() if config.wire else WireConfig(max_relays=0)
+        wire = WireConfig()  # the agent's: no relays
         self.nodes: dict[NodeName, _NodeState] = {}
         for name in self.names:
             keyring: Any = NodeKeyring(node=name, keys=(NodeKey.generate(),), public=public) if config.wire \
