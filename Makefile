@@ -9,7 +9,7 @@ E2E_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps binaries node-binaries peers compare-peers compat scenarios image unit bench bench-lab bench-cache bench-coordinator bench-real bench-false-verdicts fuzz clean-lab sbom e2e-one
+.PHONY: demo test setup system-deps binaries node-binaries peers compare-peers compat scenarios image unit bench bench-lab bench-cache bench-coordinator bench-real bench-false-verdicts bench-detection fuzz clean-lab sbom e2e-one
 
 demo: setup binaries
 	$(VENV)/bin/edgewatch playground compare cut-and-kill --report-dir reports --plot reports/cut-and-kill.svg
@@ -165,6 +165,11 @@ bench-real: setup binaries node-binaries
 FV_SEEDS ?= 1000
 bench-false-verdicts: setup
 	$(VENV)/bin/edgewatch sim-sweep --seeds $(FV_SEEDS) --rules loss-aware,fixed --json reports/false-verdicts.json
+
+# Kill -> failed over 20 kills at random phases of the kubelet's Lease renewal, one pool of 6 as
+# shipped, each kill's phase recorded (about 25 minutes).
+bench-detection: setup binaries
+	$(PY) bench/detection_phases.py --kills 20 --json reports/detection-phases.json
 
 # Fuzz every parser reachable from the network or the API (20,000 inputs each; about 10 minutes).
 fuzz: setup
