@@ -576,3 +576,18 @@ def test_a_dead_peer_does_not_teach_the_detector_that_its_link_is_lossy() -> Non
     assert d.state(now=89.0) is A
     assert required_failures(config=DEFAULT, loss=d.snapshot.loss) == DEFAULT.dead_after_failures
     assert [d.record(False, now=89.0 + k) for k in range(1, 7)][-1] is D
+
+
+def test_the_failures_before_a_restarted_peer_came_back_are_not_loss() -> None:
+    """A peer whose agent restarted (a rolling upgrade) misses a few probes: told so, the detector
+    does not take them for a lossy link, and the peer's next death is found as fast as before."""
+    told = PeerDetector(config=DEFAULT, now=0.0)
+    untold = PeerDetector(config=DEFAULT, now=0.0)
+    for d, outage in ((told, True), (untold, False)):
+        for k in range(1, 21):
+            d.record(True, now=float(k))
+        for k in range(21, 25):  # 4 s of restart: 4 failures, not yet DEAD
+            d.record(False, now=float(k))
+        d.record(True, now=25.0, outage=outage)
+    assert required_failures(config=DEFAULT, loss=told.snapshot.loss) == DEFAULT.dead_after_failures
+    assert required_failures(config=DEFAULT, loss=untold.snapshot.loss) > DEFAULT.dead_after_failures

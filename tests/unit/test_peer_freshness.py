@@ -324,6 +324,20 @@ def test_the_topology_follows_the_group_size() -> None:
     assert peers.near == frozenset(names[1:3])
 
 
+def exchange(src: PeerExchange, dst: PeerExchange, nonce: str) -> tuple[Any, Any]:
+    """One probe of ``dst`` by ``src`` without sockets: the request as ``dst`` read it, the answer as
+    ``src`` did (both absorbed as the server and the client do)."""
+    now = time.monotonic()
+    for p in (src, dst):
+        p.sign_own(now_mono=now)
+    request = dst.decode(src.envelope_for(dst.me, now_mono=now, nonce=nonce), sender_allowed=lambda s: s == src.me)
+    dst._absorb(request, now_mono=now, direct=True)
+    raw = dst.envelope_for(src.me, now_mono=now, nonce="f" + nonce[1:], reply_to=nonce)
+    answer = src.decode(raw, sender_allowed=lambda s: s == dst.me, reply_to=nonce)
+    src._absorb(answer, now_mono=now, direct=True)
+    return request, answer
+
+
 def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
     """The controller's beacon token rides in an envelope only until the peer signs with its value:
     a-1 holds the token, a-2 does not; a-2 adopts it from a-1's first envelope, and once a-1 holds
@@ -339,18 +353,6 @@ def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
     first = sign_beacon(Beacon(generation=1, value="1" * 32), controller)
     assert a.beacon.offer(first)
 
-    def exchange(src: PeerExchange, dst: PeerExchange, nonce: str) -> tuple[Any, Any]:
-        """One probe of ``dst`` by ``src``: the request as ``dst`` read it, the answer as ``src`` did."""
-        now = time.monotonic()
-        for p in (src, dst):
-            p.sign_own(now_mono=now)
-        request = dst.decode(src.envelope_for(dst.me, now_mono=now, nonce=nonce), sender_allowed=lambda s: s == src.me)
-        dst._absorb(request, now_mono=now, direct=True)
-        raw = dst.envelope_for(src.me, now_mono=now, nonce="f" + nonce[1:], reply_to=nonce)
-        answer = src.decode(raw, sender_allowed=lambda s: s == dst.me, reply_to=nonce)
-        src._absorb(answer, now_mono=now, direct=True)
-        return request, answer
-
     request, answer = exchange(a, b, "1" * 32)
     assert request.beacon == first and b.beacon.token == first  # a-2 named no beacon yet: it got the token
     assert answer.beacon == ""  # a-1's heartbeat names it: a-2 sends none back
@@ -360,3 +362,26 @@ def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
     assert a.beacon.offer(second)
     request, _ = exchange(a, b, "3" * 32)
     assert request.beacon == second and b.beacon.token == second  # a newer beacon goes out again
+
+
+
+def test_probes_missed_while_a_peer_restarted_are_not_taken_for_a_lossy_link() -> None:
+    """a-2's agent restarts (a rolling upgrade): a-1's probes fail meanwhile, then a-2 answers with a
+    new incarnation. a-1's detector learns no loss from it (the peer's next death is found as fast
+    as before); the same failures ended by the same incarnation would count as loss."""
+    config = {n: AgentConfig(node=n, identity_file=Path("/nonexistent")) for n in (A, B)}
+    a = peer_exchange(config[A], membership=FixedMembership(ADDRESSES))
+    b = peer_exchange(config[B], membership=FixedMembership(ADDRESSES))
+    exchange(a, b, "1" * 32)
+    now = time.monotonic()
+    for k in range(1, 5):
+        a.record(B, ok=False, now=now + k)
+    restarted = peer_exchange(config[B], membership=FixedMembership(ADDRESSES))
+    restarted.incarnation = b.incarnation + 1
+    exchange(restarted, a, "2" * 32)
+    assert a.detectors[B].snapshot.loss == 0.0
+
+    for k in range(5, 9):
+        a.record(B, ok=False, now=now + k)
+    exchange(a, restarted, "3" * 32)  # the same incarnation answers: those failures were loss
+    assert a.detectors[B].snapshot.loss > 0.3

@@ -180,10 +180,11 @@ class PeerExchange:
             detector = self.detectors[peer] = PeerDetector(config=self.detector_config(), now=now)
         return detector
 
-    def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
-        """Feed one piece of direct evidence about a group peer into its detector. Evidence about a
-        peer that is neither a neighbour nor a contact makes it a contact (a member probing us
-        because it lost its neighbours), up to ``wire.max_contacts``."""
+    def record(self, peer: NodeName, *, ok: bool, now: float, restarted: bool = False) -> None:
+        """Feed one piece of direct evidence about a group peer into its detector (``restarted``: a
+        success from a new incarnation of the peer, so the failures before it were an outage, not
+        loss). Evidence about a peer that is neither a neighbour nor a contact makes it a contact
+        (a member probing us because it lost its neighbours), up to ``wire.max_contacts``."""
         if peer == self.me or peer not in self.group:
             return
         if peer not in self.near:
@@ -193,15 +194,17 @@ class PeerExchange:
                 self.contacts[peer] = now
             elif ok:
                 self.contacts[peer] = now
-        self._detector(peer, now).record(ok, now=now)
+        self._detector(peer, now).record(ok, now=now, outage=restarted)
 
     def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
         """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
         came with); count direct/relayed evidence."""
         own = env.own
+        held = self.book.get(own.origin)
+        restarted = held is not None and held.heartbeat.incarnation != own.incarnation
         self.book.offer(own, now=now_mono, age_s=env.own_age_s)
         if direct:
-            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
+            self.record(own.origin, ok=own.kubelet_ok, now=now_mono, restarted=restarted)
         for result in env.relayed:  # statements for the local count and for carrying; no detector evidence
             if result.heartbeat is None:
                 self.metrics.relayed.labels(result=str(result.reason)).inc()

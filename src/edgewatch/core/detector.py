@@ -42,8 +42,9 @@ The rule (defaults in brackets, all times in seconds)
     bound below is only as good as the estimate). A run of failures still
     under way is not folded in (it is
     what is being judged: a dead peer's failures must not slow its own
-    detection), nor one that reached DEAD (an outage is not loss); a run is
-    folded in when a success ends it. The failures required for DEAD are
+    detection), nor one that reached DEAD or that ended with a restarted
+    peer (an outage is not loss); a run is folded in when a success ends
+    it. The failures required for DEAD are
     the fewest ``k`` with ``loss ** k <= max_false_dead`` [1e-6], at least
     ``dead_after_failures`` and at most ``max_dead_failures`` [30]. Why
     that bounds false verdicts: if a live peer's evidence events fail
@@ -392,14 +393,17 @@ def evaluate(state: DetectorState, *, config: DetectorConfig, now: float) -> Hea
     return Health.ALIVE
 
 
-def on_success(state: DetectorState, *, config: DetectorConfig, now: float) -> DetectorState:
-    """Apply one success (probe answered / new heartbeat) at ``now``.
+def on_success(state: DetectorState, *, config: DetectorConfig, now: float, outage: bool = False) -> DetectorState:
+    """Apply one success (probe answered / new heartbeat) at ``now``. ``outage``: the failures
+    this success ends were an outage, not loss (the peer's agent restarted meanwhile: its epoch
+    changed), so they are not folded into the loss share.
 
     Raises ValueError if ``now`` is not finite.
     """
     s = advance(state, config=config, now=now)
     successes = s.consecutive_successes + 1
-    run = 0 if s.dead else s.consecutive_failures  # a run that reached DEAD was an outage, not loss
+    # a run that reached DEAD, or that a restart of the peer explains, was an outage, not loss
+    run = 0 if s.dead or outage else s.consecutive_failures
     return dataclasses.replace(
         s,
         last_success_at=s.last_event_at,
@@ -425,8 +429,9 @@ def on_failure(state: DetectorState, *, config: DetectorConfig, now: float) -> D
     return advance(failed, config=config, now=failed.last_event_at)
 
 
-def record(state: DetectorState, *, ok: bool, config: DetectorConfig, now: float) -> DetectorState:
-    """Apply one piece of evidence: :func:`on_success` if ``ok`` else
+def record(state: DetectorState, *, ok: bool, config: DetectorConfig, now: float,
+           outage: bool = False) -> DetectorState:
+    """Apply one piece of evidence: :func:`on_success` if ``ok`` (with ``outage``) else
     :func:`on_failure`.
 
     Raises:
@@ -435,7 +440,7 @@ def record(state: DetectorState, *, ok: bool, config: DetectorConfig, now: float
     if not isinstance(ok, bool):
         raise ValueError(f"ok must be a bool, got {type(ok).__name__}")
     if ok:
-        return on_success(state, config=config, now=now)
+        return on_success(state, config=config, now=now, outage=outage)
     return on_failure(state, config=config, now=now)
 
 
@@ -479,13 +484,13 @@ class PeerDetector:
         """The current immutable state (as of the latest recorded event)."""
         return self._state
 
-    def record(self, ok: bool, *, now: float) -> Health:
+    def record(self, ok: bool, *, now: float, outage: bool = False) -> Health:
         """Record one piece of evidence at ``now`` (monotonic seconds) and
-        return the peer's health right after it.
+        return the peer's health right after it. ``outage``: see :func:`on_success`.
 
         Raises ValueError if ``ok`` is not a bool or ``now`` is not finite.
         """
-        self._state = record(self._state, ok=ok, config=self._config, now=now)
+        self._state = record(self._state, ok=ok, config=self._config, now=now, outage=outage)
         return evaluate(self._state, config=self._config, now=now)
 
     def state(self, *, now: float) -> Health:
