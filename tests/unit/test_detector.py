@@ -397,7 +397,7 @@ def test_a_peer_that_stops_answering_is_found_dead(cfg: DetectorConfig, period: 
     d.record(True, now=t)
     d.record(True, now=t)  # recovered from anything
     last_success = t
-    needed = required_failures(config=cfg, loss=d.snapshot.loss)  # checked against the oracle below
+    needed = required_failures(config=cfg, repeat=d.snapshot.repeat)  # checked against the oracle below
     suspect_by = last_success + max(cfg.suspect_after_failures * period, cfg.suspect_timeout_s) + period
     dead_by = last_success + max(needed * period, cfg.dead_timeout_s) + period
     seen = []
@@ -473,11 +473,11 @@ def test_stale_timestamps_act_as_now(cfg: DetectorConfig, evts: list[tuple[float
 # updated one event at a time (not in closed form) and k is found by counting up (not by logs).
 
 
-def oracle_required(cfg: DetectorConfig, loss: float) -> int:
-    if cfg.max_false_dead is None or loss == 0.0:
+def oracle_required(cfg: DetectorConfig, repeat: float) -> int:
+    if cfg.max_false_dead is None or repeat == 0.0:
         return cfg.dead_after_failures
     k = 1
-    while loss**k > cfg.max_false_dead * (1 + 1e-9) and k < cfg.max_dead_failures:  # within float rounding
+    while repeat ** (k - 1) > cfg.max_false_dead * (1 + 1e-9) and k < cfg.max_dead_failures:  # within float rounding
         k += 1
     return max(cfg.dead_after_failures, k)
 
@@ -485,26 +485,33 @@ def oracle_required(cfg: DetectorConfig, loss: float) -> int:
 def oracle_run(cfg: DetectorConfig, seq: list[tuple[float, bool]]) -> list[Health]:
     """The health after each event of ``seq`` (increasing times), by the documented rule."""
     ws = (1.0 / cfg.loss_memory, 1.0 / (10 * cfg.loss_memory))  # the short and the long mean
-    means, run, dead, ok_run = [0.0, 0.0], 0, False, 0
+    heal = 1.0 / (20 * cfg.loss_memory)
+    means, run, dead, ok_run, seen, repeat = [0.0, 0.0], 0, False, 0, 0, 0.0
     last_ok: float | None = None
     out = []
     for t, ok in seq:
         silence = t - (0.0 if last_ok is None else last_ok)
-        loss = max(means)
-        if not dead and run >= oracle_required(cfg, loss) and silence > cfg.dead_timeout_s:
+        if not dead and run >= oracle_required(cfg, repeat) and silence > cfg.dead_timeout_s:
             dead = True  # latched by time before this event
         if ok:
             for i, w in enumerate(ws):
-                if not dead:
-                    for _ in range(run):
+                if run == 0:
+                    means[i] = (1 - heal) * means[i]
+                elif not dead:
+                    for _ in range(run - 1):  # each failure but the last was followed by another
                         means[i] = (1 - w) * means[i] + w
-                means[i] = (1 - w) * means[i]
+                    means[i] = (1 - w) * means[i]  # the last was followed by this success
+            if run and not dead:
+                seen += run
+            if seen:  # each mean divided by the weight it has gathered (it started at 0)
+                least = max(seen, 2 * cfg.loss_memory)
+                repeat = max(min(1.0, m / (1 - (1 - w) ** least)) for m, w in zip(means, ws, strict=True))
             run, ok_run, last_ok = 0, ok_run + 1, t
             if dead and ok_run >= cfg.recover_successes:
                 dead = False
         else:
             run, ok_run = run + 1, 0
-            if not dead and run >= oracle_required(cfg, loss) and t - (0.0 if last_ok is None else last_ok) > cfg.dead_timeout_s:
+            if not dead and run >= oracle_required(cfg, repeat) and t - (0.0 if last_ok is None else last_ok) > cfg.dead_timeout_s:
                 dead = True
         if dead:
             out.append(D if ok_run == 0 else S)
@@ -517,19 +524,19 @@ def oracle_run(cfg: DetectorConfig, seq: list[tuple[float, bool]]) -> list[Healt
 
 @settings(max_examples=300, deadline=None)
 @given(configs, st.floats(0.0, 1.0))
-def test_required_failures_is_the_documented_count(cfg: DetectorConfig, loss: float) -> None:
-    k = required_failures(config=cfg, loss=loss)
-    assert k == oracle_required(cfg, loss)
+def test_required_failures_is_the_documented_count(cfg: DetectorConfig, repeat: float) -> None:
+    k = required_failures(config=cfg, repeat=repeat)
+    assert k == oracle_required(cfg, repeat)
     assert cfg.dead_after_failures <= k <= cfg.max_dead_failures
-    if cfg.max_false_dead is not None and k < cfg.max_dead_failures and loss > 0.0:
-        assert loss**k <= cfg.max_false_dead * (1 + 1e-9)  # the bound of the docstring holds below the cap
-    assert required_failures(config=cfg, loss=min(1.0, loss + 0.01)) >= k  # never fewer on a lossier link
+    if cfg.max_false_dead is not None and k < cfg.max_dead_failures and repeat > 0.0:
+        assert repeat ** (k - 1) <= cfg.max_false_dead * (1 + 1e-9)  # the bound of the docstring holds below the cap
+    assert required_failures(config=cfg, repeat=min(1.0, repeat + 0.01)) >= k  # never fewer on a lossier link
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, math.nan, True, "0.5"])
-def test_required_failures_refuses_a_loss_that_is_no_share(bad: object) -> None:
+def test_required_failures_refuses_a_repeat_that_is_no_probability(bad: object) -> None:
     with pytest.raises(ValueError):
-        required_failures(config=DEFAULT, loss=bad)  # type: ignore[arg-type]
+        required_failures(config=DEFAULT, repeat=bad)  # type: ignore[arg-type]
 
 
 @settings(max_examples=300, deadline=None)
@@ -541,24 +548,30 @@ def test_the_loss_rule_matches_the_oracle(cfg: DetectorConfig, evts: list[tuple[
 
 
 def test_a_lossy_link_needs_a_longer_run_and_a_clean_one_does_not() -> None:
-    """Half of the evidence lost for a minute: DEAD then needs about 20 failures in a row, not 3;
-    the same peer on a clean link is found dead as before (3 failures and the 5 s timeout)."""
+    """Failures in bursts of 2 and 3 for a minute (3 of 5 failures followed by another): DEAD then
+    needs far more failures in a row than 3; failures that never come two in a row teach nothing
+    (a run of 3 is as unlikely as ever); a clean link is judged as before (3 failures, 5 s)."""
     lossy = PeerDetector(config=DEFAULT, now=0.0)
     t = 0.0
-    for i in range(121):  # alternate: every other event a failure, the last a success
+    for i in range(120):
         t += 0.5
-        lossy.record(i % 2 == 0, now=t)
-    assert 0.3 < lossy.snapshot.loss < 0.7
-    needed = required_failures(config=DEFAULT, loss=lossy.snapshot.loss)
+        lossy.record((True, False, False, False, True, False, False, True)[i % 8], now=t)
+    assert 0.5 < lossy.snapshot.repeat < 0.7
+    needed = required_failures(config=DEFAULT, repeat=lossy.snapshot.repeat)
     assert needed >= 13
     for k in range(1, needed):
         assert lossy.record(False, now=t + k) is not D, k
     assert lossy.record(False, now=t + needed) is D
 
+    alternating = PeerDetector(config=DEFAULT, now=0.0)
+    for i in range(121):
+        alternating.record(i % 2 == 0, now=i * 0.5)
+    assert alternating.snapshot.repeat == 0.0
+
     clean = PeerDetector(config=DEFAULT, now=0.0)
     for k in range(1, 61):
         clean.record(True, now=k * 0.5)
-    assert required_failures(config=DEFAULT, loss=clean.snapshot.loss) == DEFAULT.dead_after_failures
+    assert required_failures(config=DEFAULT, repeat=clean.snapshot.repeat) == DEFAULT.dead_after_failures
     assert [clean.record(False, now=30 + k) for k in range(1, 7)] == [A, S, S, S, S, D]
 
 
@@ -574,7 +587,7 @@ def test_a_dead_peer_does_not_teach_the_detector_that_its_link_is_lossy() -> Non
     for k in range(80, 90):
         d.record(True, now=float(k))
     assert d.state(now=89.0) is A
-    assert required_failures(config=DEFAULT, loss=d.snapshot.loss) == DEFAULT.dead_after_failures
+    assert required_failures(config=DEFAULT, repeat=d.snapshot.repeat) == DEFAULT.dead_after_failures
     assert [d.record(False, now=89.0 + k) for k in range(1, 7)][-1] is D
 
 
@@ -589,5 +602,18 @@ def test_the_failures_before_a_restarted_peer_came_back_are_not_loss() -> None:
         for k in range(21, 25):  # 4 s of restart: 4 failures, not yet DEAD
             d.record(False, now=float(k))
         d.record(True, now=25.0, outage=outage)
-    assert required_failures(config=DEFAULT, loss=told.snapshot.loss) == DEFAULT.dead_after_failures
-    assert required_failures(config=DEFAULT, loss=untold.snapshot.loss) > DEFAULT.dead_after_failures
+    assert required_failures(config=DEFAULT, repeat=told.snapshot.repeat) == DEFAULT.dead_after_failures
+    assert required_failures(config=DEFAULT, repeat=untold.snapshot.repeat) > DEFAULT.dead_after_failures
+
+
+def test_a_link_that_healed_is_judged_by_the_fixed_count_again() -> None:
+    d = PeerDetector(config=DEFAULT, now=0.0)
+    t = 0.0
+    for i in range(120):
+        t += 0.5
+        d.record((True, False, False, False, True, False, False, True)[i % 8], now=t)
+    assert required_failures(config=DEFAULT, repeat=d.snapshot.repeat) > 10
+    for _ in range(1_400):  # about twelve minutes of clean evidence
+        t += 0.5
+        d.record(True, now=t)
+    assert required_failures(config=DEFAULT, repeat=d.snapshot.repeat) == DEFAULT.dead_after_failures

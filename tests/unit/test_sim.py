@@ -136,3 +136,6 @@ def test_the_false_verdict_sweep_runs_both_rules_on_the_same_groups() -> None:
                                             "--workers", "1"])
     assert result.exit_code == 0, result.output
     assert "| loss-aware | 30% | 1 (8–8) |" in result.output
+    assert all(0 <= r.at_onset <= r.false_unhealthy for r in runs)
+    assert all(r.detection_s is None or 0 < r.detection_s <= 60 for r in runs)
+    assert all(row["kills"] == 2 and row["kills"] - row["undetected"] >= 0 for row in rows)

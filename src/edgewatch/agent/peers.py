@@ -139,6 +139,11 @@ class PeerExchange:
         self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
                                  retired_epochs=wire.replay_retired_epochs)
         self.detectors: dict[NodeName, PeerDetector] = {}
+        # Each watched peer's latest heartbeat received from the peer itself (never a relay, whose
+        # age and choice another member states), and the peers seen with a new incarnation since
+        # their last success: the failures before it were an outage (a restart), not loss.
+        self._direct: dict[NodeName, Heartbeat] = {}
+        self._restarted: set[NodeName] = set()
         # This run's epoch (envelopes) and incarnation (heartbeats): a unique, mostly increasing number;
         # peers compare it only with our own earlier ones, never with their clocks.
         self.incarnation = time.time_ns()
@@ -180,11 +185,11 @@ class PeerExchange:
             detector = self.detectors[peer] = PeerDetector(config=self.detector_config(), now=now)
         return detector
 
-    def record(self, peer: NodeName, *, ok: bool, now: float, restarted: bool = False) -> None:
-        """Feed one piece of direct evidence about a group peer into its detector (``restarted``: a
-        success from a new incarnation of the peer, so the failures before it were an outage, not
-        loss). Evidence about a peer that is neither a neighbour nor a contact makes it a contact
-        (a member probing us because it lost its neighbours), up to ``wire.max_contacts``."""
+    def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
+        """Feed one piece of direct evidence about a group peer into its detector (a success after
+        the peer showed a new incarnation ends an outage, not loss: see ``_absorb``). Evidence
+        about a peer that is neither a neighbour nor a contact makes it a contact (a member probing
+        us because it lost its neighbours), up to ``wire.max_contacts``."""
         if peer == self.me or peer not in self.group:
             return
         if peer not in self.near:
@@ -194,17 +199,21 @@ class PeerExchange:
                 self.contacts[peer] = now
             elif ok:
                 self.contacts[peer] = now
-        self._detector(peer, now).record(ok, now=now, outage=restarted)
+        self._detector(peer, now).record(ok, now=now, outage=ok and peer in self._restarted)
+        if ok:
+            self._restarted.discard(peer)
 
     def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
         """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
         came with); count direct/relayed evidence."""
         own = env.own
-        held = self.book.get(own.origin)
-        restarted = held is not None and held.heartbeat.incarnation != own.incarnation
         self.book.offer(own, now=now_mono, age_s=env.own_age_s)
         if direct:
-            self.record(own.origin, ok=own.kubelet_ok, now=now_mono, restarted=restarted)
+            before = self._direct.get(own.origin)
+            if before is not None and before.incarnation != own.incarnation:
+                self._restarted.add(own.origin)  # until its next success (its first may say kubelet down)
+            self._direct[own.origin] = own
+            self.record(own.origin, ok=own.kubelet_ok, now=now_mono)
         for result in env.relayed:  # statements for the local count and for carrying; no detector evidence
             if result.heartbeat is None:
                 self.metrics.relayed.labels(result=str(result.reason)).inc()
@@ -230,6 +239,9 @@ class PeerExchange:
                 del self.contacts[peer]
         cfg = self.detector_config()
         watched = self.watched()
+        for peer in [p for p in self._direct if p not in watched]:
+            del self._direct[peer]
+            self._restarted.discard(peer)
         for peer, detector in list(self.detectors.items()):
             if peer not in watched:
                 del self.detectors[peer]
@@ -314,14 +326,14 @@ class PeerExchange:
         return raw
 
     def beacon_for(self, peer: NodeName) -> str:
-        """The controller's beacon token to put into an envelope to ``peer``: none when the newest
-        heartbeat of ``peer`` held here already names the beacon this agent holds (the peer adopted
+        """The controller's beacon token to put into an envelope to ``peer``: none when the latest
+        heartbeat ``peer`` sent this agent itself names the beacon this agent holds (the peer adopted
         that token: it signs with its value), else this agent's token. A cut-off or restarted peer
         names an older beacon, or none, and gets the token; a connected one gets it once per
         beacon instead of in every envelope (about 180 bytes each)."""
-        entry = self.book.get(peer)
+        direct = self._direct.get(peer)  # what the peer itself signed, not what a relay says it did
         held = self.beacon.value
-        if held and entry is not None and entry.heartbeat.beacon == held:
+        if held and direct is not None and direct.beacon == held:
             return ""
         return self.beacon.token
 

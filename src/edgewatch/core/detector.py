@@ -33,33 +33,37 @@ The rule (defaults in brackets, all times in seconds)
       again; a failure during recovery makes it DEAD again at once.
 
     Loss awareness (an accrual detector for periodic evidence): the
-    detector keeps ``loss``, the share of this peer's evidence events that
-    were failures, as the larger of two exponentially weighted means, over
-    about ``loss_memory`` [10] and ten times as many events: the short one
-    learns a link that turns lossy within seconds, the long one keeps the
-    estimate of a lossy link from dipping on a lucky streak (at 30 % loss a
-    10-event mean alone strays to half the true share now and then, and the
-    bound below is only as good as the estimate). A run of failures still
-    under way is not folded in (it is
-    what is being judged: a dead peer's failures must not slow its own
-    detection), nor one that reached DEAD or that ended with a restarted
-    peer (an outage is not loss); a run is folded in when a success ends
-    it. The failures required for DEAD are
-    the fewest ``k`` with ``loss ** k <= max_false_dead`` [1e-6], at least
+    detector keeps ``repeat``, the estimated probability that a failure is
+    followed by another failure before any success, learnt from this
+    peer's own history: each run of ``f`` failures that a success ends adds
+    ``f - 1`` repeats and one end, into two exponentially weighted means
+    over about ``loss_memory`` [10] and ten times as many such transitions
+    (``repeat`` is the larger: the short one learns a link that turns lossy
+    within a few runs, the long one keeps the estimate from dipping on a
+    lucky streak). A run still under way is not folded in (it is what is
+    being judged: a dead peer's failures must not slow its own detection),
+    nor one that reached DEAD or ended with a restarted peer (an outage is
+    not loss); a success that follows a success pulls both means towards 0
+    with a small weight (:data:`HEAL_FACTOR`: a link that healed is judged
+    by the fixed count again within about ten minutes). The failures required for DEAD are the fewest
+    ``k`` with ``repeat ** (k - 1) <= max_false_dead`` [1e-6], at least
     ``dead_after_failures`` and at most ``max_dead_failures`` [30]. Why
-    that bounds false verdicts: if a live peer's evidence events fail
-    independently, a failure is followed by another one before any success
-    with probability at most the share of failures among events (extra
-    successes only end runs sooner), so a run of ``k`` failures happens
-    with probability at most ``loss ** k``: at most ``max_false_dead`` per
-    run, the true loss rate being estimated. At 30 % loss on both ends of
-    every message (half of all messages lost) that is about 20 failures in
-    a row instead of 3; on a clean link ``loss`` is 0 and the rule is the
-    fixed one. Limits: the estimate starts at 0 (a detector created on an
-    already lossy link accuses as fast as on a clean one until a few
-    failure runs have ended), and past a loss share of
-    ``max_false_dead ** (1 / max_dead_failures)`` (0.63 by default) the
-    bound is ``loss ** max_dead_failures``, not ``max_false_dead``.
+    that bounds false verdicts: a run that has started goes on ``k - 1``
+    more times with probability ``repeat ** (k - 1)`` when each failure is
+    followed by another with probability ``repeat``, whatever makes
+    failures come in bursts (a TCP connection's retransmissions, a radio's
+    fades), as long as the estimate is current: at most ``max_false_dead``
+    per run, and at most one run starts per probe period. At 30 % loss on
+    both ends of every message (half of all messages lost) that is about 16
+    failures in a row instead of 3; on a clean link ``repeat`` is 0 and the
+    rule is the fixed one. Limits: the estimate starts at 0 (a detector
+    created on an already lossy link accuses as fast as on a clean one
+    until a few failure runs have ended); past a ``repeat`` of
+    ``max_false_dead ** (1 / (max_dead_failures - 1))`` (0.62 by default)
+    the bound is ``repeat ** (max_dead_failures - 1)``, not
+    ``max_false_dead``; and a link whose failures repeat more, whether by
+    nature or by someone dropping packets on it, slows that peer's
+    detection (up to ``max_dead_failures`` periods) but never speeds it.
 
     Consequences: a single lost packet never makes a peer SUSPECT (with
     ``suspect_after_failures >= 2``) and never makes it DEAD (enforced:
@@ -101,6 +105,8 @@ from dataclasses import dataclass
 from edgewatch.core.types import Health
 
 __all__ = [
+    "HEAL_FACTOR",
+    "MAX_TRANSITIONS",
     "LONG_MEMORY_FACTOR",
     "DetectorConfig",
     "DetectorState",
@@ -197,9 +203,9 @@ class DetectorConfig:
     (~5.5 s). Must be >= ``suspect_timeout_s``."""
 
     max_false_dead: float | None = 1e-6
-    """Probability, per run of failures, that a live peer whose evidence
-    fails independently at the estimated rate is judged DEAD (the loss
-    awareness of the module docstring). Default 1e-6: at most one run starts
+    """Probability, per run of failures, that a live peer whose failures
+    repeat at the estimated rate is judged DEAD (the loss awareness of the
+    module docstring). Default 1e-6: at most one run starts
     per probe period, so a peer checked once a second by 6 observers meets
     at most about 0.5 false DEAD claims a day at any loss below the cap
     (far fewer in practice: runs are rarer than periods), and one claim
@@ -208,11 +214,10 @@ class DetectorConfig:
     (0, 1)."""
 
     loss_memory: int = 10
-    """Events over which the short loss mean is taken (the weight of one new
-    event is ``1 / loss_memory``; the long mean's is ten times smaller).
-    Default 10: about five seconds of evidence at one probe and one received
-    heartbeat a second, so a link that turns lossy is learnt within a few
-    failure runs; the long mean (about 100 events, a minute) keeps the
+    """Transitions from a failure over which the short ``repeat`` mean is
+    taken (the weight of one is ``1 / loss_memory``; the long mean's is ten
+    times smaller). Default 10: a link that turns lossy is learnt within a
+    few failure runs; the long mean (about 100 transitions) keeps the
     estimate steady. Must be >= 1."""
 
     max_dead_failures: int = 30
@@ -283,17 +288,23 @@ class DetectorState:
     dead: bool
     """DEAD was reached and recovery (``recover_successes`` successes in a
     row) has not completed."""
-    loss_short: float = 0.0
-    """Share of this peer's evidence events that failed (0..1), weighted over
-    about ``loss_memory`` events, as of the latest success: the current run
-    of failures is not in it."""
-    loss_long: float = 0.0
-    """The same over about ten times as many events."""
-
-    @property
-    def loss(self) -> float:
-        """The estimated share of failing evidence events: the larger of the two means."""
-        return max(self.loss_short, self.loss_long)
+    repeat_short: float = 0.0
+    """How often a failure of this peer was followed by another before a
+    success (0..1), an exponentially weighted mean over about
+    ``loss_memory`` such transitions, as of the latest success (the current
+    run of failures is not in it); not yet corrected for its start at 0."""
+    repeat_long: float = 0.0
+    """The same over about ten times as many transitions."""
+    transitions: int = 0
+    """Transitions from a failure folded into the means so far (capped at
+    :data:`MAX_TRANSITIONS`): what corrects their start at 0."""
+    repeat: float = 0.0
+    """The estimate the DEAD rule uses: the larger of the two means, each
+    divided by ``1 - (1 - weight) ** max(transitions, 2 * loss_memory)``
+    (the bias correction of an exponentially weighted mean that starts at
+    0, so the long mean is about the plain average of what was seen while
+    it has seen little; never fewer than 20 transitions by default, so a
+    few do not speak for a link)."""
 
 
 def initial_state(*, now: float) -> DetectorState:
@@ -327,35 +338,50 @@ def silence_s(state: DetectorState, *, now: float) -> float:
 
 
 LONG_MEMORY_FACTOR = 10
-"""The long loss mean weighs an event ``1 / (LONG_MEMORY_FACTOR * loss_memory)``."""
+"""The long ``repeat`` mean weighs a transition ``1 / (LONG_MEMORY_FACTOR * loss_memory)``."""
+MAX_TRANSITIONS = 100_000
+"""Cap of :attr:`DetectorState.transitions` (past it the bias correction is 1 to the last bit)."""
+HEAL_FACTOR = 20
+"""A success after a success pulls both ``repeat`` means towards 0 with weight
+``1 / (HEAL_FACTOR * loss_memory)`` (1/200 by default): a link that healed is judged by the
+fixed count again after about 1,300 successes (0.6 to 0.001; some ten minutes), and on a link that
+stays lossy the estimate reads a few per cent low (at 30 % loss in the simulator about 4 %, which
+the bound's margin absorbs: ``k`` moves by at most one)."""
 
 
-def required_failures(*, config: DetectorConfig, loss: float) -> int:
-    """Consecutive failures needed for DEAD when a share ``loss`` (0..1) of the peer's evidence
-    events fail: the fewest ``k`` with ``loss ** k <= config.max_false_dead``, clamped to
-    ``[dead_after_failures, max_dead_failures]`` (see the module docstring for why this bounds
-    false verdicts). ``dead_after_failures`` when loss awareness is off or ``loss`` is 0.
+def required_failures(*, config: DetectorConfig, repeat: float) -> int:
+    """Consecutive failures needed for DEAD when a failure of the peer is followed by another with
+    probability ``repeat`` (0..1): the fewest ``k`` with ``repeat ** (k - 1) <=
+    config.max_false_dead``, clamped to ``[dead_after_failures, max_dead_failures]`` (see the
+    module docstring for why this bounds false verdicts). ``dead_after_failures`` when loss
+    awareness is off or ``repeat`` is 0.
 
     Raises:
-        ValueError: ``loss`` is not a number in [0, 1].
+        ValueError: ``repeat`` is not a number in [0, 1].
     """
-    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0.0 <= loss <= 1.0:
-        raise ValueError(f"loss must be a share in [0, 1], got {loss!r}")
+    if isinstance(repeat, bool) or not isinstance(repeat, (int, float)) or not 0.0 <= repeat <= 1.0:
+        raise ValueError(f"repeat must be a probability in [0, 1], got {repeat!r}")
     floor, cap = config.dead_after_failures, config.max_dead_failures
-    if config.max_false_dead is None or loss == 0.0:
+    if config.max_false_dead is None or repeat == 0.0:
         return floor
-    if loss >= 1.0:
+    if repeat >= 1.0:
         return cap
-    needed = math.ceil(math.log(config.max_false_dead * (1 + 1e-9)) / math.log(loss))  # within float rounding
-    return min(cap, max(floor, needed))
+    more = math.ceil(math.log(config.max_false_dead * (1 + 1e-9)) / math.log(repeat))  # within float rounding
+    return min(cap, max(floor, 1 + more))
 
 
-def _fold(loss: float, *, failures: int, successes: int, memory: int) -> float:
-    """The loss share after ``failures`` failure events and then ``successes`` success events,
-    each weighted ``1 / memory`` (closed form of the exponentially weighted mean)."""
+def _fold(repeat: float, *, repeats: int, ends: int, memory: int) -> float:
+    """The ``repeat`` mean after ``repeats`` transitions that repeated a failure and then ``ends``
+    that ended a run, each weighted ``1 / memory`` (closed form of the exponentially weighted mean)."""
     keep = 1.0 - 1.0 / memory
-    after_failures = 1.0 - keep**failures * (1.0 - loss)
-    return after_failures * keep**successes
+    return (1.0 - keep**repeats * (1.0 - repeat)) * keep**ends
+
+
+def _corrected(mean: float, *, memory: int, seen: int, least: int) -> float:
+    """An exponentially weighted ``mean`` that started at 0, divided by the weight it has gathered
+    after ``seen`` samples, counted as at least ``least`` (so a few samples never speak for a
+    link: one run of two failures is not a 50 % repeat); at most 1."""
+    return min(1.0, mean / (1.0 - (1.0 - 1.0 / memory) ** max(seen, least)))
 
 
 def advance(state: DetectorState, *, config: DetectorConfig, now: float) -> DetectorState:
@@ -367,7 +393,7 @@ def advance(state: DetectorState, *, config: DetectorConfig, now: float) -> Dete
     """
     t = _effective_now(state, now)
     dead = state.dead or (
-        state.consecutive_failures >= required_failures(config=config, loss=state.loss)
+        state.consecutive_failures >= required_failures(config=config, repeat=state.repeat)
         and silence_s(state, now=t) > config.dead_timeout_s
     )
     if dead == state.dead and t == state.last_event_at:
@@ -396,22 +422,33 @@ def evaluate(state: DetectorState, *, config: DetectorConfig, now: float) -> Hea
 def on_success(state: DetectorState, *, config: DetectorConfig, now: float, outage: bool = False) -> DetectorState:
     """Apply one success (probe answered / new heartbeat) at ``now``. ``outage``: the failures
     this success ends were an outage, not loss (the peer's agent restarted meanwhile: its epoch
-    changed), so they are not folded into the loss share.
+    changed), so they are not folded into ``repeat``.
 
     Raises ValueError if ``now`` is not finite.
     """
     s = advance(state, config=config, now=now)
     successes = s.consecutive_successes + 1
-    # a run that reached DEAD, or that a restart of the peer explains, was an outage, not loss
-    run = 0 if s.dead or outage else s.consecutive_failures
+    short, long, seen = s.repeat_short, s.repeat_long, s.transitions
+    run = s.consecutive_failures
+    if run == 0:  # a success after a success: the link heals slowly
+        heal = 1.0 - 1.0 / (HEAL_FACTOR * config.loss_memory)
+        short, long = short * heal, long * heal
+    elif not (s.dead or outage):  # a run that reached DEAD, or a restart explains, was an outage, not loss
+        short = _fold(short, repeats=run - 1, ends=1, memory=config.loss_memory)
+        long = _fold(long, repeats=run - 1, ends=1, memory=LONG_MEMORY_FACTOR * config.loss_memory)
+        seen = min(MAX_TRANSITIONS, seen + run)
     return dataclasses.replace(
         s,
         last_success_at=s.last_event_at,
         consecutive_failures=0,
         consecutive_successes=successes,
         dead=s.dead and successes < config.recover_successes,
-        loss_short=_fold(s.loss_short, failures=run, successes=1, memory=config.loss_memory),
-        loss_long=_fold(s.loss_long, failures=run, successes=1, memory=LONG_MEMORY_FACTOR * config.loss_memory),
+        repeat_short=short,
+        repeat_long=long,
+        transitions=seen,
+        repeat=max(_corrected(short, memory=config.loss_memory, seen=seen, least=2 * config.loss_memory),
+                   _corrected(long, memory=LONG_MEMORY_FACTOR * config.loss_memory, seen=seen,
+                              least=2 * config.loss_memory)),
     )
 
 

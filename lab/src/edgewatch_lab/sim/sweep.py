@@ -7,7 +7,9 @@ node *and* its neighbours' detectors, and the arrangements differ with the group
 ring neighbours, phases), so the rate is measured over many independent groups. Each run is one
 :class:`~edgewatch_lab.sim.engine.Simulation` (model fidelity: the agents' real detectors,
 topology, reach count and duties): a 20 s warm-up without loss, then ``seconds`` at the given loss.
-The size of run ``i`` is drawn log-uniformly from ``[min_size, max_size]`` by its seed, so small
+At the end of each run one node is killed, still at that loss, and the time until the count
+judges it UNHEALTHY is recorded (at most ``KILL_LIMIT_S``): what the rule's care costs in
+detection. The size of run ``i`` is drawn log-uniformly from ``[min_size, max_size]`` by its seed, so small
 groups (where one node is a large share of its neighbours' evidence) and large ones are both
 covered. Runs go to a process pool (one per core); the result is a pure function of the
 arguments.
@@ -35,6 +37,11 @@ __all__ = ["RULES", "Run", "markdown", "run_one", "size_for", "summary", "sweep"
 
 WARMUP_S = 20.0
 """Simulated seconds without loss before the loss starts."""
+ONSET_S = 60.0
+"""False verdicts within this many seconds of the loss's start are also counted apart: every
+detector starts the loss with a clean link's estimate (the transient), the rest is steady state."""
+KILL_LIMIT_S = 60.0
+"""A kill not judged within this many simulated seconds counts as not detected."""
 
 RULES: dict[str, DetectorConfig] = {
     "loss-aware": DetectorConfig(),
@@ -46,7 +53,8 @@ RULES: dict[str, DetectorConfig] = {
 @dataclass(frozen=True)
 class Run:
     """One group's outcome: ``false_unhealthy`` transitions of live nodes to UNHEALTHY (and the
-    distinct ``nodes`` they hit) during ``node_hours`` at ``loss``."""
+    distinct ``nodes`` they hit) during ``node_hours`` at ``loss``; ``detection_s``: kill ->
+    UNHEALTHY of the node killed at the end (None: not within :data:`KILL_LIMIT_S`)."""
 
     rule: str
     seed: int
@@ -55,6 +63,9 @@ class Run:
     node_hours: float
     false_unhealthy: int
     nodes: tuple[str, ...]
+    detection_s: float | None = None
+    at_onset: int = 0
+    """Of ``false_unhealthy``, those within :data:`ONSET_S` of the loss's start."""
 
 
 def size_for(seed: int, *, min_size: int, max_size: int) -> int:
@@ -71,8 +82,15 @@ def run_one(rule: str, seed: int, n: int, loss: float, seconds: float) -> Run:
     start = len(sim.transitions)
     sim.run_until(WARMUP_S + seconds)
     bad = [t for t in sim.transitions[start:] if t.verdict is Verdict.UNHEALTHY]
+    victim, killed_at = sim.rng.choice(sim.names), sim.now
+    sim.kill(victim)
+    sim.run_until(killed_at + KILL_LIMIT_S)
+    judged = next((t.at for t in sim.transitions if t.node == victim and t.at >= killed_at
+                   and t.verdict is Verdict.UNHEALTHY), None)
     return Run(rule=rule, seed=seed, n=n, loss=loss, node_hours=n * seconds / 3600.0,
-               false_unhealthy=len(bad), nodes=tuple(sorted({t.node for t in bad})))
+               false_unhealthy=len(bad), nodes=tuple(sorted({t.node for t in bad})),
+               detection_s=None if judged is None else round(judged - killed_at, 2),
+               at_onset=sum(1 for t in bad if t.at < WARMUP_S + ONSET_S))
 
 
 def sweep(*, seeds: int, first_seed: int = 1, min_size: int = 8, max_size: int = 1000,
@@ -109,11 +127,16 @@ def summary(runs: Sequence[Run]) -> list[dict[str, Any]]:
         group = [r for r in runs if (r.rule, r.loss) == key]
         hours = sum(r.node_hours for r in group)
         falses = sum(r.false_unhealthy for r in group)
+        detected = sorted(r.detection_s for r in group if r.detection_s is not None)
         rows.append({"rule": key[0], "loss": key[1], "runs": len(group),
                      "sizes": [min(r.n for r in group), max(r.n for r in group)],
                      "node_hours": round(hours, 1), "false_unhealthy": falses,
                      "runs_with_false": sum(1 for r in group if r.false_unhealthy),
+                     "at_onset": sum(r.at_onset for r in group),
                      "per_1000_node_hours": round(1000.0 * falses / hours, 3) if hours else None,
+                     "kills": len(group), "undetected": len(group) - len(detected),
+                     "detection_median_s": detected[len(detected) // 2] if detected else None,
+                     "detection_p99_s": detected[max(0, math.ceil(0.99 * len(detected)) - 1)] if detected else None,
                      "examples": [{"n": r.n, "seed": r.seed, "nodes": list(r.nodes)}
                                   for r in group if r.false_unhealthy][:5]})
     return rows
@@ -121,10 +144,14 @@ def summary(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a Markdown table."""
-    lines = ["| detector rule | loss per node | runs (sizes) | node-hours | false unhealthy | runs with one "
-             "| per 1,000 node-hours |", "|---|---:|---|---:|---:|---:|---:|"]
+    lines = ["| detector rule | loss per node | runs (sizes) | node-hours | false unhealthy (in the first minute) "
+             "| runs with one "
+             "| per 1,000 node-hours | kill → unhealthy at that loss, median / p99 (s) |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
     for row in rows:
+        missed = f", {row['undetected']} not within {KILL_LIMIT_S:g} s" if row["undetected"] else ""
         lines.append(f"| {row['rule']} | {row['loss']:.0%} | {row['runs']} ({row['sizes'][0]}–{row['sizes'][1]}) "
-                     f"| {row['node_hours']:,.1f} | {row['false_unhealthy']} | {row['runs_with_false']} "
-                     f"| {row['per_1000_node_hours']} |")
+                     f"| {row['node_hours']:,.1f} | {row['false_unhealthy']} ({row['at_onset']}) | {row['runs_with_false']} "
+                     f"| {row['per_1000_node_hours']} | {row['detection_median_s']} / {row['detection_p99_s']}"
+                     f"{missed} |")
     return "\n".join(lines)
