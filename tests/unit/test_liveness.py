@@ -139,7 +139,7 @@ def test_a_malformed_exchange_record_is_refused(text: object) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(U32, st.integers(0, 2**32 - 1), U32, st.integers(0, 0xFFFF), st.booleans(), st.booleans())
+@given(U32, U32, U32, st.integers(0, 0xFFFF), st.booleans(), st.booleans())
 def test_a_datagram_is_the_documented_bytes_and_reads_back(epoch: int, seq: int, echo_epoch: int, statement: int,
                                                             kubelet: bool, cloud: bool) -> None:
     key = b"k" * 32
@@ -203,6 +203,7 @@ def test_a_datagram_of_another_size_is_refused(data: bytes, reason: RejectReason
     ({"epoch": 0}, RejectReason.MALFORMED),
     ({"echo_epoch": 0, "echo": 3}, RejectReason.MALFORMED),
     ({"echo_epoch": 3, "echo": 0}, RejectReason.MALFORMED),
+    ({"seq": 0}, RejectReason.MALFORMED),
 ])
 def test_an_authentic_datagram_out_of_its_rules_is_refused(kwargs: dict[str, int], reason: RejectReason) -> None:
     fields = {"epoch": 5, "seq": 1, **kwargs}
@@ -211,7 +212,7 @@ def test_an_authentic_datagram_out_of_its_rules_is_refused(kwargs: dict[str, int
     assert info.value.reason is reason
 
 
-@pytest.mark.parametrize("kwargs", [{"epoch": 0, "seq": 1}, {"epoch": 1, "seq": -1}, {"epoch": 2**32, "seq": 1},
+@pytest.mark.parametrize("kwargs", [{"epoch": 0, "seq": 1}, {"epoch": 1, "seq": -1}, {"epoch": 1, "seq": 0}, {"epoch": 2**32, "seq": 1},
                                     {"epoch": 1, "seq": 1, "statement": 2**16}, {"epoch": True, "seq": 1}])
 def test_fields_out_of_range_are_refused_on_construction(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError):
@@ -289,3 +290,25 @@ def test_every_datagram_counts_at_most_once_and_alive_only_with_a_recent_echo(op
                 counted.add(dgram.seq)
             if seen.alive:
                 assert dgram.echo_epoch == 11 and sent_before - 3 < dgram.echo <= sent_before
+
+
+
+def test_a_recorded_old_epoch_replayed_to_a_restarted_node_does_not_lock_the_pair_out() -> None:
+    """An attacker records one datagram of a-2's earlier epoch and sprays it at a-1 right after
+    a-1's agent restarted (a fresh session): a-1 takes that epoch for now, but a-2's real datagrams
+    replace it, and one round trip later each proves the other alive."""
+    a, b = PeerSession(peer=B, my_epoch=11), PeerSession(peer=A, my_epoch=22)
+    recorded = Liveness(epoch=21, seq=40, echo_epoch=10, echo=7)  # a-2's old epoch, a-1's old one
+    a, seen = a.admit(recorded)
+    assert seen.new and not seen.alive and not a.confirmed
+    proofs = []
+    for _ in range(3):
+        a, to_b = a.next_datagram(statement=0, kubelet_ok=True, cloud_ok=True)
+        b, seen_b = b.admit(to_b)
+        a, _ = a.admit(recorded)  # sprayed again and again
+        b, to_a = b.next_datagram(statement=0, kubelet_ok=True, cloud_ok=True)
+        a, seen_a = a.admit(to_a)
+        proofs.append((seen_a.alive, seen_b.alive))
+    assert proofs[-1] == (True, True) and a.their_epoch == 22 and a.confirmed and b.confirmed
+    a, seen = a.admit(recorded)  # a confirmed epoch gives way only to a proof
+    assert not seen.new and a.their_epoch == 22

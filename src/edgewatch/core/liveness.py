@@ -22,9 +22,13 @@ is read (:func:`open_datagram`).
 
 Freshness without clocks (:class:`PeerSession`)
     * **New**: a datagram counts once. Per peer epoch, an RFC 4303 window over ``seq`` (64 below the
-      highest; older or seen again: ``replayed``). A peer's epochs are random, not ordered, so a
-      datagram of another epoch than the current one is accepted only if it also proves liveness
-      (below): a restarted peer is heard at once, a recorded datagram of an old epoch never.
+      highest; older or seen again: ``replayed``). A peer's epochs are random, not ordered. The
+      epoch a session holds is *confirmed* once one of its datagrams proved liveness (below); an
+      unconfirmed one (the first heard, which may be a recording of an old epoch replayed to a
+      restarted receiver) gives way to any other authentic epoch, and a confirmed one only to a
+      datagram that proves liveness itself. So a restarted peer is heard after one round trip,
+      and a recorded datagram of an old epoch can neither count twice nor lock the session out
+      of the peer's real epoch.
     * **Alive now** (the failure detector's success): new, and its echo names *this* node's current
       epoch and one of the last ``echo_window`` seqs this node sent (default 3: three periods). The
       peer cannot have seen that seq before this node sent it, so the datagram was made after
@@ -105,8 +109,8 @@ class Liveness:
                 raise ValueError(f"{name} must be an unsigned 32-bit int, got {value!r}")
         if isinstance(self.statement, bool) or not isinstance(self.statement, int) or not 0 <= self.statement <= 0xFFFF:
             raise ValueError(f"statement must be an unsigned 16-bit int, got {self.statement!r}")
-        if self.epoch == 0:
-            raise ValueError("epoch 0 is reserved (no epoch)")
+        if self.epoch == 0 or self.seq == 0:
+            raise ValueError("epoch 0 and seq 0 are reserved (none)")
 
 
 def _mac(key: bytes, header: bytes) -> bytes:
@@ -128,7 +132,7 @@ def open_datagram(data: bytes, *, key: bytes) -> Liveness:
     Raises:
         Rejected: ``oversized`` / ``malformed`` (not 36 bytes), ``bad_signature`` (the MAC does not
             match; checked before any field is read), ``version`` (not 6), ``malformed`` (reserved
-            flag bits set, epoch 0, or an echo without its epoch).
+            flag bits set, epoch or seq 0, or an echo without its epoch).
     """
     if len(data) != DATAGRAM_SIZE:
         reason = RejectReason.OVERSIZED if len(data) > DATAGRAM_SIZE else RejectReason.MALFORMED
@@ -139,8 +143,8 @@ def open_datagram(data: bytes, *, key: bytes) -> Liveness:
     version, flags, statement, epoch, seq, echo_epoch, echo = _HEADER.unpack(header)
     if version != LIVENESS_VERSION:
         raise Rejected(RejectReason.VERSION, f"liveness datagram version {version}, this agent reads {LIVENESS_VERSION}")
-    if flags & ~(_FLAG_KUBELET | _FLAG_CLOUD) or epoch == 0 or (echo_epoch == 0) != (echo == 0):
-        raise Rejected(RejectReason.MALFORMED, f"flags {flags:#04x}, epoch {epoch}, echo {echo_epoch}/{echo}")
+    if flags & ~(_FLAG_KUBELET | _FLAG_CLOUD) or epoch == 0 or seq == 0 or (echo_epoch == 0) != (echo == 0):
+        raise Rejected(RejectReason.MALFORMED, f"flags {flags:#04x}, epoch {epoch}, seq {seq}, echo {echo_epoch}/{echo}")
     return Liveness(epoch=epoch, seq=seq, echo_epoch=echo_epoch, echo=echo, statement=statement,
                     kubelet_ok=bool(flags & _FLAG_KUBELET), cloud_ok=bool(flags & _FLAG_CLOUD))
 
@@ -171,6 +175,8 @@ class PeerSession:
     their_epoch: int = 0
     high: int = 0
     seen: int = 0
+    confirmed: bool = False
+    """A datagram of ``their_epoch`` has proved the peer alive (see the module docstring)."""
 
     def next_datagram(self, *, statement: int, kubelet_ok: bool, cloud_ok: bool) -> tuple[PeerSession, Liveness]:
         """The next datagram to send the peer and the session after sending it.
@@ -196,16 +202,19 @@ class PeerSession:
         """Judge an authentic datagram (see the module docstring's freshness rules) and return the
         session after it. Never raises for any field values."""
         alive = self.proves_alive(fields, echo_window=echo_window)
+        confirmed = self.confirmed or alive
         if fields.epoch != self.their_epoch:
-            if not alive and self.their_epoch != 0:
+            if self.confirmed and not alive:
                 return self, Admission(new=False, alive=False)  # another epoch must prove itself
-            return dataclasses.replace(self, their_epoch=fields.epoch, high=fields.seq, seen=1), \
+            return dataclasses.replace(self, their_epoch=fields.epoch, high=fields.seq, seen=1, confirmed=alive), \
                 Admission(new=True, alive=alive)
         if fields.seq > self.high:
             shift = fields.seq - self.high
             seen = ((self.seen << shift) | 1) & ((1 << REPLAY_WINDOW) - 1) if shift < REPLAY_WINDOW else 1
-            return dataclasses.replace(self, high=fields.seq, seen=seen), Admission(new=True, alive=alive)
+            return dataclasses.replace(self, high=fields.seq, seen=seen, confirmed=confirmed), \
+                Admission(new=True, alive=alive)
         offset = self.high - fields.seq
         if offset >= REPLAY_WINDOW or self.seen >> offset & 1:
             return self, Admission(new=False, alive=False)  # too old, or seen already
-        return dataclasses.replace(self, seen=self.seen | 1 << offset), Admission(new=True, alive=alive)
+        return dataclasses.replace(self, seen=self.seen | 1 << offset, confirmed=confirmed), \
+            Admission(new=True, alive=alive)
