@@ -297,8 +297,9 @@ def test_a_recorded_old_epoch_replayed_to_a_restarted_node_does_not_lock_the_pai
     """An attacker records one datagram of a-2's earlier epoch and sprays it at a-1 right after
     a-1's agent restarted (a fresh session): a-1 takes that epoch for now, but a-2's real datagrams
     replace it, and one round trip later each proves the other alive."""
-    a, b = PeerSession(peer=B, my_epoch=11), PeerSession(peer=A, my_epoch=22)
-    recorded = Liveness(epoch=21, seq=40, echo_epoch=10, echo=7)  # a-2's old epoch, a-1's old one
+    a = PeerSession(peer=B, my_epoch=11)  # a-1 restarted: its old epoch was 10
+    b = PeerSession(peer=A, my_epoch=22, sent=50, their_epoch=10, high=49, seen=1, confirmed=True)
+    recorded = Liveness(epoch=21, seq=40, echo_epoch=10, echo=7)  # a-2's old epoch, echoing a-1's old one
     a, seen = a.admit(recorded)
     assert seen.new and not seen.alive and not a.confirmed
     proofs = []
