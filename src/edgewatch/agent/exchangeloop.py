@@ -41,6 +41,7 @@ import aiohttp
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import PeerExchange
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.core.detector import required_failures
 from edgewatch.core.duties import Duties, assign_duties
 from edgewatch.core.quorum import Decision
 from edgewatch.core.types import Health, NodeName, Verdict
@@ -213,6 +214,8 @@ class ExchangeLoop:
         for node, detector in self.peers.detectors.items():
             metrics.set_state(metrics.peer_health, node=node, label="health",
                               value=detector.state(now=now).value, values=healths)
+            metrics.peer_dead_after.labels(node=node).set(
+                required_failures(config=detector.config, repeat=detector.snapshot.repeat))
 
 
 def _bindable(address: str) -> bool:

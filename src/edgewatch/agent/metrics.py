@@ -23,6 +23,9 @@ class AgentMetrics:
         relayed: relayed heartbeats received, by ``result`` (new, duplicate, older or a reason).
         verdict: 1 for the current verdict of each ``node`` (labels node, verdict).
         peer_health: 1 for this agent's failure-detector state of each ``node``.
+        peer_dead_after: failures in a row this agent's detector needs now before it judges
+            ``node`` DEAD (3 on a clean link; more where that peer's failures come in bursts:
+            ``edgewatch.core.detector.required_failures``).
         cloud_link_up: 1 while this node reaches the apiserver.
         delegations: Lease renewals done for cut-off peers, by ``outcome`` (a ``RenewOutcome`` value,
             ``timeout`` or ``error``).
@@ -63,6 +66,9 @@ class AgentMetrics:
                              registry=registry)
         self.peer_health = Gauge("edgewatch_agent_peer_health", "Detector state per peer (1 = current).",
                                  ["node", "health"], registry=registry)
+        self.peer_dead_after = Gauge("edgewatch_agent_peer_dead_after_failures",
+                                     "Failures in a row the detector needs now before it judges a peer dead.",
+                                     ["node"], registry=registry)
         self.cloud_link_up = Gauge("edgewatch_agent_cloud_link_up", "1 while this node reaches the apiserver.",
                                    registry=registry)
         self.state_save_failures = Counter("edgewatch_agent_state_save_failures",
@@ -127,6 +133,10 @@ class AgentMetrics:
                     gauge.remove(node, v)
                 except KeyError:
                     pass
+        try:
+            self.peer_dead_after.remove(node)
+        except KeyError:
+            pass
 
     def set_state(self, gauge: Gauge, *, node: str, label: str, value: str, values: tuple[str, ...]) -> None:
         """Set a one-hot state gauge: 1 for ``value``, 0 for the other ``values``."""
