@@ -247,9 +247,11 @@ def test_per_node_metric_series_are_dropped_when_a_node_leaves(tmp_path: Path) -
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) == 1
     # a-10 is in the group but not watched: no series (1,000 members must not cost 3,000 series)
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-10", "verdict": "unknown"}) is None
+    assert reg.get_sample_value("edgewatch_agent_peer_dead_after_failures", {"node": "a-9"}) == 3  # a clean link
     del agent.peers.detectors[NodeName("a-9")]
     agent.exchange.export({})  # a-9 left the group
     assert reg.get_sample_value("edgewatch_agent_verdict", {"node": "a-9", "verdict": "unknown"}) is None
+    assert reg.get_sample_value("edgewatch_agent_peer_dead_after_failures", {"node": "a-9"}) is None
 
 
 async def test_the_node_certificate_is_wanted_for_an_auto_pool_or_with_the_flag(tmp_path: Path) -> None:
