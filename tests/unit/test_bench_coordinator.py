@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "coordinator_pod.py"
-_spec = importlib.util.spec_from_file_location("bench_coordinator_pod", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+from _scripts import load_script
+
+bench = load_script("bench/coordinator_pod.py", name="bench_coordinator_pod")
 
 
 def test_node_addresses_are_loopback_and_node_0_hosts_the_pod() -> None:

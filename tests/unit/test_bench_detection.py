@@ -4,18 +4,11 @@ detection and eviction are read from a report as the playground writes it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from _scripts import load_script
 
 from edgewatch_lab.playground.scenario import parse_scenario
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "detection_phases.py"
-_spec = importlib.util.spec_from_file_location("bench_detection_phases", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+bench = load_script("bench/detection_phases.py", name="bench_detection_phases")
 
 
 def test_the_scenario_kills_every_node_in_turn_and_revives_it_before_the_next_kill() -> None:

@@ -3,16 +3,11 @@ working as the parsers change (the long run's figures are in docs/security.md)."
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from _scripts import load_script
 
 
 def test_every_fuzz_target_runs_and_counts_its_inputs(capsys) -> None:  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[2] / "hack" / "fuzz.py"
-    spec = importlib.util.spec_from_file_location("edgewatch_fuzz", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("hack/fuzz.py", name="edgewatch_fuzz")
     total = module.run(40)
     assert total == 40 * len(module.TARGETS)
     out = capsys.readouterr().out
