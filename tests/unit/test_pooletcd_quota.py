@@ -27,7 +27,8 @@ def test_each_revision_of_its_keys_costs_etcd_overhead_and_deletions_count() -> 
     assert ledger.suspensions(now=1.0) == Suspensions(read_only=frozenset({"a"}))
     assert ledger.change("a", HB, area=False, size=50, now=2.0) is None          # already suspended: one action
     assert ledger.change("b", b"k", area=False, size=600, now=2.0) is None        # another member's bucket
-    assert ledger.lift(now=59.9) == [] and ledger.lift(now=60.0) == ["a"]
+    assert not ledger.due(now=59.9) and ledger.lift(now=59.9, revision=7) == []
+    assert ledger.due(now=60.0) and ledger.lift(now=60.0, revision=7) == ["a"]
     # not refilled by the lift: only what the rate gave back since
     assert ledger.change("a", HB, area=False, size=50, now=60.0) is None
     assert ledger.suspensions(now=60.0) == Suspensions()
@@ -56,7 +57,7 @@ def test_a_member_never_passes_its_bounds_unsuspended(changes: list[tuple[bytes,
     now, spent = 0.0, 0
     for key, size, pause, delete in changes:
         now += pause
-        ledger.lift(now=now)
+        ledger.lift(now=now, revision=0)
         area = key != HB
         before = ledger.suspensions(now=now)
         suspension = ledger.change("a", key, area=area, size=None if delete else size, now=now)
@@ -71,3 +72,19 @@ def test_a_member_never_passes_its_bounds_unsuspended(changes: list[tuple[bytes,
 def test_a_policy_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         QuotaPolicy(area_bytes=0)
+
+
+def test_a_put_from_the_suspension_is_told_by_its_revision_however_late_the_watch() -> None:
+    """Puts that land between the area's deletion and the revocation of its grant are deleted
+    even when the watch delivers them after the lift: by revision, not by the clock."""
+    ledger = QuotaLedger(POLICY)
+    assert ledger.change("a", b"k", area=True, size=2_001, now=0.0) == "no_area"
+    assert ledger.stale_area_put("a", revision=10)          # suspended: any put to its area
+    assert not ledger.stale_area_put("b", revision=10)      # not another member's
+    assert ledger.change("a", b"k", area=True, size=None, now=1.0) is None   # the area's deletion
+    assert ledger.suspensions(now=61.0) == Suspensions()    # over by the clock, not yet lifted:
+    assert ledger.stale_area_put("a", revision=40)          # its grant has not come back
+    assert ledger.lift(now=61.0, revision=50) == ["a"]
+    assert ledger.stale_area_put("a", revision=50)          # seen late, made before the lift
+    assert not ledger.stale_area_put("a", revision=51)      # made once it may write again
+    assert ledger.area["a"] == 0

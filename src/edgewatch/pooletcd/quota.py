@@ -19,13 +19,16 @@ How
       candidacy once an election). Over it: *read only*: its role keeps the pool read alone;
     * **its area** (``nodes/<node>/``, the pool cache it writes while it leads): the bytes of its
       live keys, at most ``area_bytes``. Over it: *no area*: its area's write grant goes and the
-      area is deleted (and what lands there before the revocation); its heartbeat and candidacy
-      stay. (The bound is twice what a follower's caches hold, so only a cache no follower could
+      area is deleted (and what lands there before the revocation: every put to the area seen
+      while suspended, or after the lift but at a revision from before it, since the watch may
+      lag); its heartbeat and candidacy stay. (The bound is twice what a follower's caches hold, so only a cache no follower could
       hold anyway takes an honest leader past it; its cache writes then fail and it stands down.)
 
     A suspension lasts ``suspend_s``; the access control reconcile
-    (``edgewatch.poolcoordinator.members``, kicked, no debounce) applies it and lifts it. The
-    bucket is not refilled by the lift.
+    (``edgewatch.poolcoordinator.members``, kicked, no debounce) applies it and lifts it. A lift
+    first reads etcd's current revision, so a put made before the grant came back is told from one
+    made after by its revision, however late the watch delivers it (it waits while the
+    coordinator cannot reach its etcd). The bucket is not refilled by the lift.
 
     The area's write *rate* is not bounded here (cluster churn, e.g. pods flapping Ready, makes an
     honest leader's cache churn): the history it piles up is bounded by the coordinator's upkeep
@@ -107,6 +110,7 @@ class QuotaLedger:
         self._buckets: dict[str, tuple[float, float]] = {}    # member -> (cost left, at)
         self.read_only: dict[str, float] = {}                 # member -> suspended until
         self.no_area: dict[str, float] = {}
+        self._purge_through: dict[str, int] = {}              # member -> last revision of its lifted no_area
 
     def load(self, entries: Iterable[tuple[str, bytes, int]]) -> None:
         """Start over from a listing of the areas' keys as ``(member, key, bytes)`` (nothing is
@@ -152,15 +156,29 @@ class QuotaLedger:
         return Suspensions(read_only=frozenset(m for m, t in self.read_only.items() if t > now),
                            no_area=frozenset(m for m, t in self.no_area.items() if t > now))
 
-    def lift(self, *, now: float) -> list[str]:
-        """End the suspensions that are over at ``now``; those members (sorted). Buckets are not
-        refilled: a member keeps paying for what it wrote while suspended."""
+    def due(self, *, now: float) -> bool:
+        """True if a suspension is over at ``now`` and not yet lifted."""
+        return any(t <= now for table in (self.read_only, self.no_area) for t in table.values())
+
+    def lift(self, *, now: float, revision: int) -> list[str]:
+        """End the suspensions that are over at ``now``; those members (sorted). ``revision``:
+        etcd's revision read before the lift (before any grant comes back): a put to a lifted
+        member's area at or below it was made while it was suspended (:meth:`stale_area_put`).
+        Buckets are not refilled: a member keeps paying for what it wrote while suspended."""
         over = set()
         for table in (self.read_only, self.no_area):
             for member in [m for m, t in table.items() if t <= now]:
                 del table[member]
                 over.add(member)
+                if table is self.no_area:
+                    self._purge_through[member] = revision
         return sorted(over)
+
+    def stale_area_put(self, member: str, *, revision: int) -> bool:
+        """True if a put to ``member``'s area at ``revision`` landed while its area was suspended
+        (between the area's deletion and the revocation of its grant): it is to be deleted. Read
+        in the watch's order, so by revision, never by the clock: the watch may lag the lift."""
+        return member in self.no_area or revision <= self._purge_through.get(member, 0)
 
 
 class QuotaKeeper:
@@ -193,6 +211,7 @@ class QuotaKeeper:
         self.timeout_s, self.retry_s = timeout_s, retry_s
         self._clock = clock
         self.synced = asyncio.Event()  # set once the first listing is loaded
+        self._client: EtcdClient | None = None  # the session's, while it follows the pool
 
     def suspended(self) -> Suspensions:
         """The members over their quota now (``MembersLoop``'s ``suspended``)."""
@@ -245,6 +264,7 @@ class QuotaKeeper:
         prefix = self.keys.prefix.encode()
         watch = await self._call(client.watch(prefix, range_end=etcd_utils.prefix_range_end(prefix),
                                               start_revision=revision + 1))
+        self._client = client
         try:
             async for event in watch:
                 key = bytes(event.kv.key)
@@ -253,13 +273,17 @@ class QuotaKeeper:
                     continue
                 in_area = self._area_of(key) is not None
                 size = None if event.kind == "DELETE" else len(key) + len(event.kv.value)
+                if size is not None and in_area and self.ledger.stale_area_put(
+                        member, revision=int(event.kv.mod_revision)):
+                    # landed after the area was deleted, before its write grant was revoked: not
+                    # charged (it cannot start another suspension), deleted
+                    await self._call(client.delete(key))
+                    continue
                 suspension = self.ledger.change(member, key, area=in_area, size=size, now=self._clock())
                 if suspension is not None:
                     await self._suspend(client, member, suspension)
-                elif size is not None and in_area and member in self.suspended().no_area:
-                    # landed after the area was deleted, before its write grant was revoked
-                    await self._call(client.delete(key))
         finally:
+            self._client = None
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await watch.cancel()
@@ -281,10 +305,24 @@ class QuotaKeeper:
             with contextlib.suppress(aetcd.ClientError):
                 await self._call(client.delete_range(area, prefix_end(area)))
 
+    async def _revision(self, client: EtcdClient) -> int:
+        """etcd's current revision (a one-key read's header)."""
+        request = etcd_rpc.RangeRequest(key=self.keys.prefix.encode(), limit=1, keys_only=True)
+        reply = await self._call(client.kvstub.Range(request, timeout=self.timeout_s))
+        return int(reply.header.revision)
+
     async def _lift_loop(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            lifted = self.ledger.lift(now=self._clock())
+            client = self._client
+            if client is None or not self.ledger.due(now=self._clock()):
+                continue  # no session: lifted once the pool's etcd answers (a lift needs its revision)
+            try:
+                revision = await self._revision(client)
+            except (grpc.RpcError, aetcd.ClientError, TimeoutError, OSError) as exc:
+                self._failed(exc)
+                continue
+            lifted = self.ledger.lift(now=self._clock(), revision=revision)
             if lifted:
                 for member in lifted:
                     self._on_action("lifted")
