@@ -25,6 +25,7 @@ from rich.table import Table
 from edgewatch.controller.coverage import CONFIGMAP_NAME, Coverage
 from edgewatch.controller.model import STATE_ANNOTATION
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Lease, Node
+from edgewatch.kube.errors import is_not_found
 from edgewatch.kube.leases import is_marked, lease_renew_text
 from edgewatch.names import (
     DEFAULT_GROUP_LABEL,
@@ -82,7 +83,7 @@ async def _coverage(client: AsyncClient, namespace: str) -> Coverage | None:
     try:
         cm = await client.get(ConfigMap, CONFIGMAP_NAME, namespace=namespace)
     except ApiError as exc:
-        return coverage if exc.status.code == 404 else None
+        return coverage if is_not_found(exc) else None
     try:
         coverage.apply(cm.data or {})
     except ValueError:

@@ -56,7 +56,7 @@ from edgewatch.kube.api import (
     ServiceAccount,
 )
 from edgewatch.kube.client import CloudApi, api_client
-from edgewatch.kube.errors import API_ERRORS, status_code
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 from edgewatch.kube.leases import MARK_ANNOTATIONS
 from edgewatch.names import (
     BEACON_LEASE_NAME,
@@ -348,7 +348,7 @@ async def _get(client: CloudApi, kind: str, name: str, namespace: str | None) ->
     try:
         obj = await client.get(_RESOURCES[kind], name, namespace=namespace)
     except ApiError as exc:
-        if status_code(exc) == 404:
+        if is_not_found(exc):
             return None
         raise
     return obj.to_dict()
@@ -376,9 +376,9 @@ async def _apply_patch(client: CloudApi, step: Patch, *, timeout_s: float) -> st
                                    patch_type=PatchType.MERGE)
                 return "removed"
             except ApiError as exc:
-                if status_code(exc) == 404:
+                if is_not_found(exc):
                     return "gone"
-                if status_code(exc) != 409 or attempt == _MAX_ATTEMPTS - 1:
+                if not is_conflict(exc) or attempt == _MAX_ATTEMPTS - 1:
                     raise
             obj = await _get(client, step.kind, step.name, step.namespace)
             if obj is None:

@@ -56,6 +56,7 @@ from edgewatch.names import (
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
 )
+from edgewatch.kube.errors import is_conflict, is_not_found
 from edgewatch.statefile import replace_file
 from edgewatch.kube.resources import LEASES
 
@@ -245,7 +246,7 @@ class EvidenceReporter:
                     # it only when we have none, or after a conflict showed someone else wrote it.
                     lease = self._lease or await self.client.get(Lease, self.node, namespace=self.namespace)
                 except ApiError as exc:
-                    if exc.status.code != 404:
+                    if not is_not_found(exc):
                         raise
                     self._lease = await self.client.create(Lease(
                         metadata=ObjectMeta(name=self.node, namespace=self.namespace,
@@ -265,7 +266,7 @@ class EvidenceReporter:
             return "timeout"
         except ApiError as exc:
             self._lease = None
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 return "conflict"
             log.info("writing the evidence of %s failed: %s", self.node, exc)
             return "failed"

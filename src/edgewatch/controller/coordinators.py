@@ -50,12 +50,13 @@ from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.core.grouping import CONFIG_KEY_POOL_COORDINATORS
 from edgewatch.core.poolconfig import parse_pool_coordinators
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, ObjectMeta
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 from edgewatch.kube.http import http_client_of
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CONFIGMAPS, PODS, ApiResource
 from edgewatch.kube.store import Store
+from edgewatch.kube.upsert import Outcome, create_or_update
 from edgewatch.names import (
     COORDINATOR_COMPONENT,
     DEFAULT_COORDINATOR_OPS_PORT,
@@ -311,30 +312,21 @@ class CoordinatorManager:
 
     async def _publish(self, urls: dict[str, str]) -> None:
         """Write the URL ConfigMap if its data (read now: someone may have edited it) differs from ``urls``."""
-        for _ in range(self.tries):
-            try:
-                current = await self._call(self.client.get(ConfigMap, POOL_COORDINATORS_CONFIGMAP,
-                                                           namespace=self.namespace))
-            except ApiError as exc:
-                if exc.status.code != 404:
-                    raise
-                current = None
-            try:
-                if current is None:
-                    await self._call(self.client.create(ConfigMap(
-                        metadata=ObjectMeta(name=POOL_COORDINATORS_CONFIGMAP, namespace=self.namespace,
-                                            labels={"app.kubernetes.io/part-of": "edgewatch",
-                                                    "app.kubernetes.io/managed-by": MANAGED_BY}),
-                        data=dict(urls))))
-                elif dict(current.data or {}) != urls:
-                    current.data = dict(urls)  # carries the resourceVersion read: a concurrent write is a 409
-                    await self._call(self.client.replace(current))
-                else:
-                    return
-            except ApiError as exc:
-                if exc.status.code not in (404, 409):
-                    raise
-                continue
+        def set_urls(cm: ConfigMap) -> None:
+            if dict(cm.data or {}) != urls:
+                cm.data = dict(urls)
+
+        template = ConfigMap(metadata=ObjectMeta(name=POOL_COORDINATORS_CONFIGMAP, namespace=self.namespace,
+                                                 labels={"app.kubernetes.io/part-of": "edgewatch",
+                                                         "app.kubernetes.io/managed-by": MANAGED_BY}))
+        try:
+            # the replace carries the resourceVersion read: a concurrent write is a 409, read again
+            done = await create_or_update(client=self.client, template=template, mutate=set_urls,
+                                          timeout_s=self.api_timeout_s, conflict_retries=max(self.tries - 1, 0))
+        except ApiError as exc:
+            if not (is_conflict(exc) or is_not_found(exc)):
+                raise
+            raise HttpStatusError(409, f"ConfigMap {POOL_COORDINATORS_CONFIGMAP} kept changing: "
+                                       f"{self.tries} tries") from None
+        if done.outcome is not Outcome.UNCHANGED:
             log.info("pool coordinators now %s", urls or "none", extra={"kind": "coordinator_urls"})
-            return
-        raise HttpStatusError(409, f"ConfigMap {POOL_COORDINATORS_CONFIGMAP} kept changing: {self.tries} tries")

@@ -52,7 +52,7 @@ from edgewatch.kube.api import (
     Event,
     Node,
 )
-from edgewatch.kube.errors import API_ERRORS, status_code
+from edgewatch.kube.errors import API_ERRORS, is_conflict
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CERTIFICATE_SIGNING_REQUESTS
@@ -180,8 +180,7 @@ class CsrSigner:
         try:
             await self._handle(name, csr)
         except (*API_ERRORS, ValueError) as exc:
-            code = status_code(exc)
-            log.info("CSR %s: %s%s; retrying", name, "conflict: " if code == 409 else "",
+            log.info("CSR %s: %s%s; retrying", name, "conflict: " if is_conflict(exc) else "",
                      str(exc)[:300] or type(exc).__name__, extra={"kind": "csr_retry", "csr": name})
             self.queue.add_after(name, self.retry_s)
 

@@ -20,6 +20,7 @@ from edgewatch.controller.snapshots import pod_tolerations
 from edgewatch.controller.taints import pod_eviction_due
 from edgewatch.controller.workqueue import sooner
 from edgewatch.kube.api import ApiError, AsyncClient, HttpError, ObjectMeta, Pod
+from edgewatch.kube.errors import is_not_found, is_too_many_requests
 
 __all__ = ["PodEvictor", "skip_eviction"]
 
@@ -90,9 +91,9 @@ class PodEvictor:
                     await self.client.create(Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
                                              name=meta.name, namespace=meta.namespace)
             except ApiError as exc:
-                if exc.status.code == 404:
+                if is_not_found(exc):
                     return None
-                result = "blocked" if exc.status.code == 429 else "failed"  # 429: a PodDisruptionBudget
+                result = "blocked" if is_too_many_requests(exc) else "failed"  # 429: a PodDisruptionBudget
                 self.metrics.evictions.labels(result=result).inc()
                 if result == "failed":
                     log.info("evicting %s/%s from %s failed: %s", meta.namespace, meta.name, node, exc)

@@ -52,7 +52,7 @@ from edgewatch.names import (
     IDENTITY_NAMESPACE,
     KEY_RECORD_KEY,
 )
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
@@ -116,7 +116,7 @@ class BeaconIssuer:
             secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
                                     self.api_timeout_s)
         except ApiError as exc:
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
             key = NodeKey.generate()
             try:
@@ -126,7 +126,7 @@ class BeaconIssuer:
                     data={"key.pem": base64.b64encode(key.pem()).decode("ascii")})), self.api_timeout_s)
                 return key
             except ApiError as exc2:
-                if exc2.status.code != 409:
+                if not is_conflict(exc2):
                     raise
                 secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
                                         self.api_timeout_s)
@@ -150,7 +150,7 @@ class BeaconIssuer:
             lease: Lease | None = await _bounded(
                 self.client.get(Lease, BEACON_LEASE_NAME, namespace=self.namespace), self.api_timeout_s)
         except ApiError as exc:
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
             lease = None
         annotations = dict((lease.metadata.annotations or {}) if lease is not None and lease.metadata else {})

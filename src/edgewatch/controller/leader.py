@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from edgewatch.kube.api import ApiError, AsyncClient, Lease
 from edgewatch.timefmt import format_micro_time
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 
 __all__ = ["ElectionConfig", "LeaderElector", "expired"]
 
@@ -111,7 +111,7 @@ class LeaderElector:
         try:
             lease = await self.client.get(Lease, self.name, namespace=self.namespace)
         except ApiError as exc:
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
             lease = Lease.from_dict({
                 "metadata": {"name": self.name, "namespace": self.namespace},
@@ -122,7 +122,7 @@ class LeaderElector:
             try:
                 created = await self.client.create(lease)
             except ApiError as create_exc:
-                if create_exc.status.code == 409:
+                if is_conflict(create_exc):
                     return False
                 raise
             self._observe(created if isinstance(created, Lease) else lease)
@@ -141,7 +141,7 @@ class LeaderElector:
         try:
             written = await self.client.replace(lease)
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 return False
             raise
         self._observe(written if isinstance(written, Lease) else lease)

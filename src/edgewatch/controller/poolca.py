@@ -48,6 +48,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from edgewatch.controller.csrpolicy import MIN_LIFETIME_S
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, ObjectMeta, Secret
+from edgewatch.kube.errors import is_conflict
+from edgewatch.kube.upsert import Outcome, create_or_update
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, POOL_CA_SECRET_NAME, POOL_LABEL, pool_ca_name
 
 __all__ = ["CA_LIFETIME_S", "CLOCK_SKEW_S", "PoolCA", "PoolCAs", "load_ca", "make_ca", "sign_client_certificate",
@@ -244,41 +246,37 @@ class PoolCAs:
                 self._cas[pool] = ca
             return ca
 
-    async def _read(self) -> Secret | None:
-        try:
-            return await self._call(self.client.get(Secret, POOL_CA_SECRET_NAME, namespace=self.namespace))
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return None
-            raise
-
     async def _load_or_make(self, pool: str) -> PoolCA:
         name = pool_ca_name(pool)
-        for _ in range(self.tries):
-            secret = await self._read()
-            data = dict((secret.data or {}) if secret is not None else {})
+        made: list[PoolCA] = []
+
+        def add_ca(secret: Secret) -> None:
+            """Add a new CA for the pool to the Secret, unless one is stored (then: nothing)."""
+            made.clear()
+            data = dict(secret.data or {})
             if f"{name}.crt" in data or f"{name}.key" in data:
-                return _from_secret(data, name)
+                return
             ca = make_ca(pool, now=dt.datetime.now(dt.UTC))
             data[f"{name}.crt"] = base64.b64encode(ca.cert_pem()).decode("ascii")
             data[f"{name}.key"] = base64.b64encode(ca.key_pem()).decode("ascii")
-            try:
-                if secret is None:
-                    await self._call(self.client.create(Secret(
-                        metadata=ObjectMeta(name=POOL_CA_SECRET_NAME, namespace=self.namespace,
-                                            labels={"app.kubernetes.io/part-of": "edgewatch"}),
-                        type="Opaque", data=data)))
-                else:
-                    secret.data = data  # carries the resourceVersion read: a concurrent write is a 409
-                    await self._call(self.client.replace(secret))
-            except ApiError as exc:
-                if exc.status.code != 409:
-                    raise
-                continue  # another replica wrote first: read again, use its CA if it made ours
-            log.info("made the CA of pool %s (Secret %s/%s, %s)", pool, self.namespace, POOL_CA_SECRET_NAME, name,
-                     extra={"kind": "pool_ca_created", "pool": pool})
-            return ca
-        raise ValueError(f"the pool CA Secret kept changing: {self.tries} tries for pool {pool}")
+            secret.data = data
+            made.append(ca)
+
+        template = Secret(metadata=ObjectMeta(name=POOL_CA_SECRET_NAME, namespace=self.namespace,
+                                              labels={"app.kubernetes.io/part-of": "edgewatch"}), type="Opaque")
+        try:
+            # a replica that wrote first makes ours a 409: read again, use its CA if it made ours
+            done = await create_or_update(client=self.client, template=template, mutate=add_ca,
+                                          timeout_s=self.api_timeout_s, conflict_retries=max(self.tries - 1, 0))
+        except ApiError as exc:
+            if not is_conflict(exc):
+                raise
+            raise ValueError(f"the pool CA Secret kept changing: {self.tries} tries for pool {pool}") from None
+        if done.outcome is Outcome.UNCHANGED or not made:
+            return _from_secret(dict(done.obj.data or {}), name)
+        log.info("made the CA of pool %s (Secret %s/%s, %s)", pool, self.namespace, POOL_CA_SECRET_NAME, name,
+                 extra={"kind": "pool_ca_created", "pool": pool})
+        return made[-1]
 
     async def _publish(self, pool: str, ca: PoolCA) -> None:
         """The ConfigMap with the CA certificate alone; updated (resourceVersion-checked) if it differs."""
@@ -290,7 +288,7 @@ class PoolCAs:
             await self._call(self.client.create(ConfigMap(metadata=meta, data=data)))
             return
         except ApiError as exc:
-            if exc.status.code != 409:
+            if not is_conflict(exc):
                 raise
         current = await self._call(self.client.get(ConfigMap, name, namespace=self.namespace))
         if (current.data or {}) != data:

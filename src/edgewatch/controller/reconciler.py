@@ -109,7 +109,7 @@ from edgewatch.controller.views import lease_grace_s, unproven_carry
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import MonotonicClock, format_micro_time
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 from edgewatch.kube.informer import Informer, InformerConfig
 from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
@@ -391,7 +391,7 @@ class Reconciler:
             try:
                 node = await self._call(self.client.get(Node, name))
             except ApiError as exc:
-                if exc.status.code == 404:
+                if is_not_found(exc):
                     self._forget_node(name)
                     return None
                 raise
@@ -401,7 +401,7 @@ class Reconciler:
             try:
                 lease = await self._call(self.client.get(Lease, name, namespace=NODE_LEASE_NAMESPACE))
             except ApiError as exc:
-                if exc.status.code != 404:
+                if not is_not_found(exc):
                     raise
                 lease = None
         if (moved := self.moves.take(name)) is not None:
@@ -458,7 +458,7 @@ class Reconciler:
                 self._node_cache.wrote(name, await self._call(
                     self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
             except ApiError as exc:
-                if exc.status.code == 409:
+                if is_conflict(exc):
                     self._node_cache.forget(name)
                     return 0.05  # someone else wrote the node: re-read and re-plan at once
                 raise
@@ -553,7 +553,7 @@ class Reconciler:
             self._node_cache.wrote(name, await self._call(
                 self.client.patch(Node, name, body, patch_type=PatchType.MERGE)))
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 self._node_cache.forget(name)
                 return 0.05
             raise

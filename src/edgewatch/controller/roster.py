@@ -44,7 +44,7 @@ from edgewatch.core.roster import (
 )
 from edgewatch.core.types import NodeName
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Node, ObjectMeta
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 
 __all__ = ["RosterPublisher", "internal_ip"]
 
@@ -202,9 +202,9 @@ class RosterPublisher:
                     data=dict(data))))
                 result = "updated"
         except ApiError as exc:
-            if data is None and exc.status.code == 404:
+            if data is None and is_not_found(exc):
                 return True  # already gone
-            result = "conflict" if exc.status.code in (404, 409) else "error"
+            result = "conflict" if is_not_found(exc) or is_conflict(exc) else "error"
             log.info("roster %s not written (%s): %s; retrying", name, result, exc)
             self._on_write(result)
             return False

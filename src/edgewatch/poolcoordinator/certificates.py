@@ -32,7 +32,7 @@ from edgewatch.certfiles import CertificateFiles, fsync_dir, write_atomic
 from edgewatch.csr import CertificateSpec
 from edgewatch.kube.api import AsyncClient, ConfigMap
 from edgewatch.kube.backoff import backoff_delay
-from edgewatch.kube.errors import API_ERRORS, status_code
+from edgewatch.kube.errors import API_ERRORS, is_not_found
 from edgewatch.names import (
     COORDINATOR_CLIENT_SIGNER, COORDINATOR_ROOT_USER, COORDINATOR_SERVICE_ACCOUNT, COORDINATOR_SERVING_SIGNER,
     POOL_CA_CONFIGMAP_KEY, pool_ca_name,
@@ -140,7 +140,7 @@ async def install_pool_ca(*, client: AsyncClient, namespace: str, pool: str, ca_
         try:
             pem = await read_pool_ca(client=client, namespace=namespace, pool=pool, timeout_s=timeout_s)
         except (ValueError, *API_ERRORS) as exc:
-            missing = status_code(exc) == 404
+            missing = is_not_found(exc)
             attempt += 1
             delay = backoff_delay(attempt, initial=backoff_initial_s, cap=backoff_cap_s, rng=rng)
             log.log(logging.WARNING if attempt == 1 else logging.INFO, "pool CA %s/%s not usable (%s); retrying in "
