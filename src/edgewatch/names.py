@@ -55,6 +55,9 @@ the apiserver, deploy/15-policy-agent.yaml): the ConfigMap of its public keys.""
 
 KEY_RECORD_KEY = "keys"
 """The ConfigMap key of a node's public key record (edgewatch.core.identity.parse_key_record)."""
+EXCHANGE_KEY_RECORD_KEY = "exchange-key"
+"""In ``edgewatch-nodes/<node>``: the node's X25519 exchange key, signed by its identity key
+(``edgewatch.core.pairkey``): the pair keys of peer protocol v6's liveness datagrams."""
 
 EVIDENCE_ANNOTATION = f"{DOMAIN}/evidence"
 """On the Lease ``edgewatch-nodes/<node>``: the node's signed statements and the ones it carries

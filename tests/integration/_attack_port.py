@@ -315,3 +315,45 @@ def assert_pid_alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0]
     except OSError:
         return False
+
+
+def attack_liveness_datagrams(cluster: PlaygroundCluster) -> None:
+    """Peer protocol v6's liveness datagrams as shipped, beside v5: the victim proves its peers
+    alive by datagram (``edgewatch_agent_liveness_peers_alive``); 200 datagrams from a stranger
+    (the test machine, the lab's cloud address), built by hand with a guessed key and the victim's
+    port, are dropped as ``unknown_source`` before a MAC is computed, and nothing changes."""
+    import hashlib
+    import hmac
+    import socket
+    import struct
+
+    def page() -> str:
+        code, text = http_get(cluster, "a-3", "/metrics")
+        assert code == 200, f"/metrics: {code} {text[:200]}"
+        return text
+
+    def alive(text: str) -> float:
+        return metric(text, "edgewatch_agent_liveness_peers_alive")
+
+    def received(text: str, result: str) -> float:
+        pattern = re.compile(rf'^edgewatch_agent_liveness_datagrams_received_total{{result="{result}"}} (\S+)$', re.M)
+        return sum(float(v) for v in pattern.findall(text))
+
+    _pool.wait(lambda: alive(page()) >= 2, 60, "the victim proving its peers alive by datagram")
+    before = page()
+    peers_alive = alive(before)
+    assert received(before, "alive") > 0 and received(before, "bad_signature") == 0
+    header = struct.pack(">BBHIIII", 6, 3, 1, 0x1234, 1, 0, 0)
+    forged = header + hmac.new(b"\0" * 32, b"edgewatch/liveness/v6\0" + header, hashlib.sha256).digest()[:16]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+        for i in range(200):  # paced: a burst past the socket's receive buffer is shed by the kernel
+            attacker.sendto(forged if i % 2 else b"\x06" * 1_400, (cluster.nodes[VICTIM].address, PORT))
+            time.sleep(0.005)
+    time.sleep(2.0)
+    after = page()
+    strangers = received(after, "unknown_source") - received(before, "unknown_source")
+    print(f"\nliveness: {VICTIM} proves {peers_alive:.0f} peers alive by datagram; {strangers:.0f} of 200 "
+          "stranger datagrams dropped as unknown_source")
+    assert strangers >= 190, strangers  # a lab bridge drops none; a few may still be on their way
+    assert received(after, "bad_signature") == 0  # never reached the MAC
+    assert alive(after) == peers_alive

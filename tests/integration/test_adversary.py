@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from _attack_keys import attack_squatted_key
-from _attack_port import attack_slow_bodies_and_connection_flood
+from _attack_port import attack_liveness_datagrams, attack_slow_bodies_and_connection_flood
 from _attack_renewals import (
     attack_bare_renewals_of_a_dead_node,
     attack_carries_ahead_of_a_live_node,
@@ -220,6 +220,10 @@ def test_a_flood_is_rate_limited_and_harmless(cluster: PlaygroundCluster) -> Non
 
 def test_slow_bodies_and_a_connection_flood_leave_the_agent_whole(cluster: PlaygroundCluster) -> None:
     attack_slow_bodies_and_connection_flood(cluster)
+
+
+def test_liveness_datagrams_prove_peers_alive_and_a_strangers_are_dropped(cluster: PlaygroundCluster) -> None:
+    attack_liveness_datagrams(cluster)
 
 
 def test_a_squatted_key_silences_no_one(cluster: PlaygroundCluster) -> None:

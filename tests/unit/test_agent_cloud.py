@@ -224,3 +224,41 @@ async def test_own_stale_mark_is_looked_for_until_our_kubelet_has_renewed(tmp_pa
     agent.own_mark.every_s, agent.own_mark.window_s = 0.05, 5.0
     await _run_for(agent.own_mark.run(), 0.6)
     assert calls == [ME, ME, ME]  # looked until it was removed, then stopped
+
+
+async def test_a_probe_refused_anonymously_asks_again_with_the_token_and_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An apiserver with anonymous requests off (``--anonymous-auth=false``) answers 401 without a
+    token: the probe asks again at once with it, and sends it from then on (a loopback HTTP
+    server stands in for that apiserver)."""
+    from aiohttp import web
+
+    from edgewatch.agent.cloudlink import ApiserverProbe
+    from edgewatch.kube.client import api_client
+
+    seen: list[str | None] = []
+
+    async def readyz(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(text="ok") if request.headers.get("Authorization") else web.Response(status=401)
+
+    app = web.Application()
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    (tmp_path / "kc").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: the-token}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    client = api_client(str(tmp_path / "kc"))
+    try:
+        probe = ApiserverProbe(client=client)
+        assert await probe() is True and not probe.anonymous
+        assert await probe() is True
+        assert seen == [None, "Bearer the-token", "Bearer the-token"]
+    finally:
+        await client.close()
+        await runner.cleanup()

@@ -17,8 +17,11 @@ The parts, in the order they are built (each reads only parts built before it):
   ``link.up`` by the parts below, and it tells its subscribers when it flips;
 - **membership** (``edgewatch.agent.membership``): the own Node, the ConfigMap and the group's
   roster, kept by watches;
-- **identity** (``edgewatch.agent.identity``): publishes this node's public key and keeps every
-  other node's current for the peer wire;
+- **identity** (``edgewatch.agent.identity``): publishes this node's public key and exchange key
+  and keeps every other node's current for the peer wire;
+- **liveness datagrams** (``edgewatch.agent.datagrams``): the peer port's UDP side, peer protocol
+  v6's 36-byte liveness datagram to each peer of the exchange every period, beside v5 (not yet
+  deciding);
 - **peer exchange** (``edgewatch.agent.peers``): detectors, heartbeat book, the exchange protocol,
   the local verdicts;
 - **coordinator runner** (``edgewatch.agent.coordinating``): runs the pool coordinator for
@@ -62,7 +65,7 @@ import ssl
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -75,7 +78,7 @@ from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinating import CoordinatorRunner, Target
-from edgewatch.agent.coordinator import PoolCoordinator
+from edgewatch.agent.datagrams import LivenessEndpoint
 from edgewatch.waits import stop_task
 from edgewatch.agent.exchangeloop import ExchangeLoop
 from edgewatch.agent.identity import IdentityKeeper
@@ -90,11 +93,15 @@ from edgewatch.agent.role import RolePublisher
 from edgewatch.core.beacon import BeaconHolder
 from edgewatch.core.duties import Duties
 from edgewatch.core.identity import NodeKeyring, load_or_create_key_file
+from edgewatch.core.pairkey import ExchangeKey
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.kube.api import AsyncClient
 from edgewatch.kube.http import http_client_of
 from edgewatch.metricsauth import MetricsGuard
 from edgewatch.poolcache.apiserver import Upstream
+
+if TYPE_CHECKING:  # imported by the coordinator runner when a coordinator starts (gRPC)
+    from edgewatch.agent.coordinator.pool import PoolCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +153,8 @@ class Agent:
         self.started = asyncio.Event()
         self.metrics = AgentMetrics(self.registry)
         self.keyring = NodeKeyring(node=config.node, keys=load_or_create_key_file(config.identity_file))
+        # peer protocol v6: the X25519 key of this node's pair keys, derived from its signing key
+        self.exchange_key = ExchangeKey.derived_from(self.keyring.own_keys[0])
         # carried renewTimes are written in the controller's clock (the apiserver bounds them by it)
         self.cloud_clock = CloudClock()
         self.beacon = BeaconHolder()
@@ -154,7 +163,9 @@ class Agent:
         self.membership = Membership(client=client, node=config.node, namespace=config.namespace,
                                      state_dir=config.state_dir, events=self.metrics)
         self.identity = IdentityKeeper(client=client, keyring=self.keyring, namespace=config.identity_namespace,
-                                       state_dir=config.state_dir, events=self.metrics)
+                                       state_dir=config.state_dir, events=self.metrics, exchange_key=self.exchange_key)
+        self.liveness = LivenessEndpoint(me=config.node, key=self.exchange_key, keys=self.identity,
+                                         host=config.listen_address, port=config.port, events=self.metrics)
         self.peers = PeerExchange(me=config.node, config=config, keyring=self.keyring, membership=self.membership,
                                   metrics=self.metrics, link=self.link, beacon=self.beacon)
         self.coordinators = CoordinatorRunner(
@@ -166,7 +177,7 @@ class Agent:
         self.exchange = ExchangeLoop(
             node=config.node, listen_address=config.listen_address, kubelet_healthz_url=config.kubelet_healthz_url,
             period_s=config.votes.exchange_period_s, peers=self.peers, roster=self.membership, link=self.link,
-            pool=self.coordinators, metrics=self.metrics)
+            pool=self.coordinators, metrics=self.metrics, liveness=self.liveness)
         self.reporter = EvidenceReporter(
             client=client, node=config.node, beacon=self.beacon, statements=self.exchange, link=self.link,
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
@@ -243,6 +254,7 @@ class Agent:
             "identity": self.identity.run(),
             "evidence": self.reporter.run(),
             "coordinator": self.coordinators.run(),
+            "liveness": self.liveness.run(),  # the peer port's UDP side (v6 liveness datagrams)
         }
         if self.pool_cache is not None:
             loops["pool-cache"] = self.pool_cache.run()

@@ -8,7 +8,8 @@ flapping link does not flap the state (hysteresis, the same idea as the peer fai
 The agent reports the state in its signed heartbeats (``cloud_ok``), which is how peers learn that
 it needs its heartbeat carried (seeds 000/001).
 
-The probe the agent uses is :class:`ApiserverProbe` (``GET /readyz`` with the agent's own client).
+The probe the agent uses is :class:`ApiserverProbe` (``GET /readyz`` with the agent's own client,
+without its token unless the apiserver refuses anonymous probes).
 Who needs the state reads it (:class:`edgewatch.agent.ports.CloudLinkView`: ``monitor.up``); who
 must act the moment it flips subscribes (:meth:`CloudLinkMonitor.subscribe`, a
 :class:`edgewatch.agent.ports.CloudLinkListener`).
@@ -31,7 +32,7 @@ from edgewatch.kube.http import http_client_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ApiserverProbe", "CloudLinkConfig", "CloudLinkMonitor", "LinkState", "apiserver_ready", "observe"]
+__all__ = ["ANONYMOUS_REFUSED", "ApiserverProbe", "CloudLinkConfig", "CloudLinkMonitor", "LinkState", "apiserver_ready", "observe"]
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,18 @@ def observe(state: LinkState, *, ok: bool, config: CloudLinkConfig) -> LinkState
     return replace(state, up=up, failures=failures, successes=0)
 
 
-async def apiserver_ready(client: AsyncClient) -> bool:
-    """GET /readyz on the apiserver with the client's own TLS and credentials; True on 200.
+ANONYMOUS_REFUSED = (401, 403)
+"""The apiserver's answers to a request without credentials where anonymous requests are off
+(``--anonymous-auth=false``) or ``/readyz`` is not granted to ``system:unauthenticated``."""
 
-    /readyz is readable by everyone (system:public-info-viewer) and costs the apiserver no etcd
-    read, so probing it every 2 s from every node is cheap. Uses lightkube's underlying httpx client.
+
+async def apiserver_ready(client: AsyncClient, *, anonymous: bool = False) -> int:
+    """GET /readyz on the apiserver with the client's own TLS, and its credentials unless
+    ``anonymous``; the HTTP status (200: ready).
+
+    /readyz is readable by everyone by default (``system:public-info-viewer`` is bound to
+    ``system:unauthenticated``) and costs the apiserver no etcd read, so probing it every 2 s from
+    every node is cheap. Uses lightkube's underlying httpx client (its connection, kept alive).
 
     Raises:
         TypeError: ``client`` is not a lightkube ``AsyncClient`` (no HTTP client inside).
@@ -94,12 +102,18 @@ async def apiserver_ready(client: AsyncClient) -> bool:
     http = http_client_of(client)
     if http is None:
         raise TypeError("the cloud link probe needs a lightkube AsyncClient")
-    resp = await http.get("/readyz")
-    return resp.status_code == 200
+    resp = await (http.get("/readyz", auth=None) if anonymous else http.get("/readyz"))
+    return resp.status_code
 
 
 class ApiserverProbe:
     """The agent's probe of its cloud link: :func:`apiserver_ready` with its own API client.
+
+    Without credentials first: the agent's bearer token (a pod-bound ServiceAccount token, about
+    1 KB) was most of a probe's bytes, sent 30 times a minute over a metered uplink for an answer
+    anyone may read. If the apiserver refuses anonymous probes (:data:`ANONYMOUS_REFUSED`), the
+    probe asks again at once with the token, and carries it from then on (logged once): the
+    answer, and so the link state, is the same either way.
 
     Args (keyword-only):
         client: the agent's API client (a lightkube ``AsyncClient``; anything else makes every
@@ -108,10 +122,18 @@ class ApiserverProbe:
 
     def __init__(self, *, client: AsyncClient) -> None:
         self._client = client
+        self.anonymous = True
 
     async def __call__(self) -> bool:
-        """One probe, without a timeout of its own (the monitor bounds it)."""
-        return await apiserver_ready(self._client)
+        """One probe, without a timeout of its own (the monitor bounds it); True if /readyz
+        answered 200."""
+        status = await apiserver_ready(self._client, anonymous=self.anonymous)
+        if self.anonymous and status in ANONYMOUS_REFUSED:
+            self.anonymous = False
+            log.info("the apiserver refuses anonymous /readyz (HTTP %d): the cloud link probe sends this "
+                     "agent's token from now on", status, extra={"kind": "cloud_probe_authenticated"})
+            status = await apiserver_ready(self._client, anonymous=False)
+        return status == 200
 
 
 class CloudLinkMonitor:

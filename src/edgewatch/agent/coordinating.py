@@ -75,7 +75,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cryptography import x509
 from prometheus_client import CollectorRegistry
@@ -86,7 +86,6 @@ from edgewatch.agent.coordinator import (
     CoordinatorError,
     CoordinatorTLS,
     NodeCertificateTLS,
-    PoolCoordinator,
     check_pool_ca,
 )
 from edgewatch.agent.coordinator.certlife import ROTATION_JITTER_S, certificate_deadline, reconnect_delay
@@ -97,9 +96,12 @@ from edgewatch.core.poolconfig import PoolCoordinators
 from edgewatch.core.signing import Signer
 from edgewatch.core.types import NodeName
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap
-from edgewatch.kube.errors import API_ERRORS, status_code
+from edgewatch.kube.errors import API_ERRORS, is_not_found
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, POOL_LABEL, pool_ca_name
 from edgewatch.poolcache.resources import PoolResource
+
+if TYPE_CHECKING:
+    from edgewatch.agent.coordinator.pool import PoolCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +405,7 @@ class CoordinatorRunner:
             why = f"pool CA ConfigMap {self.namespace}/{name} unusable: {exc}"
         except ApiError as exc:
             why = (f"pool CA ConfigMap {self.namespace}/{name} not found (the controller makes it when it first "
-                   f"signs for the pool)" if status_code(exc) == 404 else
+                   f"signs for the pool)" if is_not_found(exc) else
                    f"cannot read the pool CA ConfigMap {self.namespace}/{name}: {exc}")
         except API_ERRORS as exc:
             why = f"cannot read the pool CA ConfigMap {self.namespace}/{name}: {type(exc).__name__}: {exc}"
@@ -451,6 +453,10 @@ class CoordinatorRunner:
 
     def _start(self, tg: asyncio.TaskGroup, target: Target, tls: ClientTLS | None) -> bool:
         url, pool, cached = target
+        # imported when first started: gRPC, protobuf and aetcd (about 11 MiB) stay out of agents
+        # whose pool has no coordinator
+        from edgewatch.agent.coordinator.pool import PoolCoordinator  # noqa: PLC0415
+
         try:
             coordinator = PoolCoordinator(url=url, pool=pool, node=self.node, kube=self._kube,
                                           cloud_ok=self._cloud_ok, verdict_of=self._verdicts.verdict_of,

@@ -34,6 +34,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 import aiohttp
@@ -66,6 +67,19 @@ class RosterView(Protocol):
         ...
 
 
+class LivenessSender(Protocol):
+    """Peer protocol v6's liveness datagrams, sent beside the v5 exchange
+    (``edgewatch.agent.datagrams.LivenessEndpoint``)."""
+
+    def send(self, peers: Mapping[NodeName, str], *, statement: int, kubelet_ok: bool, cloud_ok: bool) -> None:
+        """Send each of ``peers`` (node -> address) this period's datagram."""
+        ...
+
+    def alive_within(self, seconds: float) -> frozenset[NodeName]:
+        """The peers proven alive by datagram in the last ``seconds`` seconds."""
+        ...
+
+
 class PoolCoverage(Protocol):
     """The pool coordinator's part in carrying heartbeats (``edgewatch.agent.coordinating``)."""
 
@@ -92,12 +106,14 @@ class ExchangeLoop:
         link: this node's cloud link (no cloud duties while it is down).
         pool: the pool coordinator's part in carrying (:class:`PoolCoverage`).
         metrics: ``period_seconds``, ``carrying`` and the per-node ``verdict``/``peer_health``.
+        liveness: v6 liveness datagrams sent each period to the peers of the exchange (None: none).
         kubelet_timeout_s: bound of one kubelet probe, seconds (default 0.5 s).
     """
 
     def __init__(self, *, node: NodeName, listen_address: str, kubelet_healthz_url: str, period_s: float,
                  peers: PeerExchange, roster: RosterView, link: CloudLinkView, pool: PoolCoverage,
-                 metrics: AgentMetrics, kubelet_timeout_s: float = 0.5) -> None:
+                 metrics: AgentMetrics, liveness: LivenessSender | None = None,
+                 kubelet_timeout_s: float = 0.5) -> None:
         self.node = node
         self.listen_address = listen_address
         self.kubelet_healthz_url = kubelet_healthz_url
@@ -108,6 +124,7 @@ class ExchangeLoop:
         self._link = link
         self._pool = pool
         self._metrics = metrics
+        self._liveness = liveness
         self.duties: Duties | None = None
         # The statements of the cut-off peers that named us go into our evidence whichever path
         # carries their Lease: the controller needs the node's own signed word either way.
@@ -163,6 +180,7 @@ class ExchangeLoop:
                         session = peer_session(source)
                     self.peers.kubelet_ok = await self.kubelet_ok(local)
                     decisions = await self.peers.run_period(session, leader=self._pool.pool_leader())
+                    self.send_liveness()
                     self.update_duties()
                     self.export(decisions)
                     self._metrics.period_seconds.set(time.monotonic() - started)
@@ -179,6 +197,18 @@ class ExchangeLoop:
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return False
+
+    def send_liveness(self) -> None:
+        """Send the peers of this period's exchange their liveness datagrams (v6, beside v5) and
+        export how many proved themselves alive by datagram in the last two periods."""
+        if self._liveness is None:
+            return
+        peers = self.peers
+        addresses = {p: a for p in peers.last_targets if (a := self._roster.address_of(p)) is not None}
+        own = peers.own
+        self._liveness.send(addresses, statement=own.seq if own is not None else 0, kubelet_ok=peers.kubelet_ok,
+                            cloud_ok=self._link.up)
+        self._metrics.liveness_peers_alive.set(len(self._liveness.alive_within(2 * self.period_s)))
 
     def update_duties(self) -> None:
         """Compute this node's duties from the period just ended (nothing before the roster is

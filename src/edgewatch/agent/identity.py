@@ -1,7 +1,9 @@
 """The agent's identity on the cluster: publish this node's public keys, and keep every other
 node's published keys current for the peer wire (:class:`edgewatch.core.identity.PublicKeys`).
 
-This node's record goes to the ConfigMap ``edgewatch-nodes/<node>`` (key ``keys``). The apiserver
+This node's record goes to the ConfigMap ``edgewatch-nodes/<node>`` (key ``keys``), and beside it
+its exchange key record (key ``exchange-key``: the X25519 key of peer protocol v6's pair keys, signed
+by this node's signing key, ``edgewatch.core.pairkey``). The apiserver
 lets only an agent whose pod-bound ServiceAccount token names this node write that object
 (``deploy/15-policy-agent.yaml``: the token's ``authentication.kubernetes.io/node-name`` claim),
 so a published record is bound to its node by the cluster itself; no shared secret exists. Each key
@@ -14,7 +16,10 @@ The other nodes' records come from one list+watch of the namespace (the cloud do
 ``edgewatch.agent.watching.follow``: a re-list hands over exact changes, records deleted while the
 watch was down included); a malformed record, one with a key whose proof does not verify for that
 node, or one claiming a key another node already published, is refused (log line,
-``events.key_record_refused(reason)``) and the node's previous keys stay. With ``state_dir`` the
+``events.key_record_refused(reason)``) and the node's previous keys stay. An exchange key record is
+read after its node's keys, and kept only if one of them signed it for that node; otherwise (or
+without one: an agent older than v6) the node has no exchange key (``bad_exchange_key`` counted
+for a bad one). With ``state_dir`` the
 known records are kept on disk, so an agent restarted while its node is cut off from the cloud still
 verifies its peers (best effort: a failed save is logged and counted, never fatal); saved records
 are checked again when loaded.
@@ -36,11 +41,12 @@ from typing import Protocol
 from edgewatch.agent.ports import Unobserved, WatchEvents
 from edgewatch.agent.watching import follow, informer_config
 from edgewatch.core.identity import KeyRecordError, NodeKeyring
+from edgewatch.core.pairkey import ExchangeKey, ExchangeRecordError, format_exchange_record, verify_exchange_record
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, ObjectMeta
-from edgewatch.names import IDENTITY_NAMESPACE, KEY_RECORD_KEY
+from edgewatch.names import EXCHANGE_KEY_RECORD_KEY, IDENTITY_NAMESPACE, KEY_RECORD_KEY
 from edgewatch.statefile import replace_file
-from edgewatch.kube.errors import API_ERRORS
+from edgewatch.kube.errors import API_ERRORS, is_not_found
 from edgewatch.kube.resources import CONFIGMAPS
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,8 @@ log = logging.getLogger(__name__)
 __all__ = ["IdentityEvents", "IdentityKeeper"]
 
 _STATE_FILE = "public-keys.json"
+_EXCHANGE_STATE_FILE = "exchange-keys.json"  # apart, so an older agent reads public-keys.json as before
+BAD_EXCHANGE_KEY = "bad_exchange_key"
 
 
 class IdentityEvents(WatchEvents, Protocol):
@@ -56,7 +64,8 @@ class IdentityEvents(WatchEvents, Protocol):
 
     def key_record_refused(self, reason: str) -> None:
         """Another node's record was refused: ``bad_key_record``, ``bad_key_proof`` (a key without
-        a valid proof of possession for that node) or ``key_conflict``."""
+        a valid proof of possession for that node), ``key_conflict`` or ``bad_exchange_key`` (an
+        exchange key record its node's keys did not sign)."""
         ...
 
 
@@ -76,11 +85,14 @@ class IdentityKeeper:
             informer's: a page of records over a thin uplink).
         events: told of each refused record and each watch event received (the per-agent API
             load metric; :class:`IdentityEvents`; default: nobody).
+        exchange_key: this node's exchange key, published signed by its signing key (None: none
+            published, and no peer's is kept).
     """
 
     def __init__(self, *, client: AsyncClient, keyring: NodeKeyring, namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 api_timeout_s: float = 10.0, events: IdentityEvents | None = None) -> None:
+                 api_timeout_s: float = 10.0, events: IdentityEvents | None = None,
+                 exchange_key: ExchangeKey | None = None) -> None:
         self.client = client
         self.keyring = keyring
         self.namespace = namespace
@@ -91,16 +103,27 @@ class IdentityKeeper:
         self.api_timeout_s = api_timeout_s
         self.published = asyncio.Event()
         self._records: dict[NodeName, str] = {}
+        self._exchange_record = None if exchange_key is None else format_exchange_record(
+            exchange_key, identity=keyring.own_keys[0], node=keyring.node)
+        self._exchange_records: dict[NodeName, str] = {}  # as published (verified or not)
+        self._exchange: dict[NodeName, bytes] = {}         # verified raw X25519 public keys
         self._republish = asyncio.Event()
         self._load()
 
+    def exchange_key_of(self, node: NodeName) -> bytes | None:
+        """``node``'s raw X25519 exchange key, verified against its published keys; None if it
+        published none, a bad one, or none is known yet (``edgewatch.agent.datagrams``)."""
+        return self._exchange.get(node)
+
     # -- records ----------------------------------------------------------------------------------
 
-    def apply(self, node: str, record: str | None) -> bool:
-        """Adopt ``node``'s published record (None: deleted). Returns False if it was refused.
-        This node's own record is never taken from the cloud (our keys are our own)."""
+    def apply(self, node: str, record: str | None, exchange: str | None = None) -> bool:
+        """Adopt ``node``'s published record (None: deleted) and exchange key record (None: none).
+        Returns False if the key record was refused. This node's own records are never taken from
+        the cloud (our keys are our own)."""
         if node == self.keyring.node:
-            if record != self.keyring.record():
+            if record != self.keyring.record() or (self._exchange_record is not None
+                                                   and exchange != self._exchange_record):
                 self._republish.set()
             return True
         if not is_node_name(node):
@@ -108,7 +131,9 @@ class IdentityKeeper:
         name = NodeName(node)
         if record is None:
             self.keyring.public.remove(name)
-            if self._records.pop(name, None) is not None:
+            self._exchange.pop(name, None)
+            forgotten = [table.pop(name, None) for table in (self._records, self._exchange_records)]
+            if any(f is not None for f in forgotten):
                 self._save()
             return True
         try:
@@ -121,10 +146,31 @@ class IdentityKeeper:
         if changed:
             log.info("keys of %s: %s", name, ", ".join(self.keyring.public.keys_of(name)),
                      extra={"kind": "keys", "node": name})
-        if self._records.get(name) != record:
+        self._apply_exchange(name, exchange)
+        if self._records.get(name) != record or self._exchange_records.get(name) != exchange:
             self._records[name] = record
+            if exchange is None:
+                self._exchange_records.pop(name, None)
+            else:
+                self._exchange_records[name] = exchange
             self._save()
         return True
+
+    def _apply_exchange(self, name: NodeName, exchange: str | None) -> None:
+        """Keep ``name``'s exchange key if one of its (just adopted) keys signed it for it."""
+        if self._exchange_record is None or exchange is None:
+            self._exchange.pop(name, None)
+            return
+        try:
+            public = verify_exchange_record(node=name, text=exchange,
+                                            identity_keys=self.keyring.public.identity_keys(name))
+        except ExchangeRecordError as exc:
+            if self._exchange.pop(name, None) is not None or self._exchange_records.get(name) != exchange:
+                log.warning("refusing the exchange key of %s: %s", name, exc,
+                            extra={"kind": "key_rejected", "node": name, "reason": BAD_EXCHANGE_KEY})
+                self._observer.key_record_refused(BAD_EXCHANGE_KEY)
+            return
+        self._exchange[name] = public
 
     def _load(self) -> None:
         if self.state_dir is None:
@@ -137,19 +183,30 @@ class IdentityKeeper:
         except (OSError, ValueError) as exc:
             log.warning("ignoring %s: %s", path, exc)
             return
+        exchange: object = {}
+        try:
+            exchange = json.loads((self.state_dir / _EXCHANGE_STATE_FILE).read_text())
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring %s: %s", self.state_dir / _EXCHANGE_STATE_FILE, exc)
+        if not isinstance(exchange, dict):
+            exchange = {}
         if isinstance(saved, dict):
             for node, record in saved.items():
                 if isinstance(node, str) and isinstance(record, str):
-                    self.apply(node, record)
+                    text = exchange.get(node)
+                    self.apply(node, record, text if isinstance(text, str) else None)
 
     def _save(self) -> None:
         if self.state_dir is None:
             return
-        path = self.state_dir / _STATE_FILE
-        try:
-            replace_file(path, json.dumps(self._records, sort_keys=True))
-        except OSError as exc:
-            log.info("cannot save known keys to %s: %s", path, exc)
+        for name, records in ((_STATE_FILE, self._records), (_EXCHANGE_STATE_FILE, self._exchange_records)):
+            path = self.state_dir / name
+            try:
+                replace_file(path, json.dumps(records, sort_keys=True))
+            except OSError as exc:
+                log.info("cannot save known keys to %s: %s", path, exc)
 
     # -- loops --------------------------------------------------------------------------------------
 
@@ -163,18 +220,21 @@ class IdentityKeeper:
         """Make ``edgewatch-nodes/<node>`` hold this node's record; True when it does. Errors are
         logged, never raised."""
         node, record = self.keyring.node, self.keyring.record()
+        wanted = {KEY_RECORD_KEY: record}
+        if self._exchange_record is not None:
+            wanted[EXCHANGE_KEY_RECORD_KEY] = self._exchange_record
         try:
             try:
                 current = await self.client.get(ConfigMap, node, namespace=self.namespace)
             except ApiError as exc:
-                if exc.status.code != 404:
+                if not is_not_found(exc):
                     raise
                 await self.client.create(ConfigMap(metadata=ObjectMeta(
                     name=node, namespace=self.namespace, labels={"app.kubernetes.io/part-of": "edgewatch"}),
-                    data={KEY_RECORD_KEY: record}))
+                    data=wanted))
             else:
-                if (current.data or {}).get(KEY_RECORD_KEY) != record:
-                    current.data = {**(current.data or {}), KEY_RECORD_KEY: record}
+                if any((current.data or {}).get(k) != v for k, v in wanted.items()):
+                    current.data = {**(current.data or {}), **wanted}
                     await self.client.replace(current)  # carries the resourceVersion read: 409 if raced
         except API_ERRORS as exc:
             log.info("publishing the keys of %s failed: %s", node, exc or type(exc).__name__)
@@ -200,7 +260,8 @@ class IdentityKeeper:
         published if it is missing."""
         def on_record(op: str, cm: ConfigMap) -> None:
             # no key record in it (kube-root-ca.crt, which every namespace gets): no keys, not a refusal
-            self.apply(cm.metadata.name, None if op == "DELETED" else (cm.data or {}).get(KEY_RECORD_KEY))
+            data = {} if op == "DELETED" else (cm.data or {})
+            self.apply(cm.metadata.name, data.get(KEY_RECORD_KEY), data.get(EXCHANGE_KEY_RECORD_KEY))
 
         def listed(found: list[ConfigMap]) -> None:
             seen = {cm.metadata.name for cm in found}

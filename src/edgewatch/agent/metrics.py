@@ -53,6 +53,13 @@ class AgentMetrics:
             head had come; ``body``: the head had, the whole body had not).
         peer_connections: peer-port connections open now, by ``source`` (``known``: this node or a
             group member; ``stranger``).
+        liveness_sent: peer protocol v6 liveness datagrams sent (``edgewatch.agent.datagrams``).
+        liveness_received: liveness datagrams received, by ``result`` (``alive``: authentic, new
+            and proving the peer alive; ``new``: authentic, no proof yet; ``replayed``;
+            ``unknown_source``: not from a peer's address; ``no_key``: the peer's exchange key is
+            not known; ``bad_signature``, ``malformed``, ``oversized``, ``version``).
+        liveness_peers_alive: peers that proved themselves alive by datagram in the last two
+            periods, beside ``probes`` (v5) while the datagrams do not decide yet.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -96,6 +103,13 @@ class AgentMetrics:
                                           ["phase"], registry=registry)
         self.peer_connections = Gauge("edgewatch_agent_peer_connections", "Peer-port connections open, by source.",
                                       ["source"], registry=registry)
+        self.liveness_sent = Counter("edgewatch_agent_liveness_datagrams_sent", "Liveness datagrams sent.",
+                                     registry=registry)
+        self.liveness_received = Counter("edgewatch_agent_liveness_datagrams_received",
+                                         "Liveness datagrams received, by result.", ["result"], registry=registry)
+        self.liveness_peers_alive = Gauge("edgewatch_agent_liveness_peers_alive",
+                                          "Peers proven alive by liveness datagram in the last two periods.",
+                                          registry=registry)
 
     # -- the parts' events (edgewatch.agent.ports and the protocols of the parts' own modules) ---------
 
@@ -118,6 +132,14 @@ class AgentMetrics:
     def evidence_written(self, result: str) -> None:
         """One write of the evidence Lease ended with ``result`` (``evidence_writes``)."""
         self.evidence_writes.labels(result=result).inc()
+
+    def datagram_sent(self) -> None:
+        """One liveness datagram was sent (``liveness_sent``)."""
+        self.liveness_sent.inc()
+
+    def datagram_received(self, result: str) -> None:
+        """One liveness datagram was judged ``result`` (``liveness_received``)."""
+        self.liveness_received.labels(result=result).inc()
 
     def cloud_link_changed(self, up: bool) -> None:
         """The own cloud link is now ``up`` (``cloud_link_up``: 1 or 0)."""

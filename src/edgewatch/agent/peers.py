@@ -161,6 +161,7 @@ class PeerExchange:
         self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
         self.carrier: NodeName | None = None
         self.periods = 0
+        self.last_targets: tuple[NodeName, ...] = ()  # the peers of the last period's exchange
 
     # -- evidence ----------------------------------------------------------------------------------
 
@@ -429,6 +430,7 @@ class PeerExchange:
         self.refresh_group(now=now_mono)
         self.sign_own(now_mono=now_mono, leader=leader)
         targets = self.targets(now=now_mono)
+        self.last_targets = tuple(targets)
         if targets:
             await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
         return self.decide(now=time.monotonic())

@@ -24,14 +24,16 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from edgewatch.agent.coordinator import PoolCoordinator
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.core.types import NodeName
 from edgewatch.kube.api import AsyncClient, Node
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.names import ROLE_CONDITION_TYPE
+
+if TYPE_CHECKING:
+    from edgewatch.agent.coordinator.pool import PoolCoordinator
 
 log = logging.getLogger(__name__)
 

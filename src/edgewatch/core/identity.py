@@ -66,8 +66,9 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from edgewatch.core.signing import Verification, canonical_json, check_domain
 from edgewatch.core.types import NodeName, is_node_name
@@ -149,6 +150,19 @@ class NodeKey:
             ValueError: invalid ``domain``.
         """
         return self._key.sign(check_domain(domain) + bytes(data)).hex()
+
+    def derive_secret(self, *, domain: str) -> bytes:
+        """32 bytes derived from this private key for ``domain`` (HKDF-SHA256, RFC 5869, over the
+        key's 32-byte seed, ``info`` the checked domain): another key of this node that needs no
+        file of its own and changes with this key. Distinct domains give independent bytes; the
+        seed cannot be recovered from them.
+
+        Raises:
+            ValueError: invalid ``domain``.
+        """
+        seed = self._key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                       serialization.NoEncryption())
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=check_domain(domain)).derive(seed)
 
     def pem(self) -> bytes:
         """The private key as unencrypted PKCS#8 PEM (for the key file only)."""
@@ -337,6 +351,11 @@ class PublicKeys:
     def keys_of(self, node: NodeName) -> tuple[str, ...]:
         """``node``'s key ids, signing key first (empty if none)."""
         return self._by_node.get(node, ())
+
+    def identity_keys(self, node: NodeName) -> dict[str, Ed25519PublicKey]:
+        """``node``'s published keys by key id (empty if none): what verifies a record it signed
+        (its exchange key's, :mod:`edgewatch.core.pairkey`)."""
+        return {key_id: self._by_id[key_id][1] for key_id in self._by_node.get(node, ())}
 
     def verify(self, signed: object, *, domain: str) -> Verification:
         """Check the ``key_id``/``mac`` of a signed object (parsed JSON): the signature over the

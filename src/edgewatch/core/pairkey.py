@@ -33,7 +33,8 @@ Record (the ``exchange-key`` value of the node's ``edgewatch-nodes/<node>`` Conf
 
 Limits: a compromised node knows its own pair keys, so it can forge datagrams *to itself* from any
 neighbour (it can lie to itself anyway) and tell a third node nothing false. Keys are static per
-exchange key: rotate the exchange key with the identity key (the record is rewritten). Sources:
+exchange key, and an exchange key is derived from its node's signing identity key
+(:meth:`ExchangeKey.derived_from`): it rotates with that key (the record is rewritten). Sources:
 RFC 7748 (X25519), RFC 5869 (HKDF), RFC 2104 and RFC 4868 (HMAC-SHA256 truncated to 128 bits);
 WireGuard and Noise's static-static DH for keys two parties derive alone.
 """
@@ -59,6 +60,7 @@ from edgewatch.core.types import is_node_name
 
 __all__ = [
     "EXCHANGE_BINDING_DOMAIN",
+    "EXCHANGE_KEY_DERIVATION_DOMAIN",
     "PAIR_KEY_DOMAIN",
     "ExchangeKey",
     "ExchangeRecordError",
@@ -72,9 +74,14 @@ __all__ = [
 EXCHANGE_BINDING_DOMAIN: Final = "edgewatch/exchange-key/v1"
 """Signature domain of an exchange key's binding to its node."""
 PAIR_KEY_DOMAIN: Final = "edgewatch/pair-keys/v1"
+EXCHANGE_KEY_DERIVATION_DOMAIN: Final = "edgewatch/exchange-key-derivation/v1"
+"""HKDF info of an exchange key derived from its node's identity key (:meth:`ExchangeKey.derived_from`)."""
 """HKDF info prefix of the pair keys."""
 MAX_EXCHANGE_RECORD_BYTES: Final = 256
 _RECORD = re.compile(r"([A-Za-z0-9+/]{43}=) ([0-9a-f]{32}) ([0-9a-f]{128})\n?")
+_PROBE_KEY: Final = X25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+"""A fixed scalar: a public key whose shared secret with it is all zero is a low-order point
+(RFC 7748 section 6.1), refused when its record is read rather than at every datagram."""
 
 
 class ExchangeRecordError(ValueError):
@@ -98,8 +105,16 @@ class ExchangeKey:
         return cls(X25519PrivateKey.generate())
 
     @classmethod
+    def derived_from(cls, identity: NodeKey) -> ExchangeKey:
+        """The exchange key of the node whose identity key is ``identity``: 32 bytes derived from
+        it under :data:`EXCHANGE_KEY_DERIVATION_DOMAIN` (``NodeKey.derive_secret``), so an agent
+        needs no second key file, keeps its exchange key across restarts (its peers' pair keys stay
+        valid) and rotates it with its identity key."""
+        return cls(X25519PrivateKey.from_private_bytes(identity.derive_secret(domain=EXCHANGE_KEY_DERIVATION_DOMAIN)))
+
+    @classmethod
     def from_raw(cls, raw: bytes) -> ExchangeKey:
-        """The key of 32 raw private bytes (the agent's state file).
+        """The key of 32 raw private bytes.
 
         Raises:
             ValueError: not 32 bytes.
@@ -148,7 +163,8 @@ def verify_exchange_record(*, node: str, text: object, identity_keys: Mapping[st
 
     Raises:
         ExchangeRecordError: not a str, over :data:`MAX_EXCHANGE_RECORD_BYTES`, not the record's
-            form, an identity key id that is not ``node``'s, or a signature that does not match.
+            form, a key not in canonical base64 or a low-order point, an identity key id that is
+            not ``node``'s, or a signature that does not match.
     """
     if not isinstance(text, str) or len(text) > MAX_EXCHANGE_RECORD_BYTES:
         raise ExchangeRecordError("an exchange key record is a short string")
@@ -161,6 +177,14 @@ def verify_exchange_record(*, node: str, text: object, identity_keys: Mapping[st
         raise ExchangeRecordError("the exchange key is not base64") from None
     if len(public_raw) != 32:
         raise ExchangeRecordError("an X25519 public key is 32 raw bytes")
+    if base64.b64encode(public_raw).decode("ascii") != m.group(1):
+        raise ExchangeRecordError("the exchange key is not in canonical base64")  # one key, one spelling
+    try:
+        probe = _PROBE_KEY.exchange(X25519PublicKey.from_public_bytes(public_raw))
+    except ValueError:  # cryptography refuses an all-zero shared secret itself
+        probe = bytes(32)
+    if not any(probe):
+        raise ExchangeRecordError("the exchange key is a low-order point (every shared secret would be zero)")
     identity = identity_keys.get(m.group(2))
     if identity is None:
         raise ExchangeRecordError(f"key id {m.group(2)} is not one of {node}'s identity keys")

@@ -43,13 +43,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aetcd
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from edgewatch.kube.api import HttpClient
-from edgewatch.poolcache.etcdfeed import run_coordinator_feed
 from edgewatch.poolcache.feed import Bookmark, Change, FeedEvent, Reset
 from edgewatch.core.seal import SealVerifier
 from edgewatch.poolcache.layout import CacheArea, CacheKeys
@@ -57,6 +55,9 @@ from edgewatch.poolcache.reflector import CloudReflector, ReflectorConfig, backo
 from edgewatch.poolcache.resources import PoolResource
 from edgewatch.poolcache.store import BadRequest, CacheFull, ResourceCache
 from edgewatch.waits import apart, bounded
+
+if TYPE_CHECKING:  # the coordinator's feed (aetcd, gRPC) is loaded once a coordinator serves the cache
+    import aetcd
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +325,9 @@ class NodePoolCache:
                         resource=n, source="cloud", reason=reason).inc()).run())
 
     async def _coordinator_feeds(self, coordinator: CoordinatorView, area: CacheArea) -> None:
+        # not with this module: an agent in a pool without a coordinator never loads aetcd and gRPC
+        from edgewatch.poolcache.etcdfeed import run_coordinator_feed  # noqa: PLC0415
+
         etcd = coordinator.new_client()
         try:
             async with asyncio.TaskGroup() as tg:

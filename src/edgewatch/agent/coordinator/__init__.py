@@ -149,6 +149,8 @@ and ``Forwarding``, all of them on ``CoordinatorState``)::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from edgewatch.agent.coordinator.backoff import next_backoff
 from edgewatch.agent.coordinator.config import (
     DEFAULT_ETCD_PORT,
@@ -161,8 +163,6 @@ from edgewatch.agent.coordinator.config import (
     parse_coordinator_url,
 )
 from edgewatch.agent.coordinator.errors import CoordinatorError, classify_error
-from edgewatch.agent.coordinator.etcd import _EtcdClient
-from edgewatch.agent.coordinator.pool import PoolCoordinator
 from edgewatch.agent.coordinator.roles import Role, RoleDecision, decide_role
 from edgewatch.agent.coordinator.schema import Heartbeat, HeartbeatRejected, parse_heartbeat
 
@@ -174,3 +174,20 @@ __all__ = [
     "DEFAULT_ETCD_PORT", "KEY_ROOT",
     "_EtcdClient",  # the integration tests' raw etcd client
 ]
+
+if TYPE_CHECKING:
+    from edgewatch.agent.coordinator.etcd import _EtcdClient
+    from edgewatch.agent.coordinator.pool import PoolCoordinator
+
+
+def __getattr__(name: str) -> Any:
+    """``PoolCoordinator`` and the raw etcd client, imported on first use (PEP 562): they load
+    gRPC, protobuf and aetcd (about 11 MiB), which an agent in a pool without a coordinator never
+    needs."""
+    if name == "PoolCoordinator":
+        from edgewatch.agent.coordinator.pool import PoolCoordinator
+        return PoolCoordinator
+    if name == "_EtcdClient":
+        from edgewatch.agent.coordinator.etcd import _EtcdClient
+        return _EtcdClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

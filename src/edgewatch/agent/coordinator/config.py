@@ -8,13 +8,16 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from edgewatch.agent.coordinator.errors import CoordinatorError
 from edgewatch.poolkeys import KEY_ROOT, MAX_LEADER_TTL_S
+
+if TYPE_CHECKING:  # gRPC is loaded by credentials(), once a coordinator connects
+    import grpc
 
 __all__ = ["DEFAULT_ETCD_PORT", "KEY_ROOT", "MAX_CA_PEM_BYTES", "MAX_POOL_CA_CERTS", "ClientTLS", "CoordinatorConfig",
            "CoordinatorEndpoint", "CoordinatorTLS", "NodeCertificateTLS", "check_pool_ca", "parse_coordinator_url"]
@@ -124,6 +127,8 @@ class CoordinatorTLS:
         Raises:
             CoordinatorError: a file cannot be read.
         """
+        import grpc  # noqa: PLC0415 - not with this module: agents without a coordinator never load gRPC
+
         try:
             return grpc.ssl_channel_credentials(
                 root_certificates=Path(self.ca_file).read_bytes(),
@@ -218,6 +223,8 @@ class NodeCertificateTLS:
         if cert.public_key() != key.public_key():
             raise CoordinatorError("tls", "this node's coordinator client key and certificate do not match "
                                           "(being rotated?); retrying")
+        import grpc  # noqa: PLC0415 - not with this module: agents without a coordinator never load gRPC
+
         return grpc.ssl_channel_credentials(root_certificates=self.ca_pem, private_key=key_pem,
                                             certificate_chain=cert_pem)
 

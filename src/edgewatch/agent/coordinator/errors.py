@@ -1,11 +1,12 @@
 """The coordinator's errors: ``CoordinatorError`` (a reason for metrics and logs, a message for
 the operator) and ``classify_error``, which turns whatever a session raised into one (the reasons
-and hints of the package docstring's "Errors")."""
+and hints of the package docstring's "Errors").
+
+gRPC and aetcd are imported by :func:`classify_error` when it first runs (a session failed), not
+with this module: an agent in a pool without a coordinator never loads them (about 11 MiB).
+"""
 
 from __future__ import annotations
-
-import aetcd
-import grpc
 
 __all__ = ["CoordinatorError", "Reconnect", "classify_error", "reconnect_of"]
 
@@ -46,6 +47,9 @@ def reconnect_of(exc: BaseException) -> Reconnect | None:
 
 def classify_error(exc: BaseException, *, url: str) -> CoordinatorError:
     """Turn an exception from a session into a ``CoordinatorError`` with a reason and a hint."""
+    import aetcd  # noqa: PLC0415 - loaded only once a coordinator runs (module docstring)
+    import grpc  # noqa: PLC0415
+
     leaf = exc
     while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
         leaf = leaf.exceptions[0]

@@ -1,0 +1,262 @@
+"""The UDP side of the peer port: peer protocol v6's liveness datagrams (``docs/protocol-v6.md``),
+sent to each neighbour every period beside the v5 HTTP exchange.
+
+What it is for
+    Each period the agent sends every peer it exchanges with one 36-byte datagram
+    (:mod:`edgewatch.core.liveness`) MAC'd with the pair's directional key
+    (:mod:`edgewatch.core.pairkey`: X25519 between the two nodes' published exchange keys), and
+    judges the datagrams it receives with one :class:`~edgewatch.core.liveness.PeerSession` per
+    peer: authentic, new, and proving the peer alive after this node's recent datagram (its echo).
+    For now the v5 exchange still decides; this endpoint runs beside it, so its figures
+    (``edgewatch_agent_liveness_datagrams_total``, ``edgewatch_agent_liveness_peers_alive``) can be
+    compared with v5's on real clusters before the failure detector takes its evidence from it.
+
+Who a datagram is from
+    Its source address: the address in the roster (the InternalIP) of one of the peers this node
+    sends to now, as the v5 server binds a sender to its InternalIP. Anything else, or any other
+    size than 36 bytes, is counted (``unknown_source``, ``malformed``, ``oversized``) and dropped
+    before a key is used. Where the roster gives two peers one address (a member that claims
+    another's InternalIP), the datagram is tried under each one's key and the MAC says who sent it
+    (``address_conflict`` is logged): a member cannot capture another's datagrams, or forge them by
+    spoofing its address (it does not hold that pair's key).
+
+Sessions
+    Each new session with a peer starts with a new random epoch of this node (one per session, not
+    one per process): a peer that left the exchange for a period and came back is then heard after
+    one round trip, as a restart is, instead of its old seqs being taken for replays until this
+    node's new ones passed them.
+
+Cost
+    Per peer per period one 36-byte datagram each way (64 bytes with UDP and IPv4 headers), one
+    HMAC-SHA256 to send and one to check; the pair keys are derived once per peer (one X25519 and
+    one HKDF) and again only when the peer's published exchange key changes.
+
+Limits
+    Datagrams are sent to the peer port number on every peer (the DaemonSet's hostPort, the same on
+    every node). Nothing is retransmitted: a lost datagram is one period's missing evidence. A peer
+    whose exchange key is not known yet (its record unread, or an agent older than v6) gets no
+    datagram and its datagrams are counted ``no_key``. Before the datagrams may decide (see
+    docs/protocol-v6.md): one socket serves every peer and stranger, so a flood that fills its
+    receive buffer makes the kernel drop peers' datagrams too (per-peer connected sockets would
+    give each peer its own queue); with a wildcard listen address the kernel picks the source
+    address, which on a host with several addresses may not be its InternalIP; a fallback contact
+    is one-way (it does not send back to a prober it does not list). If the port cannot be bound,
+    the endpoint logs it and tries again every :data:`BIND_RETRY_S` seconds; v5 goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from edgewatch.core.liveness import DATAGRAM_SIZE, Liveness, PeerSession, open_datagram, seal
+from edgewatch.core.pairkey import ExchangeKey, PairKeys, derive_pair_keys
+from edgewatch.core.rejection import Rejected, RejectReason
+from edgewatch.core.types import NodeName
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents"]
+
+RECEIVE_RESULTS = ("alive", "new", "replayed", "unknown_source", "no_key", "bad_signature", "malformed",
+                   "oversized", "version")
+BIND_RETRY_S = 10.0
+"""Seconds between two attempts to bind the UDP port after a failure."""
+"""Every ``result`` a received datagram is counted under (:meth:`LivenessEvents.datagram_received`)."""
+
+
+class ExchangeKeyView(Protocol):
+    """The peers' verified exchange keys (``edgewatch.agent.identity.IdentityKeeper``)."""
+
+    def exchange_key_of(self, node: NodeName) -> bytes | None:
+        """``node``'s raw X25519 public key, verified against its identity keys; None if unknown."""
+        ...
+
+
+class LivenessEvents(Protocol):
+    """What the endpoint tells the agent (its metrics count it)."""
+
+    def datagram_sent(self) -> None:
+        """One liveness datagram was handed to the kernel."""
+        ...
+
+    def datagram_received(self, result: str) -> None:
+        """One datagram arrived and was judged ``result`` (one of :data:`RECEIVE_RESULTS`)."""
+        ...
+
+
+def _normal(address: str) -> str:
+    """``address`` as the roster writes it: an IPv4-mapped IPv6 address (a dual-stack socket's
+    view of an IPv4 peer) as its IPv4 form, other addresses in their compressed form."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped if mapped is not None else ip)
+
+
+class _Socket(asyncio.DatagramProtocol):
+    """Passes each datagram to the endpoint; errors of the socket are logged, never raised."""
+
+    def __init__(self, received: Callable[[bytes, str], None]) -> None:
+        self._received = received
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
+        self._received(data, _normal(str(addr[0])) if addr else "")
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("liveness socket: %s", exc)  # e.g. ICMP port unreachable from a peer without v6
+
+
+class LivenessEndpoint:
+    """Sends and judges liveness datagrams (see the module docstring).
+
+    Args (keyword-only):
+        me: this node.
+        key: this node's exchange key (``ExchangeKey.derived_from`` its identity key).
+        keys: the peers' verified exchange keys (:class:`ExchangeKeyView`).
+        host: the listen address (the peer port's).
+        port: the UDP port, the same number as the peer port's TCP one; also where peers listen.
+        events: told of each datagram sent and received (:class:`LivenessEvents`).
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(self, *, me: NodeName, key: ExchangeKey, keys: ExchangeKeyView, host: str, port: int,
+                 events: LivenessEvents, clock: Callable[[], float] = time.monotonic) -> None:
+        self.me = me
+        self.host, self.port = host, port
+        self._key = key
+        self._keys = keys
+        self._events = events
+        self._clock = clock
+        self._sessions: dict[NodeName, PeerSession] = {}
+        self._pairs: dict[NodeName, tuple[bytes, PairKeys | None]] = {}  # peer -> (its key, the pair's keys)
+        self._peers: dict[NodeName, str] = {}              # the peers of this period -> address
+        self._by_address: dict[str, tuple[NodeName, ...]] = {}
+        self._conflicts_logged: set[str] = set()
+        self._alive_at: dict[NodeName, float] = {}
+        self._transport: asyncio.DatagramTransport | None = None
+
+    async def start(self) -> None:
+        """Bind the UDP socket. Raises OSError if the address cannot be bound."""
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: _Socket(self.received),
+                                                           local_addr=(self.host or "0.0.0.0", self.port))
+        self._transport = transport
+
+    async def run(self) -> None:
+        """Bind the socket (again every :data:`BIND_RETRY_S` seconds while the port is taken:
+        logged, never fatal, v5 goes on) and hold it until cancelled; then close it."""
+        try:
+            while self._transport is None:
+                try:
+                    await self.start()
+                except OSError as exc:
+                    log.error("cannot bind the liveness datagram port %s/udp: %s; retrying in %g s (the v5 "
+                              "exchange goes on)", self.port, exc, BIND_RETRY_S, extra={"kind": "liveness_bind"})
+                    await asyncio.sleep(BIND_RETRY_S)
+            await asyncio.Event().wait()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the socket (idempotent)."""
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    # -- keys and sessions ---------------------------------------------------------------------------
+
+    def _pair(self, peer: NodeName) -> PairKeys | None:
+        public = self._keys.exchange_key_of(peer)
+        if public is None:
+            return None
+        held = self._pairs.get(peer)
+        if held is not None and held[0] == public:
+            return held[1]
+        try:
+            pair: PairKeys | None = derive_pair_keys(me=self.me, my_key=self._key, peer=peer, peer_public_raw=public)
+        except ValueError as exc:  # refused when its record was read; kept (as None) so it costs once
+            log.warning("no pair key with %s: %s", peer, exc, extra={"kind": "pair_key_refused", "node": peer})
+            pair = None
+        self._pairs[peer] = (public, pair)
+        return pair
+
+    def _session(self, peer: NodeName) -> PeerSession:
+        session = self._sessions.get(peer)
+        if session is None:  # a new epoch per session (module docstring)
+            session = self._sessions[peer] = PeerSession(peer=peer, my_epoch=1 + secrets.randbelow(0xFFFFFFFF))
+        return session
+
+    # -- one period ------------------------------------------------------------------------------------
+
+    def send(self, peers: Mapping[NodeName, str], *, statement: int, kubelet_ok: bool, cloud_ok: bool) -> None:
+        """Send each of ``peers`` (node -> its address) this period's datagram; from now on only
+        datagrams from these addresses are read. State of peers no longer listed is dropped."""
+        self._peers = {node: _normal(address) for node, address in peers.items() if node != self.me}
+        by_address: dict[str, tuple[NodeName, ...]] = {}
+        for node, address in sorted(self._peers.items()):
+            by_address[address] = by_address.get(address, ()) + (node,)
+        self._by_address = by_address
+        self._conflicts_logged &= set(by_address)
+        for table in (self._sessions, self._pairs, self._alive_at):
+            for gone in [n for n in table if n not in self._peers]:
+                del table[gone]
+        transport = self._transport
+        if transport is None:
+            return
+        for peer, address in self._peers.items():
+            pair = self._pair(peer)
+            if pair is None:
+                continue
+            session, fields = self._session(peer).next_datagram(statement=statement, kubelet_ok=kubelet_ok,
+                                                                 cloud_ok=cloud_ok)
+            self._sessions[peer] = session
+            transport.sendto(seal(fields, key=pair.send), (address, self.port))
+            self._events.datagram_sent()
+
+    def received(self, data: bytes, address: str) -> None:
+        """Judge one datagram from ``address`` (never raises for any input)."""
+        candidates = self._by_address.get(address)
+        if candidates is None:
+            self._events.datagram_received("unknown_source")
+            return
+        if len(data) != DATAGRAM_SIZE:  # before any key is used
+            self._events.datagram_received(RejectReason.OVERSIZED.value if len(data) > DATAGRAM_SIZE
+                                           else RejectReason.MALFORMED.value)
+            return
+        if len(candidates) > 1 and address not in self._conflicts_logged:
+            self._conflicts_logged.add(address)
+            log.warning("the roster gives %s one address, %s: their datagrams are told apart by their keys",
+                        ", ".join(candidates), address, extra={"kind": "address_conflict", "remote": address})
+        reason = "no_key"
+        for peer in candidates:
+            pair = self._pair(peer)
+            if pair is None:
+                continue
+            try:
+                fields = open_datagram(data, key=pair.receive)
+            except Rejected as exc:
+                reason = exc.reason.value
+                continue
+            self._admit(peer, fields)
+            return
+        self._events.datagram_received(reason)
+
+    def _admit(self, peer: NodeName, fields: Liveness) -> None:
+        session, admission = self._session(peer).admit(fields)
+        self._sessions[peer] = session
+        if admission.alive:
+            self._alive_at[peer] = self._clock()
+        self._events.datagram_received("alive" if admission.alive else "new" if admission.new else "replayed")
+
+    def alive_within(self, seconds: float) -> frozenset[NodeName]:
+        """The peers whose datagram proved them alive in the last ``seconds`` seconds."""
+        since = self._clock() - seconds
+        return frozenset(n for n, at in self._alive_at.items() if at >= since)
