@@ -80,14 +80,14 @@ node-binaries:
 	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc libc6-dev libseccomp-dev >/dev/null; }
 	@bash hack/binaries/build-node.sh
 
-# The peer systems of issue 26's comparison: SuperEdge v0.9.0's edge-health and edge-health-admission
+# The peer systems of docs/peers.md's comparison: SuperEdge v0.9.0's edge-health and edge-health-admission
 # from the Go module proxy, cached in ~/.cache/edgewatch (a few minutes the first time), then the tests
 # marked `peers` (make test runs them too, as its smoke run of the comparison's build).
 peers: setup
 	@bash hack/binaries/build.sh superedge >/dev/null
 	$(VENV)/bin/pytest -m peers tests
 
-# Issue 26's table: each scenario on edgewatch, SuperEdge v0.9.0's edge-health and stock Kubernetes,
+# docs/lab.md's comparison table: each scenario on edgewatch, SuperEdge v0.9.0's edge-health and stock Kubernetes,
 # one after the other in the same lab (edgewatch playground compare --systems ...): one report and
 # one timeline per system in reports/peers/ (about 12 minutes per scenario). pool-split is the split
 # 3|2 with the minority cut off, flaky-link 30 % loss on two nodes. tests/e2e/test_superedge.py is
@@ -132,7 +132,7 @@ image: setup node-binaries
 unit: setup
 	$(VENV)/bin/pytest tests/unit
 
-# Issue 11's table (the simulator: detection, false verdicts under loss, cost, splits for groups of
+# docs/scaling.md's tables (the simulator: detection, false verdicts under loss, cost, splits for groups of
 # 5, 50, 200 and 1,000; about 10 minutes), then one real agent process in groups of 50 and 1,000 on
 # the real control plane (about 5 minutes), then the cloud API load at 50 and 1,000 nodes (about 10
 # minutes).
@@ -161,7 +161,7 @@ bench-real: setup binaries node-binaries
 
 # False UNHEALTHY verdicts of live nodes at 10 % and 30 % loss per node over 1,000 simulated groups of
 # 8 to 1,000 nodes per loss level, and a kill at that loss in each, the loss-aware failure detector
-# beside the fixed count it replaced (many hours on 2 cores; the README's figure, about half an
+# beside the fixed count it replaced (many hours on 2 cores; docs/scaling.md's figure, about half an
 # hour: make bench-false-verdicts FV_SEEDS=60 FV_SIZES=8,100).
 FV_SEEDS ?= 1000
 FV_SIZES ?= 8,1000

@@ -1,10 +1,10 @@
-"""Memory the agent's imports cost, step by step (issue 22: one agent <= 60 MiB RSS).
+"""Memory the agent's imports cost, step by step (the target: one agent <= 60 MiB RSS, docs/scaling.md).
 
 What it is for
     Says where an agent process's memory goes before it does any work: the interpreter, each
     third-party package the agent's module tree pulls in, then the agent's own modules. A step's
     figure is what removing that package would save (if nothing else pulled it in), which is what
-    the list of candidates in issue 22 is built from.
+    the list of candidates in docs/scaling.md ("One agent's memory") is built from.
 
 How
     One fresh interpreter imports a fixed sequence of steps (``STEPS``: the stdlib and the

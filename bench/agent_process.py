@@ -1,4 +1,4 @@
-"""CPU and memory of ONE real agent process in a group of N, on the real control plane (issue 11).
+"""CPU and memory of ONE real agent process in a group of N, on the real control plane (docs/scaling.md).
 
 How: the group is N Node objects in a real kube-apiserver (InternalIPs on loopback, 127.1.x.y).
 The measured node M and its ring neighbours (edgewatch.core.topology: at most 6, whatever N is) run
@@ -22,7 +22,7 @@ after a warm-up:
                 pages, and the largest files by Rss (/proc/<pid>/smaps, see _measure.proc_memory_map_mib)
     start     = seconds from exec to /readyz 200
 
-What runs (default: as issue 11 measured it, comparable with its figures):
+What runs (default: as docs/scaling.md's figures were measured, comparable with them):
 
     (default)        --pool-cache-port 0 (the node side of the pool cache off), no coordinator
     --pool-cache     the pool cache as shipped: port 51007 (the default), each agent on its own

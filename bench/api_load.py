@@ -10,7 +10,7 @@ renewal (one update per 10 s per node, 6 per minute) is the yardstick.
 Usage: .venv/bin/python bench/api_load.py 5 10 [--window 120]   (root; one JSON line per N)
 
 Limits: a pool of N on this 2-core machine (N <= 15); the figures per node are what the protocol
-does at that size, not a projection to 1,000 nodes (issue 11 measures that with kwok).
+does at that size, not a projection to 1,000 nodes (bench/api_scale.py measures that with kwok).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cloud API load edgewatch adds at 1,000 nodes, on the real control plane (issue 11, deliverable 5).
+"""The cloud API load edgewatch adds at 1,000 nodes, on the real control plane (docs/scaling.md).
 
 How: a fresh control plane (kube-apiserver with an audit log, etcd, kube-controller-manager,
 kube-scheduler) per size N. N simulated kubelets in this process (``KubeletFleet``: Node

@@ -1,5 +1,5 @@
-"""Today's wire codec against msgspec, on a typical v4 envelope (issue 11: "use a fast codec — measure
-it against today's").
+"""Today's wire codec against msgspec, on a typical v4 envelope (the scaling work's "use a fast codec —
+measure it against today's"; docs/scaling.md).
 
 Per operation, microseconds of CPU (best of 5 runs of 2,000 each):
 

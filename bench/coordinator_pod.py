@@ -1,4 +1,4 @@
-"""Memory and CPU of the pool coordinator pod as edgewatch runs it (issue 23 item 6), under a
+"""Memory and CPU of the pool coordinator pod as edgewatch runs it (docs/benchmarks.md), under a
 pool's real load; optionally the recovery time after its node dies.
 
 For each pool size N it starts the real control plane (``edgewatch_lab.testing.controlplane``) and:

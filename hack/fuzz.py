@@ -1,5 +1,5 @@
 """Fuzz every parser edgewatch exposes to the network or the API, with hypothesis, and print how
-many inputs each took (``make fuzz``; issue 12).
+many inputs each took (``make fuzz``; docs/security.md).
 
 A parser passes when, for every input, it returns or raises only its documented refusal (never
 another exception, never a hang). Inputs mix pure junk with mutations of valid messages, so the

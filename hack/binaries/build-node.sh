@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build what a real lab node runs besides the kubelet (issue 13): containerd, its runc shim and ctr;
+# Build what a real lab node runs besides the kubelet (docs/real-nodes.md): containerd, its runc shim and ctr;
 # runc; the CNI plugins bridge, loopback, host-local and portmap; and the pause binary of the
 # sandbox image. Everything comes from the Go module proxy through the wrapper modules beside this
 # script; pause is compiled from build/pause/linux/pause.c of the k8s.io/kubernetes module with

@@ -139,7 +139,7 @@ if [ "${1:-}" = promtool ]; then
 fi
 
 # `build.sh superedge`: SuperEdge's github.com/superedge/superedge/cmd/edge-health and
-# cmd/edge-health-admission through the wrapper module superedge/ (the peer system of issue 26's
+# cmd/edge-health-admission through the wrapper module superedge/ (the peer system of docs/peers.md's
 # comparison; `make peers`), both in one folder. The wrapper pins reflect2 v1.0.2 and json-iterator
 # v1.1.12 over v0.9.0's own (see its go.mod).
 if [ "${1:-}" = superedge ]; then

@@ -1,4 +1,4 @@
-"""A certificate's files (issue 23, deliverable 2): its key, its certificate and a record of when
+"""A certificate's files (docs/security.md): its key, its certificate and a record of when
 we received it, each written atomically. Shared by the agent (``edgewatch.agent.certstore``) and
 the pool coordinator (``edgewatch.poolcoordinator.certificates``).
 

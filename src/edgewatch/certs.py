@@ -1,5 +1,5 @@
 """Certificates obtained through a CertificateSigningRequest, pure: a key, the request, the checks
-of what comes back, and when to rotate (issue 23, deliverable 2). No I/O, no clock of its own:
+of what comes back, and when to rotate (docs/security.md). No I/O, no clock of its own:
 times are passed in. Shared by the agent's coordinator client certificate
 (``edgewatch.agent.certificates``) and the pool coordinator's serving and root certificates
 (``edgewatch.poolcoordinator.certificates``); the files are ``edgewatch.certfiles``, the request

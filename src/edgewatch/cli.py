@@ -344,7 +344,7 @@ def pool_etcd_acl(endpoint: str, pool: str, ca_file: Path, cert_file: Path, key_
 def pool_coordinator(**opts: object) -> None:
     """Run one pool's coordinator: etcd with certificates from the controller (CSRs), one etcd user
     per Node of the pool, /healthz, /readyz and /metrics. Run by the controller's Deployment for each
-    `auto` pool (issue 23); not by hand."""
+    `auto` pool (docs/install.md); not by hand."""
     from edgewatch.poolcoordinator.main import run_pool_coordinator
 
     sys.exit(run_pool_coordinator(**opts))  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """A certificate obtained from a signer through a CertificateSigningRequest, stored, and rotated
-before it expires (issue 23, deliverable 2): the loop shared by the agent's coordinator client
+before it expires (docs/security.md): the loop shared by the agent's coordinator client
 certificate (``edgewatch.agent.certrequester``) and the pool coordinator's serving and root
 certificates (``edgewatch.poolcoordinator.certificates``). The pure parts are ``edgewatch.certs``,
 the files ``edgewatch.certfiles``.

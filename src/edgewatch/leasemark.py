@@ -1,6 +1,6 @@
 """The delegate mark on a node's Lease, as one meaning shared by the apiserver and the controller.
 
-A renewal of a node's Lease made by anyone but its kubelet carries the mark (seeds of OpenYurt's
+A renewal of a node's Lease made by anyone but its kubelet carries the mark (OpenYurt's
 heartbeat delegation): ``edgewatch.io/delegate-heartbeat: "true"``, ``delegated-by`` (the writer),
 ``delegated-via`` (``peer``, ``coordinator`` or ``autonomy``) and ``delegated-renew-time``, which
 names the renewal it marks. The kubelet keeps annotations when it renews, so once it renews by

@@ -12,23 +12,23 @@ import re
 DOMAIN = "edgewatch.io"
 
 # Lease annotations written by whoever renews a cut-off node's Lease on its behalf
-# (seeds 000/001/002: the delegate mark lets the cloud tell "alive but cut off" from "failed").
+# (OpenYurt's Yurt-Coordinator design: the delegate mark lets the cloud tell "alive but cut off" from "failed").
 DELEGATE_HEARTBEAT_ANNOTATION = f"{DOMAIN}/delegate-heartbeat"   # "true"
 DELEGATED_BY_ANNOTATION = f"{DOMAIN}/delegated-by"               # node name of the delegate
 DELEGATED_RENEW_TIME_ANNOTATION = f"{DOMAIN}/delegated-renew-time"  # the renewTime the delegate wrote
 DELEGATED_VIA_ANNOTATION = f"{DOMAIN}/delegated-via"             # "peer", "coordinator" or "autonomy"
 
-# Node condition the agents publish: the edge view (seed 003 vote), visible in `kubectl describe node`.
+# Node condition the agents publish: the edge view (TKE Edge-style vote), visible in `kubectl describe node`.
 EDGE_CONDITION_TYPE = "EdgeHealthy"
 # Node condition each agent with --coordinator writes on its own node: its pool-coordinator role
 # (reason Leader / Follower / Pending) and the coordinator's state.
 ROLE_CONDITION_TYPE = "EdgePoolCoordinator"
 
-# Label that groups nodes (multi-region, seed 003); the node pool label for the coordinator.
+# Label that groups nodes (TKE Edge's multi-region grouping); the node pool label for the coordinator.
 DEFAULT_GROUP_LABEL = f"{DOMAIN}/topology-zone"
 POOL_LABEL = f"{DOMAIN}/pool"
 
-# Taints the controller owns (seed 003 table): no new pods on a disconnected node; evict from a failed one.
+# Taints the controller owns (TKE Edge's decision table): no new pods on a disconnected node; evict from a failed one.
 CLOUD_UNREACHABLE_TAINT_KEY = f"{DOMAIN}/cloud-unreachable"
 FAILED_TAINT_KEY = f"{DOMAIN}/failed"
 #: Kubernetes' out-of-service taint (KEP-2268, non-graceful node shutdown): kube-controller-manager force-deletes
@@ -40,7 +40,7 @@ OUT_OF_SERVICE_ANNOTATION = f"{DOMAIN}/out-of-service"
 # Per-node override of the unknown-policy autonomy time (like OpenYurt's autonomy-duration).
 AUTONOMY_DURATION_ANNOTATION = f"{DOMAIN}/autonomy-duration"
 
-# Peer checks and vote exchange between agents (seed 003: port 51005).
+# Peer checks and vote exchange between agents (port 51005, as TKE Edge's edge-health).
 DEFAULT_PEER_PORT = 51005
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -76,7 +76,7 @@ CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
 """On the beacon Lease: how far past its renewTime an agent's carried renewTime may be, a Go duration
 in whole seconds (edgewatch.carryahead; the carry-clock admission policy reads it)."""
 
-# Node client certificates for the pool coordinator (issue 23; edgewatch.controller.csrsigner,
+# Node client certificates for the pool coordinator (docs/security.md; edgewatch.controller.csrsigner,
 # https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).
 COORDINATOR_CLIENT_SIGNER = f"{DOMAIN}/coordinator-client"
 """The CertificateSigningRequest ``spec.signerName`` of a node's client certificate for its pool
@@ -113,7 +113,7 @@ def pool_ca_name(pool: str) -> str:
     return f"{POOL_CA_PREFIX}-{slug}-{digest}" if slug else f"{POOL_CA_PREFIX}-{digest}"
 
 
-# The pool coordinator as edgewatch runs it (issue 23, ``poolCoordinators: {<pool>: auto}``).
+# The pool coordinator as edgewatch runs it (docs/install.md, ``poolCoordinators: {<pool>: auto}``).
 COORDINATOR_SERVICE_ACCOUNT = "edgewatch-coordinator"
 """The ServiceAccount of the pool coordinator pods (edgewatch namespace)."""
 

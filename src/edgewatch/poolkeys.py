@@ -1,4 +1,4 @@
-"""The pool coordinator's key layout, who may write which key, and who leads (issue 23).
+"""The pool coordinator's key layout, who may write which key, and who leads (docs/security.md).
 
 What it is for
     One place that says where everything lives in a pool's etcd, shared by the agent's coordinator

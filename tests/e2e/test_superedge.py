@@ -1,4 +1,4 @@
-"""The smoke run of the comparison with SuperEdge (issue 26): SuperEdge v0.9.0's edge-health and
+"""The smoke run of the comparison with SuperEdge (docs/peers.md): SuperEdge v0.9.0's edge-health and
 edge-health-admission installed in the lab as ``edgewatch playground run --system superedge``
 installs them (its manifests, its binaries built by ``make peers``, the webhook's TLS from a CA the
 lab makes), a node killed — and its agents must have exchanged their results and voted the dead

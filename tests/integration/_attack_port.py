@@ -8,7 +8,7 @@ a-2's own network namespace (where the kubelet's probes come from) and from a-3'
 peer elsewhere on the LAN), its pod's Ready condition and every node's EdgeHealthy condition.
 
 The attack lasts about 40 s; ``attack_slow_bodies_and_connection_flood`` prints the figures it
-measured (the numbers the README quotes) and asserts that the agent was not hurt.
+measured (the numbers docs/benchmarks.md quotes) and asserts that the agent was not hurt.
 """
 
 from __future__ import annotations

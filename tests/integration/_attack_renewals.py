@@ -1,4 +1,4 @@
-"""Issue 21, attack 1: a compromised node renews other nodes' Leases (tests in test_adversary.py).
+"""Attack 1 (docs/security.md): a compromised node renews other nodes' Leases (tests in test_adversary.py).
 
 kube-controller-manager counts any renewal of a node's Lease as the node's heartbeat, and the
 agent's RBAC grants update on every Lease in kube-node-lease (it carries cut-off peers). With a-1's

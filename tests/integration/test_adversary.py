@@ -1,4 +1,4 @@
-"""A compromised agent on the real control plane (issue 12): valid credentials, malicious code.
+"""A compromised agent on the real control plane (docs/security.md): valid credentials, malicious code.
 
 The lab runs edgewatch as shipped (agents and controller as pods, the shipped RBAC and admission
 policies). The attacker holds a-1's pod-bound ServiceAccount token (read from the pod's projected
@@ -175,7 +175,7 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
 
 
 def test_a_bare_renewal_keeps_no_dead_node_alive(cluster: PlaygroundCluster) -> None:
-    """Issue 21: a-1's token renewing dead a-5's Lease with no mark is refused by the apiserver
+    """Attack 1 (docs/security.md): a-1's token renewing dead a-5's Lease with no mark is refused by the apiserver
     (tests/integration/_attack_renewals.py); a-5 is failed and evicted as without the attacker."""
     failed_after = attack_bare_renewals_of_a_dead_node(cluster)
     assert failed_after < 60

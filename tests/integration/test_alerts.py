@@ -36,7 +36,7 @@ PODMONITOR = MONITORING / "podmonitor.yaml"
 CHART = ROOT / "charts" / "edgewatch"
 CONTROLLER = ROOT / "deploy" / "40-controller.yaml"
 
-# The alerts issue 24 asks for; each must exist and have a firing and a non-firing promtool case.
+# The alerts docs/operations.md lists; each must exist and have a firing and a non-firing promtool case.
 ALERTS = {"EdgewatchNodeFailed", "EdgewatchNodeCutOff", "EdgewatchEvidenceRefused", "EdgewatchControllerNoLeader",
           "EdgewatchControllerNotReconciling", "EdgewatchPoolCoordinatorNotReady", "EdgewatchAgentNotReady"}
 

@@ -467,7 +467,7 @@ async def test_a_node_with_a_skewed_clock_is_carried_by_what_the_leader_observed
     """A cut-off node whose clock is an hour off puts its heartbeat (renew_time in its own clock);
     the leader times it by when it saw the put (watch) or by the etcd lease's age (listing), never
     by the value: the Lease is renewed to about now on the leader's clock, and again for each new
-    put — an hour behind, the old code never advanced it (issue #9)."""
+    put — an hour behind, the old code never advanced it (docs/clock-skew.md)."""
     from edgewatch.agent.coordinator import Heartbeat, _EtcdClient
 
     pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
@@ -526,7 +526,7 @@ async def test_a_node_with_a_skewed_clock_is_carried_by_what_the_leader_observed
 async def test_agent_takes_its_pool_coordinator_from_the_config_map(kube: AsyncClient, etcd: EtcdServer,
                                                                     tmp_path: Path) -> None:
     """The agent without --coordinator: its Node's pool label and the ConfigMap key poolCoordinators
-    pick the coordinator; removing the entry stops it, live (issue #9)."""
+    pick the coordinator; removing the entry stops it, live."""
     import socket
 
     from lightkube.models.core_v1 import NodeAddress, NodeStatus

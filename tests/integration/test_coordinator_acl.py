@@ -1,5 +1,5 @@
 """A compromised pool member, with its own real certificate, against the pool coordinator's etcd
-with access control on (issue 23): it can write its own keys and nothing the others act on or
+with access control on (docs/security.md): it can write its own keys and nothing the others act on or
 serve; the election and what followers read are unchanged by its attempts.
 
 The etcd is the real binary with TLS from the pool's CA and ``--client-cert-auth``; its users and

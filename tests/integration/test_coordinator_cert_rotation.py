@@ -1,5 +1,5 @@
 """A coordinator session lives no longer than its client certificate and follows rotations of its
-certificate and of the pool CA (issue 23), on a real etcd with ``--client-cert-auth`` and a
+certificate and of the pool CA (docs/security.md), on a real etcd with ``--client-cert-auth`` and a
 serving certificate from the pool CA (as ``test_coordinator_tls``).
 
 The certificates come from the controller's pure ``poolca`` functions and are stored as the

@@ -1,4 +1,4 @@
-"""Issue 23 deliverable 1 on the real control plane: the controller's pool coordinator manager
+"""On the real control plane (``auto`` pools, docs/install.md): the controller's pool coordinator manager
 (edgewatch.controller.coordinators) keeps an ``auto`` pool's coordinator Deployment, deletes it when
 the pool is no longer ``auto``, and publishes where a Ready coordinator pod runs.
 

@@ -1,4 +1,4 @@
-"""The pool coordinator authenticated per node (issue 23), on a real etcd that serves TLS with a
+"""The pool coordinator authenticated per node (docs/security.md), on a real etcd that serves TLS with a
 certificate from the pool's CA and lets in only clients with a certificate from that same CA
 (``--client-cert-auth``, ``EtcdServerTLS.signed_by_ca``).
 

@@ -95,7 +95,7 @@ def test_manifests_apply_and_create_every_object(applied: str, control_plane: Co
     ("create", "localsubjectaccessreviews.authorization.k8s.io", "default", False),
     ("get", "subjectaccessreviews.authorization.k8s.io", None, False),
     ("list", "tokenreviews.authentication.k8s.io", None, False),
-    # its own coordinator client certificate (the controller signs only its own node's, issue 23) ...
+    # its own coordinator client certificate (the controller signs only its own node's, docs/security.md) ...
     ("create", "certificatesigningrequests.certificates.k8s.io", None, True),
     ("get", "certificatesigningrequests.certificates.k8s.io", None, True),
     # ... and nothing else of certificates

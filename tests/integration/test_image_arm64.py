@@ -1,4 +1,4 @@
-"""The linux/arm64 edgewatch image, run (issue 24): built with linux/amd64 into one multi-platform
+"""The linux/arm64 edgewatch image, run (docs/install.md): built with linux/amd64 into one multi-platform
 OCI archive (``edgewatch_lab.testing.images.ensure_edgewatch_image``, what ``make image`` builds;
 cached, so free when warm), its arm64 root filesystem unpacked into a temporary folder and its
 own Python run under qemu-user: ``qemu-aarch64-static -L <rootfs> <rootfs>/usr/bin/python3.11 ...``

@@ -1,6 +1,5 @@
-"""Issue 25 deliverable 5 on the real control plane (kube-apiserver, kube-controller-manager with every
-controller, kube-scheduler; 20 s node-monitor grace): the opt-in out-of-service taint
-(docs/out-of-service.md).
+"""The opt-in out-of-service taint (docs/out-of-service.md) on the real control plane (kube-apiserver,
+kube-controller-manager with every controller, kube-scheduler; 20 s node-monitor grace).
 
 Two simulated nodes die the same way (kubelet stops, the peers' signed statements say dead, as in
 test_controller.py's failed node), each running the one pod of a StatefulSet pinned to it. ``on``

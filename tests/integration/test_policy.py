@@ -419,7 +419,7 @@ def _renewal(who: Identity, renew: dt.datetime, annotations: dict[str, str | Non
 
 
 def test_a_bare_renewal_is_refused(world: World, node_lease: dict[str, Any]) -> None:
-    """Issue 21's attack: a-1's token renews a dead a-5's Lease every 10 s with no mark, and
+    """The Lease-renewal attack (docs/security.md): a-1's token renews a dead a-5's Lease every 10 s with no mark, and
     kube-controller-manager keeps a-5 Ready forever. Refused; nothing is written."""
     msg = _renewal(world.n1, dt.datetime.now(dt.timezone.utc), None, policy=CARRY_MARK)
     assert "a renewal needs the delegate mark naming the carrier" in msg

@@ -1,4 +1,4 @@
-"""The SBOM of edgewatch's image (issue 24): made by CycloneDX's generator (cyclonedx-py, PyPI
+"""The SBOM of edgewatch's image: made by CycloneDX's generator (cyclonedx-py, PyPI
 cyclonedx-bom) from the image the lab builds, and listing every dependency pyproject.toml pins.
 
 The image is built here the way ``make image`` builds it (edgewatch_lab.testing.images, about 15 s

@@ -1,4 +1,4 @@
-"""SuperEdge v0.9.0's edge-health and edge-health-admission (issue 26's peer system) build from the
+"""SuperEdge v0.9.0's edge-health and edge-health-admission (docs/peers.md's peer system) build from the
 Go module proxy through hack/binaries/superedge and start: both print their usage with ``--help``,
 and edge-health gets through its start-up (cobra, pflag, klog, client-go's JSON codecs: the
 reflect2 crash that v0.9.0's own reflect2 v1.0.1 causes under Go >= 1.18 would show here).

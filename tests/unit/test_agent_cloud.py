@@ -1,4 +1,4 @@
-"""The agent's cloud work with a slow apiserver (issue #9): publishing EdgeHealthy, carrying
+"""The agent's cloud work with a slow apiserver: publishing EdgeHealthy, carrying
 cut-off peers' Leases and writing the role run independently, every call bounded; one slow Lease
 never delays another node's carry.
 

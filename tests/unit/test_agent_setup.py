@@ -1,4 +1,4 @@
-"""How the agent starts as shipped (issue #9): in-cluster credentials and NODE_NAME from the
+"""How the agent starts as shipped: in-cluster credentials and NODE_NAME from the
 DaemonSet, hostNetwork defaults, and the pool coordinator taken from the ConfigMap — followed live,
 never crashing on bad input."""
 

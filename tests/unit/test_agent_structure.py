@@ -1,4 +1,4 @@
-"""The agent's shape (issue 22, "one direction of data"): ``edgewatch.agent.agent`` is a composition
+"""The agent's shape (docs/architecture.md, "One direction of data"): ``edgewatch.agent.agent`` is a composition
 root wired with objects, not lambdas reaching back into it; no part imports it; every module says
 what it is for and stays under ~600 lines."""
 

@@ -2,7 +2,7 @@
 installed packages: core imports nothing of ours, the agent and the controller do not import each
 other, only the cloud door (``edgewatch.kube``) imports the Kubernetes client (lightkube) and its
 HTTP library (httpx2), the product (``edgewatch``) never imports the lab (``edgewatch_lab``)
-(issue 22)."""
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_a_client_import_outside_the_door_is_reported(tmp_path: Path) -> None:
 
 def test_no_asyncio_wait_for_in_the_product() -> None:
     """On Python 3.11 ``asyncio.wait_for`` drops a cancellation that lands as what it awaits
-    completes; in a loop that hangs shutdown (the coordinator test's 600 s, issue 22). The product
+    completes; in a loop that hangs shutdown (the coordinator test's 600 s). The product
     uses ``asyncio.timeout`` or ``edgewatch.waits`` instead."""
     offenders = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "src" / "edgewatch").rglob("*.py"))
                  for n, line in enumerate(path.read_text().splitlines(), 1)

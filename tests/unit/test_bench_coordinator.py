@@ -1,4 +1,4 @@
-"""The pure helpers of bench/coordinator_pod.py (the coordinator pod's cost figures, issue 23)."""
+"""The pure helpers of bench/coordinator_pod.py (the coordinator pod's cost figures, docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_lease_snapshot_keeps_the_nodes_own_renewal_while_carried_ones_follow() 
 
 
 def test_node_snapshot_takes_nothing_of_the_edgehealthy_condition() -> None:
-    """EdgeHealthy is the controller's output (issue 22): whatever the Node shows there — a verdict
+    """EdgeHealthy is the controller's output (docs/architecture.md): whatever the Node shows there — a verdict
     anyone wrote, refreshed or not, or nothing — the decision core's snapshot is the same."""
     bare = node_snapshot(node(None))
     for status, heartbeat in (("True", "2023-11-14T22:13:25Z"), ("False", None), ("Unknown", "2023-11-14T22:13:20Z"),

@@ -1,5 +1,5 @@
 """A coordinator session lives no longer than its client certificate, and reconnects after a
-rotation (issue 23): the pure decisions of ``edgewatch.agent.coordinator.certlife``, the runner
+rotation (docs/security.md): the pure decisions of ``edgewatch.agent.coordinator.certlife``, the runner
 passing them on (validity from the requester's record, never notAfter against our clock), and the
 pool CA re-read."""
 

@@ -1,4 +1,4 @@
-"""The playground's pool coordinators as pods (issue 23 item 4): what is recorded of them, how a
+"""The playground's pool coordinators as pods (docs/lab.md): what is recorded of them, how a
 report measures their recovery, the scenario keys, and the etcd the lab's "image" carries."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The coordinator's client TLS from this node's own certificate (issue 23): the pool CA check, the
+"""The coordinator's client TLS from this node's own certificate (docs/security.md): the pool CA check, the
 credentials built from the stored files, and the runner waiting for a certificate and the pool CA
 before it starts a coordinator."""
 

@@ -1,4 +1,4 @@
-"""Tests of edgewatch.core.grouping: the seed-003 rules as a table, strict
+"""Tests of edgewatch.core.grouping: TKE Edge's grouping rules as a table, strict
 ConfigMap parsing, and hypothesis properties (partition, symmetry)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ in-memory apiserver (tests/unit/_fakekube.py).
 What is checked: the agent watches only its own Node (other Nodes' updates never reach it: no
 O(n²) fan-out), its group is the roster's members, a relabel or a ConfigMap edit switches rosters
 live, a malformed roster is refused and the previous copy kept, the state survives a restart during
-a cloud cut, an unwritable state folder never turns into a LIST every few seconds (issue #9), a
+a cloud cut, an unwritable state folder never turns into a LIST every few seconds, a
 silent watch is re-established, deletions (seen live or at a re-list) are handled, a failing API is
 retried, and ``poolCoordinators`` is parsed on its own.
 """

@@ -1,4 +1,4 @@
-"""Issue 25 deliverable 5: Kubernetes' out-of-service taint (KEP-2268) on a node FAILED on verified
+"""Kubernetes' out-of-service taint (KEP-2268) on a node FAILED on verified
 evidence, opt-in (docs/out-of-service.md).
 
 The taint is planned iff the switch is on (pool listed in ``outOfServicePools`` or the node's

@@ -1,4 +1,4 @@
-"""Peer exchanges over loopback HTTP: freshness must not depend on synchronized clocks (issue #9),
+"""Peer exchanges over loopback HTTP: freshness must not depend on synchronized clocks (docs/clock-skew.md),
 replays are refused and counted, and a restarted peer (even one whose clock went back) is heard
 again within a period or two.
 

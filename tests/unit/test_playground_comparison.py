@@ -193,7 +193,7 @@ def test_titles() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# the README's table: several scenarios from a report folder
+# docs/lab.md's table: several scenarios from a report folder
 
 
 def write(tmp_path, report: dict[str, Any], system: str, scenario: str = "s") -> None:

@@ -1,4 +1,4 @@
-"""The playground's StatefulSets (issue 25, item 5): what the observer records of their pods
+"""The playground's StatefulSets (docs/out-of-service.md): what the observer records of their pods
 (edgewatch_lab.playground.statefulsets.record_pods), where a report says the pod went
 (statefulset_outcome, build_report's ``statefulsets`` and summary row), the expectations
 ``moved_within_s`` / ``moved`` / ``stays`` and ``out_of_service_taint`` judged on hand-made reports,

@@ -1,4 +1,4 @@
-"""The playground's ``uninstall`` step (issue 25, day 2): the expectations ``clean_at_end`` and
+"""The playground's ``uninstall`` step (docs/uninstall.md, day 2): the expectations ``clean_at_end`` and
 ``evicted_after_uninstall_within_s`` judged on hand-made reports
 (edgewatch_lab.playground.uninstallcheck), their validation on an expectation, the scenario-wide
 rules about the step (edgewatch_lab.playground.crosscheck), and the built-in ``uninstall`` scenario."""

@@ -336,8 +336,8 @@ async def test_steady_state_reconciles_read_the_watched_copy_not_the_api() -> No
 
 
 async def test_a_normal_nodes_own_renewal_moves_its_deadline_instead_of_reconciling() -> None:
-    """At 1,000 nodes a reconcile per Lease renewal was ≈ 180 a second where nothing changed (issue
-    22). A normal node's own renewal now only moves the moment it is looked at again; when the
+    """At 1,000 nodes a reconcile per Lease renewal was ≈ 180 a second where nothing changed
+    (docs/scaling.md). A normal node's own renewal now only moves the moment it is looked at again; when the
     renewals stop, it is reconciled at that moment and judged as before."""
     kube = FakeKube()
     add_node(kube, "n1")
@@ -366,7 +366,7 @@ async def test_a_normal_nodes_own_renewal_moves_its_deadline_instead_of_reconcil
 
 async def test_a_look_that_finds_nothing_new_keeps_the_plan_and_deadlines_still_fire(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 22: the resync looks at every node every ``resync_s``; a node whose inputs are unchanged
+    """The resync looks at every node every ``resync_s``; a node whose inputs are unchanged
     and whose plan's next deadline has not come keeps its plan: no plan, no write. A time-driven
     change still happens on time: a node without a Lease (nothing to hold) and without edge evidence
     is tainted when its outage is confirmed and fails when its autonomy time (3 s) runs out, while the
@@ -435,7 +435,7 @@ async def test_the_resync_looks_at_every_node_without_a_list() -> None:
 
 
 async def test_the_reconciler_and_the_roster_publisher_share_one_node_watch() -> None:
-    """Issue 22: one Node informer (one LIST, one watch) feeds both the reconciler and the roster
+    """One Node informer (one LIST, one watch) feeds both the reconciler and the roster
     publisher; before, each had its own, and every Node event came twice."""
     kube = FakeKube()
     for name in ("n1", "n2"):

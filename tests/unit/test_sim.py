@@ -1,5 +1,5 @@
 """Property tests of the protocol on the simulator (edgewatch_lab.sim): over seeds and group sizes
-beyond the full mesh, the seed's guarantees hold with the agents' real core — a dead node is judged
+beyond the full mesh, the vote's guarantees hold with the agents' real core — a dead node is judged
 unhealthy, no live node ever is (also under 30 % loss), the bigger side of a split never is, a
 cut-off node is carried by one of its neighbours, clock skew changes nothing, the cost per node
 stays bounded, and a run is a pure function of its seed."""

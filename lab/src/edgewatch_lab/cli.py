@@ -113,7 +113,7 @@ def playground_compare(scenario: str, report_dir: Path, plot: Path | None, syste
               help="Comma-separated columns, in this order.")
 def playground_table(scenarios: tuple[str, ...], report_dir: Path, systems: str) -> None:
     """Print one Markdown table of SCENARIOS' summaries, one column per system, from the reports
-    `compare` wrote (the README's comparison is this output). Example: edgewatch playground table
+    `compare` wrote (docs/lab.md's comparison is this output). Example: edgewatch playground table
     node-failure cut-and-kill --report-dir reports/peers"""
     from edgewatch_lab.playground.comparison import SYSTEMS, load_reports, scenarios_markdown
 
@@ -164,11 +164,11 @@ def playground_down() -> None:
 def sim(sizes: str, seed: int, kills: int, node_hours: float, losses: str, cost_sizes: str | None,
         json_path: Path | None) -> None:
     """Simulate groups of each size on a virtual clock with the agents' real core (topology,
-    detectors, heartbeats, the reach count, duties) and print issue 11's table: kill -> unhealthy,
+    detectors, heartbeats, the reach count, duties) and print docs/scaling.md's table: kill -> unhealthy,
     false verdicts under loss, messages and bytes per node, and splits. Deterministic for a seed.
 
     \b
-    Example (the README's table, about 10 minutes on 2 cores):
+    Example (docs/scaling.md's table, about 10 minutes on 2 cores):
       edgewatch sim --json reports/sim.json
     """
     import json

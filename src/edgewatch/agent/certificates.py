@@ -1,4 +1,4 @@
-"""The agent's coordinator client certificate, pure (issue 23, deliverable 2): the request an agent
+"""The agent's coordinator client certificate, pure (docs/security.md): the request an agent
 makes and the checks of what comes back, for the subject exactly ``CN=<node>`` and the usage client
 auth: what the controller's signer accepts (``edgewatch.controller.csrpolicy``), which sets every
 extension of the certificate itself.

@@ -1,6 +1,6 @@
 """The agent's coordinator client certificate: obtained from the controller's signer through a
-CertificateSigningRequest, stored in the state folder, rotated before it expires (issue 23,
-deliverable 2). The loop is :class:`edgewatch.csr.CertificateRequester` (shared with the pool
+CertificateSigningRequest, stored in the state folder, rotated before it expires
+(docs/security.md). The loop is :class:`edgewatch.csr.CertificateRequester` (shared with the pool
 coordinator; its docstring tells the steps); this module fixes what the agent asks for and exports:
 
 - the CSR: named ``<node>-coordinator-<random>`` (``generateName``), for the signer

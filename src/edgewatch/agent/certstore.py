@@ -1,4 +1,4 @@
-"""The coordinator client certificate's files in the agent's state folder (issue 23, deliverable 2):
+"""The coordinator client certificate's files in the agent's state folder (docs/security.md):
 ``coordinator-client.key`` (0600), ``coordinator-client.crt`` and ``coordinator-client.json`` (when
 we received it, on this node's own wall clock, and its validity then), each written atomically by
 :mod:`edgewatch.certfiles` (shared with the pool coordinator), which describes the order of the

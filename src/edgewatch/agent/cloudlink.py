@@ -6,7 +6,7 @@ declared down only after ``down_after`` consecutive failures and up again only a
 flapping link does not flap the state (hysteresis, the same idea as the peer failure detector).
 
 The agent reports the state in its signed heartbeats (``cloud_ok``), which is how peers learn that
-it needs its heartbeat carried (seeds 000/001).
+it needs its heartbeat carried (heartbeat delegation, docs/how-it-decides.md).
 
 The probe the agent uses is :class:`ApiserverProbe` (``GET /readyz`` with the agent's own client,
 without its token unless the apiserver refuses anonymous probes).

@@ -32,7 +32,7 @@ class AgentConfig:
             ``edgewatch-nodes``; see ``edgewatch.agent.identity``).
         listen_address: address the peer/ops server binds (default 0.0.0.0; the playground binds
             the node's own address).
-        port: peer port (seed 003: 51005), also serving /healthz, /readyz, /metrics.
+        port: peer port (51005, the same as TKE Edge's edge-health), also serving /healthz, /readyz, /metrics.
         namespace: where the ``edgewatch-config`` ConfigMap lives (default "edgewatch").
         kubelet_healthz_url: the local kubelet's health endpoint (kubelet's default
             http://127.0.0.1:10248/healthz).

@@ -14,7 +14,7 @@ What it is for
     (:meth:`current_coordinator`), and the cloud-link monitor tells it when the link flips
     (:meth:`cloud_link_changed`, passed on at once: the coordinator no longer polls the link).
 
-This node's own certificate (``--coordinator-certificate``, issue 23)
+This node's own certificate (``--coordinator-certificate``, docs/security.md)
     With ``node_certificate`` (the files ``edgewatch.agent.certrequester`` keeps in the state
     folder), the coordinator's client TLS is :class:`~edgewatch.agent.coordinator.NodeCertificateTLS`:
     this node's key and certificate, and as the only trust root its pool's CA certificate, read

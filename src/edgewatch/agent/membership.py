@@ -12,10 +12,10 @@ group's size in watch events (docs/scaling.md, "Cloud API load"):
 * its group's roster (``edgewatch.core.roster``): the members and their InternalIPs, published by
   the controller and written only when membership changes. Its name follows from the own labels
   and the ConfigMap, so a relabel or a ConfigMap edit switches to the new group's roster with no
-  restart (seed 003: "regrouping needs no redeploy").
+  restart (as in TKE Edge's multi-region grouping: "regrouping needs no redeploy").
 
 Watching every Node instead, as before, made every kubelet status report an event for every agent:
-an O(n²) fan-out on the cloud apiserver (issue 11). Each of the three is the cloud door's informer
+an O(n²) fan-out on the cloud apiserver (docs/scaling.md). Each of the three is the cloud door's informer
 (``edgewatch.agent.watching.follow``): a watch silent for ``idle_timeout_s`` is re-opened (a cut
 link drops packets without a reset, so the connection would hang for ever), errors back off up to
 ``edgewatch.agent.watching.AGENT_BACKOFF_MAX_S``, and a re-list hands over exact changes (an object

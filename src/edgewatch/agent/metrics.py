@@ -44,7 +44,7 @@ class AgentMetrics:
             published).
         watch_events: API watch events received, by ``resource`` (``node``: the own Node;
             ``config``; ``roster``: the group's roster; ``beacon``; ``keys``: the key records): the
-            cloud API load this agent causes, which must not grow with the group (issue 11).
+            cloud API load this agent causes, which must not grow with the group (docs/scaling.md).
         peer_connections_refused: connections to the peer port refused before a byte was read, by
             ``reason`` (``per_source``: its source already held its bound; ``total``: strangers
             already held theirs; ``edgewatch.agent.peerserver``).

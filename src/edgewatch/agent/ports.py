@@ -51,7 +51,7 @@ class CloudLinkListener(Protocol):
 
 
 class WatchEvents(Protocol):
-    """Told of every API watch event a part receives (the cloud API load per agent, issue 11)."""
+    """Told of every API watch event a part receives (the cloud API load per agent, docs/scaling.md)."""
 
     def watch_event_received(self, resource: str) -> None:
         """One watch event on ``resource`` (``node``, ``config``, ``roster``, ``beacon``, ``keys``)."""

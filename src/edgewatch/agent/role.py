@@ -7,7 +7,7 @@ What it is for
     running coordinator's state with the last one written and writes the condition on change, else
     every ``ROLE_REFRESH_S`` (ten minutes). Every Node write is a watch event for every Node
     watcher (agents once watched every Node: a per-minute refresh cost a 1,000-node pool
-    1,000 x 1,000 events a minute; issue 11).
+    1,000 x 1,000 events a minute; docs/scaling.md).
 
 What it is handed
     The running coordinator (:class:`RoleSource`: the agent's ``CoordinatorRunner``), this node's

@@ -13,7 +13,7 @@ list; a 410 re-lists; errors back off with full jitter from the part's ``retry_s
 while the watch was down arrives as ``DELETED``, an unchanged one not at all.
 
 Each watch event (a :class:`~edgewatch.kube.events.Change`; not a list, not a bookmark) is told to
-the part's :class:`edgewatch.agent.ports.WatchEvents` (the per-agent API load metric, issue 11).
+the part's :class:`edgewatch.agent.ports.WatchEvents` (the per-agent API load metric, docs/scaling.md).
 
 Limits
     One resource, one namespace (or cluster-scoped) and one field selector per informer; the

@@ -1,5 +1,5 @@
 """Which CertificateSigningRequests of the pool coordinator the controller signs: a pure decision
-over the request as the apiserver stored it (issue 23, deliverables 1 and 2).
+over the request as the apiserver stored it (docs/security.md).
 
 An ``auto`` pool's coordinator runs as the Deployment ``edgewatch-coordinator-<pool>`` (ServiceAccount
 :data:`edgewatch.names.COORDINATOR_SERVICE_ACCOUNT`, host network, pinned to the pool's nodes). With

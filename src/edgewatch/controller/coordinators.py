@@ -1,4 +1,4 @@
-"""The controller's pool coordinator manager (issue 23): runs a coordinator for every pool the
+"""The controller's pool coordinator manager (docs/install.md): runs a coordinator for every pool the
 ``edgewatch-config`` ConfigMap marks ``auto`` (``poolCoordinators: {factory-1: auto}``) and tells
 the agents where it runs now.
 

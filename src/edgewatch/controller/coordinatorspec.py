@@ -1,4 +1,4 @@
-"""What the controller wants of an ``auto`` pool's coordinator (issue 23), and where it runs now.
+"""What the controller wants of an ``auto`` pool's coordinator (docs/install.md), and where it runs now.
 
 * :func:`coordinator_deployment`: the Deployment that runs ``edgewatch pool-coordinator`` (one etcd
   with TLS and per-node auth) on one node of the pool.

@@ -1,5 +1,5 @@
 """Which CertificateSigningRequest for edgewatch's coordinator-client signer the controller signs:
-a pure decision over the request as the apiserver stored it (issue 23, deliverable 2).
+a pure decision over the request as the apiserver stored it (docs/security.md).
 
 A node's agent asks for the client certificate it will show its pool coordinator (etcd, which
 authenticates a client by the certificate's CN: one etcd user per node) with a CSR whose

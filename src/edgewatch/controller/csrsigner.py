@@ -1,7 +1,7 @@
 """The controller's signer of the pool coordinator's certificates: approves, denies and signs
 CertificateSigningRequests for ``edgewatch.io/coordinator-client`` (nodes' client certificates, and
 the coordinator's ``CN=root``) and ``edgewatch.io/coordinator-serving`` (the coordinator's serving
-certificate) (issue 23,
+certificate) (docs/security.md,
 https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).
 
 How: one informer of the cloud door (``edgewatch.kube.informer``) per signer, over CSRs with the

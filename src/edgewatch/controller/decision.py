@@ -15,8 +15,8 @@ heartbeat. edgewatch combines two views of each node (``edgewatch.controller.vie
   signed statements, counted by the controller, ``edgewatch.controller.verified``): ``HEALTHY``,
   ``UNHEALTHY``, ``UNKNOWN`` (no majority, no verdict yet, or not counted for ``edge_view_ttl_s``);
 
-and decides one :class:`NodeState` per node (seed 003 table, extended with the three heartbeat cases of
-seed 002)::
+and decides one :class:`NodeState` per node (TKE Edge's decision table, extended with the three heartbeat cases of
+OpenYurt's Yurt-Coordinator)::
 
     cloud \\ edge         | healthy      | unhealthy | unknown
     ---------------------+--------------+-----------+-------------------
@@ -101,8 +101,8 @@ Limits (known, deliberate)
 
 Sources
 -------
-* Seed 003, TKE Edge "distributed node status determination": the cloud x edge table.
-* Seed 002, OpenYurt Yurt-Coordinator: heartbeat without mark = healthy and connected; with the
+* TKE Edge "distributed node status determination": the cloud x edge table.
+* OpenYurt Yurt-Coordinator: heartbeat without mark = healthy and connected; with the
   ``delegate-heartbeat: "true"`` mark = alive but cut off; no heartbeat = failed.
 * Kubernetes docs, "Nodes" (Lease, ``leaseDurationSeconds`` 40 s, renewed every 10 s) and
   "API-initiated Eviction"; kube-controller-manager's node lifecycle controller (``probeTimestamp``:

@@ -1,6 +1,6 @@
 """The ``EdgeHealthy`` Node condition: the controller's verified verdict shown for ``kubectl describe
 node`` and ``edgewatch status``. Output only: the controller writes it and never reads it back
-(its decision takes the verdict from ``edgewatch.controller.verified`` directly, issue 22).
+(its decision takes the verdict from ``edgewatch.controller.verified`` directly, docs/architecture.md).
 
 When to write is decided from what this controller last wrote, kept in memory
 (:class:`ShownConditions`), never from the Node:
@@ -9,7 +9,7 @@ When to write is decided from what this controller last wrote, kept in memory
   or when the status or reason differs from the last write (the verdict changed);
 * when only the message differs (the vote counts), at most every ``VERDICT_MESSAGE_REFRESH_S``. Every
   Node write is a watch event for every Node watcher, and in a group of 1,000 one node's death changes
-  the counts of all 999 others: counts are shown, not streamed (issue 11).
+  the counts of all 999 others: counts are shown, not streamed (docs/scaling.md).
 
 The condition's times are on the controller's clock (``edgewatch.timefmt.MonotonicClock``):
 ``lastHeartbeatTime`` is the write, ``lastTransitionTime`` the verdict's ``since`` (when the

@@ -1,5 +1,5 @@
 """A pool's certificate authority: the CA that signs its nodes' client certificates for the pool
-coordinator (issue 23; the requests are judged by ``edgewatch.controller.csrpolicy``).
+coordinator (docs/security.md; the requests are judged by ``edgewatch.controller.csrpolicy``).
 
 * **Pure** (:func:`make_ca`, :func:`load_ca`, :func:`sign_client_certificate`,
   :func:`sign_serving_certificate`): an ECDSA P-256 CA

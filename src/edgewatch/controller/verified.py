@@ -1,5 +1,5 @@
 """The edge view the controller checked itself: verdicts counted from signed statements, not read
-from a condition anyone with an agent token could write (issue 12, docs/security.md).
+from a condition anyone with an agent token could write (docs/security.md).
 
 State kept here, fed by the controller's informers (``edgewatch.controller.evidence``):
 

@@ -1,4 +1,4 @@
-"""The two views of a node and the seed 003 table: the cloud view from its Lease, the edge view from
+"""The two views of a node and TKE Edge's decision table: the cloud view from its Lease, the edge view from
 the verdict the controller verified itself (:class:`~edgewatch.controller.model.VerifiedVerdict`),
 and the state the two give together.
 
@@ -170,7 +170,7 @@ def edge_unknown_since(verdict: VerifiedVerdict | None, *, ttl_s: float) -> floa
 
 
 def decide_state(cloud: CloudView, edge: EdgeView) -> NodeState:
-    """The seed 003 table: OK -> NORMAL; otherwise healthy -> DISCONNECTED, unhealthy -> FAILED,
+    """TKE Edge's cloud x edge table: OK -> NORMAL; otherwise healthy -> DISCONNECTED, unhealthy -> FAILED,
     unknown -> UNKNOWN (resolved later by the unknown policy)."""
     if cloud is CloudView.OK:
         return NodeState.NORMAL

@@ -85,7 +85,7 @@ Limits
     and to test, at the cost of adapting less to jittery links.
 
 Sources
-    Seed 003 (TKE Edge distributed node status determination); Hayashibara
+    TKE Edge (distributed node status determination); Hayashibara
     et al. 2004, "The phi accrual failure detector" (suspicion from the
     observed distribution of this peer's evidence, not a fixed count); SWIM
     (Das, Gupta, Motivala 2002) and Lifeguard (Dadgar et al. 2018) as

@@ -1,6 +1,6 @@
 """Who carries a cut-off node's heartbeat (its Lease) and signed statement to the cloud.
 
-The cut-off node chooses (issue 11: this must work in groups of 1,000, where no agent knows the
+The cut-off node chooses (docs/scaling.md: this must work in groups of 1,000, where no agent knows the
 whole group's view). A node whose own cloud link is down names one *carrier* in its signed
 heartbeat (:func:`choose_carrier`): among the neighbours its own detector sees alive whose own fresh
 heartbeat says their cloud link and kubelet are up, the rendezvous-hash winner
@@ -16,12 +16,13 @@ A neighbour carries a node (:func:`assign_duties`) while
 * its own detector sees the node alive (direct evidence, not hearsay);
 * the local verdict on the node is not UNHEALTHY (the moment peers judge it dead, carrying stops).
 
-Sources: seeds 000/001 (delegation by a connected peer), seed 003 (the vote decides), Rapid and
+Sources: OpenYurt's Yurt-Coordinator (delegation by a connected node of the pool), TKE Edge (the vote
+decides), Rapid and
 memberlist (a node's state is spread by those who observe it directly).
 
 Limits: pure. Two neighbours may both carry for a period when they hold different heartbeats of
 the node (one older); the writes are idempotent and a carried Lease's renewTime never runs ahead
-of the node's last life sign. The cloud controller checks the carried statements itself (issue 12),
+of the node's last life sign. The cloud controller checks the carried statements itself (docs/security.md),
 so a carrier that lies gains nothing.
 """
 

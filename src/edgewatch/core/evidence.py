@@ -258,7 +258,7 @@ class EvidenceBook:
 def verified_decisions(*, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], now: float, ttl_s: float,
                        ring: Mapping[NodeName, frozenset[NodeName]] | None = None,
                        rings: int = DEFAULT_RINGS) -> dict[NodeName, Decision]:
-    """The group's verdict on every member from verified statements (seed 003's rule over who
+    """The group's verdict on every member from verified statements (TKE Edge's majority rule over who
     reaches whom, :func:`edgewatch.core.reach.decide_reach`, counted by the controller): strict
     majority of ``group``'s size, statements younger than ``ttl_s`` seconds by their beacon.
     ``ring``: the group's topology if cached, else computed with ``rings`` rings (the agents'

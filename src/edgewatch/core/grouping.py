@@ -4,7 +4,7 @@ What it is for
     Nodes at one site reach each other over a LAN; nodes at different sites
     may not reach each other at all. Agents therefore check, and vote on,
     only the members of their own group, and a node is judged by a majority
-    of its group (:mod:`edgewatch.core.quorum`). The rules (seed 003):
+    of its group (:mod:`edgewatch.core.quorum`). The rules (TKE Edge's multi-region grouping):
 
     * grouping **off**: every node is in one group holding all nodes, even
       if nodes carry the label;
@@ -25,7 +25,7 @@ Limits
     business of the monitoring topology (:mod:`edgewatch.core.topology`).
 
 Sources
-    Seed 003 (TKE Edge multi-region: ``tencent.tkeedgehealth/topology-zone``
+    TKE Edge (multi-region: ``tencent.tkeedgehealth/topology-zone``
     label; without the label a node only checks itself; with the feature off
     all nodes check each other). SuperEdge edge-health silently ignored
     unknown or mistyped flags; :func:`parse_grouping_config` refuses them.

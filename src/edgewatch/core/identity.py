@@ -2,7 +2,7 @@
 the signer the wire uses (:class:`NodeKeyring`, the :class:`edgewatch.core.signing.Signer` of
 :mod:`edgewatch.core.wire`).
 
-What it is for (issue 12, docs/security.md)
+What it is for (docs/security.md)
     Every message on the peer wire, and every heartbeat relayed by others, is signed by the node
     that wrote it with a key only that node holds. A verifier accepts a signature only with a key
     published *for that node* — the key's owner must be the heartbeat's origin or the envelope's

@@ -2,8 +2,8 @@
 
 What it is for
     One agent DaemonSet serves every node pool, but each pool has its own coordinator (a small
-    etcd, seed 002). The ConfigMap maps pool names to etcd client URLs, as a YAML mapping in one
-    string value::
+    etcd, as in OpenYurt's Yurt-Coordinator). The ConfigMap maps pool names to etcd client URLs, as a
+    YAML mapping in one string value::
 
         data:
           poolCoordinators: |
@@ -13,7 +13,7 @@ What it is for
 
     ``auto`` (:data:`AUTO`): edgewatch runs the pool's coordinator itself (the controller keeps a
     coordinator Deployment pinned to the pool's nodes and publishes where it runs now in the
-    ConfigMap ``edgewatch-pool-coordinators``; issue 23). Such pools are in
+    ConfigMap ``edgewatch-pool-coordinators``; docs/install.md). Such pools are in
     :attr:`PoolCoordinators.auto`, not in ``urls``.
 
     An agent started without ``--coordinator`` looks up its own pool (the node label

@@ -19,7 +19,7 @@ What it is for
     when a group splits into two sides that each see only themselves, the
     strictly larger side is HEALTHY, the smaller side UNHEALTHY, and an even
     split leaves everyone UNKNOWN (the cloud view decides then) — the
-    guarantee of seed 003 that the larger side is never judged abnormal.
+    guarantee of TKE Edge's design that the larger side is never judged abnormal.
     Each observer counts once, so HEALTHY and UNHEALTHY can never both hold.
 
 Limits
@@ -32,7 +32,7 @@ Limits
     weighed; every member counts the same.
 
 Sources
-    Seed 003 (TKE Edge / SuperEdge edge-health: nodes check each other, vote,
+    TKE Edge / SuperEdge edge-health (nodes check each other, vote,
     a majority decides, the larger side of a split is never abnormal);
     Rapid (Suresh et al. 2018: multiple observers, high-fidelity agreement
     thresholds); SuperEdge's flapping caused by a vote expiry equal to the
@@ -238,7 +238,7 @@ def fresh_votes(
 
 def decision_from_counts(subject: NodeName, *, alive: int, dead: int, group_size: int,
                          votes_counted: int) -> Decision:
-    """The verdict for ``alive`` and ``dead`` votes in a group of ``group_size`` (seed 003's rule):
+    """The verdict for ``alive`` and ``dead`` votes in a group of ``group_size`` (TKE Edge's rule):
     HEALTHY iff alive is a strict majority of the group, UNHEALTHY iff dead is, else UNKNOWN.
 
     Raises:

@@ -34,7 +34,7 @@ What it is for
          some neighbour in ``C`` dead (their own direct votes, as in the full mesh); plus, for an
          ``x`` not linked itself, the members of ``C`` naming ``x`` dead;
        * HEALTHY iff alive votes > n / 2, UNHEALTHY iff dead votes > n / 2, else UNKNOWN, where n is
-         the group's size (seed 003: the majority of the group, not of the votes received).
+         the group's size (TKE Edge: the majority of the group, not of the votes received).
 
 Guarantees (property-tested in ``tests/unit/test_reach.py``)
     * In a clean partition (every fresh node names its neighbours on its own side alive and the others
@@ -61,7 +61,7 @@ Limits
     component, which the ``Decision`` message still calls "peers see it alive".
 
 Sources
-    Seed 003 (majority of the group; the larger side of a split is never abnormal); Rapid (Suresh et
+    TKE Edge (majority of the group; the larger side of a split is never abnormal); Rapid (Suresh et
     al. 2018: K-ring observers, decisions from several observers' reports); van Renesse et al. 1998
     (transitive, gossip-style liveness); union-find (Tarjan 1975).
 """

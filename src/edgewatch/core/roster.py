@@ -103,7 +103,7 @@ def roster_name(config: GroupingConfig, labels: Mapping[str, str]) -> str | None
     """The name of the roster of the group a node with ``labels`` belongs to, or None when that
     node is a group of one (not covered, or grouping on and no non-empty group label).
 
-    Same rules as :meth:`GroupingConfig.group_of` (seed 003).
+    Same rules as :meth:`GroupingConfig.group_of` (TKE Edge's multi-region grouping).
     """
     if config.cover_label and config.cover_label not in labels:
         return None

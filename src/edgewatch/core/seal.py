@@ -1,6 +1,6 @@
 """Values in the pool coordinator signed by the node that wrote them, checked before they are parsed.
 
-What it is for (issue 23, docs/security.md "What the host of the pool coordinator can do")
+What it is for (docs/security.md "What the host of the pool coordinator can do")
     etcd's per-node users (``edgewatch.pooletcd``) stop one *node* from writing another's keys,
     but not the *host* of the coordinator: root there owns etcd's data directory and can put any
     value under any key, e.g. a forged ``kubernetes`` EndpointSlice that every node's kube-proxy

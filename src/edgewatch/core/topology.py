@@ -2,12 +2,12 @@
 
 What it is for
     All-to-all checking costs every node 2(n-1) messages per period (SuperEdge edge-health, and
-    edgewatch before issue 11). Here every node checks only its *neighbours* in ``k`` pseudo-random
-    rings over the group (Rapid's K-ring expander, Suresh et al. 2018): in ring ``r`` the members are
-    ordered by ``blake2b(r, name)``, and each member's neighbours are its predecessor and successor.
-    The union of ``k`` random Hamiltonian cycles is an expander: every node has at most ``2k``
-    neighbours whatever ``n`` is, the graph is connected with every ring alone, and isolating a live
-    node takes the failure of all its (up to ``2k``) edges at once.
+    edgewatch before its ring protocol, docs/scaling.md). Here every node checks only its *neighbours*
+    in ``k`` pseudo-random rings over the group (Rapid's K-ring expander, Suresh et al. 2018): in ring
+    ``r`` the members are ordered by ``blake2b(r, name)``, and each member's neighbours are its
+    predecessor and successor. The union of ``k`` random Hamiltonian cycles is an expander: every node
+    has at most ``2k`` neighbours whatever ``n`` is, the graph is connected with every ring alone, and
+    isolating a live node takes the failure of all its (up to ``2k``) edges at once.
 
     Groups of at most ``2k + 1`` members are a full mesh (every peer is a neighbour), so small
     groups (the 5-node pools of the lab) check exactly as before.

@@ -4,7 +4,7 @@ peer's health as one observer sees it, and the group's verdict on a node.
 Limits: these are plain value types; they carry no behaviour beyond
 validating a node name.
 
-Sources: seed 003 (TKE Edge "distributed node status determination": each
+Sources: TKE Edge ("distributed node status determination": each
 node checks its peers, all vote, a majority decides); SWIM / Lifeguard
 (alive / suspect / dead member states); Kubernetes' DNS-1123 subdomain rule
 for node names (``k8s.io/apimachinery/pkg/util/validation``).

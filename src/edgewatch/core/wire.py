@@ -128,7 +128,7 @@ Limits
     version 3 agents and this one do not hear each other.
 
 Sources
-    Seed 003; van Renesse, Minsky, Hayden 1998 (gossip-style failure
+    TKE Edge; van Renesse, Minsky, Hayden 1998 (gossip-style failure
     detection: heartbeat counters spread by gossip, newest wins); SWIM /
     memberlist (piggybacked dissemination with a bounded number of
     broadcasts per message, least-transmitted first; incarnation numbers);

@@ -4,7 +4,7 @@ and model types it reads and writes, and the raw HTTP types of :attr:`~edgewatch
 This is the door's front: the agent, the controller, the pool cache and the CLI import these names
 from here, never from lightkube or httpx2 (an import-linter contract in ``pyproject.toml`` keeps it
 so, ``tests/unit/test_architecture.py``). Which client library sits behind the door is then one
-package's business: swapping it, or giving the agent a lighter one (issue 22's memory budget),
+package's business: swapping it, or giving the agent a lighter one (the agent's memory budget, docs/scaling.md),
 touches ``edgewatch.kube`` only.
 
 Limits: these are the library's own classes, re-exported (no wrapping): their behaviour and

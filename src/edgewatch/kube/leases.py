@@ -10,7 +10,7 @@ the duration and everything else stay the node's own. Every write carries the re
 was decided on, so a concurrent write (the kubelet's own renewal, another delegate) wins with a 409
 Conflict and we re-read and decide again.
 
-The mark (seeds 000/001/002): ``edgewatch.io/delegate-heartbeat: "true"`` plus
+The mark (OpenYurt's Yurt-Coordinator design): ``edgewatch.io/delegate-heartbeat: "true"`` plus
 ``edgewatch.io/delegated-renew-time`` naming the ``renewTime`` the delegate wrote (the same instant;
 :mod:`edgewatch.leasemark`, where the mark's meaning lives), with ``delegated-by`` and
 ``delegated-via`` (``peer``, ``coordinator`` or ``autonomy``). The kubelet keeps annotations when it

@@ -1,11 +1,11 @@
 """The pool leader's informer: one cloud watch per pool-scope resource, written into the pool's etcd.
 
 What it is for
-    Seed 002 (section 3.2): the pool coordinator caches pool-scope resources so the pool pulls each
-    change over the uplink once, not once per node, and so a node cut off from the cloud still
-    sees changes while its pool leader is connected. The agent elected pool leader runs
-    :meth:`PoolCacheLeader.run` for as long as it leads (``edgewatch.agent.coordinator`` calls it
-    inside its leadership's TaskGroup; cancelled on step-down).
+    OpenYurt's Yurt-Coordinator (docs/pool-cache.md): the pool coordinator caches pool-scope resources
+    so the pool pulls each change over the uplink once, not once per node, and so a node cut off from
+    the cloud still sees changes while its pool leader is connected. The agent elected pool leader runs
+    :meth:`PoolCacheLeader.run` for as long as it leads (``edgewatch.agent.coordinator`` calls it inside
+    its leadership's TaskGroup; cancelled on step-down).
 
 How
     * One :class:`~edgewatch.poolcache.reflector.CloudReflector` per resource (list, watch with
@@ -68,8 +68,8 @@ class CacheLeaderConfig:
     """Settings of the leader's informer.
 
     Attributes:
-        sync_renew_s: re-put ``leader-informer-sync`` this often, seconds (default 10 s, seed 002 /
-            OpenYurt's figure; readers call it stale after 30 s without a change).
+        sync_renew_s: re-put ``leader-informer-sync`` this often, seconds (default 10 s,
+            OpenYurt's Yurt-Coordinator figure; readers call it stale after 30 s without a change).
         tombstone_ttl_s: how long a deletion stays visible in etcd, seconds (default 300 s: a node
             whose coordinator feed is down longer re-lists anyway).
         txn_ops: operations per etcd transaction (default 64, half etcd's default limit of 128).

@@ -1,10 +1,10 @@
 """Which Kubernetes resources the pool cache holds, and how they are named on the API and in etcd.
 
 What it is for
-    The pool coordinator's second job (seed 002, section 3.2): the pool leader watches *pool-scope*
-    resources (those every node's kube-proxy and CoreDNS read: EndpointSlices, Services) once for
-    the pool and every node reads them from the pool. This module names those resources
-    (:class:`PoolResource`) and parses the ``poolScopeResources`` key of ``edgewatch-config``
+    The pool coordinator's second job (OpenYurt's Yurt-Coordinator, docs/pool-cache.md): the pool leader
+    watches *pool-scope* resources (those every node's kube-proxy and CoreDNS read: EndpointSlices,
+    Services) once for the pool and every node reads them from the pool. This module names those
+    resources (:class:`PoolResource`) and parses the ``poolScopeResources`` key of ``edgewatch-config``
     (:func:`parse_pool_resources`).
 
 Configuration (``edgewatch-config``, key ``poolScopeResources``)
@@ -68,7 +68,7 @@ SERVICES: Final = PoolResource("", "v1", "services", "Service")
 ENDPOINTS: Final = PoolResource("", "v1", "endpoints", "Endpoints")
 
 DEFAULT_RESOURCES: Final[tuple[PoolResource, ...]] = (ENDPOINTSLICES, SERVICES)
-"""What kube-proxy and CoreDNS read: the cache's default (seed 002 names Services and Endpoints)."""
+"""What kube-proxy and CoreDNS read: the cache's default (OpenYurt's Yurt-Coordinator names Services and Endpoints)."""
 
 KNOWN_KINDS: Final[dict[tuple[str, str, str], str]] = {
     (r.group, r.version, r.resource): r.kind for r in (ENDPOINTSLICES, SERVICES, ENDPOINTS)

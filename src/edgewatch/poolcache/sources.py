@@ -1,5 +1,5 @@
 """Where a node's pool cache reads from: the coordinator while Ready, the cloud while not, the last
-known state when neither can be reached (issue #10, seed 002 section 3.2).
+known state when neither can be reached (docs/pool-cache.md; OpenYurt's Yurt-Coordinator).
 
 What it is for
     Every agent keeps one in-memory cache per pool-scope resource

@@ -1,4 +1,4 @@
-"""The pool coordinator as edgewatch runs it (issue 23, ``poolCoordinators: {<pool>: auto}``): one
+"""The pool coordinator as edgewatch runs it (docs/install.md, ``poolCoordinators: {<pool>: auto}``): one
 pod per ``auto`` pool, host network, pinned to the pool's nodes, running
 ``edgewatch pool-coordinator``, which
 

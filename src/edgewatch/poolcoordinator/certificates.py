@@ -1,4 +1,4 @@
-"""The pool coordinator's certificates and their files under ``<data-dir>/tls`` (issue 23).
+"""The pool coordinator's certificates and their files under ``<data-dir>/tls`` (docs/security.md).
 
 * ``ca.crt``: the pool's CA certificate, from the ConfigMap :func:`edgewatch.names.pool_ca_name`
   (key ``ca.crt``) in edgewatch's namespace (:func:`install_pool_ca`): etcd trusts only client

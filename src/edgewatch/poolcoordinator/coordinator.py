@@ -1,4 +1,4 @@
-"""``edgewatch pool-coordinator``: one pool's coordinator pod, wired together (issue 23).
+"""``edgewatch pool-coordinator``: one pool's coordinator pod, wired together (docs/install.md).
 
 What :meth:`PoolCoordinator.run` does, under one TaskGroup (every task is cancelled and awaited
 when it is cancelled, e.g. by SIGTERM through ``edgewatch.runtime.run_until_signalled``):

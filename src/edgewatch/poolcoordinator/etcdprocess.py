@@ -1,4 +1,4 @@
-"""The pool coordinator's etcd as a supervised child process (issue 23).
+"""The pool coordinator's etcd as a supervised child process (docs/install.md, docs/security.md).
 
 :func:`etcd_argv` (pure) builds the command line: a single-member etcd whose clients connect over
 TLS on ``<HOST_IP>:<port>`` and ``127.0.0.1:<port>`` with a certificate from the pool's CA
@@ -120,8 +120,8 @@ def etcd_argv(*, binary: str, node: str, host_ip: str, port: int, data_dir: Path
         "--auto-compaction-retention", COMPACTION_RETENTION,
         "--quota-backend-bytes", str(QUOTA_BACKEND_BYTES),
         "--snapshot-count", "10000",
-        # No JSON gateway: nothing of ours uses it, it is one more way in (issue 23 found a put
-        # through it accepted), and with --client-cert-auth it dials etcd itself with the serving
+        # No JSON gateway: nothing of ours uses it, it is one more way in (a put
+        # through it was found accepted), and with --client-cert-auth it dials etcd itself with the serving
         # certificate, which (server auth only) etcd refuses every few seconds.
         "--enable-grpc-gateway=false",
     ]

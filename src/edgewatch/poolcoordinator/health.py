@@ -1,4 +1,4 @@
-"""Whether the pool coordinator's etcd answers over TLS with the root certificate (issue 23): the
+"""Whether the pool coordinator's etcd answers over TLS with the root certificate (docs/security.md): the
 first half of ``/readyz`` (the second: the access control is reconciled for the current members,
 ``edgewatch.poolcoordinator.members``).
 

@@ -1,5 +1,5 @@
 """The pool coordinator's access control loop: etcd's users and roles follow the pool's Nodes
-(issue 23, deliverable 3).
+(docs/security.md).
 
 It lists and watches the Nodes labelled ``edgewatch.io/pool=<pool>`` (one
 :class:`edgewatch.kube.Informer` with that label selector, its :class:`edgewatch.kube.store.Store`;

@@ -1,4 +1,4 @@
-"""The pool coordinator's metrics (issue 23), on its own registry, served at ``/metrics``:
+"""The pool coordinator's metrics (docs/operations.md), on its own registry, served at ``/metrics``:
 
 - ``edgewatch_pool_coordinator_etcd_restarts_total``: etcd restarts after it exited;
 - ``edgewatch_pool_coordinator_acl_reconciles_total{result}``: access control reconciles, by

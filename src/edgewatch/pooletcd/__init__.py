@@ -1,4 +1,4 @@
-"""The pool coordinator's etcd, server side: its access control (issue 23).
+"""The pool coordinator's etcd, server side: its access control (docs/security.md).
 
 ``acl`` computes, purely, which etcd users and roles a pool needs (one user per node, named by
 the CN of the node's client certificate, whose role lets it write only its own keys:

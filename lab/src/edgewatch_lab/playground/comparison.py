@@ -1,5 +1,5 @@
 """One scenario on several systems side by side (``edgewatch playground compare --systems``): the
-summary rows of each run's report in one column per system, for the console and for the README.
+summary rows of each run's report in one column per system, for the console and for docs/lab.md.
 
 Pure: reads reports (``edgewatch_lab.playground.report.build_report``), never the API. The rows
 are the report's summary rows (``report.SUMMARY_ROWS``), so every cell is a figure the report

@@ -1,5 +1,5 @@
 """What the playground records of a pool's coordinator, and how a report measures its recovery
-after a ``kill-coordinator`` (issue 23: the coordinator rescheduled, the pool led, the cache back).
+after a ``kill-coordinator`` (docs/lab.md: the coordinator rescheduled, the pool led, the cache back).
 
 The runner's :class:`edgewatch_lab.playground.coordinatorwatch.CoordinatorWatch` fills, per pool
 with a coordinator, a :class:`CoordinatorSeries` from what edgewatch publishes (never from the

@@ -8,7 +8,7 @@ The runner watches the real apiserver during a scenario and fills a :class:`Reco
 * :func:`format_summary_table` / :func:`summary_markdown` put an edgewatch run and a baseline run
   (stock Kubernetes) side by side.
 
-Definitions used by the summary (one place, so the README and the tests agree):
+Definitions used by the summary (one place, so docs/lab.md and the tests agree):
 
 * a node is **down** from a kill until the next revive (or forever); a kill of a node that is already
   down, and a revive of a node that is up, change nothing. Down intervals are half-open ``[kill, revive)``:
@@ -590,7 +590,7 @@ def format_summary_table(edgewatch_report: dict[str, Any] | None,
 
 def summary_markdown(edgewatch_report: dict[str, Any] | None,
                      baseline_report: dict[str, Any] | None) -> str:
-    """The same table in Markdown (for the README)."""
+    """The same table in Markdown (for docs/lab.md and the README's key results)."""
     lines = ["| | edgewatch | stock Kubernetes |", "|---|---:|---:|"]
     for label, a, b in summary_rows(edgewatch_report, baseline_report):
         lines.append(f"| {label} | {a} | {b} |")

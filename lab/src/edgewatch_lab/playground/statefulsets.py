@@ -1,5 +1,5 @@
 """What the playground records of a scenario's StatefulSets (``statefulsets``: one replica each,
-preferring a named node), and how a report judges where their pod went (issue 25, item 5: the
+preferring a named node), and how a report judges where their pod went (docs/out-of-service.md: the
 out-of-service taint lets a dead node's StatefulSet pod be recreated elsewhere).
 
 The observer fills, per declared StatefulSet, a :class:`StatefulSetSeries`: ``pods``, one entry

@@ -1,4 +1,4 @@
-"""SuperEdge v0.9.0's edge-health in the playground (``--system superedge``, issue 26): its manifests,
+"""SuperEdge v0.9.0's edge-health in the playground (``--system superedge``, docs/peers.md): its manifests,
 as its own ``deployment/`` says, rendered for one lab.
 
 What runs: the ``edge-health`` DaemonSet (one hostNetwork pod per node that takes it: the edge

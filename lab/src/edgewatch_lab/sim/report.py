@@ -1,5 +1,5 @@
 """The measurements ``edgewatch sim`` prints: detection time, false verdicts under loss, messages and
-bytes per node, and the outcome of splits, for each group size (issue 11's table).
+bytes per node, and the outcome of splits, for each group size (docs/scaling.md's table).
 
 Every function runs fresh seeded :class:`~edgewatch_lab.sim.engine.Simulation` objects and returns plain
 numbers; the same seed gives the same figures on any machine. Times are simulated seconds.

@@ -305,7 +305,7 @@ def ensure_prometheus(*, build_timeout_s: float = 3600.0, on_progress: Callable[
 
 
 #: What ``hack/binaries/build.sh superedge`` builds: SuperEdge v0.9.0's agent and its webhook (the
-#: peer system of issue 26's comparison).
+#: peer system of the comparison in docs/peers.md).
 SUPEREDGE_BINARY_NAMES = ("edge-health", "edge-health-admission")
 
 

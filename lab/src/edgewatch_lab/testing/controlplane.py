@@ -55,7 +55,8 @@ class ClusterTimings:
     """Timings of the stock node lifecycle, all in seconds.
 
     Defaults are short test timings (a real cluster uses 50 s grace and 300 s tolerations, see
-    BRIEF "Useful facts"), so scenarios finish in minutes while keeping the same proportions.
+    kube-controller-manager's ``--node-monitor-grace-period`` and the Kubernetes docs, "Taints and
+    Tolerations"), so scenarios finish in minutes while keeping the same proportions.
 
     Attributes:
         node_monitor_grace_s: kube-controller-manager --node-monitor-grace-period: how long a node

@@ -31,7 +31,7 @@ TLS (what a production pool coordinator should run): pass ``tls=EtcdServerTLS(..
 then present a certificate signed by ``trusted_ca_file`` (``--client-cert-auth``). The health probe
 stays on the separate plain-HTTP metrics port, which serves only /health and /metrics.
 ``EtcdServerTLS.signed_by_ca(folder, ca_cert_pem=..., ca_key_pem=...)`` makes the set a node pool's
-coordinator runs with (issue 23): a serving certificate signed by the pool's CA (the controller's
+coordinator runs with (docs/security.md): a serving certificate signed by the pool's CA (the controller's
 ``poolca``; SANs ``localhost`` and the addresses given), and the same CA as the one trusted for
 client certificates, with ``--client-cert-auth``.
 

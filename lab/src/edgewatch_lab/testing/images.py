@@ -30,7 +30,7 @@ How the edgewatch image is made (the Dockerfile stays the user-facing recipe)
     The Dockerfile's base is ``python:3.11-slim`` (CPython 3.11 on Debian 12); this one is Debian
     12's own CPython 3.11. Both run the same edgewatch wheel.
 
-Other architectures (issue 24: linux/arm64 beside linux/amd64)
+Other architectures (linux/arm64 beside linux/amd64, docs/install.md)
     The same recipe, mirrored: the same Debian packages at the same versions as installed here,
     for that architecture, fetched with ``apt-get download <pkg>:<arch>=<version>`` (``Architecture:
     all`` packages without the qualifier) and unpacked with ``dpkg-deb -x`` (the ``.deb`` files
@@ -93,7 +93,7 @@ IMAGE_UID = 65532
 WHEEL_MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 #: Debian 12's glibc: wheels tagged manylinux_2_17 .. manylinux_2_36 run on it.
 GLIBC_MINOR = 36
-#: What ``make image`` builds: issue 24's two platforms.
+#: What ``make image`` builds: the two platforms docs/install.md lists.
 MULTI_PLATFORMS = ("linux/amd64", "linux/arm64")
 #: Builds etcd for one architecture (relative to the checkout); its inputs are part of the cache key.
 ETCD_SCRIPT = "hack/binaries/build-etcd.sh"

@@ -1,8 +1,8 @@
 """A kubelet simulator: what a real kubelet does to the API, minus containers.
 
 For each simulated node it registers the Node (addresses, capacity, a Ready condition), renews the
-node's Lease in ``kube-node-lease`` at kubelet's rate (40 s duration, renewed every 10 s; BRIEF
-"Useful facts"), re-posts NodeStatus when the API's copy differs from what the node knows (as after
+node's Lease in ``kube-node-lease`` at kubelet's rate (40 s duration, renewed every 10 s;
+Kubernetes docs, "Nodes"), re-posts NodeStatus when the API's copy differs from what the node knows (as after
 kube-controller-manager marked it Unknown) or every ``status_report_s``, serves ``/healthz`` on the
 node's address, marks the pods bound to it Running and Ready (so Services get endpoints), and
 completes their deletion (a real kubelet deletes with grace 0 once containers are gone).

@@ -11,8 +11,8 @@ What it is for
 
 Layout
     One platform (``write_oci_archive``): ``index.json`` lists the image manifest, with its
-    ``platform`` and the name annotations. Several platforms (``write_oci_index``, issue 24's
-    linux/amd64 + linux/arm64 image): ``index.json`` lists one image index blob carrying the name
+    ``platform`` and the name annotations. Several platforms (``write_oci_index``, the
+    linux/amd64 + linux/arm64 image, docs/install.md): ``index.json`` lists one image index blob carrying the name
     annotations (as ``docker buildx build --output type=oci`` writes it, so containerd records one
     image name for all platforms), and that index lists one manifest per platform, each with
     ``platform`` (``os``, ``architecture``) set from its config.

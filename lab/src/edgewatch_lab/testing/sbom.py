@@ -1,7 +1,7 @@
 """The SBOM of edgewatch's image (CycloneDX JSON), made by CycloneDX's own generator from the image.
 
 What it is for
-    Issue 24: each image ships with an SBOM from a well-kept tool, and a test checks that it lists
+    Each image ships with an SBOM from a well-kept tool, and a test checks that it lists
     edgewatch's pinned dependencies (``tests/integration/test_sbom.py``; ``make sbom`` writes it for
     the image ``make image`` builds).
 

@@ -1,5 +1,6 @@
-"""The pool coordinator (seed 002) on a small etcd per node pool: heartbeats, leader election, and
-the leader forwarding cut-off nodes' heartbeats to the cloud (seeds 000/001). Enabled on an agent
+"""The pool coordinator (OpenYurt's Yurt-Coordinator design) on a small etcd per node pool: heartbeats,
+leader election, and the leader forwarding cut-off nodes' heartbeats to the cloud (heartbeat delegation,
+docs/how-it-decides.md). Enabled on an agent
 by ``--coordinator URL``.
 
 How it works
@@ -29,16 +30,16 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   it right before every put), ``grantedTTL - TTL`` from etcd's LeaseTimeToLive — a duration
   measured by etcd alone. ``alive_at`` is then the controller's clock as the leader estimates it
   (``edgewatch.agent.cloudclock``) minus that age, so a node whose clock is off — the leader
-  included — is carried exactly like any other (issue #9), within the apiserver's carry-clock bound. Work goes
-  through a bounded queue, one entry per node (deduplicated), with per-node exponential backoff on
-  failure and a re-forward at least every ``forward_interval_s`` while the heartbeat exists. It
-  never forwards for a node whose peer verdict is ``"unhealthy"``, nor for itself.
+  included — is carried exactly like any other (docs/clock-skew.md), within the apiserver's carry-clock
+  bound. Work goes through a bounded queue, one entry per node (deduplicated), with per-node exponential
+  backoff on failure and a re-forward at least every ``forward_interval_s`` while the heartbeat exists.
+  It never forwards for a node whose peer verdict is ``"unhealthy"``, nor for itself.
 * **Pool cache and Ready.** The leader runs the pool-scope cache's informer
   (``edgewatch.poolcache.leader``: one cloud watch per resource, written into this etcd). After
   every resource's initial sync it puts ``leader-informer-sync`` under its leader lease, so the key
   lives exactly as long as that leadership, and renews it every 10 s while its informers are
   synced. Every agent (leader included) reports ``ready`` only while the key exists and was seen
-  to change within ``sync_stale_s`` (30 s) on its own monotonic clock (seed 002 "Ready"; no
+  to change within ``sync_stale_s`` (30 s) on its own monotonic clock (OpenYurt's "Ready"; no
   timestamp written by the leader is compared with ours).
 
 Roles (``decide_role``, a pure function tested exhaustively): PENDING while etcd is unreachable

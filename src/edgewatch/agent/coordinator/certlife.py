@@ -1,4 +1,4 @@
-"""How long a coordinator session may live on the client certificate it connected with (issue 23):
+"""How long a coordinator session may live on the client certificate it connected with (docs/security.md):
 pure decisions, table-tested (``tests/unit/test_coordinator_cert_lifetime.py``).
 
 etcd checks a client certificate at the TLS handshake only, so an open session would outlive its

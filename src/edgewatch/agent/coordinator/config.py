@@ -1,7 +1,7 @@
 """Configuration of the pool coordinator: its timings and limits (``CoordinatorConfig``), client
 TLS (``CoordinatorTLS``: files given by the operator; ``NodeCertificateTLS``: this node's own
-certificate and its pool's CA, issue 23; ``check_pool_ca``), the pool etcd's URL (``parse_coordinator_url``, ``CoordinatorEndpoint``)
-and the key root every pool's keys live under (``KEY_ROOT``)."""
+certificate and its pool's CA, docs/security.md; ``check_pool_ca``), the pool etcd's URL
+(``parse_coordinator_url``, ``CoordinatorEndpoint``) and the key root every pool's keys live under (``KEY_ROOT``)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ class CoordinatorConfig:
         connect_backoff_initial_s, connect_backoff_max_s: reconnect backoff (jittered, capped at
             10 s so a restarted coordinator is back in use within seconds).
         sync_stale_s: ``leader-informer-sync`` unchanged this long (by this agent's own clock) is
-            stale and the coordinator not Ready: 30 s, three of the leader's 10 s renewals (seed
-            002 / OpenYurt's figures).
+            stale and the coordinator not Ready: 30 s, three of the leader's 10 s renewals
+            (OpenYurt's Yurt-Coordinator figures).
         max_value_bytes: larger values read from etcd are rejected (a heartbeat is ~150 bytes).
     """
 
@@ -189,7 +189,7 @@ def check_pool_ca(pem: bytes | str | None) -> bytes:
 @dataclass(frozen=True)
 class NodeCertificateTLS:
     """Client TLS from this node's own coordinator client certificate (``--coordinator-certificate``,
-    issue 23): the key and certificate files the agent's certificate requester keeps in its state
+    docs/security.md): the key and certificate files the agent's certificate requester keeps in its state
     folder (``edgewatch.agent.certstore``), and, as the only trust roots, the pool CA bundle
     (``ca_pem``, checked by :func:`check_pool_ca`; never the system roots).
 

@@ -10,7 +10,7 @@ __all__ = ["Role", "RoleDecision", "decide_role"]
 
 
 class Role(enum.StrEnum):
-    """Role of this agent in its pool (seed 002)."""
+    """Role of this agent in its pool (as in OpenYurt's Yurt-Coordinator)."""
 
     PENDING = "pending"     # coordinator unreachable: no pool features
     FOLLOWER = "follower"   # not elected, or own cloud link down

@@ -159,7 +159,7 @@ class CoordinatorState:
     @property
     def ready(self) -> bool:
         """Pool-scope data is synced: reachable, ``leader-informer-sync`` exists and was seen to
-        change within ``sync_stale_s`` by our own clock (seed 002)."""
+        change within ``sync_stale_s`` by our own clock (OpenYurt's Yurt-Coordinator "Ready")."""
         return (self._healthy and self._sync_present
                 and time.monotonic() - self._sync_seen_at < self.config.sync_stale_s)
 
