@@ -17,8 +17,7 @@ A neighbour carries a node (:func:`assign_duties`) while
 * the local verdict on the node is not UNHEALTHY (the moment peers judge it dead, carrying stops).
 
 Sources: OpenYurt's Yurt-Coordinator (delegation by a connected node of the pool), TKE Edge (the vote
-decides), Rapid and
-memberlist (a node's state is spread by those who observe it directly).
+decides), Rapid and memberlist (a node's state is spread by those who observe it directly).
 
 Limits: pure. Two neighbours may both carry for a period when they hold different heartbeats of
 the node (one older); the writes are idempotent and a carried Lease's renewTime never runs ahead
