@@ -3,7 +3,8 @@ revision of this repository, unpacked once into the cache.
 
 The lab's "image" is this machine's Python (``edgewatch_lab.testing.podsetup``); an image tagged
 ``git-<revision>`` runs that revision's ``src/`` instead of this checkout's (the same virtualenv,
-so the revision's dependencies must be installed: releases only ever add some). That is how the
+so the revision's dependencies must be installed: a dependency the product drops stays in the
+lab's own, lab/pyproject.toml, while a release the lab plays needs it). That is how the
 playground installs the previous release (CHANGELOG.md names the commit each release was cut
 from) and rolls between releases.
 
