@@ -141,11 +141,18 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
         ids = result.report["identities"]
         users = {(i["component"], i["username"]) for i in ids}
         expected = {("agent", AGENT_SA), ("controller", CONTROLLER_SA)}
+        # the agent's cloud-link probe reads /readyz without its token (readable by everyone);
+        # nothing else may go without a credential
+        anonymous = [i for i in ids if i["username"] == "system:anonymous"]
+        assert all(i["component"] == "agent" and set(i["paths"]) <= {"/readyz"} for i in anonymous), \
+            f"{name}: requests without a credential: {anonymous}"
+        if anonymous:
+            expected.add(("agent", "system:anonymous"))
         if scenario.topology.coordinators == "pods":
             expected.add(("pool-coordinator", COORDINATOR_SA))
         if any(s.action == "uninstall" for s in scenario.steps):
             expected.add(("uninstall", OPERATOR))
         assert users == expected, f"{name}: identities {ids}"
-        agent = next(i for i in ids if i["component"] == "agent")
+        agent = next(i for i in ids if i["component"] == "agent" and i["username"] == AGENT_SA)
         assert agent["requests"] > 0 and set(agent["node_names"]) <= set(scenario.node_names())
         assert agent["node_names"], "agent tokens carry no node claim (not bound to their pods)"

@@ -134,8 +134,11 @@ def test_identities_fold_the_audit_log_by_component_and_user() -> None:
         '{"userAgent": "edgewatch-controller/0.1.0", "user": {"username": "kubernetes-admin"}}',
         "not json", "[1, 2]",
         '{"userAgent": "edgewatch-agent/0.1.0", "user": {}}',   # never authenticated: no identity
+        '{"userAgent": "edgewatch-agent/0.3.0", "user": {"username": "system:anonymous"}, "requestURI": "/readyz"}',
+        '{"userAgent": "edgewatch-agent/0.3.0", "user": {"username": "system:anonymous"}, "requestURI": "/readyz"}',
     ]
     assert fold_events(lines) == [
+        {"component": "agent", "username": "system:anonymous", "requests": 2, "node_names": [], "paths": ["/readyz"]},
         {"component": "agent", "username": sa, "requests": 2, "node_names": ["a-1", "a-2"]},
         {"component": "controller", "username": "kubernetes-admin", "requests": 1, "node_names": []},
     ]

@@ -21,10 +21,15 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 UA_PREFIX = "edgewatch-"
 
 
+ANONYMOUS = "system:anonymous"
+"""Who a request without credentials is (the agent's cloud-link probe of ``/readyz`` sends none)."""
+
+
 def fold_events(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Audit events (JSON lines) -> ``[{"component", "username", "requests", "node_names"}]``,
-    sorted; malformed lines and events with no authenticated user (they used no credential) are
-    skipped. Pure."""
+    sorted, with ``"paths"`` (the request URIs, sorted) for :data:`ANONYMOUS` entries: what was
+    asked without a credential. Malformed lines and events with no user at all (cut off before
+    authentication) are skipped. Pure."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for line in lines:
         try:
@@ -46,9 +51,12 @@ def fold_events(lines: Iterable[str]) -> list[dict[str, Any]]:
         entry = seen.setdefault((component, username), {"component": component, "username": username,
                                                         "requests": 0, "node_names": set()})
         entry["requests"] += 1
+        if username == ANONYMOUS:
+            entry.setdefault("paths", set()).add(str(event.get("requestURI") or ""))
         for node in (user.get("extra") or {}).get(NODE_NAME_EXTRA, []) or []:
             entry["node_names"].add(str(node))
-    return [{**e, "node_names": sorted(e["node_names"])} for _k, e in sorted(seen.items())]
+    return [{**e, "node_names": sorted(e["node_names"]), **({"paths": sorted(e["paths"])} if "paths" in e else {})}
+            for _k, e in sorted(seen.items())]
 
 
 def read_identities(audit_log: Path | None) -> list[dict[str, Any]]:
