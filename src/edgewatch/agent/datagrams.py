@@ -47,13 +47,13 @@ Limits
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from edgewatch.agent.peerserver import canonical_address
 from edgewatch.core.liveness import DATAGRAM_SIZE, Liveness, PeerSession, open_datagram, seal
 from edgewatch.core.pairkey import ExchangeKey, PairKeys, derive_pair_keys
 from edgewatch.core.rejection import Rejected, RejectReason
@@ -90,17 +90,6 @@ class LivenessEvents(Protocol):
         ...
 
 
-def _normal(address: str) -> str:
-    """``address`` as the roster writes it: an IPv4-mapped IPv6 address (a dual-stack socket's
-    view of an IPv4 peer) as its IPv4 form, other addresses in their compressed form."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return str(mapped if mapped is not None else ip)
-
-
 class _Socket(asyncio.DatagramProtocol):
     """Passes each datagram to the endpoint; errors of the socket are logged, never raised."""
 
@@ -108,7 +97,7 @@ class _Socket(asyncio.DatagramProtocol):
         self._received = received
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
-        self._received(data, _normal(str(addr[0])) if addr else "")
+        self._received(data, canonical_address(str(addr[0])) if addr else "")
 
     def error_received(self, exc: Exception) -> None:
         log.debug("liveness socket: %s", exc)  # e.g. ICMP port unreachable from a peer without v6
@@ -199,7 +188,7 @@ class LivenessEndpoint:
     def send(self, peers: Mapping[NodeName, str], *, statement: int, kubelet_ok: bool, cloud_ok: bool) -> None:
         """Send each of ``peers`` (node -> its address) this period's datagram; from now on only
         datagrams from these addresses are read. State of peers no longer listed is dropped."""
-        self._peers = {node: _normal(address) for node, address in peers.items() if node != self.me}
+        self._peers = {node: canonical_address(address) for node, address in peers.items() if node != self.me}
         by_address: dict[str, tuple[NodeName, ...]] = {}
         for node, address in sorted(self._peers.items()):
             by_address[address] = by_address.get(address, ()) + (node,)

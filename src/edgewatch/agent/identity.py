@@ -108,6 +108,7 @@ class IdentityKeeper:
         self._exchange_records: dict[NodeName, str] = {}  # as published (verified or not)
         self._exchange: dict[NodeName, bytes] = {}         # verified raw X25519 public keys
         self._republish = asyncio.Event()
+        self._loading = False
         self._load()
 
     def exchange_key_of(self, node: NodeName) -> bytes | None:
@@ -132,9 +133,9 @@ class IdentityKeeper:
         if record is None:
             self.keyring.public.remove(name)
             self._exchange.pop(name, None)
-            forgotten = [table.pop(name, None) for table in (self._records, self._exchange_records)]
-            if any(f is not None for f in forgotten):
-                self._save()
+            keys_gone = self._records.pop(name, None) is not None
+            exchange_gone = self._exchange_records.pop(name, None) is not None
+            self._save(keys=keys_gone, exchange=exchange_gone)
             return True
         try:
             changed = self.keyring.public.update(name, record)
@@ -147,13 +148,14 @@ class IdentityKeeper:
             log.info("keys of %s: %s", name, ", ".join(self.keyring.public.keys_of(name)),
                      extra={"kind": "keys", "node": name})
         self._apply_exchange(name, exchange)
-        if self._records.get(name) != record or self._exchange_records.get(name) != exchange:
-            self._records[name] = record
-            if exchange is None:
-                self._exchange_records.pop(name, None)
-            else:
-                self._exchange_records[name] = exchange
-            self._save()
+        keys_changed = self._records.get(name) != record
+        exchange_changed = self._exchange_records.get(name) != exchange
+        self._records[name] = record
+        if exchange is None:
+            self._exchange_records.pop(name, None)
+        else:
+            self._exchange_records[name] = exchange
+        self._save(keys=keys_changed, exchange=exchange_changed)
         return True
 
     def _apply_exchange(self, name: NodeName, exchange: str | None) -> None:
@@ -193,15 +195,24 @@ class IdentityKeeper:
         if not isinstance(exchange, dict):
             exchange = {}
         if isinstance(saved, dict):
-            for node, record in saved.items():
-                if isinstance(node, str) and isinstance(record, str):
-                    text = exchange.get(node)
-                    self.apply(node, record, text if isinstance(text, str) else None)
+            self._loading = True  # one save at the end, not one per record
+            try:
+                for node, record in saved.items():
+                    if isinstance(node, str) and isinstance(record, str):
+                        text = exchange.get(node)
+                        self.apply(node, record, text if isinstance(text, str) else None)
+            finally:
+                self._loading = False
+            self._save(keys=True, exchange=True)  # what was refused is not kept
 
-    def _save(self) -> None:
-        if self.state_dir is None:
+    def _save(self, *, keys: bool, exchange: bool) -> None:
+        """Rewrite the state file of the records that changed (``keys``, ``exchange``)."""
+        if self.state_dir is None or self._loading:
             return
-        for name, records in ((_STATE_FILE, self._records), (_EXCHANGE_STATE_FILE, self._exchange_records)):
+        for name, records, changed in ((_STATE_FILE, self._records, keys),
+                                       (_EXCHANGE_STATE_FILE, self._exchange_records, exchange)):
+            if not changed:
+                continue
             path = self.state_dir / name
             try:
                 replace_file(path, json.dumps(records, sort_keys=True))

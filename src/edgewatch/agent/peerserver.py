@@ -113,7 +113,7 @@ class KnownSources:
 
     def __init__(self, *, membership: Membership, extra: tuple[str, ...] = ()) -> None:
         self._membership = membership
-        self._extra = frozenset(_normal(a) for a in extra if a not in ("", "0.0.0.0", "::"))
+        self._extra = frozenset(canonical_address(a) for a in extra if a not in ("", "0.0.0.0", "::"))
         self._seen: tuple[object, object] = (None, None)
         self._addresses: frozenset[str] = self._extra
 
@@ -131,12 +131,13 @@ class KnownSources:
             self._seen = (membership.roster, membership.own)
             members = membership.roster.members.values() if membership.roster is not None else ()
             own = membership.own.address if membership.own is not None else None
-            self._addresses = self._extra | {_normal(a) for a in (*members, own) if a}
-        return _normal(address) in self._addresses
+            self._addresses = self._extra | {canonical_address(a) for a in (*members, own) if a}
+        return canonical_address(address) in self._addresses
 
 
-def _normal(address: str) -> str:
-    """An address in one spelling (IPv4-mapped IPv6 as IPv4, IPv6 compressed)."""
+def canonical_address(address: str) -> str:
+    """An address in one spelling (IPv4-mapped IPv6 as IPv4, IPv6 compressed, zone dropped);
+    anything that is not an IP address unchanged. Who a peer is, over TCP or UDP, is read from it."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
