@@ -13,6 +13,14 @@ What it is for
     A change of ``poolScopeResources`` restarts the caches and the endpoint with the new list
     (clients' watches end; they re-list). An empty list turns the node side off (no endpoint).
 
+    The feeds start with the endpoint's first request, not before: a node none of whose clients
+    (kube-proxy, CoreDNS, ...) is pointed at the pool cache would otherwise keep one cloud watch
+    per resource open for nothing (two more per node than stock Kubernetes, and their lists and
+    acknowledgements on the node's uplink). The first request is answered 503 (not synced yet, as
+    any client of an unsynced cache is; informers retry) and later ones from the cache. A client
+    that first connects while the node is cut off from the cloud and its pool has no coordinator
+    gets nothing, as a client of a cache that never synced does.
+
     Who may read: :class:`~edgewatch.poolcache.authn.AccessControl` asks the cloud (TokenReview,
     SubjectAccessReview) with the agent's own client and credentials, and keeps its decisions for
     the agent's life (a restart of the endpoint keeps them, so a cut-off node's clients stay served).
@@ -38,6 +46,7 @@ import asyncio
 import logging
 import tempfile
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -120,6 +129,7 @@ class PoolCacheHost:
         self.node: NodePoolCache | None = None
         self.caches: dict[PoolResource, ResourceCache] = {}
         self.serving: tuple[PoolResource, ...] = ()
+        self.read = asyncio.Event()  # set by the endpoint's first request: the feeds run from then on
 
     @property
     def source(self) -> Source | None:
@@ -149,6 +159,21 @@ class PoolCacheHost:
                           exc, self.retry_s, extra={"kind": "pool_cache"})
                 await asyncio.sleep(self.retry_s)
 
+    @web.middleware
+    async def _first_request(self, request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """Note that a client reads the pool cache (the feeds start), then serve the request."""
+        if not self.read.is_set():
+            log.info("pool cache: first request (%s %s); starting its feeds", request.method, request.path[:200],
+                     extra={"kind": "pool_cache"})
+            self.read.set()
+        return await handler(request)
+
+    async def _feed_once_read(self, node: NodePoolCache) -> None:
+        """Run ``node``'s feeds once the endpoint has been read (module docstring)."""
+        await self.read.wait()
+        await node.run()
+
     async def _generation(self, resources: tuple[PoolResource, ...], *, poll_s: float) -> None:
         """Serve ``resources`` until the wanted list changes (returns) or cancelled."""
         folder = self._dir()
@@ -161,6 +186,7 @@ class PoolCacheHost:
                                          cloud_ok=self._cloud_ok, verifier=self._verifier, registry=registry,
                                          config=self.config)
         app = make_app(caches=caches, upstream=self.upstream, registry=registry, access=self.access)
+        app.middlewares.append(self._first_request)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -169,7 +195,7 @@ class PoolCacheHost:
             log.info("pool cache serving %s on %s", [r.name for r in resources], server,
                      extra={"kind": "pool_cache", "kubeconfig": str(folder / KUBECONFIG_FILE)})
             async with asyncio.TaskGroup() as tg:
-                feed = tg.create_task(node.run(), name="pool-cache-node")
+                feed = tg.create_task(self._feed_once_read(node), name="pool-cache-node")
                 while self._resources.known_pool_resources() == resources:
                     await asyncio.sleep(poll_s)
                 log.info("pool-scope resources changed: restarting the pool cache", extra={"kind": "pool_cache"})
