@@ -18,8 +18,14 @@ carriers never need more than the beacon's age: they write renewTimes on the con
 they last read it (``edgewatch.agent.cloudclock``), and never past the published bound.
 
 Examples: stock ``G = 50`` (Kubernetes 1.32+) or ``40`` with ``I = 10``: ``A = 30`` (the cap) and
-``25``; the lab's ``G = 20``: ``A = 5``. A grace below ``I + slack + MIN_AHEAD_S`` (17 s) cannot
+``25``; the lab's ``G = 20``: ``A = 5``. A grace below ``I + slack + MIN_AHEAD_S`` (20 s) cannot
 be carried safely and is refused.
+
+Which clock: the admission policy bounds carried renewTimes by the control plane's own clock (the
+renewTime of kube-controller-manager's leader Lease, :data:`edgewatch.names.CONTROL_PLANE_CLOCK_LEASE`)
+plus :data:`CONTROL_PLANE_AHEAD_S`, the ``A`` of the shortest grace carried, so no edgewatch component
+needs to be up for carries to be admitted. The controller still publishes its derived ``A`` on the
+beacon Lease for agents of earlier releases, which capped their renewTimes by it.
 
 Pure: no clock, no I/O.
 """
@@ -29,9 +35,15 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["CLOCK_SLACK_S", "FALLBACK_AHEAD_S", "MAX_AHEAD_S", "MIN_AHEAD_S", "carry_ahead_s", "format_ahead",
-           "parse_ahead"]
+__all__ = ["CLOCK_SLACK_S", "CONTROL_PLANE_AHEAD_S", "FALLBACK_AHEAD_S", "MAX_AHEAD_S", "MIN_AHEAD_S",
+           "carry_ahead_s", "format_ahead", "parse_ahead"]
 
+#: The carry-clock admission policy's bound past the control plane's clock (the renewTime of
+#: kube-controller-manager's leader Lease, renewed every 2 s), seconds: ``G - I - slack`` for the
+#: shortest grace edgewatch carries (20 s, with ``I = 10`` and :data:`CLOCK_SLACK_S`), so it is safe
+#: for every supported grace, and independent of the edgewatch controller (it holds while no
+#: controller replica runs). ``deploy/15-policy-agent.yaml`` spells the same number.
+CONTROL_PLANE_AHEAD_S = 5
 #: Slack for a kubelet clock behind the controller's and for watch and write delays, seconds.
 CLOCK_SLACK_S = 5.0
 #: The admission policy's own cap (deploy/15-policy-agent.yaml), seconds: whatever a controller publishes.
@@ -39,9 +51,9 @@ MAX_AHEAD_S = 30
 #: The bound the admission policy applies while the beacon Lease names none (a controller older than
 #: the policy, during an upgrade), seconds: the beacon period with room for an older agent's estimate.
 FALLBACK_AHEAD_S = 10
-#: Below this an honest carrier's renewals (on the controller's clock as it last read it, up to a
-#: beacon period old) would be refused as often as not, seconds.
-MIN_AHEAD_S = 2
+#: The least bound a grace must leave, seconds: the admission policy's own fixed bound
+#: (:data:`CONTROL_PLANE_AHEAD_S`), so a grace the controller accepts is safe for that bound too.
+MIN_AHEAD_S = CONTROL_PLANE_AHEAD_S
 
 _AHEAD = re.compile(r"[0-9]{1,2}s", re.ASCII)
 

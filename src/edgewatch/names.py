@@ -74,7 +74,14 @@ BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
 
 CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
 """On the beacon Lease: how far past its renewTime an agent's carried renewTime may be, a Go duration
-in whole seconds (edgewatch.carryahead; the carry-clock admission policy reads it)."""
+in whole seconds (edgewatch.carryahead). Agents before the control-plane clock capped their carried
+renewTimes by it; the admission policy now bounds them by the control plane's clock instead."""
+
+CONTROL_PLANE_CLOCK_LEASE = ("kube-system", "kube-controller-manager")
+"""(namespace, name) of the Lease whose renewTime is the carry-clock admission policy's reference:
+kube-controller-manager's leader-election Lease, renewed by the leader's own clock every retry
+period (2 s by default; client-go leaderelection). The node lifecycle controller that marks nodes
+NotReady runs in that same process, so while this clock stops nobody marks a node NotReady either."""
 
 # Node client certificates for the pool coordinator (docs/security.md; edgewatch.controller.csrsigner,
 # https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).

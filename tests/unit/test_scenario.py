@@ -25,7 +25,7 @@ from edgewatch_lab.playground.scenario import (
 
 EXPECTED_BUILTINS = {"real-nodes", "cut-and-kill", "cloud-partition", "node-failure", "pool-split", "pool-split-25", "flaky-link",
                      "leader-failover", "clock-skew", "mixed-cluster", "pool-cache", "coordinator-pod",
-                     "coordinator-real-nodes", "upgrade", "uninstall"}
+                     "coordinator-real-nodes", "upgrade", "uninstall", "controller-outage"}
 
 
 def base() -> dict[str, Any]:
@@ -64,7 +64,7 @@ def problems_of(data: dict[str, Any]) -> str:
 # built-ins
 
 
-def test_builtins_are_the_nine_scenarios():
+def test_builtins_are_the_sixteen_scenarios():
     assert set(builtin_scenarios()) == EXPECTED_BUILTINS
     for path in builtin_scenarios().values():
         assert path.suffix == ".yaml" and path.is_file()
@@ -372,6 +372,7 @@ def test_valid_variants_are_accepted():
         {"at": 4.5, "action": "loss", "pool": "b", "percent": 100},
         {"at": 5, "action": "split", "pool": "a", "sides": [["a-1"], ["a-2", "a-3"], ["a-4"]]},
         {"at": 6, "action": "restart-controller"},
+        {"at": 6.5, "action": "scale-controller", "replicas": 0},
         {"at": 7, "action": "kill", "node": "b-1"},
         {"at": 8, "action": "revive", "node": "b-1"},
         {"at": 8, "action": "kill", "node": "b-1"},
@@ -379,7 +380,8 @@ def test_valid_variants_are_accepted():
                 {"pool": "b", "endpoint_removals": "<=2", "detected_within_s": 1.5}],
     )
     s = parse_scenario(d)
-    assert len(s.steps) == 11
+    assert len(s.steps) == 12
+    assert [st.describe() for st in s.steps if st.action == "scale-controller"] == ["scale the controller to 0"]
     assert s.expect[0].comparison("evictions") == Comparison(">=", 2)
     assert s.expect[1].comparison("endpoint_removals") == Comparison("<=", 2)
     assert s.expectations_for(baseline=True) == [s.expect[0]]

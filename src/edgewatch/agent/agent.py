@@ -74,6 +74,7 @@ from edgewatch.agent.cachehost import PoolCacheHost
 from edgewatch.agent.carrier import HeartbeatCarrier, PeerPathRenewal
 from edgewatch.agent.certrequester import CertificateRequester
 from edgewatch.agent.certstore import CertificateFiles
+from edgewatch.agent.clockreader import ControlPlaneClockReader
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.cloudlink import ApiserverProbe, CloudLinkMonitor
 from edgewatch.agent.config import AgentConfig
@@ -186,6 +187,9 @@ class Agent:
             renew=PeerPathRenewal(client=client, delegate=config.node), life_signs=self.peers, wanted=self.exchange,
             metrics=self.metrics, interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s,
             wall=self.cloud_clock.now)
+        # the control plane's clock (kube-controller-manager's leader Lease), read only while carrying
+        self.clock_reader = ControlPlaneClockReader(client=client, clock=self.cloud_clock, wanted=self.carries,
+                                                    events=self.metrics, timeout_s=config.api_timeout_s)
         self.role = RolePublisher(client=client, node=config.node, coordinators=self.coordinators, link=self.link,
                                   timeout_s=config.api_timeout_s)
         self.own_mark = OwnMarkCleaner(client=client, node=config.node, link=self.link,
@@ -242,6 +246,11 @@ class Agent:
 
     # -- main ------------------------------------------------------------------------------------------
 
+    def carries(self) -> bool:
+        """True while this agent writes carried renewTimes: it carries a peer (peer path) or leads
+        its pool's coordinator (which forwards the pool's carried heartbeats)."""
+        return bool(self.carrier.tasks) or self.coordinators.pool_leader() == self.config.node
+
     def _loops(self) -> dict[str, Coroutine[Any, Any, None]]:
         """Every part's loop, by task name."""
         loops: dict[str, Coroutine[Any, Any, None]] = {
@@ -249,6 +258,7 @@ class Agent:
             "cloud-link": self.link.run(),
             "exchange": self.exchange.run(),
             "carry": self.carrier.run(),
+            "control-plane-clock": self.clock_reader.run(),
             "role": self.role.run(),
             "own-mark": self.own_mark.run(),
             "identity": self.identity.run(),

@@ -60,6 +60,8 @@ class AgentMetrics:
             not known; ``bad_signature``, ``malformed``, ``oversized``, ``version``).
         liveness_peers_alive: peers that proved themselves alive by datagram in the last two
             periods, beside ``probes`` (v5) while the datagrams do not decide yet.
+        control_plane_clock_reads: reads of kube-controller-manager's leader Lease while carrying,
+            by ``outcome`` (``edgewatch.agent.clockreader``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -110,8 +112,15 @@ class AgentMetrics:
         self.liveness_peers_alive = Gauge("edgewatch_agent_liveness_peers_alive",
                                           "Peers proven alive by liveness datagram in the last two periods.",
                                           registry=registry)
+        self.control_plane_clock_reads = Counter("edgewatch_agent_control_plane_clock_reads",
+                                                 "Reads of kube-controller-manager's leader Lease, by outcome.",
+                                                 ["outcome"], registry=registry)
 
     # -- the parts' events (edgewatch.agent.ports and the protocols of the parts' own modules) ---------
+
+    def control_plane_clock_read(self, outcome: str) -> None:
+        """One read of the control plane's clock (``control_plane_clock_reads``)."""
+        self.control_plane_clock_reads.labels(outcome=outcome).inc()
 
     def watch_event_received(self, resource: str) -> None:
         """One API watch event on ``resource`` (``watch_events``)."""

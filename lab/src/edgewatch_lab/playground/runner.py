@@ -444,6 +444,11 @@ class ScenarioPlayer:
         elif action == "restart-controller":
             if cluster.edgewatch:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
+        elif action == "scale-controller":
+            if cluster.edgewatch:
+                await self.client.patch(Deployment, "edgewatch-controller", {"spec": {"replicas": step.replicas}},
+                                        namespace=EDGEWATCH_NAMESPACE)
+                fault["replicas"] = step.replicas
         elif action == "scale":
             await self.client.patch(Deployment, "sample", {"spec": {"replicas": step.replicas}},
                                     namespace=WORKLOAD_NAMESPACE)

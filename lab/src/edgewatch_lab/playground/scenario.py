@@ -33,6 +33,8 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
                                                              # coordinators: pods kills the node its pod runs on
       - {at: 190, action: revive-coordinator, pool: a}       # pods: waits for the rescheduled pod Ready
       - {at: 195, action: restart-controller}
+      - {at: 196, action: scale-controller, replicas: 0}    # every edgewatch controller replica gone;
+                                                             # a later step with 2 brings them back
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
       - {at: 199, action: rollout}                           # edgewatch's agents and controller: new pods
                                                              # (release: <commit> rolls to that release)
@@ -171,6 +173,7 @@ from edgewatch_lab.playground.steps import (
     ReviveCoordinator,
     Rollout,
     Scale,
+    ScaleController,
     Skew,
     Split,
     Step,
@@ -203,6 +206,7 @@ __all__ = [
     "ReviveCoordinator",
     "Rollout",
     "Scale",
+    "ScaleController",
     "Scenario",
     "ScenarioError",
     "Skew",

@@ -193,6 +193,21 @@ class RestartController(_Step):
     action: Literal["restart-controller"]
 
 
+class ScaleController(_Step):
+    """Scale the edgewatch controller Deployment to ``replicas`` (no-op in baseline runs): 0 is an
+    outage of every controller replica (a bad image, the cloud nodes drained), a later step with the
+    count the install runs (2) ends it. The cluster's own Deployment controller does the rest."""
+
+    action: Literal["scale-controller"]
+    replicas: Annotated[int, Field(ge=0, le=10)]
+
+    def target_key(self) -> tuple:
+        return (self.replicas,)
+
+    def describe(self) -> str:
+        return f"scale the controller to {self.replicas}"
+
+
 class Rollout(_Step):
     """Roll edgewatch's agent DaemonSet and controller Deployment through the cluster's own
     rolling update (no-op in baseline runs): to ``release`` (a git revision of this repository,
@@ -245,13 +260,14 @@ class End(_Step):
 
 Step = Annotated[
     Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
-          ReviveCoordinator, RestartController, Rollout, Uninstall, Scale, Heal, End],
+          ReviveCoordinator, RestartController, ScaleController, Rollout, Uninstall, Scale, Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
     "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
-    "revive-coordinator", "restart-controller", "rollout", "uninstall", "scale", "heal", "end",
+    "revive-coordinator", "restart-controller", "scale-controller", "rollout", "uninstall", "scale", "heal",
+    "end",
 )
 
 

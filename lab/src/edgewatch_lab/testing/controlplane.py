@@ -229,7 +229,8 @@ class ControlPlane:
         self._processes.pop(name, None)
 
     def restart_controller_manager(self) -> None:
-        """Stop and start kube-controller-manager (as after a control-plane upgrade)."""
+        """Stop and start kube-controller-manager (as after a control-plane upgrade). It leads
+        again once the old leader Lease has expired (15 s, client-go's default lease duration)."""
         self.stop_component("kube-controller-manager")
         self._start_controller_manager()
 
@@ -438,7 +439,10 @@ class ControlPlane:
             str(self.binaries.kube_controller_manager),
             f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             f"--bind-address={self.address}", f"--secure-port={port}",
-            "--leader-elect=false",
+            # leader election on, as kubeadm and most distributions run it: its Lease
+            # (kube-system/kube-controller-manager, renewed every 2 s) is the control plane's clock
+            # that edgewatch's carry-clock admission policy bounds carried renewTimes by
+            "--leader-elect=true",
             "--controllers=*",
             f"--root-ca-file={self.ca_file}",
             f"--service-account-private-key-file={self._sa.key}",
