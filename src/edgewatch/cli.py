@@ -175,8 +175,8 @@ def rotate_key(identity_file: Path) -> None:
               help="Seconds pods are kept without edge evidence (per node: edgewatch.io/autonomy-duration).")
 @click.option("--node-monitor-grace", type=float, default=40.0, show_default=True,
               help="kube-controller-manager's --node-monitor-grace-period in this cluster, seconds (stock: 40 "
-                   "before Kubernetes 1.32, 50 since). Bounds how far ahead of the controller's clock a carried "
-                   "Lease renewal may be, so that none hides a live node's own renewals past it (at least 17).")
+                   "before Kubernetes 1.32, 50 since). At least 20: the carry bound (5 s past the control plane's "
+                   "clock) must never hide a live node's own renewals past it.")
 @click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")
 @click.option("--workers", type=int, default=8, show_default=True,
               help="Nodes reconciled at once (one node is never handled by two at a time).")

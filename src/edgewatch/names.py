@@ -77,6 +77,11 @@ CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
 in whole seconds (edgewatch.carryahead). Agents before the control-plane clock capped their carried
 renewTimes by it; the admission policy now bounds them by the control plane's clock instead."""
 
+CARRY_UNTIL_ANNOTATION = f"{DOMAIN}/carry-until"
+"""On the group index (ConfigMap ``edgewatch-groups``, written by the controller only): the latest
+renewTime an agent may carry, a MicroTime on the control plane's clock, moved forward while a
+controller leads (edgewatch.controller.carrywindow; the carry admission policy reads it)."""
+
 CONTROL_PLANE_CLOCK_LEASE = ("kube-system", "kube-controller-manager")
 """(namespace, name) of the Lease whose renewTime is the carry-clock admission policy's reference:
 kube-controller-manager's leader-election Lease, renewed by the leader's own clock every retry

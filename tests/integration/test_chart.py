@@ -193,7 +193,8 @@ def test_values_change_what_they_name(helm: Path, kubectl: Path, tmp_path: Path)
     by_name = {(k[1], k[3]): v for k, v in chart.items()}
     assert ("Namespace", "ops") in by_name and ("Namespace", "edgewatch-nodes") in by_name
     assert ("Namespace", "edgewatch") not in by_name
-    assert {k[2] for k in chart} == {"", "ops", "edgewatch-nodes", "kube-node-lease"}
+    # kube-system: the two Roles that read kube-controller-manager's leader Lease (the carry clock)
+    assert {k[2] for k in chart} == {"", "ops", "edgewatch-nodes", "kube-node-lease", "kube-system"}
     assert "system:serviceaccount:edgewatch:" not in yaml.safe_dump_all(list(chart.values()))
     ctl = by_name[("Deployment", "edgewatch-controller")]
     assert ctl["spec"]["replicas"] == 1
@@ -205,8 +206,13 @@ def test_values_change_what_they_name(helm: Path, kubectl: Path, tmp_path: Path)
     assert "--namespace=ops" in agent["containers"][0]["args"]
     assert by_name[("ConfigMap", "edgewatch-config")]["data"]["monitoringRings"] == "4"
     assert by_name[("ConfigMap", "edgewatch-config")]["data"]["grouping"] == "on"
-    binding = by_name[("ValidatingAdmissionPolicyBinding", "edgewatch-agent-carry-clock")]
-    assert binding["spec"]["paramRef"]["namespace"] == "ops"
+    binding = by_name[("ValidatingAdmissionPolicyBinding", "edgewatch-agent-carry")]
+    assert binding["spec"]["paramRef"]["namespace"] == "ops"  # the group index
+    clock = by_name[("ValidatingAdmissionPolicyBinding", "edgewatch-agent-carry-clock")]
+    assert clock["spec"]["paramRef"] == {"name": "kube-controller-manager", "namespace": "kube-system",
+                                         "parameterNotFoundAction": "Allow"}
+    reader = by_name[("RoleBinding", "edgewatch-agent-clock")]
+    assert reader["metadata"]["namespace"] == "kube-system" and reader["subjects"][0]["namespace"] == "ops"
     no_ns = chart_objects(helm, kubectl, CHART, tmp_path, "--set", "namespace.create=false")
     assert [k[3] for k in no_ns if k[1] == "Namespace"] == ["edgewatch-nodes"]
 

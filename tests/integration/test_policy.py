@@ -582,6 +582,40 @@ def test_a_renewal_in_the_future_is_refused(world: World, node_lease: dict[str, 
     _renewal(world.n1, renew, _mark("n1", _micro(renew)))
 
 
+def test_carries_end_when_no_controller_has_moved_the_deadline(world: World, node_lease: dict[str, Any]) -> None:
+    """The group index's edgewatch.io/carry-until (moved 5 minutes ahead every 30 s by the leading
+    controller) bounds every carried renewTime: once no controller has moved it for its window, a
+    liar can no longer keep a dead peer Ready. Absent (a controller older than the policy): no
+    deadline. Malformed: refused (only the controller writes it)."""
+    cp = world.admin
+    index = {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "edgewatch-groups", "namespace": "edgewatch", "annotations": {}},
+             "data": {"n1": "edgewatch-roster", "n2": "edgewatch-roster"}}
+    try:
+        clock = _control_plane_clock(cp)
+        index["metadata"]["annotations"] = {"edgewatch.io/carry-until": _micro(clock - dt.timedelta(seconds=30))}
+        _apply(cp, index)
+        time.sleep(1)  # the apiserver's informers have it
+        renew = _control_plane_clock(cp) + dt.timedelta(seconds=1)
+        msg = _renewal(world.n1, renew, _mark("n1", _micro(renew)), policy=CARRY)
+        assert "past edgewatch.io/carry-until" in msg, msg
+        for bad in ("soon", "2026-11-28T10:05:00Z"):  # not a MicroTime: refused, never no deadline
+            index["metadata"]["annotations"] = {"edgewatch.io/carry-until": bad}
+            _apply(cp, index)
+            time.sleep(1)
+            renew = _control_plane_clock(cp) + dt.timedelta(seconds=1)
+            _renewal(world.n1, renew, _mark("n1", _micro(renew)), policy=CARRY)
+        index["metadata"]["annotations"] = {"edgewatch.io/carry-until": _micro(clock + dt.timedelta(minutes=5))}
+        _apply(cp, index)
+        time.sleep(1)
+        renew = _control_plane_clock(cp) + dt.timedelta(seconds=1)
+        assert _allowed(world.n1, renew)
+    finally:
+        index["metadata"]["annotations"] = {}
+        _apply(cp, index)
+        time.sleep(1)
+
+
 def test_no_edgewatch_controller_is_needed_and_no_beacon_widens_the_bound(world: World,
                                                                          node_lease: dict[str, Any]) -> None:
     """The bound is the control plane's own clock, not the edgewatch controller's: with the beacon

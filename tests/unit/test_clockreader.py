@@ -116,3 +116,16 @@ def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
         ControlPlaneClockReader(client=FakeKube(), clock=CloudClock(), wanted=lambda: True,  # type: ignore[arg-type]
                                 events=Outcomes(), timeout_s=0)
+
+
+async def test_fresh_reads_only_when_the_last_read_is_older_than_a_period() -> None:
+    kube, outcomes = FakeKube(), Outcomes()
+    _leader_lease(kube, "2026-11-28T10:00:00.000000Z")
+    reader = ControlPlaneClockReader(client=kube, clock=CloudClock(), wanted=lambda: True,  # type: ignore[arg-type]
+                                     events=outcomes, timeout_s=1.0, period_s=0.2)
+    await reader.fresh()
+    await reader.fresh()  # within the period: no second read
+    assert outcomes.seen == ["ok"]
+    await asyncio.sleep(0.25)
+    await reader.fresh()
+    assert outcomes.seen == ["ok", "ok"]

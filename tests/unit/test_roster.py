@@ -201,9 +201,16 @@ async def test_publisher_writes_on_membership_change_only() -> None:
         kube.put("Node", obj)
         await asyncio.sleep(0.2)
         assert pub.published == published and len(_writes(kube)) == before
-        # a join, a new address, a departure: one write each, to that group's roster only
+        # a join, a new address, a departure: one write each, to that group's roster only; the
+        # group index keeps the carry deadline the controller annotated it with
+        index = kube.obj("ConfigMap", GROUP_INDEX_NAME, "edgewatch")
+        index["metadata"]["annotations"] = {"edgewatch.io/carry-until": "2026-11-28T10:05:00.000000Z"}
+        kube.put("ConfigMap", index)
         _node(kube, "a-4", "10.0.0.4", **{ZONE: "a"})
         await _wait(lambda: "a-4" in _members(kube, name_a))
+        await _wait(lambda: "a-4" in kube.obj("ConfigMap", GROUP_INDEX_NAME, "edgewatch")["data"])
+        assert kube.obj("ConfigMap", GROUP_INDEX_NAME, "edgewatch")["metadata"]["annotations"] == {
+            "edgewatch.io/carry-until": "2026-11-28T10:05:00.000000Z"}
         _node(kube, "a-1", "10.0.0.9", **{ZONE: "a"})
         await _wait(lambda: _members(kube, name_a)["a-1"] == "10.0.0.9")
         _node(kube, "b-1", "10.0.1.1", **{ZONE: "a"})  # relabelled: group b is gone

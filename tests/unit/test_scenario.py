@@ -25,7 +25,7 @@ from edgewatch_lab.playground.scenario import (
 
 EXPECTED_BUILTINS = {"real-nodes", "cut-and-kill", "cloud-partition", "node-failure", "pool-split", "pool-split-25", "flaky-link",
                      "leader-failover", "clock-skew", "mixed-cluster", "pool-cache", "coordinator-pod",
-                     "coordinator-real-nodes", "upgrade", "uninstall", "controller-outage"}
+                     "coordinator-real-nodes", "upgrade", "uninstall", "controller-outage", "controller-failover"}
 
 
 def base() -> dict[str, Any]:
@@ -64,7 +64,7 @@ def problems_of(data: dict[str, Any]) -> str:
 # built-ins
 
 
-def test_builtins_are_the_sixteen_scenarios():
+def test_builtins_are_the_seventeen_scenarios():
     assert set(builtin_scenarios()) == EXPECTED_BUILTINS
     for path in builtin_scenarios().values():
         assert path.suffix == ".yaml" and path.is_file()

@@ -156,7 +156,7 @@ class Agent:
         self.keyring = NodeKeyring(node=config.node, keys=load_or_create_key_file(config.identity_file))
         # peer protocol v6: the X25519 key of this node's pair keys, derived from its signing key
         self.exchange_key = ExchangeKey.derived_from(self.keyring.own_keys[0])
-        # carried renewTimes are written in the controller's clock (the apiserver bounds them by it)
+        # carried renewTimes are written on the control plane's clock (the apiserver bounds them by it)
         self.cloud_clock = CloudClock()
         self.beacon = BeaconHolder()
 
@@ -183,13 +183,13 @@ class Agent:
             client=client, node=config.node, beacon=self.beacon, statements=self.exchange, link=self.link,
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
             timeout_s=config.api_timeout_s, events=self.metrics, cloud_clock=self.cloud_clock)
-        self.carrier = HeartbeatCarrier(
-            renew=PeerPathRenewal(client=client, delegate=config.node), life_signs=self.peers, wanted=self.exchange,
-            metrics=self.metrics, interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s,
-            wall=self.cloud_clock.now)
         # the control plane's clock (kube-controller-manager's leader Lease), read only while carrying
         self.clock_reader = ControlPlaneClockReader(client=client, clock=self.cloud_clock, wanted=self.carries,
                                                     events=self.metrics, timeout_s=config.api_timeout_s)
+        self.carrier = HeartbeatCarrier(
+            renew=PeerPathRenewal(client=client, delegate=config.node), life_signs=self.peers, wanted=self.exchange,
+            metrics=self.metrics, interval_s=config.carry_interval_s, timeout_s=config.api_timeout_s,
+            wall=self.cloud_clock.now, before_renew=self.clock_reader.fresh)
         self.role = RolePublisher(client=client, node=config.node, coordinators=self.coordinators, link=self.link,
                                   timeout_s=config.api_timeout_s)
         self.own_mark = OwnMarkCleaner(client=client, node=config.node, link=self.link,

@@ -98,15 +98,20 @@ class HeartbeatCarrier:
         interval_s: renew a carried Lease this often (seconds).
         timeout_s: bound of one renewal (seconds); a renewal that takes longer counts as
             ``timeout`` and is retried.
-        retry_s: pause after a failed renewal (seconds).
+        retry_s: pause after a failed renewal (seconds), doubled with each failure in a row up to
+            ``interval_s``.
         poll_s: how often the wanted set is read (seconds).
         monotonic, wall: clocks (injectable for tests): seconds, and aware UTC datetime.
+        before_renew: awaited right before each renewal computes its renewTime (the agent's: a
+            fresh reading of the control plane's clock, ``edgewatch.agent.clockreader``), within
+            half of ``timeout_s``; its failure is logged and the renewal goes on; None: nothing.
     """
 
     def __init__(self, *, renew: Renew, life_signs: LifeSigns, wanted: CarryWanted, metrics: AgentMetrics,
                  interval_s: float, timeout_s: float, retry_s: float = 1.0, poll_s: float = 0.5,
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+                 wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+                 before_renew: Callable[[], Awaitable[None]] | None = None) -> None:
         if min(interval_s, timeout_s, retry_s, poll_s) <= 0:
             raise ValueError("carrier intervals and timeouts must be > 0 seconds")
         self._renew = renew
@@ -119,6 +124,7 @@ class HeartbeatCarrier:
         self.poll_s = poll_s
         self._monotonic = monotonic
         self._wall = wall
+        self._before_renew = before_renew
         self.tasks: dict[NodeName, asyncio.Task[None]] = {}
         self.renewed_at: dict[NodeName, float] = {}  # monotonic time of each node's last successful renewal
 
@@ -145,11 +151,15 @@ class HeartbeatCarrier:
             self._metrics.carrying.set(0)
 
     async def _carry(self, node: NodeName) -> None:
-        """Renew ``node``'s Lease every ``interval_s`` (after a failure: ``retry_s``) until cancelled."""
+        """Renew ``node``'s Lease every ``interval_s`` until cancelled; after a failure retry in
+        ``retry_s``, doubling with each failure in a row up to ``interval_s`` (a refusal that lasts,
+        e.g. past the carry deadline during a controller outage, costs one request per interval)."""
+        failures = 0
         while True:
             started = self._monotonic()
             ok = await self.renew_once(node)
-            pause = self.interval_s if ok else self.retry_s
+            failures = 0 if ok else failures + 1
+            pause = self.interval_s if ok else min(self.interval_s, self.retry_s * 2 ** min(failures - 1, 16))
             await asyncio.sleep(max(0.0, pause - (self._monotonic() - started)))
 
     async def renew_once(self, node: NodeName) -> bool:
@@ -157,10 +167,16 @@ class HeartbeatCarrier:
         seen = self._life_signs.life_sign(node)
         if seen is None:
             return False
-        age_s = max(0.0, self._monotonic() - seen)
-        alive_at = self._wall() - dt.timedelta(seconds=age_s)
+        if self._before_renew is not None:
+            try:  # bounded apart: a slow or failing read never stops the renewal (it keeps the reading held)
+                async with asyncio.timeout(self.timeout_s / 2):
+                    await self._before_renew()
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.debug("carrying %s: no fresh clock reading: %s", node, exc or type(exc).__name__)
         try:
             async with asyncio.timeout(self.timeout_s):
+                age_s = max(0.0, self._monotonic() - seen)
+                alive_at = self._wall() - dt.timedelta(seconds=age_s)
                 result = await self._renew(node=node, alive_at=alive_at)
         except TimeoutError:
             self._metrics.delegations.labels(outcome="timeout").inc()

@@ -9,7 +9,8 @@ edgewatch controller replica runs.
 
 Cost: nothing while this agent carries nobody (no watch: a watch would bring an event every 2 s to
 every node). While it carries, or leads its pool's coordinator (which forwards carried heartbeats),
-one GET of one Lease every ``period_s`` (2 s): about 1 KiB each way.
+one GET of one Lease every ``period_s`` (2 s): about 1 KiB each way; the peer path's carrier also
+asks for a fresh reading right before a carry (:meth:`ControlPlaneClockReader.fresh`).
 
 Errors: a missing Lease (kube-controller-manager without leader election), a refusal (an install
 without the ``edgewatch-agent-clock`` Role) or a timeout is logged when the outcome changes and
@@ -74,6 +75,7 @@ class ControlPlaneClockReader:
         self.period_s = period_s
         self.namespace, self.name = lease
         self.last_outcome: str | None = None
+        self._read_at: float | None = None  # loop time of the last successful read
 
     async def run(self) -> None:
         """Read while wanted, every ``period_s``, until cancelled."""
@@ -81,6 +83,14 @@ class ControlPlaneClockReader:
             if self._wanted():
                 await self.read_once()
             await asyncio.sleep(self.period_s)
+
+    async def fresh(self) -> None:
+        """Read now unless a read succeeded within ``period_s``: called before a carry, so the first
+        carry after a while without carrying (a new carrier, a restart during a controller outage)
+        is written on a current reading, not on one capped minutes in the past."""
+        now = asyncio.get_running_loop().time()
+        if self._read_at is None or now - self._read_at >= self.period_s:
+            await self.read_once()
 
     async def read_once(self) -> str:
         """One bounded read; returns its outcome (see :class:`ClockReadEvents`). Never raises
@@ -104,6 +114,7 @@ class ControlPlaneClockReader:
         if not isinstance(renew_time, dt.datetime) or renew_time.tzinfo is None:
             return self._note("no_time", "the Lease has no renewTime")
         self._clock.observe_control_plane(renew_time)
+        self._read_at = asyncio.get_running_loop().time()
         return self._note("ok", "")
 
     def _note(self, outcome: str, detail: str) -> str:

@@ -54,7 +54,7 @@ What it is handed
     the namespace of the pool CA ConfigMap), the API client, the agent's
     registry, this node's cloud link (:class:`edgewatch.agent.ports.CloudLinkView`), the local
     verdicts (:class:`Verdicts`: the peer exchange), what the ConfigMap and the own Node say
-    (:class:`PoolSettings`: the membership) and the controller's clock carried renewTimes are
+    (:class:`PoolSettings`: the membership) and the control plane's clock carried renewTimes are
     written in (:class:`ControllerClock`).
 
 Errors
@@ -148,7 +148,7 @@ class Verdicts(Protocol):
 
 
 class ControllerClock(Protocol):
-    """The controller's clock as this agent estimates it (``edgewatch.agent.cloudclock``)."""
+    """The control plane's clock as this agent estimates it (``edgewatch.agent.cloudclock``)."""
 
     def now(self) -> dt.datetime:
         """The controller's current time, an aware UTC datetime."""
@@ -184,7 +184,7 @@ class CoordinatorRunner:
         verdicts: the local verdicts (the leader never vouches for an ``unhealthy`` node).
         signer: this node's keyring (seals the pool cache it writes while leading).
         settings: the ConfigMap's pool settings and the own Node (:class:`PoolSettings`).
-        clock: the controller's clock, in which carried renewTimes are written.
+        clock: the control plane's clock, in which carried renewTimes are written.
         node_certificate: where this node's coordinator client certificate is kept (the state
             folder), or None: then ``tls`` always (module docstring).
         certificate_always: ``--coordinator-certificate``: every coordinator uses the node's own

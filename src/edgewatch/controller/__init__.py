@@ -32,5 +32,7 @@ Modules, one concept each:
   :mod:`~edgewatch.controller.reconciler`, :mod:`~edgewatch.controller.evictions`: per-node work;
 - :mod:`~edgewatch.controller.roster`: the group rosters;
 - :mod:`~edgewatch.controller.leader`, :mod:`~edgewatch.controller.ops`, :mod:`~edgewatch.controller.main`,
-  :mod:`~edgewatch.controller.metrics`: leader election, /healthz /readyz /metrics, the process.
+  :mod:`~edgewatch.controller.metrics`: leader election, /healthz /readyz /metrics, the process;
+- :mod:`~edgewatch.controller.standby`: what a replica that does not lead keeps watching (the warm
+  standby the reconciler starts from).
 """

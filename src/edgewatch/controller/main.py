@@ -14,19 +14,27 @@ import socket
 
 from prometheus_client import CollectorRegistry
 
+from edgewatch.controller.carrywindow import CarryWindow
 from edgewatch.controller.coordinators import CoordinatorManager
 from edgewatch.controller.leader import ElectionConfig, LeaderElector
 from edgewatch.controller.metrics import ControllerMetrics
 from edgewatch.controller.model import ControllerConfig, UnknownPolicy
 from edgewatch.controller.ops import serve_ops
+from edgewatch.controller.observations import Observations
 from edgewatch.controller.reconciler import Reconciler
+from edgewatch.controller.standby import StandbyWatch
+from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.kube.client import api_client
 from edgewatch.kube.http import http_client_of
 from edgewatch.logs import configure_logging
 from edgewatch.metricsauth import MetricsGuard
 from edgewatch.runtime import run_until_signalled
+from edgewatch.timefmt import MonotonicClock
 
-__all__ = ["run_controller", "run_controller_async"]
+__all__ = ["EVIDENCE_TTL_S", "run_controller", "run_controller_async"]
+
+#: A signed statement counts while its beacon is at most this old, seconds (the reconciler's default).
+EVIDENCE_TTL_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +51,20 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
     guard = MetricsGuard(http=http) if http is not None else None
     if guard is not None:
         registry.register(guard.collector)
+    # A warm standby (edgewatch.controller.standby): while this replica does not lead it keeps the
+    # node Leases' renewal sightings and the verified edge view; the reconciler starts from them.
+    clock = MonotonicClock().now
+    observations = Observations()
+    verified = VerifiedEdge(ttl_s=EVIDENCE_TTL_S, on_result=lambda r: metrics.evidence.labels(result=r).inc())
+    standby = StandbyWatch(client=client, observations=observations, verified=verified, clock=clock,
+                           namespace=namespace, api_timeout_s=api_timeout_s)
+
+    def leading_changed(leading: bool) -> None:
+        metrics.leader.set(1 if leading else 0)
+        standby.leading_changed(leading)
+
     elector = LeaderElector(client=client, namespace=namespace, name="edgewatch-controller", identity=identity,
-                            config=election, on_change=lambda leading: metrics.leader.set(1 if leading else 0))
+                            config=election, on_change=leading_changed)
 
     async def work() -> None:
         # Both only while leading: the elector cancels this (and so both) when leadership ends.
@@ -52,13 +72,20 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
                                           own_pod=own_pod, metrics=metrics, api_timeout_s=api_timeout_s)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(coordinators.run())
+            # carries stay admitted for CARRY_WINDOW_S past the last move, then no longer (a liar
+            # cannot carry a dead node through a long outage of every controller replica)
+            tg.create_task(CarryWindow(client=client, namespace=namespace, api_timeout_s=api_timeout_s).run())
             tg.create_task(Reconciler(client=client, config=config, metrics=metrics, namespace=namespace,
-                                      resync_s=resync_s, workers=workers, api_timeout_s=api_timeout_s).run())
+                                      resync_s=resync_s, workers=workers, api_timeout_s=api_timeout_s,
+                                      evidence_ttl_s=EVIDENCE_TTL_S, clock=clock, observations=observations,
+                                      verified=verified).run())
 
     try:
         with serve_ops(address=metrics_address, port=metrics_port, registry=registry,
                        ready=lambda: elector.reachable, guard=guard):
-            await elector.run(work)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(standby.run(), name="controller-standby")
+                tg.create_task(elector.run(work), name="controller-election")
     finally:
         await client.close()
 

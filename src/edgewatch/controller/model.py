@@ -330,14 +330,16 @@ class ControllerConfig:
     #: Deployment is written (the controller logs why).
     coordinator_image: str = ""
     #: kube-controller-manager's ``--node-monitor-grace-period`` in this cluster: 40 s, the stock
-    #: default before Kubernetes 1.32 (50 s since), the shorter and so the safer guess. It bounds how far
-    #: past the controller's clock an agent's carried renewTime may be (``carry_ahead_s``).
+    #: default before Kubernetes 1.32 (50 s since), the shorter and so the safer guess. At least 20 s:
+    #: the admission policy's fixed carry bound is safe only from there (``edgewatch.carryahead``); the
+    #: bound derived from it (``carry_ahead_s``) is published on the beacon for agents of earlier releases.
     node_monitor_grace_s: float = 40.0
 
     @property
     def carry_ahead_s(self) -> int:
-        """How far past the controller's clock a carried renewTime may be, whole seconds
-        (``edgewatch.carryahead``: the kubelet renews every quarter of ``default_lease_duration_s``)."""
+        """How far past the beacon's clock an earlier release's agent caps its carried renewTimes,
+        whole seconds (``edgewatch.carryahead``: the kubelet renews every quarter of
+        ``default_lease_duration_s``)."""
         return carry_ahead_s(node_monitor_grace_s=self.node_monitor_grace_s,
                              kubelet_renew_interval_s=self.default_lease_duration_s / 4)
 

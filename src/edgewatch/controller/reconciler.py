@@ -152,6 +152,9 @@ class Reconciler:
             (default 30 s; ``edgewatch.controller.verified``).
         beacon_period_s: seconds between beacons (default 5 s; ``edgewatch.controller.evidence``).
         identity_namespace: where the agents' keys and evidence Leases live.
+        observations, verified: the Lease sightings and the verified edge view to start from (a
+            warm standby's, ``edgewatch.controller.standby``; default: empty, a cold start). They
+            must have been kept with the same ``clock``.
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,
@@ -159,7 +162,8 @@ class Reconciler:
                  workers: int = 8, evictions_in_flight: int = 8, api_timeout_s: float = 10.0,
                  watch_timeout_s: float = 150.0, clock: Callable[[], float] | None = None,
                  evidence_ttl_s: float = 30.0, beacon_period_s: float = 5.0,
-                 identity_namespace: str = IDENTITY_NAMESPACE) -> None:
+                 identity_namespace: str = IDENTITY_NAMESPACE, observations: Observations | None = None,
+                 verified: VerifiedEdge | None = None) -> None:
         if workers < 1 or evictions_in_flight < 1:
             raise ValueError("workers and evictions_in_flight must be >= 1")
         if api_timeout_s <= 0 or watch_timeout_s <= 0:
@@ -184,7 +188,7 @@ class Reconciler:
         self.cut_off = CutOffTracker(metrics.node_cut_off, self.clock)  # per-node cut-off seconds
         self.agents_silent = SinceTracker(metrics.agent_silent, self.clock)  # per-node silent-agent seconds
         self.coverage = Coverage()
-        self.observations = Observations()
+        self.observations = observations if observations is not None else Observations()
         self.queue = WorkQueue()
         self._labels: dict[str, dict[str, str]] = {}  # every Node's labels, from the watch
         self.moves = LabelMoves()  # pool and group label changes, told as Warning Events
@@ -195,8 +199,8 @@ class Reconciler:
         self._held: set[str] = set()  # nodes under the autonomy hold: their Lease is read, not cached
         # nodes whose current carried renewal is not believed: (carrier, first seen, Event recorded)
         self._unproven: dict[str, tuple[str, float, bool]] = {}
-        self.verified = VerifiedEdge(ttl_s=evidence_ttl_s,
-                                     on_result=lambda r: metrics.evidence.labels(result=r).inc())
+        self.verified = verified if verified is not None else VerifiedEdge(
+            ttl_s=evidence_ttl_s, on_result=lambda r: metrics.evidence.labels(result=r).inc())
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
                                     period_s=beacon_period_s, api_timeout_s=api_timeout_s,
                                     carry_ahead_s=config.carry_ahead_s)

@@ -198,7 +198,9 @@ class RosterPublisher:
             else:
                 await self._call(self.client.replace(ConfigMap(
                     metadata=ObjectMeta(name=name, namespace=self.namespace, labels={ROSTER_LABEL: "true"},
-                                        resourceVersion=current.metadata.resourceVersion),
+                                        resourceVersion=current.metadata.resourceVersion,
+                                        # kept: the group index's carry deadline (controller.carrywindow)
+                                        annotations=current.metadata.annotations),
                     data=dict(data))))
                 result = "updated"
         except ApiError as exc:

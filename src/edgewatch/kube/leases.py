@@ -165,7 +165,7 @@ async def renew_on_behalf(
         delegate: name of the node doing it (recorded in ``delegated-by``).
         via: ``"peer"`` or ``"coordinator"`` (recorded in ``delegated-via``).
         alive_at: when the node was last seen alive (its newest heartbeat, aware datetime) on the
-            controller's clock as the delegate estimates it (``edgewatch.agent.cloudclock``); written
+            control plane's clock as the delegate estimates it (``edgewatch.agent.cloudclock``); written
             as renewTime, so the cloud never sees a fresher life sign than there was, and within the
             apiserver's carry-clock bound (``deploy/15-policy-agent.yaml``) whatever the delegate's
             own clock says.
@@ -178,13 +178,13 @@ async def renew_on_behalf(
     after ``alive_at`` is taken as "nothing newer to report" (NODE_RENEWED_ITSELF; RENEWED if it is
     a current mark naming ``delegate``; CARRIED_BY_ANOTHER if the mark names someone else, which is
     never counted as this delegate's success), which compares the Lease's renewTime (the kubelet's clock, or the
-    controller's as another delegate estimated it) with ``alive_at`` (the controller's clock as this
-    delegate estimates it): a node whose kubelet's clock is ahead of the controller's is not carried
-    until the controller's clock passes its last renewTime.
+    control plane's as another delegate estimated it) with ``alive_at`` (the control plane's clock as this
+    delegate estimates it): a node whose kubelet's clock is ahead of the control plane's is not carried
+    until the control plane's clock passes its last renewTime.
 
     The apiserver refuses (403) a renewal without the mark naming ``delegate`` as the carrier, of a
-    node outside the delegate's group, or more than 30 s past the controller's clock
-    (``deploy/15-policy-agent.yaml``); that comes back as FAILED.
+    node outside the delegate's group, more than 5 s past the control plane's clock, or past the
+    group index's carry deadline (``deploy/15-policy-agent.yaml``); that comes back as FAILED.
     """
     def decide(lease: Lease) -> DelegatedRenewal | dt.datetime:
         current = lease.spec.renewTime if lease.spec else None

@@ -458,15 +458,20 @@ class PlaygroundCluster:
     def restart_controller(self) -> int:
         """SIGKILL every running edgewatch controller container (no goodbye); their kubelets
         restart them as a kubelet restarts a crashed container. Returns how many were killed."""
+        return sum(self.kill_controller_on(name) for name, node in self.nodes.items() if not node.covered)
+
+    def kill_controller_on(self, node_name: str) -> int:
+        """SIGKILL the edgewatch controller container(s) that ``node_name``'s kubelet runs (no
+        goodbye; its kubelet restarts it). Returns how many were killed."""
+        node = self.nodes.get(node_name)
+        if node is None or node.kubelet is None:
+            return 0
         killed = 0
-        for node in self.nodes.values():
-            if node.kubelet is None or node.covered:
-                continue
-            for pid in children(node.kubelet.pid):
-                if b"controller" in _cmdline(pid) and b"edgewatch" in _cmdline(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                        killed += 1
+        for pid in children(node.kubelet.pid):
+            if b"controller" in _cmdline(pid) and b"edgewatch" in _cmdline(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
         return killed
 
     def kill_node(self, name: str) -> None:

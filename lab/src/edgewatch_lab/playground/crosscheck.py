@@ -119,7 +119,8 @@ def cross_check(scenario: Scenario) -> tuple[list[str], list[int]]:
         gone_at = scenario.steps[uninstalls[0]].at
         for i in order:
             s = scenario.steps[i]
-            if s.action in ("rollout", "restart-controller", "scale-controller") and s.at >= gone_at:
+            if s.action in ("rollout", "restart-controller", "kill-controller-leader", "scale-controller") \
+                    and s.at >= gone_at:
                 problems.append(f"{where(i, s)}.at: edgewatch is uninstalled at {gone_at:g} s "
                                 f"(steps[{uninstalls[0]}]); nothing is left to {s.action.replace('-', ' ')}")
 

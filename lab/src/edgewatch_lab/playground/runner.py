@@ -32,6 +32,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from rich.console import Console, Group
 from rich.live import Live
@@ -444,6 +445,17 @@ class ScenarioPlayer:
         elif action == "restart-controller":
             if cluster.edgewatch:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
+        elif action == "kill-controller-leader":
+            if cluster.edgewatch:
+                # the holder is the leading replica's pod name (its --identity)
+                lease = await self.client.get(Lease, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
+                holder = (lease.spec.holderIdentity if lease.spec else None) or ""
+                pod = await self.client.get(Pod, holder, namespace=EDGEWATCH_NAMESPACE)
+                fault["leader"], fault["node"] = holder, pod.spec.nodeName if pod.spec else None
+                fault["killed"] = await loop.run_in_executor(None, cluster.kill_controller_on, fault["node"] or "")
+                # the pod is gone too (as when its node dies or it is force-deleted): its Deployment
+                # makes a new one with a new name, which is a new candidate, not the old leader
+                await self.client.delete(Pod, holder, namespace=EDGEWATCH_NAMESPACE, grace_period=0)
         elif action == "scale-controller":
             if cluster.edgewatch:
                 await self.client.patch(Deployment, "edgewatch-controller", {"spec": {"replicas": step.replicas}},

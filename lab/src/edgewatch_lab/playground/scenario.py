@@ -33,6 +33,7 @@ A scenario is a YAML file (or the name of a built-in one, see :func:`builtin_sce
                                                              # coordinators: pods kills the node its pod runs on
       - {at: 190, action: revive-coordinator, pool: a}       # pods: waits for the rescheduled pod Ready
       - {at: 195, action: restart-controller}
+      - {at: 195.5, action: kill-controller-leader}         # SIGKILL of the leading replica only
       - {at: 196, action: scale-controller, replicas: 0}    # every edgewatch controller replica gone;
                                                              # a later step with 2 brings them back
       - {at: 198, action: scale, replicas: 6}                # the sample Deployment (a cloud-side change)
@@ -164,6 +165,7 @@ from edgewatch_lab.playground.steps import (
     End,
     Heal,
     Kill,
+    KillControllerLeader,
     KillCoordinator,
     KillLeader,
     Loss,
@@ -196,6 +198,7 @@ __all__ = [
     "Expectation",
     "Heal",
     "Kill",
+    "KillControllerLeader",
     "KillCoordinator",
     "KillLeader",
     "Loss",

@@ -193,6 +193,15 @@ class RestartController(_Step):
     action: Literal["restart-controller"]
 
 
+class KillControllerLeader(_Step):
+    """The pod of the edgewatch controller replica that leads now (the holder of the Lease
+    ``edgewatch/edgewatch-controller``, a pod name) dies: its container SIGKILLed on its node (no
+    goodbye), the pod force-deleted, as when its node dies (no-op in baseline runs). A standby
+    takes over once the Lease has expired (15 s); the Deployment's new pod is a new candidate."""
+
+    action: Literal["kill-controller-leader"]
+
+
 class ScaleController(_Step):
     """Scale the edgewatch controller Deployment to ``replicas`` (no-op in baseline runs): 0 is an
     outage of every controller replica (a bad image, the cloud nodes drained), a later step with the
@@ -260,14 +269,15 @@ class End(_Step):
 
 Step = Annotated[
     Union[CutCloud, RestoreCloud, Split, Loss, Kill, Revive, Skew, KillLeader, KillCoordinator,
-          ReviveCoordinator, RestartController, ScaleController, Rollout, Uninstall, Scale, Heal, End],
+          ReviveCoordinator, RestartController, KillControllerLeader, ScaleController, Rollout, Uninstall, Scale,
+          Heal, End],
     Field(discriminator="action"),
 ]
 
 ACTIONS: Final = (
     "cut-cloud", "restore-cloud", "split", "loss", "kill", "revive", "skew", "kill-leader", "kill-coordinator",
-    "revive-coordinator", "restart-controller", "scale-controller", "rollout", "uninstall", "scale", "heal",
-    "end",
+    "revive-coordinator", "restart-controller", "kill-controller-leader", "scale-controller", "rollout",
+    "uninstall", "scale", "heal", "end",
 )
 
 

@@ -28,7 +28,7 @@ Every agent of a pool keeps a session with the pool's etcd (``PoolCoordinator.ru
   watch event is observed the moment it arrives (leader's monotonic clock); a heartbeat found by the
   initial listing is as old as the time since its etcd lease was last refreshed (the agent refreshes
   it right before every put), ``grantedTTL - TTL`` from etcd's LeaseTimeToLive — a duration
-  measured by etcd alone. ``alive_at`` is then the controller's clock as the leader estimates it
+  measured by etcd alone. ``alive_at`` is then the control plane's clock as the leader estimates it
   (``edgewatch.agent.cloudclock``) minus that age, so a node whose clock is off — the leader
   included — is carried exactly like any other (docs/clock-skew.md), within the apiserver's carry-clock
   bound. Work goes through a bounded queue, one entry per node (deduplicated), with per-node exponential

@@ -31,7 +31,7 @@ class PoolCoordinator(Session):
             empty: no cache (the leader still writes ``leader-informer-sync``).
         cache_config: the leader informer's settings.
         wall: the clock forwarded renewTimes are written in (aware UTC datetime; the agent passes
-            its estimate of the controller's clock, ``edgewatch.agent.cloudclock``).
+            its estimate of the control plane's clock, ``edgewatch.agent.cloudclock``).
 
     Raises:
         CoordinatorError: (reason ``config``) bad URL, names, or TLS with an http URL.
