@@ -38,7 +38,8 @@ CONTROLLER = ROOT / "deploy" / "40-controller.yaml"
 
 # The alerts docs/operations.md lists; each must exist and have a firing and a non-firing promtool case.
 ALERTS = {"EdgewatchNodeFailed", "EdgewatchNodeCutOff", "EdgewatchEvidenceRefused", "EdgewatchControllerNoLeader",
-          "EdgewatchControllerNotReconciling", "EdgewatchPoolCoordinatorNotReady", "EdgewatchAgentNotReady"}
+          "EdgewatchControllerNotReconciling", "EdgewatchPoolCoordinatorNotReady", "EdgewatchAgentNotReady",
+          "EdgewatchCarryClockMissing"}
 
 RULES_HEADER = (
     "# GENERATED from prometheusrule.yaml's spec (the one source; tests/integration/test_alerts.py checks\n"

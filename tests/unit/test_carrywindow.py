@@ -50,10 +50,17 @@ async def test_move_writes_on_the_control_planes_clock_and_keeps_the_rest() -> N
 
 
 async def test_without_the_leader_lease_the_own_clock_is_used() -> None:
+    readable: list[bool] = []
     kube = _world(renew=None)
     ours = dt.datetime(2026, 11, 28, 11, 0, tzinfo=dt.UTC)
-    window = CarryWindow(client=kube, namespace="edgewatch", wall=lambda: ours)  # type: ignore[arg-type]
+    window = CarryWindow(client=kube, namespace="edgewatch", wall=lambda: ours,  # type: ignore[arg-type]
+                         on_clock=readable.append)
     assert await window.move() == "2026-11-28T11:05:00.000000Z"
+    assert readable == [False]  # the metric behind EdgewatchCarryClockMissing
+    kube = _world()
+    window = CarryWindow(client=kube, namespace="edgewatch", on_clock=readable.append)  # type: ignore[arg-type]
+    await window.move()
+    assert readable == [False, True]
 
 
 async def test_no_group_index_or_a_failed_write_writes_nothing_and_raises_nothing() -> None:

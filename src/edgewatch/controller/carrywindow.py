@@ -70,11 +70,14 @@ class CarryWindow:
         refresh_s: seconds between two moves (default 30).
         api_timeout_s: bound of every API call, seconds.
         wall: this machine's clock (aware UTC datetime), only if the leader Lease cannot be read.
+        on_clock: called with whether that Lease was read at each move (the metric
+            ``edgewatch_controller_control_plane_clock``).
     """
 
     def __init__(self, *, client: AsyncClient, namespace: str, window_s: float = CARRY_WINDOW_S,
                  refresh_s: float = 30.0, api_timeout_s: float = 10.0,
-                 wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+                 wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+                 on_clock: Callable[[bool], None] = lambda _readable: None) -> None:
         if not 0 < refresh_s < window_s:
             raise ValueError("need 0 < refresh_s < window_s (seconds)")
         self._client = client
@@ -83,6 +86,7 @@ class CarryWindow:
         self.refresh_s = refresh_s
         self.api_timeout_s = api_timeout_s
         self._wall = wall
+        self._on_clock = on_clock
         self.written: str | None = None
         self._clock_warned = False
 
@@ -94,10 +98,12 @@ class CarryWindow:
             renew = lease.spec.renewTime if lease.spec is not None else None
             if isinstance(renew, dt.datetime) and renew.tzinfo is not None:
                 self._clock_warned = False
+                self._on_clock(True)
                 return renew
             problem = "it has no renewTime"
         except (*API_ERRORS, TimeoutError) as exc:
             problem = str(exc) or type(exc).__name__
+        self._on_clock(False)
         if not self._clock_warned:
             log.warning("cannot read the control plane's clock (%s/%s: %s); the carry deadline is written on "
                         "this controller's clock", namespace, name, problem, extra={"kind": "carry_window"})

@@ -74,7 +74,8 @@ async def run_controller_async(*, kubeconfig: str | None, namespace: str, identi
             tg.create_task(coordinators.run())
             # carries stay admitted for CARRY_WINDOW_S past the last move, then no longer (a liar
             # cannot carry a dead node through a long outage of every controller replica)
-            tg.create_task(CarryWindow(client=client, namespace=namespace, api_timeout_s=api_timeout_s).run())
+            tg.create_task(CarryWindow(client=client, namespace=namespace, api_timeout_s=api_timeout_s,
+                                       on_clock=lambda readable: metrics.control_plane_clock.set(int(readable))).run())
             tg.create_task(Reconciler(client=client, config=config, metrics=metrics, namespace=namespace,
                                       resync_s=resync_s, workers=workers, api_timeout_s=api_timeout_s,
                                       evidence_ttl_s=EVIDENCE_TTL_S, clock=clock, observations=observations,

@@ -24,6 +24,9 @@ class ControllerMetrics:
         config_rejected: edgewatch-config ConfigMap versions refused (the previous one stays).
         queue_depth: nodes waiting for a worker.
         leader: 1 while this replica holds the controller Lease.
+        control_plane_clock: 1 while the leader reads kube-controller-manager's leader Lease (the carry
+            clock; ``edgewatch.controller.carrywindow``), 0 while it cannot (no leader election there:
+            the admission policy's clock bound is off).
         evidence: signed statements and key records looked at, by ``result`` (``new``, ``older``,
             ``duplicate``, ``unknown_beacon``, a refusal reason such as ``bad_signature`` or
             ``sender_mismatch``, ``bad_key_record``, ``bad_key_proof``, ``key_conflict``).
@@ -68,6 +71,9 @@ class ControllerMetrics:
         self.queue_depth = Gauge("edgewatch_controller_queue_depth", "Nodes waiting for a worker.",
                                  registry=registry)
         self.leader = Gauge("edgewatch_controller_leader", "1 while this replica leads.", registry=registry)
+        self.control_plane_clock = Gauge("edgewatch_controller_control_plane_clock",
+                                         "1 while kube-controller-manager's leader Lease (the carry clock) is readable.",
+                                         registry=registry)
         self.evidence = Counter("edgewatch_controller_evidence", "Signed statements and key records looked at, by "
                                 "result.", ["result"], registry=registry)
         self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
