@@ -413,12 +413,12 @@ async def test_tls_with_client_certificates(kube: AsyncClient, binaries: Binarie
 async def test_untrusted_values_in_etcd_are_rejected_not_fatal(kube: AsyncClient, etcd: EtcdServer) -> None:
     """What the coordinator's host (any key, any value) or a buggy member can put there: each value
     is refused with its reason and counted, the election and the leader go on."""
-    from edgewatch.agent.coordinator import _EtcdClient
+    from edgewatch.agent.coordinator import EtcdClient
     from edgewatch.core.seal import seal
     from edgewatch.poolkeys import PoolKeys
 
     pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
-    raw = _EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
+    raw = EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
     # a published node that is not running (its keys are known to every agent)
     stranger = NodeKeyring(node="no-lease", keys=[NodeKey.generate()], public=pool.published)
     try:
@@ -468,10 +468,10 @@ async def test_a_node_with_a_skewed_clock_is_carried_by_what_the_leader_observed
     the leader times it by when it saw the put (watch) or by the etcd lease's age (listing), never
     by the value: the Lease is renewed to about now on the leader's clock, and again for each new
     put — an hour behind, the old code never advanced it (docs/clock-skew.md)."""
-    from edgewatch.agent.coordinator import Heartbeat, _EtcdClient
+    from edgewatch.agent.coordinator import Heartbeat, EtcdClient
 
     pool = Pool(kube=kube, url=etcd.client_url, count=2, config=FAST)
-    raw = _EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
+    raw = EtcdClient(host=etcd.address, port=etcd.client_port, timeout=3, credentials=None)
     skewed = f"cw-skew-{_suffix()}"
     pool.verdicts[skewed] = "healthy"  # its peers see it alive
     await kube.create(Lease.from_dict({

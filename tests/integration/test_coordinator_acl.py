@@ -22,7 +22,7 @@ import pytest
 
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
 from edgewatch.agent.certstore import CertificateFiles
-from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role, _EtcdClient
+from edgewatch.agent.coordinator import CoordinatorConfig, NodeCertificateTLS, PoolCoordinator, Role, EtcdClient
 from edgewatch.controller.poolca import PoolCA, make_ca
 from edgewatch.kube.api import AsyncClient
 from edgewatch.poolkeys import PoolKeys
@@ -64,7 +64,7 @@ async def _denied(call: Callable[[], object]) -> str:
 
 
 async def _stop(coordinators: dict[str, PoolCoordinator], tasks: dict[str, asyncio.Task[None]],
-                *clients: _EtcdClient) -> None:
+                *clients: EtcdClient) -> None:
     """Close the coordinators, cancel and await the tasks, close the raw clients."""
     for c in coordinators.values():
         await c.close()
@@ -111,7 +111,7 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
                                        signer=NodeKeyring(node=n, keys=[NodeKey.generate()], public=published))
                     for n in (n1, n2)}
     tasks: dict[str, asyncio.Task[None]] = {}
-    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+    attacker = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                            credentials=_issue(ca, n2, folder).credentials())
     try:
         tasks[n1] = asyncio.create_task(coordinators[n1].run())
@@ -152,7 +152,7 @@ async def test_a_member_writes_only_its_own_keys_and_cannot_move_the_election(
         assert coordinators[n2]._term == term and coordinators[n1].role is Role.LEADER
 
         # A certificate from the pool CA for a node that is not a member gets nothing at all.
-        stranger = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+        stranger = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                                credentials=_issue(ca, "edge-9", folder).credentials())
         try:
             await _denied(lambda: stranger.get(keys.heartbeat(n1)))
@@ -192,7 +192,7 @@ async def test_the_cli_reconciles_and_is_idempotent(world: tuple[EtcdServer, Poo
     bad = await asyncio.to_thread(run, [*argv[:-4], "--member", "Not_A_Node"])
     assert bad.returncode == 2 and "DNS-1123" in bad.stderr, bad.stderr
 
-    edge2 = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+    edge2 = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                         credentials=_issue(ca, "edge-2", folder).credentials())
     try:
         await edge2.put(keys.heartbeat("edge-2"), b"{}")
@@ -232,7 +232,7 @@ async def test_a_member_cannot_make_itself_next_in_line(kube: AsyncClient,
 
     coordinators = {n1: coordinator(n1), n3: coordinator(n3)}
     tasks: dict[str, asyncio.Task[None]] = {"janitor": asyncio.create_task(janitor.run())}
-    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+    attacker = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                            credentials=_issue(ca, n2, folder).credentials())
     try:
         await asyncio.wait_for(janitor.synced.wait(), 20)
@@ -272,7 +272,7 @@ async def test_a_member_cannot_make_itself_next_in_line(kube: AsyncClient,
         # n2 leaves the pool: its keys and its area are removed
         members["now"] = frozenset({n1, n3})
         await _wait(lambda: "departed" in actions, timeout_s=10, what="n2's keys removed")
-        probe = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0, credentials=root.credentials())
+        probe = EtcdClient(host=server.address, port=server.client_port, timeout=3.0, credentials=root.credentials())
         try:
             left = await probe.get_prefix(keys.writer(n2).encode())
             assert list(left) == []
@@ -302,11 +302,11 @@ async def test_a_member_cannot_pile_up_leases_or_history(world: tuple[EtcdServer
     root = _issue(ca, "root", folder)
     await reconcile_acl(target=target, credentials=root.credentials(), pool=pool, members=[n1, n2])
     actions: list[str] = []
-    honest = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+    honest = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                          credentials=_issue(ca, n1, folder).credentials())
-    attacker = _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+    attacker = EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                            credentials=_issue(ca, n2, folder).credentials())
-    probe = _EtcdClient(host=server.address, port=server.client_port, timeout=10.0, credentials=root.credentials())
+    probe = EtcdClient(host=server.address, port=server.client_port, timeout=10.0, credentials=root.credentials())
     tasks: dict[str, asyncio.Task[None]] = {}
 
     async def leases() -> set[int]:

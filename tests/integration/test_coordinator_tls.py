@@ -29,7 +29,7 @@ from edgewatch.core.seal import unseal
 from edgewatch.agent.certstore import CertificateFiles
 from edgewatch.agent.coordinating import CoordinatorRunner
 from edgewatch.poolkeys import PoolKeys
-from edgewatch.agent.coordinator import KEY_ROOT, NodeCertificateTLS, Role, _EtcdClient, classify_error
+from edgewatch.agent.coordinator import KEY_ROOT, NodeCertificateTLS, Role, EtcdClient, classify_error
 from edgewatch.controller.poolca import make_ca
 from edgewatch.names import POOL_CA_CONFIGMAP_KEY, pool_ca_name
 from edgewatch_lab.testing.binaries import Binaries
@@ -40,8 +40,8 @@ from _pki import Clock, Link, Settings, Verdicts, issue, now, pool_ca_etcd, stop
 pytestmark = pytest.mark.controlplane
 
 
-def client(server: EtcdServer, credentials: object) -> _EtcdClient:
-    return _EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
+def client(server: EtcdServer, credentials: object) -> EtcdClient:
+    return EtcdClient(host=server.address, port=server.client_port, timeout=3.0,
                        credentials=credentials)  # type: ignore[arg-type]
 
 

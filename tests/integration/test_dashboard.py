@@ -28,7 +28,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgewatch.agent.coordinator.metrics import _Metrics as CoordinatorMetrics
+from edgewatch.agent.coordinator.metrics import AgentCoordinatorMetrics
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.controller.cutoff import CutOffTracker
 from edgewatch.controller.metrics import ControllerMetrics
@@ -109,7 +109,7 @@ def agent_registry() -> CollectorRegistry:
     a.delegations.labels(outcome=RenewOutcome.RENEWED.value).inc()
     a.relayed.labels(result="new").inc()
     a.key_record_refused("bad_key_proof")
-    c = CoordinatorMetrics(registry)
+    c = AgentCoordinatorMetrics(registry)
     c.healthy.set(1)
     c.ready.set(1)
     c.delegated.set(1)

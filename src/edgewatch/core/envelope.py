@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, model
 from edgewatch.core.checks import bounded_age, positive_int, positive_seconds
 from edgewatch.core.heartbeat import Heartbeat, decode_heartbeat
 from edgewatch.core.protocol import (
-    _MAX_COUNTER,
     ENVELOPE_MAGIC,
     MAX_AGE_S,
+    MAX_COUNTER,
     MAX_HEARTBEATS_PER_ENVELOPE,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -52,10 +52,10 @@ from edgewatch.core.wireschema import (
     _STRICT,
     _VERIFICATION_DETAIL,
     _check_owner,
-    _check_version,
     _Counter,
     _NodeNameStr,
     _schema_detail,
+    check_version,
 )
 
 __all__ = ["DecodedEnvelope", "HeartbeatResult", "_parse_json", "decode_envelope", "encode_envelope"]
@@ -216,7 +216,7 @@ def encode_envelope(
     if sender == receiver:
         raise ValueError("sender and receiver must differ")
     for name, counter in (("epoch", epoch), ("seq", seq)):
-        if isinstance(counter, bool) or not isinstance(counter, int) or not 0 <= counter <= _MAX_COUNTER:
+        if isinstance(counter, bool) or not isinstance(counter, int) or not 0 <= counter <= MAX_COUNTER:
             raise ValueError(f"{name} must be an int in [0, 2**63), got {counter!r}")
     for name, value in (("nonce", nonce), ("reply_to", reply_to)):
         if value is None and name == "reply_to":
@@ -299,7 +299,7 @@ def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes, int
     if magic is None:
         raise Rejected(RejectReason.MALFORMED, f"envelope: header does not start with {ENVELOPE_MAGIC.decode()}")
     version = int(magic.group(1))
-    _check_version(version, "envelope")
+    check_version(version, "envelope")
     if len(words) < 3:
         raise Rejected(RejectReason.UNSIGNED, "envelope: header has no key id and MAC")
     if len(words) > 3 or not header.isascii():

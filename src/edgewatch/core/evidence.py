@@ -52,7 +52,7 @@ from edgewatch.core.signing import Verifier, canonical_json
 from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, Rejected, RejectReason, decode_heartbeat
-from edgewatch.core.wireschema import _check_version
+from edgewatch.core.wireschema import check_version
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -124,7 +124,7 @@ def _statements(document: object) -> object:
     if not isinstance(document, dict):
         raise Rejected(RejectReason.MALFORMED, "evidence must be a list (v4) or an object (v5)")
     version = document.get("v")
-    _check_version(version, "evidence")
+    check_version(version, "evidence")
     if version == 4:
         raise Rejected(RejectReason.MALFORMED, "evidence v4 is a bare list, not an object")
     if isinstance(version, bool) or version != 5 or set(document) != {"v", "versions", "statements"}:

@@ -28,11 +28,11 @@ from edgewatch.core.wireschema import (
     _STRICT,
     _VERIFICATION_DETAIL,
     _check_owner,
-    _check_version,
     _Counter,
     _NodeNameStr,
     _schema_detail,
     _Version,
+    check_version,
 )
 
 __all__ = ["Heartbeat", "decode_heartbeat", "sign_heartbeat"]
@@ -212,7 +212,7 @@ def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
         Rejected: for any hostile ``obj``.
     """
     if isinstance(obj, dict):
-        _check_version(obj.get("v"), "heartbeat", low=STATEMENT_VERSION, high=STATEMENT_VERSION)
+        check_version(obj.get("v"), "heartbeat", low=STATEMENT_VERSION, high=STATEMENT_VERSION)
     _authenticate(obj, keyring=keyring, domain=HEARTBEAT_DOMAIN, what="heartbeat")
     try:
         model = _HeartbeatModel.model_validate(obj)

@@ -30,6 +30,7 @@ __all__ = [
     "ENVELOPE_MAGIC",
     "HEARTBEAT_DOMAIN",
     "MAX_AGE_S",
+    "MAX_COUNTER",
     "MAX_HEARTBEATS_PER_ENVELOPE",
     "MAX_NAMES_PER_LIST",
     "MIN_PROTOCOL_VERSION",
@@ -40,7 +41,6 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "envelope_domain",
     "envelope_magic",
-    "_MAX_COUNTER",
 ]
 
 PROTOCOL_VERSION: Final = 5
@@ -96,4 +96,5 @@ MAX_AGE_S: Final = 86_400.0
 NONCE_HEX_LENGTH: Final = 32
 """A nonce is 16 random bytes, lower-case hex."""
 
-_MAX_COUNTER: Final = 2**63 - 1
+MAX_COUNTER: Final = 2**63 - 1
+"""Schema bound on the counters (envelope ``epoch``/``seq``, heartbeat ``incarnation``/``seq``): int64 max."""

@@ -14,12 +14,13 @@ from typing import Annotated, Final
 
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 
-from edgewatch.core.protocol import _MAX_COUNTER, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, STATEMENT_VERSION
+from edgewatch.core.protocol import MAX_COUNTER, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, STATEMENT_VERSION
 from edgewatch.core.rejection import Rejected, RejectReason
 from edgewatch.core.signing import Verification, Verifier
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
 
 __all__ = [
+    "check_version",
     "_FROM_VERIFICATION",
     "_STRICT",
     "_VERIFICATION_DETAIL",
@@ -27,7 +28,6 @@ __all__ = [
     "_NodeNameStr",
     "_Version",
     "_check_owner",
-    "_check_version",
     "_schema_detail",
 ]
 
@@ -71,14 +71,14 @@ _Version = Annotated[int, Field(ge=STATEMENT_VERSION, le=STATEMENT_VERSION)]
 """``v`` of a statement (heartbeat): :data:`~edgewatch.core.protocol.STATEMENT_VERSION`."""
 
 
-def _check_version(value: object, what: str, *, low: int = MIN_PROTOCOL_VERSION,
-                   high: int = PROTOCOL_VERSION) -> None:
+def check_version(value: object, what: str, *, low: int = MIN_PROTOCOL_VERSION,
+                  high: int = PROTOCOL_VERSION) -> None:
     """Refuse (VERSION) an integer ``v`` outside ``[low, high]``; anything not an integer is left
     to the schema (MALFORMED). Called before the signature check, on untrusted input: it only
     refuses, it never accepts anything."""
     if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
         raise Rejected(RejectReason.VERSION,
                        f"{what} is version {str(value)[:20]}; this release speaks {low}-{high}")
-_Counter = Annotated[int, Field(ge=0, le=_MAX_COUNTER)]
+_Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
 
 _STRICT: Final = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")

@@ -138,7 +138,6 @@ and ``Forwarding``, all of them on ``CoordinatorState``)::
     roles         Role, RoleDecision, decide_role: the pure state machine
     backoff       next_backoff (reconnects, failed forwards)
     schema        Heartbeat and its validation on read (parse_heartbeat, HeartbeatRejected)
-    etcd          aetcd's client with TLS credentials (_EtcdClient) and the gRPC channel options
     metrics       the edgewatch_coordinator_* metrics
     pool          PoolCoordinator, composed of:
       session     run/close, the session and its reconnects, the own cloud link, heartbeat puts
@@ -173,12 +172,12 @@ __all__ = [
     "classify_error", "decide_role",
     "next_backoff", "parse_coordinator_url", "parse_heartbeat",
     "DEFAULT_ETCD_PORT", "KEY_ROOT",
-    "_EtcdClient",  # the integration tests' raw etcd client
+    "EtcdClient",  # the integration tests' raw etcd client (edgewatch.pooletcd.client)
 ]
 
 if TYPE_CHECKING:
-    from edgewatch.agent.coordinator.etcd import _EtcdClient
     from edgewatch.agent.coordinator.pool import PoolCoordinator
+    from edgewatch.pooletcd.client import EtcdClient
 
 
 def __getattr__(name: str) -> Any:
@@ -188,7 +187,7 @@ def __getattr__(name: str) -> Any:
     if name == "PoolCoordinator":
         from edgewatch.agent.coordinator.pool import PoolCoordinator
         return PoolCoordinator
-    if name == "_EtcdClient":
-        from edgewatch.agent.coordinator.etcd import _EtcdClient
-        return _EtcdClient
+    if name == "EtcdClient":
+        from edgewatch.pooletcd.client import EtcdClient
+        return EtcdClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,11 +15,11 @@ import logging
 
 import aetcd
 
-from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.forwarding import Forwarding
 from edgewatch.agent.coordinator.leaderkey import LeaderKeyWatch
 from edgewatch.agent.coordinator.roles import Role, decide_role
 from edgewatch.core.seal import seal
+from edgewatch.pooletcd.client import EtcdClient
 from edgewatch.waits import apart, wait_event
 
 __all__ = ["Election"]
@@ -36,7 +36,7 @@ class _StepDown(Exception):
 class Election(LeaderKeyWatch, Forwarding):
     """Campaign, lead and step down; a leader forwards (``Forwarding``) and runs the pool cache."""
 
-    async def _election_loop(self, client: _EtcdClient) -> None:
+    async def _election_loop(self, client: EtcdClient) -> None:
         assert self._election_wake is not None
         if self._leader_lease is not None:  # leader before a reconnect: keep leading if the lease survived
             kv, lease = self._candidates.get(self.node), self._leader_lease
@@ -63,7 +63,7 @@ class Election(LeaderKeyWatch, Forwarding):
                     continue
             await wait_event(self._election_wake, self.config.health_interval_s)
 
-    async def _campaign(self, client: _EtcdClient) -> int | None:
+    async def _campaign(self, client: EtcdClient) -> int | None:
         """Put this node's candidacy if absent; the lease id if it is the lowest of the pool (we
         lead), else withdraw it (revoke) and None."""
         self._campaigning = True
@@ -91,7 +91,7 @@ class Election(LeaderKeyWatch, Forwarding):
         finally:
             self._campaigning = False
 
-    async def _lead(self, client: _EtcdClient, lease: int) -> None:
+    async def _lead(self, client: EtcdClient, lease: int) -> None:
         """Be the leader until stepping down; release the lease if the cloud link went."""
         assert self._stepdown_wake is not None
         self._elected = True
@@ -115,7 +115,7 @@ class Election(LeaderKeyWatch, Forwarding):
                 await self._rpc(client.revoke_lease(lease))  # deletes candidacy + sync key at once
         self._leader_lease = None
 
-    async def _lead_until_step_down(self, client: _EtcdClient, lease: int) -> str:
+    async def _lead_until_step_down(self, client: EtcdClient, lease: int) -> str:
         """Keep-alive, step-down watch, forwarding and the pool cache until one of them steps down;
         the reason. Run apart from ``_lead``'s task: if the task running this were cancelled as a
         part stepped down, the TaskGroup would raise the step-down and drop the cancellation."""
@@ -130,7 +130,7 @@ class Election(LeaderKeyWatch, Forwarding):
             reason = group.exceptions[0].reason  # type: ignore[attr-defined]
         return reason
 
-    async def _keepalive(self, client: _EtcdClient, lease: int) -> None:
+    async def _keepalive(self, client: EtcdClient, lease: int) -> None:
         loop = asyncio.get_running_loop()
         while True:
             sent = loop.time()

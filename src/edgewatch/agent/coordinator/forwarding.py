@@ -15,12 +15,12 @@ from aetcd import utils as etcd_utils
 
 from edgewatch.agent.coordinator.backoff import next_backoff
 from edgewatch.agent.coordinator.errors import CoordinatorError
-from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.schema import Heartbeat, HeartbeatRejected, parse_heartbeat
 from edgewatch.agent.coordinator.state import CoordinatorState
 from edgewatch.waits import bounded
 from edgewatch.core.types import is_dns1123_subdomain
 from edgewatch.kube.leases import RenewOutcome, renew_on_behalf
+from edgewatch.pooletcd.client import EtcdClient
 
 __all__ = ["Forwarding"]
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class Forwarding(CoordinatorState):
     """The leader's forwarding of delegated heartbeats (run by ``Election`` while leading)."""
 
-    async def _forward(self, client: _EtcdClient) -> None:
+    async def _forward(self, client: EtcdClient) -> None:
         """List the heartbeats, forward the delegated ones at once, then follow the watch."""
         self._queue = asyncio.Queue(maxsize=self.config.queue_size)
         self._queued.clear()
@@ -60,7 +60,7 @@ class Forwarding(CoordinatorState):
             with contextlib.suppress(Exception):
                 await bounded(watch.cancel(), 1.0)
 
-    async def _listed_age(self, client: _EtcdClient, kv: Any) -> float | None:
+    async def _listed_age(self, client: EtcdClient, kv: Any) -> float | None:
         """Seconds since a listed heartbeat was put, measured by etcd: the time since its lease was
         last refreshed (``grantedTTL - TTL``; the agent refreshes it right before each put; etcd
         reports whole seconds, so this errs up to 1 s on the old side). None when it cannot be told

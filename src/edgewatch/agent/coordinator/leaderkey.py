@@ -25,10 +25,10 @@ from typing import Any
 from aetcd import utils as etcd_utils
 
 from edgewatch.agent.coordinator.errors import CoordinatorError
-from edgewatch.agent.coordinator.etcd import _EtcdClient
-from edgewatch.agent.coordinator.state import CoordinatorState, _LeaderKey
+from edgewatch.agent.coordinator.state import CoordinatorState, LeaderKey
 from edgewatch.core.seal import SealRejected, unseal
 from edgewatch.core.types import is_dns1123_subdomain
+from edgewatch.pooletcd.client import EtcdClient
 from edgewatch.waits import bounded
 
 __all__ = ["LeaderKeyWatch"]
@@ -82,7 +82,7 @@ class LeaderKeyWatch(CoordinatorState):
                     self.metrics.rejected.labels(reason="leader_key").inc()
                     log.warning("ignoring a malformed candidacy (no lease or a bad node name)",
                                 extra={"pool": self.pool, "node": self.node, "candidate": name[:80]})
-                self._candidates[name] = _LeaderKey(kv.lease, kv.create_revision, kv.mod_revision)
+                self._candidates[name] = LeaderKey(kv.lease, kv.create_revision, kv.mod_revision)
             return True
         if key.startswith(self.keys.disqualifications):
             name = key[len(self.keys.disqualifications):].decode(errors="replace")
@@ -139,7 +139,7 @@ class LeaderKeyWatch(CoordinatorState):
         if self._stepdown_wake is not None:
             self._stepdown_wake.set()
 
-    async def _observe_leader(self, client: _EtcdClient, revision: int) -> None:
+    async def _observe_leader(self, client: EtcdClient, revision: int) -> None:
         """Watch the candidacies and sync keys (prefix ``leader/``) from ``revision`` + 1."""
         prefix = self.keys.leadership
         watch = await self._rpc(client.watch(prefix, range_end=etcd_utils.prefix_range_end(prefix),
@@ -152,7 +152,7 @@ class LeaderKeyWatch(CoordinatorState):
                 await bounded(watch.cancel(), 1.0)
         raise CoordinatorError("unreachable", f"coordinator {self.endpoint.url}: leader watch ended")
 
-    async def _health_probe(self, client: _EtcdClient) -> None:
+    async def _health_probe(self, client: EtcdClient) -> None:
         """Re-read the election every ``health_interval_s``: proves the coordinator answers,
         repairs a missed watch event, and removes this node's stale candidacy."""
         while True:
@@ -162,7 +162,7 @@ class LeaderKeyWatch(CoordinatorState):
             self.metrics.ready.set(1 if self.ready else 0)  # staleness comes with time, not events
             await self._repair_leader_key(client)
 
-    async def _repair_leader_key(self, client: _EtcdClient) -> None:
+    async def _repair_leader_key(self, client: EtcdClient) -> None:
         """Delete this node's candidacy if it is not this incarnation's (left by the previous one,
         it would make every node wait for a leader that is not running): the only candidacy a
         node may delete."""

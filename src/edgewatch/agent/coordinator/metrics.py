@@ -9,10 +9,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.kube.leases import RenewOutcome
 
-__all__ = ["_Metrics"]
+__all__ = ["AgentCoordinatorMetrics"]
 
 
-class _Metrics:
+class AgentCoordinatorMetrics:
+    """The ``edgewatch_coordinator_*`` metrics above, on ``registry`` (the agent's)."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.role = Gauge("edgewatch_coordinator_role", "1 for this agent's current pool role",
                           ["role"], registry=registry)

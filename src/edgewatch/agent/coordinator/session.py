@@ -22,10 +22,10 @@ from edgewatch.agent.coordinator.certlife import CERTIFICATE_EXPIRED, CERTIFICAT
 from edgewatch.agent.coordinator.config import ClientTLS
 from edgewatch.agent.coordinator.election import Election
 from edgewatch.agent.coordinator.errors import CoordinatorError, Reconnect, classify_error, reconnect_of
-from edgewatch.agent.coordinator.etcd import _EtcdClient
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
 from edgewatch.core.seal import seal
+from edgewatch.pooletcd.client import EtcdClient
 from edgewatch.waits import apart, bounded, stop_task, wait_event
 
 __all__ = ["Session"]
@@ -160,15 +160,15 @@ class Session(Election):
         the pool's etcd (the pool cache); the caller closes it."""
         return self._new_client()
 
-    def _new_client(self) -> _EtcdClient:
+    def _new_client(self) -> EtcdClient:
         creds = None
         if self.endpoint.scheme == "https":
             creds = self.tls.credentials() if self.tls is not None else grpc.ssl_channel_credentials()
         host = f"[{self.endpoint.host}]" if ":" in self.endpoint.host else self.endpoint.host  # IPv6 literal
-        return _EtcdClient(host=host, port=self.endpoint.port, timeout=self.config.rpc_timeout_s, credentials=creds)
+        return EtcdClient(host=host, port=self.endpoint.port, timeout=self.config.rpc_timeout_s, credentials=creds)
 
     @staticmethod
-    async def _close_client(client: _EtcdClient) -> None:
+    async def _close_client(client: EtcdClient) -> None:
         # bounded(), not wait_for: aetcd's close drops a cancellation (its watcher shutdown catches
         # CancelledError), which must neither stretch the 2 s nor hide ours.
         with contextlib.suppress(Exception):
@@ -258,7 +258,7 @@ class Session(Election):
         """Key of ``node``'s heartbeat."""
         return self.heartbeat_prefix + node.encode()
 
-    async def _ensure_lease(self, client: _EtcdClient, lease_id: int | None, ttl: int) -> int:
+    async def _ensure_lease(self, client: EtcdClient, lease_id: int | None, ttl: int) -> int:
         """Reuse ``lease_id`` if etcd still has it (after a reconnect or restart), else grant one."""
         if lease_id is not None:
             reply = await self._rpc(client.refresh_lease(lease_id))
@@ -267,7 +267,7 @@ class Session(Election):
         lease = await self._rpc(client.lease(ttl))
         return int(lease.id)
 
-    async def _heartbeat_loop(self, client: _EtcdClient) -> None:
+    async def _heartbeat_loop(self, client: EtcdClient) -> None:
         assert self._hb_wake is not None
         self._hb_lease = await self._ensure_lease(client, self._hb_lease, self.config.heartbeat_ttl_s)
         while True:

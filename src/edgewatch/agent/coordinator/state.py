@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from edgewatch.agent.coordinator.config import ClientTLS, CoordinatorConfig, parse_coordinator_url
 from edgewatch.agent.coordinator.errors import CoordinatorError
-from edgewatch.agent.coordinator.metrics import _Metrics
+from edgewatch.agent.coordinator.metrics import AgentCoordinatorMetrics
 from edgewatch.agent.coordinator.roles import Role
 from edgewatch.agent.coordinator.schema import Heartbeat
 from edgewatch.core.signing import Signer
@@ -28,7 +28,7 @@ from edgewatch.poolcache.resources import PoolResource
 from edgewatch.kube.http import http_client_of
 from edgewatch.poolkeys import Candidate, PoolKeys, leader_of
 
-__all__ = ["CoordinatorState"]
+__all__ = ["CoordinatorState", "LeaderKey"]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class _LeaderKey:
+class LeaderKey:
     """A candidacy (``leader/election/<node>``) as observed."""
 
     lease: int
@@ -82,7 +82,7 @@ class CoordinatorState:
         self.config = config or CoordinatorConfig()
         self.tls = tls
         registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = _Metrics(registry)
+        self.metrics = AgentCoordinatorMetrics(registry)
         self.incarnation = time.time_ns() // 1000
 
         self.keys = PoolKeys(pool)
@@ -100,7 +100,7 @@ class CoordinatorState:
         # Observed state (written only from the event loop).
         self._role = Role.PENDING
         self._healthy = False
-        self._candidates: dict[str, _LeaderKey] = {}  # leader/election/<node>, as observed
+        self._candidates: dict[str, LeaderKey] = {}  # leader/election/<node>, as observed
         self._disqualified: dict[str, int] = {}  # leader/disqualified/<node>: that create revision never leads
         self._untrusted: set[str] = set()  # candidacies whose seal this node refused (they keep their place)
         self._syncs: dict[str, int] = {}  # leader/sync/<node> -> its mod revision
@@ -191,7 +191,7 @@ class CoordinatorState:
                 if self._disqualified.get(name) != kv.create_revision}
 
     @property
-    def _leader_kv(self) -> _LeaderKey | None:
+    def _leader_kv(self) -> LeaderKey | None:
         """The current leader's candidacy as observed (None: nobody leads)."""
         name = self._observed_leader()
         return None if name is None else self._candidates[name]
