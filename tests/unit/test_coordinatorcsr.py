@@ -251,6 +251,19 @@ def test_random_der_in_a_pem_block_never_raises(data: bytes, signer: str) -> Non
     assert isinstance(run(spec(pem, signer=signer)), Deny)
 
 
+def test_a_san_of_a_kind_cryptography_does_not_model_is_malformed_not_a_crash() -> None:
+    """A flipped tag byte that turns a SAN dNSName [2] into an x400Address [3] (found by the fuzz
+    below in CI): cryptography raises UnsupportedGeneralNameType while parsing the extensions; the
+    request is refused as malformed. The edit is made on the DER bytes by hand."""
+    der = x509.load_pem_x509_csr(serving_pem()).public_bytes(serialization.Encoding.DER)
+    name = b"localhost"  # GOOD_SANS' dNSName
+    at = der.find(bytes([0x82, len(name)]) + name)
+    assert at > 0
+    bad = der[:at] + bytes([0xA3]) + der[at + 1:]
+    d = run(spec(pem_block(bad)))
+    assert isinstance(d, Deny) and d.reason == "malformed", d
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=800), st.integers(min_value=1, max_value=255))
 def test_a_flipped_byte_of_a_good_serving_request_never_signs(position: int, flip: int) -> None:

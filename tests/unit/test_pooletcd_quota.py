@@ -88,3 +88,50 @@ def test_a_put_from_the_suspension_is_told_by_its_revision_however_late_the_watc
     assert ledger.stale_area_put("a", revision=50)          # seen late, made before the lift
     assert not ledger.stale_area_put("a", revision=51)      # made once it may write again
     assert ledger.area["a"] == 0
+
+
+class _Kv:
+    def __init__(self, key: bytes, value: bytes, mod_revision: int) -> None:
+        self.key, self.value, self.mod_revision = key, value, mod_revision
+
+
+class _ListingEtcd:
+    """One page of keys at revision 100, and the deletions asked for (the etcd client's surface the
+    keeper's listing uses; the real one runs in tests/integration/test_pool_coordinator_pod.py)."""
+
+    def __init__(self, kvs: list[_Kv]) -> None:
+        self.kvs, self.deleted = kvs, []
+        outer = self
+
+        class _Stub:
+            async def Range(self, request: object, timeout: float) -> object:  # noqa: N802 - gRPC's name
+                header = type("H", (), {"revision": 100})()
+                return type("R", (), {"header": header, "kvs": outer.kvs, "more": False})()
+
+        self.kvstub = _Stub()
+
+    async def delete(self, key: bytes) -> None:
+        self.deleted.append(key)
+
+
+async def test_a_new_session_deletes_what_a_lost_one_left_in_a_suspended_area() -> None:
+    """The area's deletion is asked when the suspension starts; if that session ends first (seen in
+    CI: etcd's "revision of auth store is old" as the grant was revoked), the keys stayed for good.
+    Now the next session's listing deletes every key the watch would have: a suspended member's
+    area, and puts made while it was suspended (by revision) after the lift."""
+    from edgewatch.pooletcd.quota import QuotaKeeper
+    from edgewatch.poolkeys import PoolKeys
+
+    keys = PoolKeys("p")
+    a, b = keys.writer("a").encode() + b"cache/", keys.writer("b").encode() + b"cache/"
+    keeper = QuotaKeeper(host="127.0.0.1", port=1, credentials=lambda: None, pool="p",  # type: ignore[arg-type,return-value]
+                         policy=POLICY)
+    assert keeper.ledger.change("a", a + b"k0", area=True, size=2_001, now=0.0) == "no_area"
+    etcd = _ListingEtcd([_Kv(a + b"k0", b"x" * 10, 5), _Kv(a + b"k1", b"x" * 10, 6), _Kv(b + b"k0", b"y", 7)])
+    assert await keeper._listing(etcd) == 100  # noqa: SLF001 - the listing alone, without a session
+    assert etcd.deleted == [a + b"k0", a + b"k1"] and keeper.ledger.area == {"b": len(b + b"k0") + 1}
+    # lifted at revision 50: a put at 40 (made while suspended) goes, one at 60 stays
+    assert keeper.ledger.lift(now=61.0, revision=50) == ["a"]
+    etcd = _ListingEtcd([_Kv(a + b"k2", b"x", 40), _Kv(a + b"k3", b"x", 60)])
+    await keeper._listing(etcd)  # noqa: SLF001
+    assert etcd.deleted == [a + b"k2"] and keeper.ledger.area == {"a": len(a + b"k3") + 1}

@@ -239,22 +239,35 @@ class QuotaKeeper:
         return member if member is not None and key.startswith(self.keys.writer(member).encode()) else None
 
     async def _listing(self, client: EtcdClient) -> int:
-        """Load the areas' live sizes, a page of keys at a time at one revision; that revision."""
+        """Load the areas' live sizes, a page of keys at a time at one revision, and delete what the
+        watch would have deleted (:meth:`QuotaLedger.stale_area_put`: a suspended member's area,
+        puts that landed while it was; level-triggered, so a deletion a lost session did not finish
+        is done by the next); that revision."""
         prefix = self.keys.prefix.encode()
         end, start, revision = prefix_end(prefix), prefix, 0
         entries: list[tuple[str, bytes, int]] = []
+        stale: list[tuple[str, bytes]] = []
         while True:
             request = etcd_rpc.RangeRequest(key=start, range_end=end, limit=_PAGE, revision=revision)
             reply = await self._call(client.kvstub.Range(request, timeout=self.timeout_s))
             revision = revision or int(reply.header.revision)
             for kv in reply.kvs:
                 member = self._area_of(kv.key)
-                if member is not None:
+                if member is None:
+                    continue
+                if self.ledger.stale_area_put(member, revision=int(kv.mod_revision)):
+                    stale.append((member, bytes(kv.key)))
+                else:
                     entries.append((member, bytes(kv.key), len(kv.key) + len(kv.value)))
             if not reply.more or not reply.kvs:
                 break
             start = bytes(reply.kvs[-1].key) + b"\0"
         self.ledger.load(entries)
+        for _member, key in stale:
+            await self._call(client.delete(key))
+        if stale:
+            log.info("pool write quota: deleted %d key(s) left in suspended areas", len(stale),
+                     extra={"pool": self.pool, "members": sorted({m[:80] for m, _ in stale})})
         return revision
 
     async def _session(self, client: EtcdClient) -> None:
