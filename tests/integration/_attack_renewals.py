@@ -33,6 +33,7 @@ from edgewatch.timefmt import format_micro_time
 
 CARRY_POLICY = "edgewatch-agent-carry-mark"  # a bare renewal has no mark
 CLOCK_POLICY = "edgewatch-agent-carry-clock"
+DEADLINE_POLICY = "edgewatch-agent-carry"  # the group index, with its carry deadline
 
 
 def _ready(c: PlaygroundCluster, name: str) -> str | None:
@@ -111,14 +112,16 @@ def attack_bare_renewals_of_a_dead_node(c: PlaygroundCluster) -> float:
 
 def attack_future_renewal(c: PlaygroundCluster) -> None:
     """a-1 writes a renewTime years ahead on live a-2's Lease, marked as its own carry (all the
-    other policies satisfied): refused by the carry-clock policy; a-2 stays Ready."""
+    other policies satisfied): refused, by the carry-clock policy (more than 5 s past the control
+    plane's clock) and, 5 minutes or more ahead, also by the carry policy (past the group index's
+    carry deadline; the apiserver names the first policy that denies); a-2 stays Ready."""
     attacker = Attacker(c)
 
     async def attack() -> list[str]:
         client = attacker.client()
         refusals = []
         try:
-            for ahead in (dt.timedelta(days=365 * 4), dt.timedelta(minutes=5)):
+            for ahead in (dt.timedelta(days=365 * 4), dt.timedelta(minutes=5), dt.timedelta(seconds=60)):
                 lease = await client.get(Lease, "a-2", namespace=NODE_LEASE_NAMESPACE)
                 renew = dt.datetime.now(dt.UTC) + ahead
                 lease.spec.renewTime = renew
@@ -130,15 +133,19 @@ def attack_future_renewal(c: PlaygroundCluster) -> None:
                 try:
                     await client.replace(lease)
                 except ApiError as exc:
-                    assert _refused_by(exc, CLOCK_POLICY), f"{exc.status.code} {exc.status.message}"
-                    refusals.append(exc.status.message or "")
+                    message = exc.status.message or ""
+                    by_deadline = exc.status.code == 403 and f"'{DEADLINE_POLICY}'" in message \
+                        and "past edgewatch.io/carry-until" in message
+                    assert _refused_by(exc, CLOCK_POLICY) or (ahead >= dt.timedelta(minutes=5) and by_deadline), \
+                        f"{exc.status.code} {message}"
+                    refusals.append(message)
         finally:
             await client.close()
         return refusals
 
     refusals = asyncio.run(attack())
-    assert len(refusals) == 2, refusals
-    assert all("past the control plane's clock" in r for r in refusals), refusals
+    assert len(refusals) == 3, refusals
+    assert "past the control plane's clock" in refusals[-1], refusals  # 60 s: the clock bound alone
     lease = json.loads(c.cp.kubectl("get", "lease", "a-2", "-n", NODE_LEASE_NAMESPACE, "-o", "json"))  # type: ignore[union-attr]
     assert not lease["spec"]["renewTime"].startswith(str(dt.datetime.now(dt.UTC).year + 4))
     for _ in range(20):  # a-2's kubelet keeps counting: Ready, healthy, untainted
