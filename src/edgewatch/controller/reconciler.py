@@ -141,20 +141,17 @@ class Reconciler:
             kubelet's 10 s, so kube-controller-manager never sees it stale).
         workers: nodes reconciled at once (default 8).
         evictions_in_flight: evictions of one failed node's pods at once (default 8).
-        api_timeout_s: limit of every API call (a list page, opening a watch), seconds (default
-            10 s).
+        api_timeout_s: limit of every API call (a list page, opening a watch), seconds (default 10 s).
         watch_timeout_s: a watch silent this long is taken as dead and re-opened, seconds (the
             informers' ``idle_timeout_s``; default 150 s, above the apiserver's bookmark period
             of about 60 s).
         clock: the controller's clock, seconds since the epoch (default a ``MonotonicClock``: ages
             are monotonic differences); injectable for tests.
-        evidence_ttl_s: a signed statement counts while its beacon is at most this old, seconds
-            (default 30 s; ``edgewatch.controller.verified``).
+        evidence_ttl_s: a statement counts while its beacon is this old at most, seconds (default 30 s).
         beacon_period_s: seconds between beacons (default 5 s; ``edgewatch.controller.evidence``).
         identity_namespace: where the agents' keys and evidence Leases live.
-        observations, verified: the Lease sightings and the verified edge view to start from (a
-            warm standby's, ``edgewatch.controller.standby``; default: empty, a cold start). They
-            must have been kept with the same ``clock``.
+        observations, verified: the state to start from (a warm standby's, kept with the same
+            ``clock``: ``edgewatch.controller.standby``; default: empty, a cold start).
     """
 
     def __init__(self, *, client: AsyncClient, config: ControllerConfig, metrics: ControllerMetrics,

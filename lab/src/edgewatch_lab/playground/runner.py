@@ -32,7 +32,6 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from rich.console import Console, Group
 from rich.live import Live
@@ -41,6 +40,7 @@ from rich.text import Text
 
 from edgewatch.kube.errors import API_ERRORS
 from edgewatch.names import EDGE_CONDITION_TYPE, POOL_COORDINATORS_CONFIGMAP, ROLE_CONDITION_TYPE
+from edgewatch_lab.playground.controllerpods import kill_controller_leader, scale_controller
 from edgewatch_lab.playground.costs import CostMeter
 from edgewatch_lab.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch_lab.playground.identities import read_identities
@@ -447,20 +447,10 @@ class ScenarioPlayer:
                 fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
         elif action == "kill-controller-leader":
             if cluster.edgewatch:
-                # the holder is the leading replica's pod name (its --identity)
-                lease = await self.client.get(Lease, "edgewatch-controller", namespace=EDGEWATCH_NAMESPACE)
-                holder = (lease.spec.holderIdentity if lease.spec else None) or ""
-                pod = await self.client.get(Pod, holder, namespace=EDGEWATCH_NAMESPACE)
-                fault["leader"], fault["node"] = holder, pod.spec.nodeName if pod.spec else None
-                fault["killed"] = await loop.run_in_executor(None, cluster.kill_controller_on, fault["node"] or "")
-                # the pod is gone too (as when its node dies or it is force-deleted): its Deployment
-                # makes a new one with a new name, which is a new candidate, not the old leader
-                await self.client.delete(Pod, holder, namespace=EDGEWATCH_NAMESPACE, grace_period=0)
+                fault.update(await kill_controller_leader(self.client, cluster))
         elif action == "scale-controller":
             if cluster.edgewatch:
-                await self.client.patch(Deployment, "edgewatch-controller", {"spec": {"replicas": step.replicas}},
-                                        namespace=EDGEWATCH_NAMESPACE)
-                fault["replicas"] = step.replicas
+                fault.update(await scale_controller(self.client, step.replicas))
         elif action == "scale":
             await self.client.patch(Deployment, "sample", {"spec": {"replicas": step.replicas}},
                                     namespace=WORKLOAD_NAMESPACE)
