@@ -24,6 +24,7 @@ from edgewatch.kube.listwatch import lister_watcher
 from edgewatch_lab.testing.binaries import BinariesError, ensure_binaries
 from edgewatch_lab.testing.controlplane import ControlPlane
 from edgewatch_lab.testing.kubeletsim import KubeletFleet, KubeletSimConfig, SimNode
+from edgewatch_lab.testing.procstat import children
 from edgewatch_lab.testing.smoke import ready_endpoints, wait_for
 from edgewatch_lab.testing.diagnose import explain_workload
 from edgewatch_lab.testing.workload import APP_LABEL, sample_deployment, sample_service
@@ -245,3 +246,26 @@ def test_stale_run_of_a_dead_owner_is_cleaned_up(tmp_path: Path) -> None:
     finally:
         if orphan.poll() is None:
             orphan.kill()
+
+
+def test_a_controller_manager_that_exits_is_started_again_and_leads(control_plane: ControlPlane) -> None:
+    """kube-controller-manager exits by design when it loses its leader Lease (a renewal past the
+    10 s renew deadline on a busy machine); the lab restarts it as the kubelet restarts a kubeadm
+    static pod, and the restarted process leads again once the old Lease has expired (15 s)."""
+    def holder() -> str:
+        lease = json.loads(control_plane.kubectl("get", "lease", "kube-controller-manager", "-n", "kube-system",
+                                                 "-o", "json"))
+        return str(lease["spec"]["holderIdentity"])
+
+    before_holder, before_restarts = holder(), control_plane.restarts("kube-controller-manager")
+    loop = control_plane.pid("kube-controller-manager")
+    (manager,) = children(loop)
+    os.kill(manager, signal.SIGKILL)  # the manager only, as its own exit would: the loop survives
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and holder() == before_holder:
+        time.sleep(1)
+    assert holder() != before_holder, "the restarted kube-controller-manager never took the Lease"
+    assert control_plane.restarts("kube-controller-manager") == before_restarts + 1
+    assert control_plane.pid("kube-controller-manager") == loop
+    (restarted,) = children(loop)
+    assert restarted != manager

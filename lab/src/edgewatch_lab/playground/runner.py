@@ -208,9 +208,13 @@ class ScenarioPlayer:
         async def serving() -> bool:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas
 
-        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints",
-                       explain=lambda: explain_workload(self.client, namespace=WORKLOAD_NAMESPACE, service="sample",
-                                                        labels=APP_LABEL))
+        async def explain_serving() -> str:
+            found = await explain_workload(self.client, namespace=WORKLOAD_NAMESPACE, service="sample",
+                                           labels=APP_LABEL)
+            restarts = self.cluster.cp.restarts("kube-controller-manager") if self.cluster.cp else 0
+            return f"{found}; kube-controller-manager restarted {restarts} times"
+
+        await wait_for(serving, timeout_s=120 + slack, what=f"{replicas} ready endpoints", explain=explain_serving)
         if self.scenario.statefulsets:
             await place_statefulsets(self.client, {s.name: s.node for s in self.scenario.statefulsets},
                                      namespace=WORKLOAD_NAMESPACE, timeout_s=90 + slack)

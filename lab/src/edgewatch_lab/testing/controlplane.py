@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RUNS_ROOT = Path("/tmp/edgewatch-cp")
 
+#: How a restart-on-exit component's log marks each restart (:meth:`ControlPlane.restarts`).
+RESTART_MARK = "edgewatch-lab: restart:"
+
 
 class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or become healthy; the message has its log tail."""
@@ -234,6 +237,24 @@ class ControlPlane:
         self.stop_component("kube-controller-manager")
         self._start_controller_manager()
 
+    def pid(self, name: str) -> int:
+        """The process id of the running component ``name``; for a restart-on-exit component, the
+        id of the shell loop that (re)starts it, its parent.
+
+        Raises:
+            KeyError: no such component is running.
+        """
+        return self._processes[name].popen.pid
+
+    def restarts(self, name: str) -> int:
+        """How many times the component ``name`` exited and was started again (0 when it has no
+        log yet); only components started with ``restart_on_exit`` are ever restarted."""
+        path = self.log_path(name)
+        if not path.exists():
+            return 0
+        with open(path, "rb") as log_file:
+            return sum(line.startswith(RESTART_MARK.encode()) for line in log_file)
+
     def log_path(self, name: str) -> Path:
         """Path of a component's combined stdout/stderr log."""
         assert self.run_dir is not None, "control plane not started"
@@ -325,9 +346,22 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
+    def _spawn(self, name: str, argv: list[str], *, restart_on_exit: bool = False) -> _Process:
+        """Start one component, its output appended to ``<run_dir>/<name>.log``.
+
+        ``restart_on_exit`` runs it under a shell loop that starts it again one second after it
+        exits, as the kubelet restarts a control plane's static pod: kube-controller-manager exits
+        by design when it loses its leader Lease (its renewal missed the 10 s renew deadline while
+        the one machine is busy), and a kubeadm cluster would simply restart it. Each restart is
+        written to the log as a line starting with :data:`RESTART_MARK`. The loop and the component
+        share one process group, so stopping the component stops both.
+        """
         assert self.run_dir is not None
         log_path = self.run_dir / f"{name}.log"
+        if restart_on_exit:
+            loop = (f'while :; do "$@"; echo "{RESTART_MARK} $0 exited with $?; restarting in 1 s"; '
+                    'sleep 1; done')
+            argv = ["/bin/sh", "-c", loop, name, *argv]
         with open(log_path, "ab") as out:
             popen = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -435,7 +469,7 @@ class ControlPlane:
         t = self.timings
         kc = self._component_kubeconfig()
         port = self._ports["kcm"]
-        proc = self._spawn("kube-controller-manager", [
+        proc = self._spawn("kube-controller-manager", restart_on_exit=True, argv=[
             str(self.binaries.kube_controller_manager),
             f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             f"--bind-address={self.address}", f"--secure-port={port}",
