@@ -30,7 +30,7 @@ from edgewatch.core.types import NodeName
 from edgewatch.core.wire import (
     HEARTBEAT_DOMAIN,
     ReplayGuard,
-    _parse_json,
+    parse_strict_json,
     decode_envelope,
     encode_envelope,
     sign_heartbeat,
@@ -75,7 +75,7 @@ def main() -> None:
         "envelope_bytes": len(raw),
         "canonical_today_us": best_us(lambda: canonical_json(unsigned)),
         "canonical_msgspec_us": best_us(lambda: encoder.encode(unsigned)),
-        "parse_today_us": best_us(lambda: _parse_json(body)),
+        "parse_today_us": best_us(lambda: parse_strict_json(body)),
         "parse_msgspec_us": best_us(lambda: decoder.decode(body)),
         "parse_stdlib_plain_us": best_us(lambda: json.loads(body)),
         "decode_envelope_us": best_us(decode),

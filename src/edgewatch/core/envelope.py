@@ -48,17 +48,17 @@ from edgewatch.core.replay import ReplayGuard
 from edgewatch.core.signing import Signer, Verification, canonical_json
 from edgewatch.core.types import NodeName, is_node_name
 from edgewatch.core.wireschema import (
-    _FROM_VERIFICATION,
-    _STRICT,
-    _VERIFICATION_DETAIL,
-    _check_owner,
-    _Counter,
-    _NodeNameStr,
-    _schema_detail,
+    REJECT_REASON_OF,
+    STRICT_MODEL_CONFIG,
+    VERIFICATION_DETAIL,
+    CounterInt,
+    NodeNameStr,
+    check_owner,
     check_version,
+    schema_detail,
 )
 
-__all__ = ["DecodedEnvelope", "HeartbeatResult", "_parse_json", "decode_envelope", "encode_envelope"]
+__all__ = ["DecodedEnvelope", "HeartbeatResult", "decode_envelope", "encode_envelope", "parse_strict_json"]
 
 _NONCE: Final = re.compile(r"[0-9a-f]{32}")
 _MAGIC: Final = re.compile(rb"edgewatch-envelope/v([0-9]{1,6})")
@@ -70,13 +70,13 @@ _NonceStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 class _EnvelopeModel(BaseModel):
     """The body of a v4 envelope, exactly as release 0.1.0 writes it."""
 
-    model_config = _STRICT
+    model_config = STRICT_MODEL_CONFIG
 
     v: Annotated[int, Field(ge=4, le=4)]
-    sender: _NodeNameStr
-    receiver: _NodeNameStr
-    epoch: _Counter
-    seq: _Counter
+    sender: NodeNameStr
+    receiver: NodeNameStr
+    epoch: CounterInt
+    seq: CounterInt
     nonce: _NonceStr
     reply_to: _NonceStr | None
     # Items are checked one by one (decode_heartbeat), so that one bad relayed
@@ -271,7 +271,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _parse_json(raw: bytes) -> object:
+def parse_strict_json(raw: bytes) -> object:
+    """Parse UTF-8 JSON the strict way every wire message is parsed: a duplicate key, NaN or
+    Infinity, or a number outside the float range is refused (two parsers of one field must not
+    disagree on which duplicate wins).
+
+    Raises:
+        Rejected: MALFORMED, not UTF-8, not JSON, or one of the above.
+    """
     try:
         text = raw.decode("utf-8")
         return json.loads(
@@ -307,7 +314,7 @@ def _authenticate_frame(raw: bytes, *, keyring: Signer) -> tuple[str, bytes, int
     key_id, mac = words[1].decode("ascii"), words[2].decode("ascii")
     outcome = keyring.verify_bytes(key_id=key_id, mac=mac, data=body, domain=envelope_domain(version))
     if outcome is not Verification.OK:
-        raise Rejected(_FROM_VERIFICATION[outcome], f"envelope: {_VERIFICATION_DETAIL[outcome]}")
+        raise Rejected(REJECT_REASON_OF[outcome], f"envelope: {VERIFICATION_DETAIL[outcome]}")
     return key_id, body, version
 
 
@@ -365,7 +372,7 @@ def decode_envelope(
     if size > limit:
         raise Rejected(RejectReason.OVERSIZED, f"{size} bytes > max_bytes={limit}")
     key_id, body, version = _authenticate_frame(bytes(raw), keyring=keyring)
-    obj = _parse_json(body)
+    obj = parse_strict_json(body)
     if not isinstance(obj, dict):
         raise Rejected(RejectReason.MALFORMED, f"envelope: body is {type(obj).__name__}, not an object")
     if obj.get("v") != version:
@@ -373,10 +380,10 @@ def decode_envelope(
     try:
         env = _MODELS[version].model_validate(obj)
     except ValidationError as exc:
-        raise Rejected(RejectReason.MALFORMED, _schema_detail("envelope", exc)) from None
+        raise Rejected(RejectReason.MALFORMED, schema_detail("envelope", exc)) from None
     if env.sender == env.receiver:
         raise Rejected(RejectReason.MALFORMED, "envelope: sender equals receiver")
-    _check_owner(keyring, key_id, env.sender, "envelope")
+    check_owner(keyring, key_id, env.sender, "envelope")
     if env.receiver != receiver:
         raise Rejected(RejectReason.WRONG_RECEIVER, f"envelope for {env.receiver}, this is {receiver}")
     sender = NodeName(env.sender)

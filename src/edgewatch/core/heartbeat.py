@@ -24,42 +24,42 @@ from edgewatch.core.rejection import Rejected, RejectReason
 from edgewatch.core.signing import Signer, Verification, Verifier
 from edgewatch.core.types import NodeName
 from edgewatch.core.wireschema import (
-    _FROM_VERIFICATION,
-    _STRICT,
-    _VERIFICATION_DETAIL,
-    _check_owner,
-    _Counter,
-    _NodeNameStr,
-    _schema_detail,
-    _Version,
+    REJECT_REASON_OF,
+    STRICT_MODEL_CONFIG,
+    VERIFICATION_DETAIL,
+    CounterInt,
+    NodeNameStr,
+    StatementVersion,
+    check_owner,
     check_version,
+    schema_detail,
 )
 
 __all__ = ["Heartbeat", "decode_heartbeat", "sign_heartbeat"]
 
 _KeyIdStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 _MacStr = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
-_Names = Annotated[list[_NodeNameStr], Field(max_length=MAX_NAMES_PER_LIST)]
+_Names = Annotated[list[NodeNameStr], Field(max_length=MAX_NAMES_PER_LIST)]
 
 
 def _authenticate(obj: object, *, keyring: Verifier, domain: str, what: str) -> None:
     outcome = keyring.verify(obj, domain=domain)
     if outcome is not Verification.OK:
-        raise Rejected(_FROM_VERIFICATION[outcome], f"{what}: {_VERIFICATION_DETAIL[outcome]}")
+        raise Rejected(REJECT_REASON_OF[outcome], f"{what}: {VERIFICATION_DETAIL[outcome]}")
 
 
 class _HeartbeatModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT_MODEL_CONFIG
 
-    v: _Version
-    origin: _NodeNameStr
-    incarnation: _Counter
-    seq: _Counter
+    v: StatementVersion
+    origin: NodeNameStr
+    incarnation: CounterInt
+    seq: CounterInt
     kubelet_ok: bool
     cloud_ok: bool
     alive: _Names
     dead: _Names
-    carrier: _NodeNameStr | Literal[""]
+    carrier: NodeNameStr | Literal[""]
     beacon: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{32})?$")]
     key_id: _KeyIdStr
     mac: _MacStr
@@ -192,7 +192,7 @@ def sign_heartbeat(
         signed = keyring.sign(payload, domain=HEARTBEAT_DOMAIN)
         model = _HeartbeatModel.model_validate(signed)
     except ValidationError as exc:
-        raise ValueError(_schema_detail("heartbeat", exc)) from None
+        raise ValueError(schema_detail("heartbeat", exc)) from None
     except TypeError as exc:
         raise ValueError(f"heartbeat: {exc}") from None
     return _from_model(model)
@@ -217,6 +217,6 @@ def decode_heartbeat(obj: object, *, keyring: Verifier) -> Heartbeat:
     try:
         model = _HeartbeatModel.model_validate(obj)
     except ValidationError as exc:
-        raise Rejected(RejectReason.MALFORMED, _schema_detail("heartbeat", exc)) from None
-    _check_owner(keyring, model.key_id, model.origin, "heartbeat")
+        raise Rejected(RejectReason.MALFORMED, schema_detail("heartbeat", exc)) from None
+    check_owner(keyring, model.key_id, model.origin, "heartbeat")
     return _from_model(model)

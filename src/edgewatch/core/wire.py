@@ -144,9 +144,9 @@ from __future__ import annotations
 from edgewatch.core.envelope import (
     DecodedEnvelope,
     HeartbeatResult,
-    _parse_json,
     decode_envelope,
     encode_envelope,
+    parse_strict_json,
 )
 from edgewatch.core.heartbeat import Heartbeat, decode_heartbeat, sign_heartbeat
 from edgewatch.core.protocol import (
@@ -187,6 +187,6 @@ __all__ = [
     "decode_envelope",
     "decode_heartbeat",
     "encode_envelope",
+    "parse_strict_json",
     "sign_heartbeat",
-    "_parse_json",  # private: still importable from here (bench/codec.py times it)
 ]

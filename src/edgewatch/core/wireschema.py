@@ -20,25 +20,28 @@ from edgewatch.core.signing import Verification, Verifier
 from edgewatch.core.types import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
 
 __all__ = [
+    "REJECT_REASON_OF",
+    "STRICT_MODEL_CONFIG",
+    "VERIFICATION_DETAIL",
+    "CounterInt",
+    "NodeNameStr",
+    "StatementVersion",
+    "check_owner",
     "check_version",
-    "_FROM_VERIFICATION",
-    "_STRICT",
-    "_VERIFICATION_DETAIL",
-    "_Counter",
-    "_NodeNameStr",
-    "_Version",
-    "_check_owner",
-    "_schema_detail",
+    "schema_detail",
 ]
 
-_FROM_VERIFICATION: Final = {
+#: The refusal reason of each failed signature check (:class:`~edgewatch.core.signing.Verification`
+#: other than OK).
+REJECT_REASON_OF: Final = {
     Verification.MALFORMED: RejectReason.MALFORMED,
     Verification.UNSIGNED: RejectReason.UNSIGNED,
     Verification.UNKNOWN_KEY: RejectReason.UNKNOWN_KEY,
     Verification.BAD_SIGNATURE: RejectReason.BAD_SIGNATURE,
 }
 
-_VERIFICATION_DETAIL: Final = {
+#: The one-line detail logged with each failed signature check.
+VERIFICATION_DETAIL: Final = {
     Verification.MALFORMED: "not an object with string key_id and mac",
     Verification.UNSIGNED: "no key_id or mac",
     Verification.UNKNOWN_KEY: "key id not published by any node",
@@ -46,15 +49,21 @@ _VERIFICATION_DETAIL: Final = {
 }
 
 
-def _check_owner(keyring: Verifier, key_id: str, claimed: str, what: str) -> None:
-    """The signing key must be one ``claimed`` published: no node signs as another."""
+def check_owner(keyring: Verifier, key_id: str, claimed: str, what: str) -> None:
+    """The signing key must be one ``claimed`` published: no node signs as another.
+
+    Raises:
+        Rejected: SENDER_MISMATCH, ``key_id`` belongs to another node (or to none).
+    """
     owner = keyring.owner(key_id)
     if owner != claimed:
         raise Rejected(RejectReason.SENDER_MISMATCH,
                        f"{what} of {claimed!r:.260} is signed with the key of {owner!r:.260}")
 
 
-def _schema_detail(what: str, exc: ValidationError) -> str:
+def schema_detail(what: str, exc: ValidationError) -> str:
+    """``"<what>: <field path>: <message>"`` of the first violation in ``exc``, without the input
+    (hostile bytes are never echoed whole)."""
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     if not errors:
         return f"{what}: schema violation"
@@ -63,11 +72,12 @@ def _schema_detail(what: str, exc: ValidationError) -> str:
     return f"{what}: {loc}: {first.get('msg', 'invalid')}"
 
 
-_NodeNameStr = Annotated[
+#: A node name as Kubernetes allows it: a DNS-1123 subdomain of at most 253 characters.
+NodeNameStr = Annotated[
     str,
     StringConstraints(min_length=1, max_length=NODE_NAME_MAX_LENGTH, pattern=DNS1123_SUBDOMAIN_PATTERN),
 ]
-_Version = Annotated[int, Field(ge=STATEMENT_VERSION, le=STATEMENT_VERSION)]
+StatementVersion = Annotated[int, Field(ge=STATEMENT_VERSION, le=STATEMENT_VERSION)]
 """``v`` of a statement (heartbeat): :data:`~edgewatch.core.protocol.STATEMENT_VERSION`."""
 
 
@@ -79,6 +89,9 @@ def check_version(value: object, what: str, *, low: int = MIN_PROTOCOL_VERSION,
     if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
         raise Rejected(RejectReason.VERSION,
                        f"{what} is version {str(value)[:20]}; this release speaks {low}-{high}")
-_Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
+#: A non-negative counter (sequence number, epoch) that fits the wire's integer range.
+CounterInt = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
 
-_STRICT: Final = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")
+#: The configuration of every wire model: unknown fields refused, no type coercion, immutable,
+#: Rust's linear-time regex engine (no catastrophic backtracking on hostile names).
+STRICT_MODEL_CONFIG: Final = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="rust-regex")
