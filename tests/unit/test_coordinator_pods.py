@@ -220,14 +220,14 @@ def test_container_path_puts_the_image_programs_first() -> None:
 
 
 def test_exec_spec_gives_the_container_etcd(tmp_path: Path) -> None:
-    from edgewatch_lab.testing.podrunner import _Container, _Pod
+    from edgewatch_lab.testing.podrunner import ContainerState, PodState
 
     config = PodRunnerConfig(node_name="a-1", node_address="198.18.1.10", node_root=tmp_path,
                              image_prefix="ghcr.io/edgewatch/edgewatch", apiserver_host="198.18.1.1",
                              apiserver_port=6443, image_bin_dirs=("/opt/etcd-bin",))
     spec = {"name": "coordinator", "command": ["edgewatch", "pool-coordinator"], "env": []}
-    p = _Pod(uid="u1", pod={"metadata": {"name": "c", "namespace": "edgewatch", "uid": "u1"}, "spec": {}})
+    p = PodState(uid="u1", pod={"metadata": {"name": "c", "namespace": "edgewatch", "uid": "u1"}, "spec": {}})
     setup = ContainerSetup(client=None, config=config, pods={"u1": p})
-    out = asyncio.run(setup.exec_spec(p, _Container(spec=spec)))
+    out = asyncio.run(setup.exec_spec(p, ContainerState(spec=spec)))
     assert out["env"]["PATH"].split(":")[0] == "/opt/etcd-bin"
     assert "/opt/etcd-bin" in out["image_paths"]

@@ -185,9 +185,9 @@ async def test_runner_puts_back_a_ready_condition_someone_else_changed(tmp_path:
     task = asyncio.create_task(runner.run())
     await asyncio.sleep(0)
     try:
-        from edgewatch_lab.testing.podrunner import _Container, _Pod
-        state = _Pod(uid="u-1", pod=POD, initialized=True)
-        container = _Container(spec=POD["spec"]["containers"][0], ready=True)
+        from edgewatch_lab.testing.podrunner import ContainerState, PodState
+        state = PodState(uid="u-1", pod=POD, initialized=True)
+        container = ContainerState(spec=POD["spec"]["containers"][0], ready=True)
         container.proc = object()  # type: ignore[assignment]  # a running process, as far as status goes
         container.started_at = "2026-11-26T12:00:00Z"
         state.containers["agent"] = container

@@ -126,7 +126,10 @@ class PodRunnerConfig:
 
 
 @dataclass
-class _Container:
+class ContainerState:
+    """What the pod runner tracks of one container: its spec, process, restarts and the probe
+    streaks behind its ``ready`` (what the kubelet reports as the container's status)."""
+
     spec: dict[str, Any]
     init: bool = False
     proc: asyncio.subprocess.Process | None = None
@@ -144,10 +147,13 @@ class _Container:
 
 
 @dataclass
-class _Pod:
+class PodState:
+    """What the pod runner tracks of one pod: the last object seen, its containers by name, the
+    host folders of its volumes and the task that runs it."""
+
     uid: str
     pod: dict[str, Any]
-    containers: dict[str, _Container] = field(default_factory=dict)
+    containers: dict[str, ContainerState] = field(default_factory=dict)
     mounts_by_volume: dict[str, Path] = field(default_factory=dict)
     deleting: bool = False
     initialized: bool = False
@@ -167,7 +173,7 @@ class PodRunner:
     def __init__(self, *, client: Any, config: PodRunnerConfig) -> None:
         self.client = client
         self.config = config
-        self.pods: dict[str, _Pod] = {}
+        self.pods: dict[str, PodState] = {}
         self._setup = ContainerSetup(client=client, config=config, pods=self.pods)
         self._tg: asyncio.TaskGroup | None = None
 
@@ -196,7 +202,7 @@ class PodRunner:
                 self._tg.create_task(self._terminate(state))
             return
         if state is None:
-            state = _Pod(uid=uid, pod=pod)
+            state = PodState(uid=uid, pod=pod)
             self.pods[uid] = state
             state.task = self._tg.create_task(self._run_pod(state))
             return
@@ -218,7 +224,7 @@ class PodRunner:
 
     # -- one pod ------------------------------------------------------------------------------------
 
-    async def _run_pod(self, p: _Pod) -> None:
+    async def _run_pod(self, p: PodState) -> None:
         spec = p.pod["spec"]
         try:
             if not spec.get("hostNetwork"):
@@ -234,9 +240,9 @@ class PodRunner:
                     await self._post_status(p)
                     await asyncio.sleep(SETUP_RETRY_S)
             for c in spec.get("initContainers") or []:
-                p.containers[c["name"]] = _Container(spec=c, init=True)
+                p.containers[c["name"]] = ContainerState(spec=c, init=True)
             for c in spec.get("containers") or []:
-                p.containers[c["name"]] = _Container(spec=c)
+                p.containers[c["name"]] = ContainerState(spec=c)
             await self._post_status(p)
             for c in [x for x in p.containers.values() if x.init]:
                 while not p.deleting:
@@ -264,7 +270,7 @@ class PodRunner:
             with contextlib.suppress(Exception):
                 await self._post_status(p)
 
-    async def _supervise(self, p: _Pod, c: _Container) -> None:
+    async def _supervise(self, p: PodState, c: ContainerState) -> None:
         while not p.deleting:
             started = asyncio.get_running_loop().time()
             code = await self._start_and_wait(p, c)
@@ -281,7 +287,7 @@ class PodRunner:
             await self._post_status(p)
             await asyncio.sleep(delay)
 
-    async def _start_and_wait(self, p: _Pod, c: _Container) -> int:
+    async def _start_and_wait(self, p: PodState, c: ContainerState) -> int:
         spec_file = self._setup.pod_dir(p) / f"{c.spec['name']}.exec.json"
         spec_file.write_text(json.dumps(await self._setup.exec_spec(p, c)))
         log_dir = self.config.node_root / "var/log/pods" / f"{p.pod['metadata']['namespace']}_{p.pod['metadata']['name']}_{p.uid}" / c.spec["name"]
@@ -304,7 +310,7 @@ class PodRunner:
         c.proc = None
         return code
 
-    async def _probe_loop(self, p: _Pod, c: _Container) -> None:
+    async def _probe_loop(self, p: PodState, c: ContainerState) -> None:
         """The container's probes, each on its own period (kubelet semantics): the startup probe
         first (liveness and readiness wait for it; failureThreshold failures kill the container),
         then readiness (Ready after successThreshold successes, unready after failureThreshold
@@ -345,7 +351,7 @@ class PodRunner:
             if live:
                 tg.create_task(self._every(p, c, live, on_live, phase="after-startup"))
 
-    async def _every(self, p: _Pod, c: _Container, probe: dict[str, Any], on_result: Any, *, phase: str) -> None:
+    async def _every(self, p: PodState, c: ContainerState, probe: dict[str, Any], on_result: Any, *, phase: str) -> None:
         period = float(probe.get("periodSeconds", 10))
         delay = float(probe.get("initialDelaySeconds", 0))
         loop = asyncio.get_running_loop()
@@ -382,7 +388,7 @@ class PodRunner:
             return False
         return True
 
-    async def _kill(self, c: _Container, *, grace_s: float) -> None:
+    async def _kill(self, c: ContainerState, *, grace_s: float) -> None:
         proc = c.proc
         if proc is None or proc.returncode is not None:
             return
@@ -395,7 +401,7 @@ class PodRunner:
                 proc.kill()
             await proc.wait()
 
-    async def _terminate(self, p: _Pod) -> None:
+    async def _terminate(self, p: PodState) -> None:
         grace = float(p.pod["spec"].get("terminationGracePeriodSeconds", 30))
         await asyncio.gather(*(self._kill(c, grace_s=grace) for c in p.containers.values()))
         if p.task is not None:
@@ -418,13 +424,13 @@ class PodRunner:
 
     # -- status ---------------------------------------------------------------------------------------
 
-    def _status(self, p: _Pod) -> dict[str, Any]:
+    def _status(self, p: PodState) -> dict[str, Any]:
         now = format_rfc3339()
         mains = [c for c in p.containers.values() if not c.init]
         running = p.initialized and all(c.proc is not None for c in mains)
         ready = running and all(c.ready for c in mains)
 
-        def cstatus(c: _Container) -> dict[str, Any]:
+        def cstatus(c: ContainerState) -> dict[str, Any]:
             if c.proc is not None and c.started_at:
                 state: dict[str, Any] = {"running": {"startedAt": c.started_at}}
             elif c.init and p.initialized:
@@ -451,7 +457,7 @@ class PodRunner:
             "containerStatuses": [cstatus(c) for c in mains],
         }}
 
-    async def _post_status(self, p: _Pod) -> None:
+    async def _post_status(self, p: PodState) -> None:
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 

@@ -31,7 +31,7 @@ from edgewatch_lab.testing.podspec import PodSetupError, expand, field_value, fi
 from edgewatch_lab.testing.revisions import RevisionError, image_revision, revision_tree
 
 if TYPE_CHECKING:
-    from edgewatch_lab.testing.podrunner import PodRunnerConfig, _Container, _Pod
+    from edgewatch_lab.testing.podrunner import ContainerState, PodRunnerConfig, PodState
 
 IMAGE_UID = 65532           # the Dockerfile's USER 65532:65532
 IMAGE_GID = 65532
@@ -64,12 +64,12 @@ class ContainerSetup:
         pods: the runner's pods by uid (the same dict, kept up to date by the runner).
     """
 
-    def __init__(self, *, client: Any, config: PodRunnerConfig, pods: dict[str, _Pod]) -> None:
+    def __init__(self, *, client: Any, config: PodRunnerConfig, pods: dict[str, PodState]) -> None:
         self.client = client
         self.config = config
         self.pods = pods
 
-    def pod_dir(self, p: _Pod) -> Path:
+    def pod_dir(self, p: PodState) -> Path:
         """The pod's own folder under the node's root (made if missing)."""
         d = self.config.node_root / "var/lib/kubelet/pods" / p.uid
         d.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class ContainerSetup:
         except ApiError as exc:
             raise PodSetupError(f"{kind} {namespace}/{name}: {exc.status.message}") from exc
 
-    async def _token(self, p: _Pod, source: dict[str, Any]) -> bytes:
+    async def _token(self, p: PodState, source: dict[str, Any]) -> bytes:
         from lightkube.resources.core_v1 import ServiceAccount
 
         meta, spec = p.pod["metadata"], p.pod["spec"]
@@ -105,7 +105,7 @@ class ContainerSetup:
             return [(i["path"], data[i["key"]], i.get("mode")) for i in src["items"] if i["key"] in data]
         return [(k, v, None) for k, v in data.items()]
 
-    async def prepare_volumes(self, p: _Pod) -> None:
+    async def prepare_volumes(self, p: PodState) -> None:
         """Materialize every volume of the pod; record where each is in ``p.mounts_by_volume``."""
         spec, meta = p.pod["spec"], p.pod["metadata"]
         fs_group = (spec.get("securityContext") or {}).get("fsGroup")
@@ -161,7 +161,7 @@ class ContainerSetup:
                 os.chmod(target, 0o2755)
             p.mounts_by_volume[name] = target
 
-    async def _env(self, p: _Pod, c: dict[str, Any]) -> dict[str, str]:
+    async def _env(self, p: PodState, c: dict[str, Any]) -> dict[str, str]:
         meta = p.pod["metadata"]
         env = {"PATH": container_path(self.config.image_bin_dirs), "HOSTNAME": self.config.node_name,
                "HOME": "/tmp",
@@ -187,7 +187,7 @@ class ContainerSetup:
                         "DONT_FAKE_MONOTONIC": "1"})
         return env
 
-    async def exec_spec(self, p: _Pod, c: _Container) -> dict[str, Any]:
+    async def exec_spec(self, p: PodState, c: ContainerState) -> dict[str, Any]:
         """The launcher's spec for container ``c`` (argv, env, mounts, user and groups, image paths)."""
         spec = c.spec
         pod_sc = p.pod["spec"].get("securityContext") or {}
