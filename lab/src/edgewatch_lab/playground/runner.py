@@ -7,7 +7,7 @@ faults while recording what the API shows, then stop everything and write the re
 Pool coordinators with ``coordinators: pods`` (as shipped): before t=0 the runner also waits for
 each coordinator pod Ready, published and the pool led; ``kill-coordinator`` kills the node the pod
 is bound to (found through the API) as ``kill`` does, ``revive-coordinator`` waits (at most
-``REVIVE_COORDINATOR_WAIT_S``) for the Deployment's pod Ready on another node, and ``kill-leader``
+``actions.REVIVE_COORDINATOR_WAIT_S``) for the Deployment's pod Ready on another node, and ``kill-leader``
 finds the leader in what the agents publish. Each coordinator pool is recorded throughout
 (``coordinatorwatch``).
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from rich.console import Console, Group
@@ -39,24 +39,18 @@ from rich.table import Table
 from rich.text import Text
 
 from edgewatch.kube.errors import API_ERRORS
-from edgewatch.names import EDGE_CONDITION_TYPE, POOL_COORDINATORS_CONFIGMAP, ROLE_CONDITION_TYPE
-from edgewatch_lab.playground.controllerpods import kill_controller_leader, scale_controller
+from edgewatch.names import EDGE_CONDITION_TYPE, POOL_COORDINATORS_CONFIGMAP
+from edgewatch_lab.playground.actions import ActionState, StepContext, perform, published_leader
 from edgewatch_lab.playground.costs import CostMeter
 from edgewatch_lab.playground.cluster import EDGEWATCH_NAMESPACE, WORKLOAD_NAMESPACE, PlaygroundCluster
 from edgewatch_lab.playground.identities import read_identities
-from edgewatch_lab.playground.coordinators import leader_from_conditions, newest_placement
-from edgewatch_lab.playground.coordinatorwatch import (
-    CoordinatorWatch,
-    coordinator_node,
-    coordinator_pods,
-    wait_coordinator_ready,
-)
+from edgewatch_lab.playground.coordinators import newest_placement
+from edgewatch_lab.playground.coordinatorwatch import CoordinatorWatch, coordinator_pods
 from edgewatch_lab.playground.observer import Observer
 from edgewatch_lab.playground.placement import place_statefulsets
 from edgewatch_lab.playground.proxies import NodeProxies, pool_scope_counters
 from edgewatch_lab.playground.checks import ExpectationResult, check_expectations
 from edgewatch_lab.playground.report import NodeRecord, Recording, build_report
-from edgewatch_lab.playground.rollout import RolloutWatch, start_rollout
 from edgewatch_lab.playground.uninstalling import leftovers
 from edgewatch_lab.playground import superedge
 from edgewatch_lab.playground.comparison import SYSTEMS, TITLES, run_label
@@ -73,10 +67,6 @@ log = logging.getLogger(__name__)
 
 #: The values of a topology's ``coordinators`` (and of ``run_scenario``'s ``coordinator_mode``).
 COORDINATOR_MODES = ("process", "pods")
-
-#: The longest a ``revive-coordinator`` step waits for the rescheduled coordinator pod
-#: (``coordinators: pods``), seconds; the next steps wait with it.
-REVIVE_COORDINATOR_WAIT_S = 120.0
 
 STATE_STYLE = {"normal": "green", "disconnected": "yellow", "failed": "red", "unknown": "magenta",
                "not_ready": "dark_orange"}
@@ -97,50 +87,6 @@ class RunResult:
     def passed(self) -> bool:
         """True if every expectation held."""
         return all(e.passed for e in self.expectations)
-
-
-def _targets(step: Any, scenario: Scenario) -> list[str]:
-    if getattr(step, "nodes", None):
-        return list(step.nodes)
-    if getattr(step, "pool", None):
-        return [n for n in scenario.node_names() if scenario.pool_of(n) == step.pool]
-    return []
-
-
-async def _published_leader(cluster: PlaygroundCluster, client: AsyncClient, pool: str) -> str | None:
-    """The node leading ``pool`` as its live agents publish it (their ``EdgePoolCoordinator`` Node
-    conditions, ``coordinators.leader_from_conditions``): what the lab can read once the
-    coordinator admits only the pool's nodes (``coordinators: pods``)."""
-    lab = cluster.lab
-    members = cluster.scenario.nodes_of(pool)
-    alive = [n for n in members if lab is None or not lab.faults(n).killed]
-    messages: dict[str, str | None] = {}
-    async for node in client.list(Node):
-        if node.metadata.name in members and node.status is not None:
-            cond = next((c for c in node.status.conditions or [] if c.type == ROLE_CONDITION_TYPE), None)
-            messages[node.metadata.name] = cond.message if cond is not None else None
-    return leader_from_conditions(messages, alive=alive)
-
-
-async def _leader_of(cluster: PlaygroundCluster, pool: str, client: AsyncClient | None = None) -> str | None:
-    """The node whose agent leads ``pool``: with ``coordinators: pods`` as the agents publish it
-    (:func:`_published_leader`); else read from the lab's etcd (the candidacy with the lowest
-    create revision, ``edgewatch.poolkeys.leader_of``)."""
-    import aetcd
-
-    from edgewatch.poolkeys import Candidate, PoolKeys, leader_of
-
-    if cluster.coordinator_pods and client is not None:
-        return await _published_leader(cluster, client, pool)
-    etcd = cluster.coordinators.get(pool)
-    if etcd is None:
-        return None
-    keys = PoolKeys(pool)
-    host, port = etcd.address, etcd.client_port
-    async with aetcd.Client(host=host, port=port, timeout=3) as client:
-        listing = await client.get_prefix(keys.candidates)
-    return leader_of({kv.key[len(keys.candidates):].decode(errors="replace"): Candidate(kv.lease, kv.create_revision)
-                      for kv in listing})
 
 
 class ScenarioPlayer:
@@ -172,10 +118,8 @@ class ScenarioPlayer:
         #: Pools with a coordinator (edgewatch runs), watched during the run.
         self.coordinator_pools = {p.name: p.node_names() for p in scenario.topology.pools
                                   if p.coordinator and cluster.edgewatch}
-        #: ``coordinators: pods``: the node each pool's last kill-coordinator killed.
-        self._coordinator_killed: dict[str, str] = {}
-        self._rollouts: list[RolloutWatch] = []
-        self._uninstall: dict[str, Any] | None = None
+        #: What steps leave for later steps and the report (``actions.ActionState``).
+        self._actions = ActionState()
 
     async def prepare(self) -> None:
         """Create the workload and wait until it serves (and, with edgewatch, the agents and the
@@ -260,7 +204,7 @@ class ScenarioPlayer:
                     if not ready:
                         return False
                     cm = await self.client.get(ConfigMap, POOL_COORDINATORS_CONFIGMAP, namespace=EDGEWATCH_NAMESPACE)
-                    return bool((cm.data or {}).get(pool)) and await _published_leader(
+                    return bool((cm.data or {}).get(pool)) and await published_leader(
                         self.cluster, self.client, pool) is not None
                 except API_ERRORS:  # not there yet, or a slow answer: look again
                     return False
@@ -301,10 +245,11 @@ class ScenarioPlayer:
                 if display is not None:
                     await display
         self.recording.ended_at = self.observer.now()
-        self.recording.rollouts = [w.summary() for w in self._rollouts]
-        if self._uninstall is not None:
-            self.recording.uninstall = {"t": self._uninstall["t"], "done_at": self._uninstall.get("done_at"),
-                                        **{k: v for k, v in self._uninstall.items() if k not in ("t", "action", "done_at")},
+        self.recording.rollouts = [w.summary() for w in self._actions.rollouts]
+        uninstalled = self._actions.uninstall
+        if uninstalled is not None:
+            self.recording.uninstall = {"t": uninstalled["t"], "done_at": uninstalled.get("done_at"),
+                                        **{k: v for k, v in uninstalled.items() if k not in ("t", "action", "done_at")},
                                         "left": await leftovers(self.client)}
         self._record_costs(costs, elapsed_s=time.monotonic() - t0)
         if self._counters_at_start:
@@ -361,9 +306,9 @@ class ScenarioPlayer:
     async def _observe_rollouts(self, stop: asyncio.Event) -> None:
         """Poll the newest rollout's pods once a second (``edgewatch_lab.playground.rollout``)."""
         while not stop.is_set():
-            if self._rollouts and self.observer is not None:
+            if self._actions.rollouts and self.observer is not None:
                 with contextlib.suppress(*API_ERRORS):  # a slow answer: look again next second
-                    await self._rollouts[-1].poll(self.client, t=self.observer.now())
+                    await self._actions.rollouts[-1].poll(self.client, t=self.observer.now())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -376,117 +321,12 @@ class ScenarioPlayer:
         await self.observer.poll()
 
     async def _do(self, step: Any, *, t: float) -> None:
-        cluster, lab = self.cluster, self.cluster.lab
-        assert lab is not None
-        action = step.action
-        fault: dict[str, Any] = {"t": t, "action": action}
-        targets = _targets(step, self.scenario)
-        loop = asyncio.get_running_loop()
-        if action == "cut-cloud":
-            await loop.run_in_executor(None, lab.cut_cloud, targets)
-            fault["nodes"] = targets
-        elif action == "restore-cloud":
-            await loop.run_in_executor(None, lab.restore_cloud, targets)
-            fault["nodes"] = targets
-        elif action == "split":
-            sides = [list(s) for s in step.sides]
-            await loop.run_in_executor(None, lambda: lab.split(step.pool, sides))
-            fault.update(pool=step.pool, sides=sides)
-        elif action == "loss":
-            await loop.run_in_executor(None, lambda: lab.loss(targets, step.percent))
-            fault.update(nodes=targets, percent=step.percent)
-        elif action in ("kill", "kill-leader"):
-            node = step.node if action == "kill" else await self._leader_or_first(step.pool)
-            await self._kill(node, t)
-            fault["node"] = node
-        elif action == "kill-coordinator" and cluster.coordinator_pods:
-            # as shipped, the coordinator is a pod: the node it runs on dies
-            node = None
-            for _ in range(3):  # bounded: each look is one API call with the client's timeout
-                with contextlib.suppress(*API_ERRORS):
-                    node = await coordinator_node(self.client, namespace=EDGEWATCH_NAMESPACE, pool=step.pool)
-                    break
-            if node is not None and not lab.faults(node).killed:
-                await self._kill(node, t)
-                self._coordinator_killed[step.pool] = node
-            fault.update(pool=step.pool, node=node)
-        elif action == "revive-coordinator" and cluster.coordinator_pods:
-            # nothing to start: wait (bounded) for the Deployment's pod Ready on another node
-            node, waited = await wait_coordinator_ready(
-                self.client, namespace=EDGEWATCH_NAMESPACE, pool=step.pool,
-                not_on=self._coordinator_killed.get(step.pool), timeout_s=REVIVE_COORDINATOR_WAIT_S)
-            fault.update(pool=step.pool, node=node, waited_s=round(waited, 1))
-        elif action == "revive":
-            await loop.run_in_executor(None, cluster.revive_node, step.node)
-            self.recording.nodes[step.node].record_revive(t)
-            fault["node"] = step.node
-        elif action == "kill-coordinator":
-            if step.pool in cluster.coordinators:
-                await loop.run_in_executor(None, cluster.kill_coordinator, step.pool)
-            fault["pool"] = step.pool
-        elif action == "revive-coordinator":
-            if step.pool in cluster.coordinators:
-                await loop.run_in_executor(None, cluster.start_coordinator, step.pool)
-            fault["pool"] = step.pool
-        elif action == "skew":
-            await loop.run_in_executor(None, cluster.skew, step.node, step.seconds)
-            fault.update(node=step.node, seconds=step.seconds)
-        elif action == "rollout":
-            if cluster.edgewatch:
-                watch = RolloutWatch(namespace=EDGEWATCH_NAMESPACE, started_s=t, nodes=self.scenario.node_names())
-                await watch.begin(self.client)
-                fault["from"] = cluster.release or "this checkout"
-                if step.release is None and cluster.release is None:  # a restart rollout
-                    fault["stamp"] = await start_rollout(self.client, namespace=EDGEWATCH_NAMESPACE)
-                else:  # to another release, or back to this checkout: apply its install
-                    await loop.run_in_executor(None, cluster.roll_to, step.release)
-                fault["to"] = cluster.release or "this checkout"
-                self._rollouts.append(watch)  # polled from now on: the new spec is in the API
-        elif action == "uninstall":
-            if cluster.edgewatch:
-                fault.update(await loop.run_in_executor(None, cluster.uninstall))
-                self._uninstall = fault
-        elif action == "restart-controller":
-            if cluster.edgewatch:
-                fault["killed"] = await loop.run_in_executor(None, cluster.restart_controller)
-        elif action == "kill-controller-leader":
-            if cluster.edgewatch:
-                fault.update(await kill_controller_leader(self.client, cluster))
-        elif action == "scale-controller":
-            if cluster.edgewatch:
-                fault.update(await scale_controller(self.client, step.replicas))
-        elif action == "scale":
-            await self.client.patch(Deployment, "sample", {"spec": {"replicas": step.replicas}},
-                                    namespace=WORKLOAD_NAMESPACE)
-            fault["replicas"] = step.replicas
-        elif action == "heal":
-            await loop.run_in_executor(None, lab.heal)
-        fault["done_at"] = self.observer.now() if self.observer else t
+        """Do one step (``actions.perform``) and record its fault."""
+        ctx = StepContext(cluster=self.cluster, client=self.client, scenario=self.scenario,
+                          recording=self.recording, observer=self.observer, state=self._actions)
+        fault = await perform(ctx, step, t=t)
         self.recording.faults.append(fault)
-        log.info("t=%.1f %s %s", t, action, {k: v for k, v in fault.items() if k not in ("t", "action")})
-
-    async def _kill(self, node: str, t: float) -> None:
-        """Kill ``node`` (its machine dies) and record it with the pods bound to it."""
-        cluster = self.cluster
-        pods = self.observer.views[node].pods if self.observer and node in self.observer.views else None
-        before = cluster.container_count(node)
-        await asyncio.get_running_loop().run_in_executor(None, cluster.kill_node, node)
-        self.recording.nodes[node].record_kill(t, pods=pods)
-        if before is not None:
-            self.recording.nodes[node].containers_at_kill[t] = [before, cluster.container_count(node) or 0]
-
-    async def _leader_or_first(self, pool: str) -> str:
-        """The pool's leader. Without one (baseline, or none elected) the pool's last node that is
-        neither killed nor cut from the cloud — the node a leader would be — deterministic."""
-        with contextlib.suppress(Exception):
-            leader = await _leader_of(self.cluster, pool, self.client)
-            if leader:
-                return leader
-        lab = self.cluster.lab
-        assert lab is not None
-        nodes = [n for n in self.scenario.node_names() if self.scenario.pool_of(n) == pool]
-        able = [n for n in nodes if not lab.faults(n).killed and not lab.faults(n).cloud_cut]
-        return (able or nodes)[-1]
+        log.info("t=%.1f %s %s", t, step.action, {k: v for k, v in fault.items() if k not in ("t", "action")})
 
     async def _display(self, stop: asyncio.Event) -> None:
         with Live(self._render(), console=self.console, refresh_per_second=2, transient=False) as live:
@@ -602,4 +442,4 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     return RunResult(report=report, expectations=expectations, logs=logs, install=dict(cluster.installed))
 
 
-__all__ = ["COORDINATOR_MODES", "SYSTEMS", "RunResult", "ScenarioPlayer", "run_scenario", "with_coordinator_mode", "ApiError"]
+__all__ = ["COORDINATOR_MODES", "SYSTEMS", "RunResult", "ScenarioPlayer", "run_scenario", "with_coordinator_mode"]
