@@ -199,3 +199,49 @@ def test_one_dead_claim_does_not_make_a_whole_component_vote_dead(n: int) -> Non
     votes[o] = Vote(observer=o, observed_at=NOW, alive=votes[o].alive, dead=frozenset({x}))
     out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
     assert out[x].verdict is Verdict.UNHEALTHY and out[x].dead_count == n - 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(min_value=5, max_value=120), liar_at=st.integers(min_value=0, max_value=10**6),
+       victim_at=st.integers(min_value=0, max_value=10**6), died=st.floats(min_value=0.5, max_value=TTL - 0.5))
+def test_a_dead_nodes_own_last_statement_and_one_liar_do_not_keep_it_in(n: int, liar_at: int, victim_at: int,
+                                                                     died: float) -> None:
+    """The victim died ``died`` seconds ago: its own last statement (naming its neighbours alive)
+    is still fresh, the neighbours' newer statements name it dead, one liar keeps naming it alive.
+    Its own older word is superseded by what its neighbours saw since: it is not linked, and one
+    liar cannot attach it."""
+    members = group(n)
+    ring = dict(neighbours(members))
+    liar, victim = members[liar_at % n], members[victim_at % n]
+    if liar == victim or len([p for p in ring[victim] if p != liar]) < 2:
+        return
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead={victim}, silent=set(), ring=ring)
+    votes[victim] = Vote(observer=victim, observed_at=NOW - died, alive=ring[victim] | {victim}, dead=frozenset())
+    votes[liar] = Vote(observer=liar, observed_at=NOW, alive=votes[liar].alive | {victim},
+                       dead=votes[liar].dead - {victim})
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert out[victim].verdict is Verdict.UNHEALTHY, out[victim].message
+    assert all(out[m].verdict is Verdict.HEALTHY for m in members if m != victim)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(min_value=5, max_value=60), victim_at=st.integers(min_value=0, max_value=10**6),
+       data=st.data())
+def test_a_live_nodes_statement_is_superseded_only_by_a_majority_of_its_neighbours(
+        n: int, victim_at: int, data: st.DataObject) -> None:
+    """A live node whose links to some neighbours are lossy: those name it dead in statements newer
+    than its own. While they are not more than its neighbours naming it alive (and fewer than
+    two), its own statement keeps it linked and HEALTHY, as before."""
+    members = group(n)
+    ring = dict(neighbours(members))
+    victim = members[victim_at % n]
+    near = sorted(ring[victim])
+    lossy = set(data.draw(st.lists(st.sampled_from(near), unique=True, max_size=len(near))))
+    if len(lossy) >= 2 and len(lossy) > len(near) - len(lossy):
+        return  # a majority of its neighbours with evidence it is dead: superseded (previous test)
+    votes = partition_votes(members, dict.fromkeys(members, 0), dead=set(), silent=set(), ring=ring)
+    votes[victim] = Vote(observer=victim, observed_at=NOW - 1.0, alive=ring[victim] | {victim}, dead=frozenset())
+    for o in lossy:
+        votes[o] = Vote(observer=o, observed_at=NOW, alive=votes[o].alive - {victim}, dead=votes[o].dead | {victim})
+    out = decide_reach(group=frozenset(members), votes=votes, now=NOW, vote_ttl_s=TTL, ring=ring)
+    assert out[victim].verdict is Verdict.HEALTHY, out[victim].message

@@ -17,9 +17,13 @@ What it is for
        * any other pair: both name each other alive (a fallback probe both ends confirm).
 
        A claim about a non-neighbour counts only when mutual, so one node cannot glue itself to
-       nodes it does not really exchange with.
+       nodes it does not really exchange with. A member's own statement gives it no edges once it is
+       *superseded*: at least two of its fresh ring neighbours name it dead in statements newer than
+       its own, more than name it alive (:func:`linked_members`). A node that just died leaves a last
+       statement that stays fresh for the TTL; without this rule one liar naming it alive would glue
+       it to the liar's component until then.
     3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead),
-       or whose statement names itself dead (its kubelet is down):
+       whose statement names itself dead (its kubelet is down), or whose statement is superseded:
        ``x`` joins the components of its fresh ring neighbours that name it alive, if at least two
        do and they outnumber those naming it dead. One lying neighbour can neither keep a dead node
        in (it is outnumbered by the others) nor cut a live one out.
@@ -48,7 +52,9 @@ Guarantees (property-tested in ``tests/unit/test_reach.py``)
     * On a full mesh (n <= 2k + 1) with a consistent view (everyone's claims describe the same sides)
       the verdicts equal :func:`edgewatch.core.quorum.decide_all`'s.
     * One node's statement, whatever it says, cannot make a dead node HEALTHY while at least two of its
-      other neighbours name it dead, nor a node whose own statement says its kubelet is down (both need two witnesses), and
+      other neighbours name it dead, also while the dead node's own last statement is still fresh
+      (the neighbours' newer statements supersede it), nor a node whose own statement says its
+      kubelet is down (both need two witnesses), and
       cannot make a node of a connected majority UNHEALTHY. (It can keep a *live* node, whose own
       fresh statement names it alive, in its component when the node's other neighbours cannot reach
       it: the node is alive, and the liar's claim to reach it cannot be checked.)
@@ -74,7 +80,7 @@ from edgewatch.core.quorum import Decision, Vote, decision_from_counts, fresh_vo
 from edgewatch.core.topology import DEFAULT_RINGS, neighbours
 from edgewatch.core.types import NodeName
 
-__all__ = ["MIN_ATTACH_WITNESSES", "MIN_DEAD_WITNESSES", "components", "decide_reach"]
+__all__ = ["MIN_ATTACH_WITNESSES", "MIN_DEAD_WITNESSES", "components", "decide_reach", "linked_members"]
 
 MIN_ATTACH_WITNESSES = 2
 """Fresh neighbours that must name a statement-less member alive before it joins their component: more
@@ -118,6 +124,47 @@ def _edge(a: Vote, b: Vote, *, ring_pair: bool) -> bool:
     return a_alive and b_alive
 
 
+def linked_members(
+    fresh: Mapping[NodeName, Vote],
+    ring: Mapping[NodeName, frozenset[NodeName]],
+) -> dict[NodeName, Vote]:
+    """The fresh members whose own statement gives them edges (step 2 of the module docstring).
+
+    Left out: a member naming itself dead (its kubelet is down), and a member whose own statement
+    is *superseded*: at least :data:`MIN_DEAD_WITNESSES` of its fresh ring neighbours name it dead
+    in statements newer than its own (``observed_at`` strictly later, on the deciding clock), more
+    than name it alive. A node that just died leaves a last statement that stays fresh for the
+    vote TTL; its neighbours have looked since and found it dead, so its older word about itself no
+    longer counts, and one liar naming it alive cannot glue it to their component (the liar must
+    then attach it, which takes two witnesses). A live node behind lossy links is superseded only
+    when most of its neighbours lost it, and then only until its next statement.
+
+    Args:
+        fresh: member -> its fresh vote.
+        ring: member -> its ring neighbours.
+
+    Returns:
+        ``{member: vote}`` of the linked members. Cost O(fresh statements x ring size).
+    """
+    linked: dict[NodeName, Vote] = {}
+    for a, va in fresh.items():
+        if a in va.dead:
+            continue
+        later_dead = alive = 0
+        for o in ring.get(a, frozenset()):
+            vo = fresh.get(o)
+            if vo is None or o == a:
+                continue
+            if a in vo.alive:
+                alive += 1
+            elif a in vo.dead and vo.observed_at > va.observed_at:
+                later_dead += 1
+        if later_dead >= MIN_DEAD_WITNESSES and later_dead > alive:
+            continue
+        linked[a] = va
+    return linked
+
+
 def components(
     *,
     group: frozenset[NodeName],
@@ -137,9 +184,10 @@ def components(
         their roots are equal. Cost O(fresh statements x their length), not O(group size).
     """
     uf = _UnionFind()
-    # A node that names itself dead (its kubelet is down) gets no edges of its own: like a node
-    # without a statement, only its neighbours' word can attach it (below).
-    linked = {a: v for a, v in fresh.items() if a not in v.dead}
+    # A node that names itself dead (its kubelet is down), or whose statement its neighbours have
+    # superseded, gets no edges of its own: like a node without a statement, only its neighbours'
+    # word can attach it (below).
+    linked = linked_members(fresh, ring)
     for a, va in linked.items():
         near = ring.get(a, frozenset())
         for b in near:
@@ -212,7 +260,7 @@ def decide_reach(
     # is not linked itself (no fresh statement, or one naming itself dead): a linked subject signed a
     # fresh statement and is reached through its component, so a neighbour's "dead" about it is a
     # lossy link, not a dead node (the full mesh at 30 % loss made such claims tip verdicts).
-    linked = {o for o, v in fresh.items() if o not in v.dead}
+    linked = linked_members(fresh, topo)
     named_dead: dict[NodeName, int] = {}
     for o, vote in fresh.items():
         ro = found[o]
