@@ -123,9 +123,10 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
     """a-5 dies. a-1 keeps renewing a-5's Lease with a delegate mark (its RBAC allows that much),
     carries a-5's last genuine statement (a replay) and names a-5 alive in its own statements. The
     controller needs a-5's own *fresh* signed word: without it the mark is no heartbeat, the peers'
-    signed statements say dead, a-5 is failed. And it stays failed: a-5's own last statement is
-    fresh for 30 s after it died, but its neighbours' newer statements supersede it, so a-1's word
-    alone never makes it look linked again (sampled every second for 40 s after the kill)."""
+    signed statements say dead, a-5 is failed. And it never looks alive again: a-5's own last
+    statement is fresh for 30 s after it died, but its neighbours' newer statements supersede it,
+    so a-1's word alone never makes it look linked (sampled every second for 40 s after the kill;
+    while a-1 names it alive its verdict may read unknown, never healthy)."""
     assert cluster.cp is not None
     attacker = Attacker(cluster)
     recorded = json.loads(json.loads(cluster.cp.kubectl("get", "lease", "a-5", "-n", IDENTITY_NAMESPACE, "-o", "json"))
@@ -167,10 +168,12 @@ def test_a_dead_node_is_not_kept_alive_by_a_forged_carry(cluster: PlaygroundClus
                 await client.close()
             assert failed_after is not None, "a dead node with a forged carry was never judged failed"
             assert event_seen, "no CarryNotBelieved Event naming a-1 on a-5 while a-1 kept renewing"
-            first_false = next((at for at, v in verdicts if v == "False"), None)
-            assert first_false is not None, f"a-5 never judged unhealthy: {verdicts}"
-            resurrected = [(round(at, 1), v) for at, v in verdicts if at > first_false and v == "True"]
-            assert not resurrected, f"a-5 looked healthy again after it was judged unhealthy: {resurrected}"
+            # once a-5 no longer reads healthy (unhealthy, or unknown while a-1's word is counted
+            # against its neighbours'), it never reads healthy again
+            lost = next((at for at, v in verdicts if v in ("False", "Unknown")), None)
+            assert lost is not None, f"a-5 never stopped reading healthy: {verdicts}"
+            resurrected = [(round(at, 1), v) for at, v in verdicts if at > lost and v == "True"]
+            assert not resurrected, f"a-5 looked healthy again after it was judged dead: {resurrected}"
             return failed_after
 
         took = asyncio.run(attack())

@@ -18,14 +18,14 @@ What it is for
 
        A claim about a non-neighbour counts only when mutual, so one node cannot glue itself to
        nodes it does not really exchange with. A member's own statement gives it no edges once it is
-       *superseded*: at least two of its fresh ring neighbours name it dead in statements newer than
-       its own, more than name it alive (:func:`linked_members`). A node that just died leaves a last
-       statement that stays fresh for the TTL; without this rule one liar naming it alive would glue
-       it to the liar's component until then.
+       *superseded*: at least two fresh ring neighbours of its own component name it dead in
+       statements newer than its own, while fewer than two name it alive (:func:`linked_members`).
+       A node that just died leaves a last statement that stays fresh for the TTL; without this
+       rule one liar naming it alive would glue it to the liar's component until then.
     3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead),
        whose statement names itself dead (its kubelet is down), or whose statement is superseded:
        ``x`` joins the components of its fresh ring neighbours that name it alive, if at least two
-       do and they outnumber those naming it dead. One lying neighbour can neither keep a dead node
+       do and they outnumber those naming it dead; a superseded statement vouches for no one. One lying neighbour can neither keep a dead node
        in (it is outnumbered by the others) nor cut a live one out.
     4. **Counting**, for subject ``x`` in component ``C``:
 
@@ -38,7 +38,9 @@ What it is for
          some neighbour in ``C`` dead (their own direct votes, as in the full mesh); plus, for an
          ``x`` not linked itself, the members of ``C`` naming ``x`` dead;
        * HEALTHY iff alive votes > n / 2, UNHEALTHY iff dead votes > n / 2, else UNKNOWN, where n is
-         the group's size (TKE Edge: the majority of the group, not of the votes received).
+         the group's size (TKE Edge: the majority of the group, not of the votes received); a
+         superseded member that a ring neighbour still names alive and only two name dead after it
+         spoke is at most UNKNOWN (one of the two may be a liar).
 
 Guarantees (property-tested in ``tests/unit/test_reach.py``)
     * In a clean partition (every fresh node names its neighbours on its own side alive and the others
@@ -53,8 +55,9 @@ Guarantees (property-tested in ``tests/unit/test_reach.py``)
       the verdicts equal :func:`edgewatch.core.quorum.decide_all`'s.
     * One node's statement, whatever it says, cannot make a dead node HEALTHY while at least two of its
       other neighbours name it dead, also while the dead node's own last statement is still fresh
-      (the neighbours' newer statements supersede it), nor a node whose own statement says its
-      kubelet is down (both need two witnesses), and
+      (the neighbours' newer statements supersede it; with only two honest neighbours it is
+      UNKNOWN while the liar names it alive), nor a node whose own statement says its kubelet is
+      down (both need two witnesses), and
       cannot make a node of a connected majority UNHEALTHY. (It can keep a *live* node, whose own
       fresh statement names it alive, in its component when the node's other neighbours cannot reach
       it: the node is alive, and the liar's claim to reach it cannot be checked.)
@@ -74,11 +77,12 @@ Sources
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from edgewatch.core.quorum import Decision, Vote, decision_from_counts, fresh_votes
 from edgewatch.core.topology import DEFAULT_RINGS, neighbours
-from edgewatch.core.types import NodeName
+from edgewatch.core.types import NodeName, Verdict
 
 __all__ = ["MIN_ATTACH_WITNESSES", "MIN_DEAD_WITNESSES", "components", "decide_reach", "linked_members"]
 
@@ -124,70 +128,17 @@ def _edge(a: Vote, b: Vote, *, ring_pair: bool) -> bool:
     return a_alive and b_alive
 
 
-def linked_members(
-    fresh: Mapping[NodeName, Vote],
-    ring: Mapping[NodeName, frozenset[NodeName]],
-) -> dict[NodeName, Vote]:
-    """The fresh members whose own statement gives them edges (step 2 of the module docstring).
-
-    Left out: a member naming itself dead (its kubelet is down), and a member whose own statement
-    is *superseded*: at least :data:`MIN_DEAD_WITNESSES` of its fresh ring neighbours name it dead
-    in statements newer than its own (``observed_at`` strictly later, on the deciding clock), more
-    than name it alive. A node that just died leaves a last statement that stays fresh for the
-    vote TTL; its neighbours have looked since and found it dead, so its older word about itself no
-    longer counts, and one liar naming it alive cannot glue it to their component (the liar must
-    then attach it, which takes two witnesses). A live node behind lossy links is superseded only
-    when most of its neighbours lost it, and then only until its next statement.
-
-    Args:
-        fresh: member -> its fresh vote.
-        ring: member -> its ring neighbours.
-
-    Returns:
-        ``{member: vote}`` of the linked members. Cost O(fresh statements x ring size).
-    """
-    linked: dict[NodeName, Vote] = {}
-    for a, va in fresh.items():
-        if a in va.dead:
-            continue
-        later_dead = alive = 0
-        for o in ring.get(a, frozenset()):
-            vo = fresh.get(o)
-            if vo is None or o == a:
-                continue
-            if a in vo.alive:
-                alive += 1
-            elif a in vo.dead and vo.observed_at > va.observed_at:
-                later_dead += 1
-        if later_dead >= MIN_DEAD_WITNESSES and later_dead > alive:
-            continue
-        linked[a] = va
-    return linked
-
-
-def components(
+def _union_components(
     *,
     group: frozenset[NodeName],
     fresh: Mapping[NodeName, Vote],
     ring: Mapping[NodeName, frozenset[NodeName]],
+    linked: Mapping[NodeName, Vote],
 ) -> dict[NodeName, NodeName]:
-    """Each member's component root (steps 2-3 of the module docstring).
-
-    Args:
-        group: the members.
-        fresh: member -> its fresh vote (members without one are absent).
-        ring: member -> its ring neighbours (:func:`edgewatch.core.topology.neighbours` of ``group``).
-
-    Returns:
-        ``{member: root}`` for the members that are fresh or named alive in a fresh statement; any
-        other member is alone in its component (its own root). Two members are in one component iff
-        their roots are equal. Cost O(fresh statements x their length), not O(group size).
-    """
+    """Steps 2-3 over the given ``linked`` members: edges between them, then attachment of every
+    other member named alive, vouched for only by fresh members that are linked or name themselves
+    dead (a superseded statement vouches for no one)."""
     uf = _UnionFind()
-    # A node that names itself dead (its kubelet is down), or whose statement its neighbours have
-    # superseded, gets no edges of its own: like a node without a statement, only its neighbours'
-    # word can attach it (below).
-    linked = linked_members(fresh, ring)
     for a, va in linked.items():
         near = ring.get(a, frozenset())
         for b in near:
@@ -199,7 +150,7 @@ def components(
                 uf.union(a, b)
     candidates = {x for v in fresh.values() for x in v.alive if x in group and x not in linked}
     for x in sorted(candidates):
-        witnesses = [o for o in ring.get(x, frozenset()) if o in fresh]
+        witnesses = [o for o in ring.get(x, frozenset()) if o in linked or (o in fresh and o in fresh[o].dead)]
         alive = [o for o in witnesses if x in fresh[o].alive]
         dead = sum(1 for o in witnesses if x in fresh[o].dead)
         if len(alive) >= MIN_ATTACH_WITNESSES and len(alive) > dead:
@@ -207,6 +158,95 @@ def components(
                 uf.union(x, o)
     involved = set(fresh) | candidates
     return {x: uf.find(x) for x in involved}
+
+
+def linked_members(
+    *,
+    group: frozenset[NodeName],
+    fresh: Mapping[NodeName, Vote],
+    ring: Mapping[NodeName, frozenset[NodeName]],
+) -> dict[NodeName, Vote]:
+    """The fresh members whose own statement gives them edges (step 2 of the module docstring).
+
+    Left out: a member naming itself dead (its kubelet is down), and a member whose own statement
+    is *superseded*: at least :data:`MIN_DEAD_WITNESSES` of its fresh ring neighbours name it dead
+    in statements newer than its own (``observed_at`` strictly later, on the deciding clock), while
+    fewer than :data:`MIN_ATTACH_WITNESSES` name it alive. Only claimants in the member's own
+    component count (the components computed without this rule): a claim from across a cut is
+    evidence of the cut, not of a death, so no side of a clean partition loses members by it.
+
+    Why: a node that just died leaves a last statement that stays fresh for the vote TTL; its
+    neighbours have looked since and found it dead, so its older word no longer counts, and one
+    liar naming it alive cannot glue it to the liar's component through it. When only two
+    neighbours name it dead after it spoke and one still names it alive, it is at most UNKNOWN
+    (:func:`decide_reach`): a live node with one lossy link and one liar looks the same, and a liar
+    must never make a live node UNHEALTHY.
+
+    Returns:
+        ``{member: vote}`` of the linked members. Cost two passes over the fresh statements (the
+        components without the rule first), O(fresh statements x ring size).
+    """
+    plain = {a: v for a, v in fresh.items() if a not in v.dead}
+    root = _union_components(group=group, fresh=fresh, ring=ring, linked=plain)
+    linked: dict[NodeName, Vote] = {}
+    for a, va in plain.items():
+        later_dead = alive = 0
+        for o in ring.get(a, frozenset()):
+            vo = fresh.get(o)
+            if vo is None or o == a:
+                continue
+            if a in vo.alive:
+                alive += 1
+            elif a in vo.dead and vo.observed_at > va.observed_at and root.get(o, o) == root.get(a, a):
+                later_dead += 1
+        if later_dead >= MIN_DEAD_WITNESSES and alive < MIN_ATTACH_WITNESSES:
+            continue  # superseded
+        linked[a] = va
+    return linked
+
+
+def components(
+    *,
+    group: frozenset[NodeName],
+    fresh: Mapping[NodeName, Vote],
+    ring: Mapping[NodeName, frozenset[NodeName]],
+    linked: Mapping[NodeName, Vote] | None = None,
+) -> dict[NodeName, NodeName]:
+    """Each member's component root (steps 2-3 of the module docstring).
+
+    Args:
+        group: the members.
+        fresh: member -> its fresh vote (members without one are absent).
+        ring: member -> its ring neighbours (:func:`edgewatch.core.topology.neighbours` of ``group``).
+        linked: :func:`linked_members` of the same inputs, if the caller has it already.
+
+    Returns:
+        ``{member: root}`` for the members that are fresh or named alive in a fresh statement; any
+        other member is alone in its component (its own root). Two members are in one component iff
+        their roots are equal. Cost O(fresh statements x their length), not O(group size).
+    """
+    # A node that names itself dead (its kubelet is down), or whose statement its neighbours have
+    # superseded, gets no edges of its own: like a node without a statement, only its neighbours'
+    # word can attach it.
+    if linked is None:
+        linked = linked_members(group=group, fresh=fresh, ring=ring)
+    return _union_components(group=group, fresh=fresh, ring=ring, linked=linked)
+
+
+def _ambiguous(x: NodeName, *, fresh: Mapping[NodeName, Vote], ring: Mapping[NodeName, frozenset[NodeName]],
+               linked: Mapping[NodeName, Vote]) -> bool:
+    """Whether superseded ``x`` may be a live node that one liar tipped: a ring neighbour still
+    names it alive and no more than :data:`MIN_DEAD_WITNESSES` neighbours name it dead in
+    statements newer than its own (one of those may be the liar, the other one lossy link). A dead
+    node and one liar look the same, so such an ``x`` is at most UNKNOWN; with a third newer dead
+    claim at least two honest neighbours lost it after it last spoke."""
+    own = fresh.get(x)
+    if own is None or x in linked or x in own.dead:
+        return False
+    near = [fresh[o] for o in ring.get(x, frozenset()) if o in fresh and o != x]
+    if not any(x in v.alive for v in near):
+        return False
+    return sum(1 for v in near if x in v.dead and v.observed_at > own.observed_at) <= MIN_DEAD_WITNESSES
 
 
 def decide_reach(
@@ -245,7 +285,8 @@ def decide_reach(
     counted = fresh_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
     fresh = {v.observer: v for v in counted}
     topo = ring if ring is not None else neighbours(group, k=k)
-    found = components(group=group, fresh=fresh, ring=topo)
+    linked = linked_members(group=group, fresh=fresh, ring=topo)
+    found = components(group=group, fresh=fresh, ring=topo, linked=linked)
 
     def root_of(x: NodeName) -> NodeName:
         return found.get(x, x)
@@ -260,7 +301,6 @@ def decide_reach(
     # is not linked itself (no fresh statement, or one naming itself dead): a linked subject signed a
     # fresh statement and is reached through its component, so a neighbour's "dead" about it is a
     # lossy link, not a dead node (the full mesh at 30 % loss made such claims tip verdicts).
-    linked = linked_members(fresh, topo)
     named_dead: dict[NodeName, int] = {}
     for o, vote in fresh.items():
         ro = found[o]
@@ -290,5 +330,8 @@ def decide_reach(
         own_dead = named_dead.get(x, 0)
         alive = fresh_in.get(rx, 0) - own_dead
         dead = own_dead + against.get(rx, 0)
-        out[x] = decision_from_counts(x, alive=alive, dead=dead, group_size=size, votes_counted=len(fresh))
+        decision = decision_from_counts(x, alive=alive, dead=dead, group_size=size, votes_counted=len(fresh))
+        if decision.verdict is Verdict.UNHEALTHY and _ambiguous(x, fresh=fresh, ring=topo, linked=linked):
+            decision = dataclasses.replace(decision, verdict=Verdict.UNKNOWN)
+        out[x] = decision
     return out
