@@ -58,7 +58,8 @@ from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
 from edgewatch.kube.store import Store
 
-__all__ = ["BEACON_SECRET_NAME", "CONTROLLER_BACKOFF_MAX_S", "BeaconIssuer", "EvidenceInformer"]
+__all__ = ["BEACON_SECRET_NAME", "CONTROLLER_BACKOFF_MAX_S", "BeaconIssuer", "EvidenceInformer",
+           "controller_informer_config", "load_beacon_key"]
 
 CONTROLLER_BACKOFF_MAX_S = 5.0
 """Longest wait between two tries of a failed list or watch of the controller's informers,
@@ -74,6 +75,48 @@ _T = TypeVar("_T")
 async def _bounded(call: Awaitable[_T], timeout_s: float) -> _T:
     async with asyncio.timeout(timeout_s):
         return await call
+
+
+def controller_informer_config(*, api_timeout_s: float, watch_timeout_s: float) -> InformerConfig:
+    """The timings of every informer of the controller: ``api_timeout_s`` bounds a list page or
+    opening a watch, a watch silent ``watch_timeout_s`` is re-opened, failures back off up to
+    :data:`CONTROLLER_BACKOFF_MAX_S` (all seconds)."""
+    return InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
+                          backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+
+
+async def load_beacon_key(client: AsyncClient, *, namespace: str, api_timeout_s: float) -> NodeKey:
+    """The controller's beacon key from its Secret (``BEACON_SECRET_NAME`` in ``namespace``),
+    creating the Secret with a new Ed25519 key if there is none (a create race is settled by
+    reading the winner's). Every replica, leading or standing by, reads the same key.
+
+    Raises:
+        API errors (retried by the caller); ValueError if the Secret holds no Ed25519 key.
+    """
+    try:
+        secret = await _bounded(client.get(Secret, BEACON_SECRET_NAME, namespace=namespace), api_timeout_s)
+    except ApiError as exc:
+        if not is_not_found(exc):
+            raise
+        key = NodeKey.generate()
+        try:
+            await _bounded(client.create(Secret(
+                metadata=ObjectMeta(name=BEACON_SECRET_NAME, namespace=namespace,
+                                    labels={"app.kubernetes.io/part-of": "edgewatch"}),
+                data={"key.pem": base64.b64encode(key.pem()).decode("ascii")})), api_timeout_s)
+            return key
+        except ApiError as exc2:
+            if not is_conflict(exc2):
+                raise
+            secret = await _bounded(client.get(Secret, BEACON_SECRET_NAME, namespace=namespace), api_timeout_s)
+    try:
+        pem = base64.b64decode((secret.data or {}).get("key.pem", ""), validate=True)
+        private = serialization.load_pem_private_key(pem, password=None)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no usable key: {exc}") from None
+    if not isinstance(private, Ed25519PrivateKey):
+        raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no Ed25519 key")
+    return NodeKey(private)
 
 
 class BeaconIssuer:
@@ -107,37 +150,8 @@ class BeaconIssuer:
         self.issued = 0
 
     async def load_key(self) -> NodeKey:
-        """The controller's beacon key from its Secret, creating the Secret if there is none.
-
-        Raises:
-            API errors (retried by the caller); ValueError if the Secret holds no Ed25519 key.
-        """
-        try:
-            secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
-                                    self.api_timeout_s)
-        except ApiError as exc:
-            if not is_not_found(exc):
-                raise
-            key = NodeKey.generate()
-            try:
-                await _bounded(self.client.create(Secret(
-                    metadata=ObjectMeta(name=BEACON_SECRET_NAME, namespace=self.namespace,
-                                        labels={"app.kubernetes.io/part-of": "edgewatch"}),
-                    data={"key.pem": base64.b64encode(key.pem()).decode("ascii")})), self.api_timeout_s)
-                return key
-            except ApiError as exc2:
-                if not is_conflict(exc2):
-                    raise
-                secret = await _bounded(self.client.get(Secret, BEACON_SECRET_NAME, namespace=self.namespace),
-                                        self.api_timeout_s)
-        try:
-            pem = base64.b64decode((secret.data or {}).get("key.pem", ""), validate=True)
-            private = serialization.load_pem_private_key(pem, password=None)
-        except (binascii.Error, ValueError, TypeError) as exc:
-            raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no usable key: {exc}") from None
-        if not isinstance(private, Ed25519PrivateKey):
-            raise ValueError(f"Secret {BEACON_SECRET_NAME} holds no Ed25519 key")
-        return NodeKey(private)
+        """:func:`load_beacon_key` in this issuer's namespace."""
+        return await load_beacon_key(self.client, namespace=self.namespace, api_timeout_s=self.api_timeout_s)
 
     async def issue(self) -> None:
         """Issue one beacon: record it, then write the Lease (create it if missing).
@@ -223,8 +237,8 @@ class EvidenceInformer:
         self.namespace = namespace
         self.recount_s = recount_s
         self.watch_timeout_s = watch_timeout_s
-        self.informer_config = InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
-                                              backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+        self.informer_config = controller_informer_config(api_timeout_s=api_timeout_s,
+                                                          watch_timeout_s=watch_timeout_s)
         self._texts: dict[str, str] = {}  # writer -> its last evidence text
 
     def on_keys(self, op: str, cm: ConfigMap) -> None:

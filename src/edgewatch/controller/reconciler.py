@@ -87,6 +87,7 @@ from edgewatch.controller.model import (
 from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
 from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer
+from edgewatch.controller.evidence import controller_informer_config
 from edgewatch.controller.nodeinformer import SharedNodeInformer
 from edgewatch.controller.moves import LabelMoves
 from edgewatch.controller.observations import Observations
@@ -110,7 +111,7 @@ from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, N
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import MonotonicClock, format_micro_time
 from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
-from edgewatch.kube.informer import Informer, InformerConfig
+from edgewatch.kube.informer import Informer
 from edgewatch.kube.listwatch import lister_watcher
 from edgewatch.kube.resources import CONFIGMAPS, LEASES, ApiResource
 from edgewatch.kube.store import Store
@@ -207,8 +208,8 @@ class Reconciler:
         self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
                                        api_timeout_s=api_timeout_s,
                                        on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
-        self.informer_config = InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
-                                              backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+        self.informer_config = controller_informer_config(api_timeout_s=api_timeout_s,
+                                                          watch_timeout_s=watch_timeout_s)
         self.node_informer = SharedNodeInformer(client=client, subscribers={"reconciler": self, "roster": self.rosters},
                                                 config=self.informer_config)
         # node client certificates for the pool coordinator (edgewatch.controller.csrsigner)

@@ -39,7 +39,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer
+from edgewatch.controller.evidence import EvidenceInformer, controller_informer_config, load_beacon_key
 from edgewatch.controller.observations import Observations
 from edgewatch.controller.snapshots import LEASE, lease_snapshot
 from edgewatch.controller.verified import VerifiedEdge
@@ -80,8 +80,7 @@ class BeaconFollower:
         self._clock = clock
         self._namespace = namespace
         self._informer_config = informer_config
-        self._keys = BeaconIssuer(client=client, verified=verified, clock=clock, namespace=namespace,
-                                  api_timeout_s=api_timeout_s)
+        self._api_timeout_s = api_timeout_s
         self._public: Ed25519PublicKey | None = None
         self.recorded = 0
 
@@ -107,7 +106,8 @@ class BeaconFollower:
         """Read the controller's key, then follow the beacon Lease until cancelled."""
         while self._public is None:
             try:
-                self._public = Ed25519PublicKey.from_public_bytes((await self._keys.load_key()).public_raw)
+                self._public = Ed25519PublicKey.from_public_bytes((await load_beacon_key(
+                    self._client, namespace=self._namespace, api_timeout_s=self._api_timeout_s)).public_raw)
             except (*API_ERRORS, ValueError) as exc:
                 log.info("standby: cannot read the beacon key yet: %s", exc or type(exc).__name__)
                 await asyncio.sleep(KEY_RETRY_S)
@@ -140,8 +140,7 @@ class StandbyWatch:
         self.observations = observations
         self.verified = verified
         self._clock = clock
-        self._config = InformerConfig(request_timeout_s=api_timeout_s, idle_timeout_s=watch_timeout_s,
-                                      backoff_max_s=CONTROLLER_BACKOFF_MAX_S)
+        self._config = controller_informer_config(api_timeout_s=api_timeout_s, watch_timeout_s=watch_timeout_s)
         self.beacons = BeaconFollower(client=client, verified=verified, clock=clock, namespace=namespace,
                                       informer_config=self._config, api_timeout_s=api_timeout_s)
         self.evidence = EvidenceInformer(client=client, verified=verified, clock=clock, on_change=_ignore,
