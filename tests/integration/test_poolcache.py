@@ -349,6 +349,13 @@ async def test_kubectl_watch_through_the_cache_sees_what_the_apiserver_shows(
     the real kubectl: ``get endpointslices -A --watch`` prints the same objects and the same events
     (type, name, resourceVersion) through the endpoint as against the apiserver."""
     ns = namespace
+    # Other namespaces are compared too: wait until the earlier tests' namespaces are gone (the
+    # namespace controller deletes their slices after their teardown), or a deletion landing
+    # between the two kubectls' first lists shows as a difference the cache did not make.
+    deadline = time.monotonic() + 90
+    while [n async for n in kube.list(Namespace) if n.status is not None and n.status.phase == "Terminating"]:
+        assert time.monotonic() < deadline, "earlier tests' namespaces still terminating after 90 s"
+        await asyncio.sleep(0.5)
     await kube.create(_slice(ns, "pre", ["10.244.9.1"]))
     prefix = f"/edgewatch/pools/p-{secrets.token_hex(2)}/"
     etcd_client = _client(etcd)
