@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgewatch.core.quorum import Vote, decide_all
-from edgewatch.core.reach import components, decide_reach
+from edgewatch.core.reach import components, decide_reach, linked_members
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict
 
@@ -355,3 +355,45 @@ def test_a_clean_partitions_newer_minority_statements_supersede_no_one(n: int, s
     out = decide_reach(group=frozenset(members), votes=votes, now=100.0, vote_ttl_s=30.0, ring=ring)
     assert all(out[m].verdict is Verdict.HEALTHY for m in bigger), \
         [out[m].message for m in bigger if out[m].verdict is not Verdict.HEALTHY]
+
+
+def test_a_liar_cannot_move_a_dead_claimant_across_a_cut_to_keep_a_dead_node_linked() -> None:
+    """Rings of 2 over six nodes: dead n01's honest neighbours are n02 (still suspect), n03 and
+    n05 (both name it dead); n05's only other neighbour is the liar n04, which names n05 dead to
+    cut it off. n05's claim still supersedes n01's statement (n01's statement names n05 alive):
+    not HEALTHY. (Found by a second red team of this rule.)"""
+    members = [NodeName(f"n{i:02d}") for i in range(6)]
+    ring = dict(neighbours(members, k=2))
+    assert ring[NodeName("n05")] == frozenset({"n01", "n04"})  # the topology the attack needs
+    votes = [
+        _v("n00", 100, alive={"n00", "n02", "n03", "n04"}),
+        _v("n01", 70, alive={"n01", "n02", "n03", "n05"}),
+        _v("n02", 100, alive={"n00", "n02", "n03"}),
+        _v("n03", 100, alive={"n00", "n02", "n03", "n04"}, dead={"n01"}),
+        _v("n05", 100, alive={"n04", "n05"}, dead={"n01"}),
+        _v("n04", 100, alive={"n00", "n03", "n04"}, dead={"n05"}),  # the liar
+    ]
+    out = decide_reach(group=frozenset(members), votes={v.observer: v for v in votes}, now=100.0, vote_ttl_s=30.0,
+                       ring=ring)
+    assert out[NodeName("n01")].verdict is not Verdict.HEALTHY, out[NodeName("n01")].message
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(min_value=6, max_value=60), data=st.data())
+def test_claims_a_statement_does_not_confirm_never_supersede_it(n: int, data: st.DataObject) -> None:
+    """A member whose own statement names none of the neighbours that call it dead alive (a live
+    node across a cut, looking at the other side) keeps its edges, whatever the ages, so a
+    partition with stalled statements on one side supersedes no one. (Second red team: a stalled
+    pre-partition statement merged both sides' components and let the other side's claims count.)"""
+    members = group(n)
+    ring = dict(neighbours(members))
+    x = members[data.draw(st.integers(min_value=0, max_value=n - 1))]
+    near = sorted(ring[x])
+    claimants = set(data.draw(st.lists(st.sampled_from(near), unique=True, min_size=2, max_size=len(near))))
+    votes = {m: Vote(observer=m, observed_at=80.0 + data.draw(st.integers(min_value=0, max_value=20)),
+                     alive=ring[m] | {m}, dead=frozenset()) for m in members}
+    votes[x] = Vote(observer=x, observed_at=80.0, alive=frozenset({x} | (set(near) - claimants)),
+                    dead=frozenset(claimants))
+    for o in claimants:
+        votes[o] = Vote(observer=o, observed_at=100.0, alive=votes[o].alive - {x}, dead=frozenset({x}))
+    assert x in linked_members(fresh=votes, ring=ring)

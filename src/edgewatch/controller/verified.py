@@ -20,7 +20,7 @@ delegated Lease renewal counts).
 
 Single-threaded (one event loop). Times in seconds on the controller's clock. A group's verdicts
 are recounted in full over its monitoring topology (:func:`edgewatch.core.reach.decide_reach`:
-O(group size x rings), about 13 ms for 1,000 nodes); a group is recounted when one of its
+O(group size x rings), about 10 ms for 1,000 nodes); a group is recounted when one of its
 statements changed, or once a statement of it may count differently by time alone: the count
 depends on ``now`` only through which statements are fresh (:func:`edgewatch.core.quorum.is_fresh`),
 so until the group's earliest such boundary (:func:`_next_change`) it would come out the same.

@@ -18,8 +18,8 @@ What it is for
 
        A claim about a non-neighbour counts only when mutual, so one node cannot glue itself to
        nodes it does not really exchange with. A member's own statement gives it no edges once it is
-       *superseded*: at least two fresh ring neighbours of its own component name it dead in
-       statements newer than its own, while fewer than two name it alive (:func:`linked_members`).
+       *superseded*: at least two ring neighbours that its own statement names alive name it dead
+       in statements newer than its own, while fewer than two name it alive (:func:`linked_members`).
        A node that just died leaves a last statement that stays fresh for the TTL; without this
        rule one liar naming it alive would glue it to the liar's component until then.
     3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead),
@@ -56,8 +56,9 @@ Guarantees (property-tested in ``tests/unit/test_reach.py``)
     * One node's statement, whatever it says, cannot make a dead node HEALTHY while at least two of its
       other neighbours name it dead, also while the dead node's own last statement is still fresh
       (the neighbours' newer statements supersede it; with only two honest neighbours it is
-      UNKNOWN while the liar names it alive), nor a node whose own statement says its kubelet is
-      down (both need two witnesses), and
+      UNKNOWN while the liar names it alive) unless a third neighbour's held statement still names
+      it alive (a stalled statement, until it expires), nor a node whose own statement says its
+      kubelet is down (both need two witnesses), and
       cannot make a node of a connected majority UNHEALTHY. (It can keep a *live* node, whose own
       fresh statement names it alive, in its component when the node's other neighbours cannot reach
       it: the node is alive, and the liar's claim to reach it cannot be checked.)
@@ -162,47 +163,51 @@ def _union_components(
 
 def linked_members(
     *,
-    group: frozenset[NodeName],
     fresh: Mapping[NodeName, Vote],
     ring: Mapping[NodeName, frozenset[NodeName]],
 ) -> dict[NodeName, Vote]:
     """The fresh members whose own statement gives them edges (step 2 of the module docstring).
 
     Left out: a member naming itself dead (its kubelet is down), and a member whose own statement
-    is *superseded*: at least :data:`MIN_DEAD_WITNESSES` of its fresh ring neighbours name it dead
-    in statements newer than its own (``observed_at`` strictly later, on the deciding clock), while
-    fewer than :data:`MIN_ATTACH_WITNESSES` name it alive. Only claimants in the member's own
-    component count (the components computed without this rule): a claim from across a cut is
-    evidence of the cut, not of a death, so no side of a clean partition loses members by it.
+    is *superseded*: at least :data:`MIN_DEAD_WITNESSES` ring neighbours that its own statement
+    names alive name it dead in statements newer than its own (``observed_at`` strictly later, on
+    the deciding clock), while fewer than :data:`MIN_ATTACH_WITNESSES` name it alive. A dead node's
+    last statement names its neighbours alive, and they have looked since and found it dead; a live
+    node across a cut does not name the nodes on the other side alive, so their claims (evidence of
+    the cut, not of a death) never supersede it, and no side of a partition loses members by them.
 
-    Why: a node that just died leaves a last statement that stays fresh for the vote TTL; its
-    neighbours have looked since and found it dead, so its older word no longer counts, and one
-    liar naming it alive cannot glue it to the liar's component through it. When only two
-    neighbours name it dead after it spoke and one still names it alive, it is at most UNKNOWN
-    (:func:`decide_reach`): a live node with one lossy link and one liar looks the same, and a liar
-    must never make a live node UNHEALTHY.
+    Why: a node that just died leaves a last statement that stays fresh for the vote TTL; once its
+    neighbours supersede it, one liar naming it alive cannot glue it to the liar's component through
+    it. When only two neighbours name it dead after it spoke and one still names it alive, it is at
+    most UNKNOWN (:func:`decide_reach`): a live node with one lossy link and one liar looks the
+    same, and a liar must never make a live node UNHEALTHY.
+
+    Args:
+        fresh: member -> its fresh vote.
+        ring: member -> its ring neighbours.
 
     Returns:
-        ``{member: vote}`` of the linked members. Cost two passes over the fresh statements (the
-        components without the rule first), O(fresh statements x ring size).
+        ``{member: vote}`` of the linked members. Cost O(fresh statements x ring size).
     """
-    plain = {a: v for a, v in fresh.items() if a not in v.dead}
-    root = _union_components(group=group, fresh=fresh, ring=ring, linked=plain)
     linked: dict[NodeName, Vote] = {}
-    for a, va in plain.items():
-        later_dead = alive = 0
-        for o in ring.get(a, frozenset()):
-            vo = fresh.get(o)
-            if vo is None or o == a:
-                continue
-            if a in vo.alive:
-                alive += 1
-            elif a in vo.dead and vo.observed_at > va.observed_at and root.get(o, o) == root.get(a, a):
-                later_dead += 1
-        if later_dead >= MIN_DEAD_WITNESSES and alive < MIN_ATTACH_WITNESSES:
+    for a, va in fresh.items():
+        if a in va.dead:
+            continue
+        if _newer_dead_claims(a, va, fresh=fresh, ring=ring) >= MIN_DEAD_WITNESSES and \
+                sum(1 for o in ring.get(a, frozenset()) if o != a and o in fresh and a in fresh[o].alive) \
+                < MIN_ATTACH_WITNESSES:
             continue  # superseded
         linked[a] = va
     return linked
+
+
+def _newer_dead_claims(a: NodeName, own: Vote, *, fresh: Mapping[NodeName, Vote],
+                       ring: Mapping[NodeName, frozenset[NodeName]]) -> int:
+    """Ring neighbours of ``a`` that ``a``'s own statement names alive and that name ``a`` dead in a
+    statement newer than ``own``."""
+    return sum(1 for o in ring.get(a, frozenset())
+               if o != a and o in own.alive and (vo := fresh.get(o)) is not None
+               and a in vo.dead and vo.observed_at > own.observed_at)
 
 
 def components(
@@ -229,7 +234,7 @@ def components(
     # superseded, gets no edges of its own: like a node without a statement, only its neighbours'
     # word can attach it.
     if linked is None:
-        linked = linked_members(group=group, fresh=fresh, ring=ring)
+        linked = linked_members(fresh=fresh, ring=ring)
     return _union_components(group=group, fresh=fresh, ring=ring, linked=linked)
 
 
@@ -243,10 +248,9 @@ def _ambiguous(x: NodeName, *, fresh: Mapping[NodeName, Vote], ring: Mapping[Nod
     own = fresh.get(x)
     if own is None or x in linked or x in own.dead:
         return False
-    near = [fresh[o] for o in ring.get(x, frozenset()) if o in fresh and o != x]
-    if not any(x in v.alive for v in near):
+    if not any(x in fresh[o].alive for o in ring.get(x, frozenset()) if o in fresh and o != x):
         return False
-    return sum(1 for v in near if x in v.dead and v.observed_at > own.observed_at) <= MIN_DEAD_WITNESSES
+    return _newer_dead_claims(x, own, fresh=fresh, ring=ring) <= MIN_DEAD_WITNESSES
 
 
 def decide_reach(
@@ -285,7 +289,7 @@ def decide_reach(
     counted = fresh_votes(group=group, votes=votes, now=now, vote_ttl_s=vote_ttl_s)
     fresh = {v.observer: v for v in counted}
     topo = ring if ring is not None else neighbours(group, k=k)
-    linked = linked_members(group=group, fresh=fresh, ring=topo)
+    linked = linked_members(fresh=fresh, ring=topo)
     found = components(group=group, fresh=fresh, ring=topo, linked=linked)
 
     def root_of(x: NodeName) -> NodeName:
