@@ -97,9 +97,22 @@ RUNS = [(name, False) for name in sorted(builtin_scenarios(), key=lambda n: (-_e
         if _selected(name)]
 
 
-PARAMS = [pytest.param(n, b, id=f"{n}{'-baseline' if b else ''}",
-                       marks=[pytest.mark.realnodes] if load_scenario(n).real_node_names() else [])
-          for n, b in RUNS]
+#: Scenarios with more nodes than this run alone (marker ``alone``; ``make test`` runs them after the
+#: others, which go two at a time): starting 25 nodes while another scenario plays its timeline
+#: loaded 2 cores so much that the other's steps ran a minute late (an upgrade's rollout step took
+#: 60 s instead of 4).
+ALONE_ABOVE_NODES = 12
+
+
+def _marks(name: str) -> list[pytest.MarkDecorator]:
+    scenario = load_scenario(name)
+    marks = [pytest.mark.realnodes] if scenario.real_node_names() else []
+    if len(scenario.node_names()) > ALONE_ABOVE_NODES:
+        marks.append(pytest.mark.alone)
+    return marks
+
+
+PARAMS = [pytest.param(n, b, id=f"{n}{'-baseline' if b else ''}", marks=_marks(n)) for n, b in RUNS]
 
 
 @pytest.mark.parametrize(("name", "baseline"), PARAMS)

@@ -433,6 +433,11 @@ def run_scenario(scenario: Scenario, *, baseline: bool, console: Console, live: 
     finally:
         with console.status("stopping everything"):
             logs = cluster.log_files()
+            manager_restarts = cluster.cp.restarts("kube-controller-manager") if cluster.cp else 0
+            if manager_restarts:  # it lost its leader Lease on a busy machine (ControlPlane._spawn)
+                log.warning("kube-controller-manager was restarted %d times during %s", manager_restarts,
+                            scenario.name)
+                console.print(f"kube-controller-manager restarted {manager_restarts} times")
             cluster.stop()
     report = build_report(recording)
     expectations = check_expectations(scenario, report)
