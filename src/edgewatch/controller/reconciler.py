@@ -86,8 +86,8 @@ from edgewatch.controller.model import (
 )
 from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
-from edgewatch.controller.evidence import CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer
-from edgewatch.controller.evidence import controller_informer_config
+from edgewatch.controller.evidence import (CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer,
+                                          controller_informer_config)
 from edgewatch.controller.nodeinformer import SharedNodeInformer
 from edgewatch.controller.moves import LabelMoves
 from edgewatch.controller.observations import Observations
@@ -208,8 +208,7 @@ class Reconciler:
         self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
                                        api_timeout_s=api_timeout_s,
                                        on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
-        self.informer_config = controller_informer_config(api_timeout_s=api_timeout_s,
-                                                          watch_timeout_s=watch_timeout_s)
+        self.informer_config = controller_informer_config(api_timeout_s=api_timeout_s, watch_timeout_s=watch_timeout_s)
         self.node_informer = SharedNodeInformer(client=client, subscribers={"reconciler": self, "roster": self.rosters},
                                                 config=self.informer_config)
         # node client certificates for the pool coordinator (edgewatch.controller.csrsigner)

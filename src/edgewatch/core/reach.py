@@ -25,8 +25,9 @@ What it is for
     3. **Attachment** of a member ``x`` without a fresh statement (cut off and not carried, or dead),
        whose statement names itself dead (its kubelet is down), or whose statement is superseded:
        ``x`` joins the components of its fresh ring neighbours that name it alive, if at least two
-       do and they outnumber those naming it dead; a superseded statement vouches for no one. One lying neighbour can neither keep a dead node
-       in (it is outnumbered by the others) nor cut a live one out.
+       do and they outnumber those naming it dead; a superseded statement vouches for no one. One
+       lying neighbour can neither keep a dead node in (it is outnumbered by the others) nor cut a
+       live one out.
     4. **Counting**, for subject ``x`` in component ``C``:
 
        * alive votes: the fresh members of ``C`` (they reach ``x``), minus, when ``x`` is not linked
@@ -129,38 +130,6 @@ def _edge(a: Vote, b: Vote, *, ring_pair: bool) -> bool:
     return a_alive and b_alive
 
 
-def _union_components(
-    *,
-    group: frozenset[NodeName],
-    fresh: Mapping[NodeName, Vote],
-    ring: Mapping[NodeName, frozenset[NodeName]],
-    linked: Mapping[NodeName, Vote],
-) -> dict[NodeName, NodeName]:
-    """Steps 2-3 over the given ``linked`` members: edges between them, then attachment of every
-    other member named alive, vouched for only by fresh members that are linked or name themselves
-    dead (a superseded statement vouches for no one)."""
-    uf = _UnionFind()
-    for a, va in linked.items():
-        near = ring.get(a, frozenset())
-        for b in near:
-            if a < b and (vb := linked.get(b)) is not None and _edge(va, vb, ring_pair=True):
-                uf.union(a, b)
-        for b in va.alive:  # fallback edges: non-neighbours both ends name alive
-            if a < b and b not in near and b in group and (vb := linked.get(b)) is not None \
-                    and _edge(va, vb, ring_pair=False):
-                uf.union(a, b)
-    candidates = {x for v in fresh.values() for x in v.alive if x in group and x not in linked}
-    for x in sorted(candidates):
-        witnesses = [o for o in ring.get(x, frozenset()) if o in linked or (o in fresh and o in fresh[o].dead)]
-        alive = [o for o in witnesses if x in fresh[o].alive]
-        dead = sum(1 for o in witnesses if x in fresh[o].dead)
-        if len(alive) >= MIN_ATTACH_WITNESSES and len(alive) > dead:
-            for o in alive:
-                uf.union(x, o)
-    involved = set(fresh) | candidates
-    return {x: uf.find(x) for x in involved}
-
-
 def linked_members(
     *,
     fresh: Mapping[NodeName, Vote],
@@ -232,10 +201,29 @@ def components(
     """
     # A node that names itself dead (its kubelet is down), or whose statement its neighbours have
     # superseded, gets no edges of its own: like a node without a statement, only its neighbours'
-    # word can attach it.
+    # word can attach it, and a superseded statement vouches for no one's attachment.
     if linked is None:
         linked = linked_members(fresh=fresh, ring=ring)
-    return _union_components(group=group, fresh=fresh, ring=ring, linked=linked)
+    uf = _UnionFind()
+    for a, va in linked.items():
+        near = ring.get(a, frozenset())
+        for b in near:
+            if a < b and (vb := linked.get(b)) is not None and _edge(va, vb, ring_pair=True):
+                uf.union(a, b)
+        for b in va.alive:  # fallback edges: non-neighbours both ends name alive
+            if a < b and b not in near and b in group and (vb := linked.get(b)) is not None \
+                    and _edge(va, vb, ring_pair=False):
+                uf.union(a, b)
+    candidates = {x for v in fresh.values() for x in v.alive if x in group and x not in linked}
+    for x in sorted(candidates):
+        witnesses = [o for o in ring.get(x, frozenset()) if o in linked or (o in fresh and o in fresh[o].dead)]
+        alive = [o for o in witnesses if x in fresh[o].alive]
+        dead = sum(1 for o in witnesses if x in fresh[o].dead)
+        if len(alive) >= MIN_ATTACH_WITNESSES and len(alive) > dead:
+            for o in alive:
+                uf.union(x, o)
+    involved = set(fresh) | candidates
+    return {x: uf.find(x) for x in involved}
 
 
 def _ambiguous(x: NodeName, *, fresh: Mapping[NodeName, Vote], ring: Mapping[NodeName, frozenset[NodeName]],
