@@ -20,8 +20,9 @@ The parts, in the order they are built (each reads only parts built before it):
 - **identity** (``edgewatch.agent.identity``): publishes this node's public key and exchange key
   and keeps every other node's current for the peer wire;
 - **liveness datagrams** (``edgewatch.agent.datagrams``): the peer port's UDP side, peer protocol
-  v6's 36-byte liveness datagram to each peer of the exchange every period, beside v5 (not yet
-  deciding);
+  v6's 36-byte liveness datagram to each peer of the exchange every period; a peer's proofs of
+  life feed its failure detector once they arrive, and its statements are then exchanged only on
+  change, on a pull and every ``wire.statement_refresh_s`` (``edgewatch.agent.statementcadence``);
 - **peer exchange** (``edgewatch.agent.peers``): detectors, heartbeat book, the exchange protocol,
   the local verdicts;
 - **coordinator runner** (``edgewatch.agent.coordinating``): runs the pool coordinator for

@@ -1,5 +1,5 @@
 """The UDP side of the peer port: peer protocol v6's liveness datagrams (``docs/protocol-v6.md``),
-sent to each neighbour every period beside the v5 HTTP exchange.
+sent to each neighbour every period; the HTTP side carries the signed statements.
 
 What it is for
     Each period the agent sends every peer it exchanges with one 36-byte datagram
@@ -7,9 +7,9 @@ What it is for
     (:mod:`edgewatch.core.pairkey`: X25519 between the two nodes' published exchange keys), and
     judges the datagrams it receives with one :class:`~edgewatch.core.liveness.PeerSession` per
     peer: authentic, new, and proving the peer alive after this node's recent datagram (its echo).
-    For now the v5 exchange still decides; this endpoint runs beside it, so its figures
-    (``edgewatch_agent_liveness_datagrams_total``, ``edgewatch_agent_liveness_peers_alive``) can be
-    compared with v5's on real clusters before the failure detector takes its evidence from it.
+    Each peer's latest proof (:meth:`LivenessEndpoint.last_proof`) is what its failure detector
+    takes as evidence once it arrives (``edgewatch.agent.statementcadence``); a peer that sends no
+    proof (an agent older than v6, its exchange key unknown) keeps the v5 exchange every period.
 
 Who a datagram is from
     Its source address: the address in the roster (the InternalIP) of one of the peers this node
@@ -41,7 +41,8 @@ Limits
     give each peer its own queue); with a wildcard listen address the kernel picks the source
     address, which on a host with several addresses may not be its InternalIP; a fallback contact
     is one-way (it does not send back to a prober it does not list). If the port cannot be bound,
-    the endpoint logs it and tries again every :data:`BIND_RETRY_S` seconds; v5 goes on.
+    the endpoint logs it and tries again every :data:`BIND_RETRY_S` seconds; meanwhile no proof
+    arrives and the peers get the v5 exchange every period.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from edgewatch.agent.peerserver import canonical_address
@@ -61,13 +63,25 @@ from edgewatch.core.types import NodeName
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents"]
+__all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents", "Proof"]
 
 RECEIVE_RESULTS = ("alive", "new", "replayed", "unknown_source", "no_key", "bad_signature", "malformed",
                    "oversized", "version")
 BIND_RETRY_S = 10.0
 """Seconds between two attempts to bind the UDP port after a failure."""
 """Every ``result`` a received datagram is counted under (:meth:`LivenessEvents.datagram_received`)."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A peer's latest datagram that proved it alive: when it arrived (this node's monotonic
+    seconds) and what it said (its kubelet's and cloud link's health, the low 16 bits of the number
+    of its newest signed statement)."""
+
+    at: float
+    kubelet_ok: bool
+    cloud_ok: bool
+    statement: int
 
 
 class ExchangeKeyView(Protocol):
@@ -129,7 +143,7 @@ class LivenessEndpoint:
         self._peers: dict[NodeName, str] = {}              # the peers of this period -> address
         self._by_address: dict[str, tuple[NodeName, ...]] = {}
         self._conflicts_logged: set[str] = set()
-        self._alive_at: dict[NodeName, float] = {}
+        self._proofs: dict[NodeName, Proof] = {}
         self._transport: asyncio.DatagramTransport | None = None
 
     async def start(self) -> None:
@@ -194,7 +208,7 @@ class LivenessEndpoint:
             by_address[address] = by_address.get(address, ()) + (node,)
         self._by_address = by_address
         self._conflicts_logged &= set(by_address)
-        for table in (self._sessions, self._pairs, self._alive_at):
+        for table in (self._sessions, self._pairs, self._proofs):
             for gone in [n for n in table if n not in self._peers]:
                 del table[gone]
         transport = self._transport
@@ -242,10 +256,15 @@ class LivenessEndpoint:
         session, admission = self._session(peer).admit(fields)
         self._sessions[peer] = session
         if admission.alive:
-            self._alive_at[peer] = self._clock()
+            self._proofs[peer] = Proof(at=self._clock(), kubelet_ok=fields.kubelet_ok, cloud_ok=fields.cloud_ok,
+                                       statement=fields.statement)
         self._events.datagram_received("alive" if admission.alive else "new" if admission.new else "replayed")
 
     def alive_within(self, seconds: float) -> frozenset[NodeName]:
         """The peers whose datagram proved them alive in the last ``seconds`` seconds."""
         since = self._clock() - seconds
-        return frozenset(n for n, at in self._alive_at.items() if at >= since)
+        return frozenset(n for n, proof in self._proofs.items() if proof.at >= since)
+
+    def last_proof(self, peer: NodeName) -> Proof | None:
+        """``peer``'s latest datagram that proved it alive in this session (None: none yet)."""
+        return self._proofs.get(peer)

@@ -42,6 +42,7 @@ import aiohttp
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import PeerExchange
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.agent.statementcadence import LivenessProofs
 from edgewatch.core.detector import required_failures
 from edgewatch.core.duties import Duties, assign_duties
 from edgewatch.core.quorum import Decision
@@ -67,9 +68,9 @@ class RosterView(Protocol):
         ...
 
 
-class LivenessSender(Protocol):
-    """Peer protocol v6's liveness datagrams, sent beside the v5 exchange
-    (``edgewatch.agent.datagrams.LivenessEndpoint``)."""
+class LivenessSender(LivenessProofs, Protocol):
+    """Peer protocol v6's liveness datagrams (``edgewatch.agent.datagrams.LivenessEndpoint``): sent
+    each period; each peer's latest proof of life feeds its detector (``edgewatch.agent.peers``)."""
 
     def send(self, peers: Mapping[NodeName, str], *, statement: int, kubelet_ok: bool, cloud_ok: bool) -> None:
         """Send each of ``peers`` (node -> address) this period's datagram."""
@@ -179,7 +180,8 @@ class ExchangeLoop:
                         source = wanted
                         session = peer_session(source)
                     self.peers.kubelet_ok = await self.kubelet_ok(local)
-                    decisions = await self.peers.run_period(session, leader=self._pool.pool_leader())
+                    decisions = await self.peers.run_period(session, leader=self._pool.pool_leader(),
+                                                            proofs=self._liveness)
                     self.send_liveness()
                     self.update_duties()
                     self.export(decisions)
@@ -199,7 +201,7 @@ class ExchangeLoop:
             return False
 
     def send_liveness(self) -> None:
-        """Send the peers of this period's exchange their liveness datagrams (v6, beside v5) and
+        """Send the peers of this period's exchange their liveness datagrams (v6) and
         export how many proved themselves alive by datagram in the last two periods."""
         if self._liveness is None:
             return

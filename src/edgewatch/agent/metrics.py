@@ -18,7 +18,12 @@ class AgentMetrics:
     """Every metric the agent exports.
 
     Attributes:
-        probes: exchanges attempted with peers, by ``result`` (ok, failed, rejected).
+        probes: each period's evidence about a peer, by ``result``: a v5 exchange (ok, failed,
+            rejected, no_address, unencodable) or, for a peer whose liveness datagrams speak for it,
+            their judgement (datagram_ok, datagram_missed).
+        statement_exchanges: statement exchanges started, by ``reason`` (``v5``: every period to a
+            peer the datagrams do not speak for; ``changed``, ``pull``, ``refresh``:
+            ``edgewatch.core.cadence``).
         messages: messages received, by ``result`` (accepted or a ``RejectReason`` value).
         relayed: relayed heartbeats received, by ``result`` (new, duplicate, older or a reason).
         verdict: 1 for the current verdict of each ``node`` (labels node, verdict).
@@ -59,14 +64,16 @@ class AgentMetrics:
             ``unknown_source``: not from a peer's address; ``no_key``: the peer's exchange key is
             not known; ``bad_signature``, ``malformed``, ``oversized``, ``version``).
         liveness_peers_alive: peers that proved themselves alive by datagram in the last two
-            periods, beside ``probes`` (v5) while the datagrams do not decide yet.
+            periods.
         control_plane_clock_reads: reads of kube-controller-manager's leader Lease while carrying,
             by ``outcome`` (``edgewatch.agent.clockreader``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.probes = Counter("edgewatch_agent_probes", "Exchanges with peers by result.", ["result"], registry=registry)
+        self.probes = Counter("edgewatch_agent_probes", "Evidence about peers by result.", ["result"], registry=registry)
+        self.statement_exchanges = Counter("edgewatch_agent_statement_exchanges", "Statement exchanges by reason.",
+                                           ["reason"], registry=registry)
         self.messages = Counter("edgewatch_agent_messages_received", "Peer messages by result.", ["result"],
                                 registry=registry)
         self.relayed = Counter("edgewatch_agent_relayed_heartbeats", "Relayed heartbeats by result.", ["result"],

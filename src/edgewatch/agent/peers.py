@@ -61,6 +61,7 @@ from aiohttp import web
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
@@ -71,7 +72,7 @@ from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.core.versions import PeerVersions
-from edgewatch.core.book import HeartbeatBook, select_relays
+from edgewatch.core.book import Freshness, HeartbeatBook, select_relays
 from edgewatch.core.wire import (
     DecodedEnvelope,
     Heartbeat,
@@ -147,10 +148,15 @@ class PeerExchange:
         # This run's epoch (envelopes) and incarnation (heartbeats): a unique, mostly increasing number;
         # peers compare it only with our own earlier ones, never with their clocks.
         self.incarnation = time.time_ns()
-        self.seq = 0
+        # A random start: liveness datagrams name a statement by the low 16 bits of its seq only,
+        # so a restarted agent must not likely reuse the numbers its last run's peers still hold.
+        self.seq = secrets.randbelow(1 << 16)
         self._sent: dict[NodeName, int] = {}  # envelopes sent per receiver (their seq) in this epoch
         self.versions = PeerVersions(max_peers=wire.replay_max_senders)  # envelope version per peer
         self._signed_at = 0.0  # monotonic time our current heartbeat was signed
+        self._own_content: tuple[object, ...] | None = None  # what our current heartbeat says
+        self.cadence = StatementCadence(period_s=config.votes.exchange_period_s,
+                                        refresh_s=config.wire.statement_refresh_s)
         self.kubelet_ok = False
         self.own: Heartbeat | None = None
         self.decisions: dict[NodeName, Decision] = {}
@@ -186,11 +192,13 @@ class PeerExchange:
             detector = self.detectors[peer] = PeerDetector(config=self.detector_config(), now=now)
         return detector
 
-    def record(self, peer: NodeName, *, ok: bool, now: float) -> None:
+    def record(self, peer: NodeName, *, ok: bool, now: float, datagram: bool = False) -> None:
         """Feed one piece of direct evidence about a group peer into its detector (a success after
         the peer showed a new incarnation ends an outage, not loss: see ``_absorb``). Evidence
         about a peer that is neither a neighbour nor a contact makes it a contact (a member probing
-        us because it lost its neighbours), up to ``wire.max_contacts``."""
+        us because it lost its neighbours), up to ``wire.max_contacts``. For a peer whose liveness
+        datagrams speak for it (``cadence.by_datagram``) only their evidence (``datagram``) reaches the
+        detector: one judgement a period, whatever statement exchanges happen."""
         if peer == self.me or peer not in self.group:
             return
         if peer not in self.near:
@@ -200,6 +208,8 @@ class PeerExchange:
                 self.contacts[peer] = now
             elif ok:
                 self.contacts[peer] = now
+        if peer in self.cadence.by_datagram and not datagram:
+            return
         self._detector(peer, now).record(ok, now=now, outage=ok and peer in self._restarted)
         if ok:
             self._restarted.discard(peer)
@@ -208,8 +218,10 @@ class PeerExchange:
         """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
         came with); count direct/relayed evidence."""
         own = env.own
-        self.book.offer(own, now=now_mono, age_s=env.own_age_s)
+        freshness = self.book.offer(own, now=now_mono, age_s=env.own_age_s)
         if direct:
+            if freshness is Freshness.DUPLICATE:  # its own word, bound to this exchange: still its newest
+                self.book.confirm(own.origin, statement=own.seq, now=now_mono)
             before = self._direct.get(own.origin)
             if before is not None and before.incarnation != own.incarnation:
                 self._restarted.add(own.origin)  # until its next success (its first may say kubelet down)
@@ -243,6 +255,7 @@ class PeerExchange:
         for peer in [p for p in self._direct if p not in watched]:
             del self._direct[peer]
             self._restarted.discard(peer)
+        self.cadence.retain(watched)
         for peer, detector in list(self.detectors.items()):
             if peer not in watched:
                 del self.detectors[peer]
@@ -259,13 +272,15 @@ class PeerExchange:
         ttl = self.config.votes.vote_ttl_s
         out = {}
         for entry in self.book.entries():
-            if now - entry.received_at <= ttl:
+            if now - max(entry.received_at, entry.confirmed_at) <= ttl:
                 hb = entry.heartbeat
                 out[hb.origin] = PeerReport(cloud_ok=hb.cloud_ok, kubelet_ok=hb.kubelet_ok, carrier=hb.carrier)
         return out
 
-    def sign_own(self, *, now_mono: float, leader: NodeName | None = None) -> Heartbeat:
-        """Sign this period's heartbeat and put it in the book (``now_mono``: monotonic s).
+    def sign_own(self, *, now_mono: float, leader: NodeName | None = None, every_period: bool = True) -> Heartbeat:
+        """Sign this period's heartbeat and put it in the book (``now_mono``: monotonic s). With
+        ``every_period`` False (no live peer of the exchange is older than v6) the current one is kept while
+        what it says is unchanged and it is younger than ``wire.statement_refresh_s``.
 
         Its vote names this node and the peers it watches: neighbours alive or dead as their
         detectors say (suspect: neither), fallback contacts only when alive. With the cloud link
@@ -281,6 +296,14 @@ class PeerExchange:
         cloud_ok = self._link.up
         self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
                                       reports=self.reports(now=now_mono), leader=leader)
+        # A new beacon alone changes a connected node's statement only at the refresh (core.cadence).
+        content = (self.kubelet_ok, cloud_ok, frozenset(alive), frozenset(dead), self.carrier or "",
+                   "" if cloud_ok else self.beacon.value)
+        if (not every_period and self.own is not None and content == self._own_content
+                and now_mono - self._signed_at < self.config.wire.statement_refresh_s):
+            self.book.confirm(self.me, statement=self.own.seq, now=now_mono)
+            return self.own
+        self._own_content = content
         self.seq += 1
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,
@@ -420,19 +443,32 @@ class PeerExchange:
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)
+        self.cadence.told(peer, self.own, beacon=self.beacon.value, now=time.monotonic())
         return "ok"
 
-    async def run_period(self, session: aiohttp.ClientSession, *,
-                         leader: NodeName | None = None) -> dict[NodeName, Decision]:
-        """One exchange period: sign (naming ``leader`` as the carrier if this node is cut off, see
-        :meth:`sign_own`), exchange with the targets, decide. Returns the decisions."""
+    async def run_period(self, session: aiohttp.ClientSession, *, leader: NodeName | None = None,
+                         proofs: LivenessProofs | None = None) -> dict[NodeName, Decision]:
+        """One exchange period: choose the targets, judge the datagrams of those they speak for
+        (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off,
+        see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`),
+        decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
-        self.sign_own(now_mono=now_mono, leader=leader)
         targets = self.targets(now=now_mono)
         self.last_targets = tuple(targets)
-        if targets:
-            await asyncio.gather(*(self.exchange(session, peer) for peer in targets))
+        cadence = self.cadence
+        cadence.start_period(targets, proofs, now=now_mono)
+        for judged in cadence.judgements(now=now_mono):
+            self.metrics.probes.labels(result="datagram_ok" if judged.ok else "datagram_missed").inc()
+            self.record(judged.peer, ok=judged.ok, now=now_mono, datagram=True)
+            if judged.ok:
+                self.book.confirm(judged.peer, statement=judged.statement, now=judged.at)
+        self.sign_own(now_mono=now_mono, leader=leader, every_period=cadence.v5_listening(targets, now=now_mono))
+        due = cadence.due(targets, own=self.own, book=self.book, beacon=self.beacon.value, now=now_mono)
+        for reason in due.values():
+            self.metrics.statement_exchanges.labels(reason=reason.value).inc()
+        if due:
+            await asyncio.gather(*(self.exchange(session, peer) for peer in sorted(due)))
         return self.decide(now=time.monotonic())
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:
@@ -456,9 +492,10 @@ class PeerExchange:
 
     def life_sign(self, node: NodeName) -> float | None:
         """Monotonic time (seconds) of ``node``'s last sign of life: its newest heartbeat's local
-        receipt minus the age it arrived with; None if no heartbeat of it is held."""
+        receipt minus the age it arrived with, or the later datagram that said it still holds
+        (``BookEntry.heard_at``); None if no heartbeat of it is held."""
         entry = self.book.get(node)
-        return entry.signed_at if entry is not None else None
+        return entry.heard_at if entry is not None else None
 
     # -- the server side -------------------------------------------------------------------------------
 
@@ -510,6 +547,7 @@ class PeerExchange:
             return web.Response(status=503, text="not ready")
         answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
                                    reply_to=env.nonce, version=env.version)  # the request's: its sender reads it
+        self.cadence.told(env.sender, self.own, beacon=self.beacon.value, now=time.monotonic())
         return web.Response(body=answer, content_type="application/octet-stream")
 
     def _count_refused(self, request: web.Request, exc: Rejected) -> None:

@@ -11,6 +11,7 @@ Limits: pure, single-threaded, bounded (``max_origins``; the stalest entry is ev
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import random
@@ -50,6 +51,15 @@ class BookEntry:
     received_at: float
     relay_count: int
     age_s: float = 0.0
+    confirmed_at: float = -math.inf
+    """When its origin last said, directly and authenticated, that this is still its newest
+    statement (a peer protocol v6 liveness datagram naming its number; local monotonic seconds)."""
+
+    @property
+    def heard_at(self) -> float:
+        """The later of :attr:`signed_at` and :attr:`confirmed_at`: the origin's last sign of life
+        as seen from here, and the time its vote counts from."""
+        return max(self.signed_at, self.confirmed_at)
 
     @property
     def signed_at(self) -> float:
@@ -124,6 +134,20 @@ class HeartbeatBook:
         self._entries[heartbeat.origin] = BookEntry(heartbeat=heartbeat, received_at=t, relay_count=0, age_s=age)
         return Freshness.NEW
 
+    def confirm(self, origin: NodeName, *, statement: int, now: float) -> bool:
+        """Record that ``origin`` said at ``now`` (local seconds) that its newest statement is number
+        ``statement`` (the low 16 bits of its ``seq``, as a liveness datagram carries it). True if
+        that is the statement held: its vote then counts from ``now``
+        (:meth:`votes`). False (nothing changes) if another or none is held: the caller fetches it.
+        Raises ValueError if ``now`` is not finite."""
+        t = finite_seconds("now", now)
+        entry = self._entries.get(origin)
+        if entry is None or entry.heartbeat.seq & 0xFFFF != statement & 0xFFFF:
+            return False
+        if t > entry.confirmed_at:
+            self._entries[origin] = dataclasses.replace(entry, confirmed_at=t)
+        return True
+
     def retain(self, origins: Collection[NodeName]) -> None:
         """Drop every entry whose origin is not in ``origins`` (e.g. after a
         regrouping)."""
@@ -137,16 +161,14 @@ class HeartbeatBook:
         for hb in heartbeats:
             entry = self._entries.get(hb.origin)
             if entry is not None and entry.heartbeat.order == hb.order:
-                self._entries[hb.origin] = BookEntry(
-                    heartbeat=entry.heartbeat, received_at=entry.received_at, relay_count=entry.relay_count + 1,
-                    age_s=entry.age_s,
-                )
+                self._entries[hb.origin] = dataclasses.replace(entry, relay_count=entry.relay_count + 1)
 
     def votes(self) -> dict[NodeName, Vote]:
         """Every origin's newest heartbeat as a vote observed at its local
-        receipt time (feed to :func:`~edgewatch.core.quorum.decide`, which
-        drops expired ones: the vote TTL runs on the receiver's clock)."""
-        return {o: e.heartbeat.vote(observed_at=e.received_at) for o, e in self._entries.items()}
+        receipt time, or at its origin's later confirmation that it still
+        holds (:meth:`confirm`) (feed to :func:`~edgewatch.core.quorum.decide`,
+        which drops expired ones: the vote TTL runs on the receiver's clock)."""
+        return {o: e.heartbeat.vote(observed_at=max(e.received_at, e.confirmed_at)) for o, e in self._entries.items()}
 
 
 def select_relays(

@@ -107,6 +107,15 @@ class WireConfig:
     rate_burst: float = 40.0
     """Requests one source may send at once before its rate applies."""
 
+    statement_refresh_s: float = 10.0
+    """Longest an agent keeps its signed statement unchanged, and longest between two statement
+    exchanges with a neighbour whose liveness datagrams speak for it (peer protocol v6,
+    :mod:`edgewatch.core.cadence`); a statement that changes is signed and sent at once. Default
+    10 s: twice the controller's beacon period (while the cloud link is up each new beacon changes
+    the statement anyway), so the refresh is what a cut-off node with nothing new to say sends; a
+    held statement is then at most about 10 s old, well inside ``heartbeat_max_age_s`` (it must be
+    at most half of it)."""
+
     def __post_init__(self) -> None:
         positive_int("max_bytes", self.max_bytes, 256)
         max_age = positive_seconds("heartbeat_max_age_s", self.heartbeat_max_age_s)
@@ -124,5 +133,8 @@ class WireConfig:
             raise ValueError(f"heartbeat_max_age_s must be <= {MAX_AGE_S}")
         if 1 + self.max_relays > MAX_HEARTBEATS_PER_ENVELOPE:
             raise ValueError(f"1 + max_relays must be <= {MAX_HEARTBEATS_PER_ENVELOPE}")
+        refresh = positive_seconds("statement_refresh_s", self.statement_refresh_s)
+        if refresh > max_age / 2:
+            raise ValueError("statement_refresh_s must be <= heartbeat_max_age_s / 2")
         if relay_age > max_age:
             raise ValueError("relay_max_age_s must be <= heartbeat_max_age_s")

@@ -1,0 +1,164 @@
+"""Peer protocol v6's cadence in the agent: which neighbours' liveness datagrams speak for them,
+each period's detector evidence from those datagrams, and when a statement exchange with each
+neighbour is due (the rules are :mod:`edgewatch.core.cadence`; this keeps the per-peer state).
+
+What it is for
+    The peer exchange (``edgewatch.agent.peers``) asks it once a period, before it signs:
+    :meth:`StatementCadence.start_period` settles which targets speak v6 (their datagram proved
+    them alive within two statement refreshes), :meth:`StatementCadence.judgements` gives one
+    success or failure per such target for its failure detector, and :meth:`StatementCadence.due`
+    which targets get a statement exchange this period and why. :meth:`StatementCadence.told`
+    records each successful exchange, either way.
+
+Limits: per-peer state of the watched peers only (:meth:`StatementCadence.retain`); no I/O, no
+clock of its own (monotonic seconds are passed in). The statement named by a datagram is its low
+16 bits; the agent starts its heartbeat numbers at a random point so a restarted agent does not
+likely reuse the numbers its peers still hold, and a statement exchange every refresh bounds what
+a coincidence could cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from edgewatch.core.book import HeartbeatBook
+from edgewatch.core.cadence import ExchangeReason, datagram_success, exchange_reason
+from edgewatch.core.types import NodeName
+from edgewatch.core.wire import Heartbeat
+
+__all__ = ["PROOF_WINDOW_PERIODS", "Judgement", "LivenessProofs", "Proof", "StatementCadence"]
+
+PROOF_WINDOW_PERIODS = 1.5
+"""A peer's datagram proof of life counts as a period's success for this many periods
+(:func:`edgewatch.core.cadence.datagram_success`)."""
+
+
+class Proof(Protocol):
+    """A peer's latest datagram that proved it alive (``edgewatch.agent.datagrams.Proof``)."""
+
+    @property
+    def at(self) -> float:
+        """When it arrived, monotonic seconds."""
+        ...
+
+    @property
+    def kubelet_ok(self) -> bool:
+        """Its kubelet flag."""
+        ...
+
+    @property
+    def statement(self) -> int:
+        """The low 16 bits of the number of the peer's newest signed statement."""
+        ...
+
+
+class LivenessProofs(Protocol):
+    """The peers' proofs of life by liveness datagram (``edgewatch.agent.datagrams.LivenessEndpoint``)."""
+
+    def last_proof(self, peer: NodeName) -> Proof | None:
+        """``peer``'s latest datagram that proved it alive (None: none yet)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One period's detector evidence about ``peer`` from its datagrams: ``ok``, and the statement
+    its proof named and when that proof arrived (``at``, monotonic seconds; meaningful if ``ok``)."""
+
+    peer: NodeName
+    ok: bool
+    statement: int
+    at: float
+
+
+class StatementCadence:
+    """Per-peer state of v6's cadence (see the module docstring).
+
+    Args (keyword-only):
+        period_s: the exchange period, seconds (the proof window is
+            :data:`PROOF_WINDOW_PERIODS` of it).
+        refresh_s: ``wire.statement_refresh_s``, seconds: the slow refresh of statement exchanges;
+            a peer whose datagrams fell silent for twice this long gets v5 again.
+    """
+
+    def __init__(self, *, period_s: float, refresh_s: float) -> None:
+        if not period_s > 0 or not refresh_s > 0:
+            raise ValueError("period_s and refresh_s must be > 0 seconds")
+        self.window_s = PROOF_WINDOW_PERIODS * period_s
+        self.refresh_s = refresh_s
+        self.by_datagram: frozenset[NodeName] = frozenset()
+        self._proofs: dict[NodeName, Proof] = {}
+        self._told: dict[NodeName, tuple[int, int]] = {}      # peer -> the order of ours it holds
+        self._exchanged_at: dict[NodeName, float] = {}        # peer -> last successful exchange
+        self._beacon_told: dict[NodeName, str] = {}           # peer -> our beacon at that exchange
+        self._v5_heard_at: dict[NodeName, float] = {}         # peer -> last exchange while not by datagram
+
+    def start_period(self, targets: Iterable[NodeName], proofs: LivenessProofs | None, *, now: float) -> None:
+        """Settle this period's :attr:`by_datagram`: the targets whose datagram proved them alive at
+        most ``2 * refresh_s`` seconds before ``now`` (``proofs`` None: none, v5 only)."""
+        self._proofs = {}
+        if proofs is not None:
+            hold = 2 * self.refresh_s
+            for peer in targets:
+                proof = proofs.last_proof(peer)
+                if proof is not None and now - proof.at <= hold:
+                    self._proofs[peer] = proof
+        self.by_datagram = frozenset(self._proofs)
+
+    def judgements(self, *, now: float) -> list[Judgement]:
+        """One :class:`Judgement` per peer of :attr:`by_datagram`, sorted by peer."""
+        out = []
+        for peer in sorted(self._proofs):
+            proof = self._proofs[peer]
+            ok = datagram_success(proof_age_s=max(0.0, now - proof.at), kubelet_ok=proof.kubelet_ok,
+                                  window_s=self.window_s)
+            out.append(Judgement(peer=peer, ok=ok, statement=proof.statement, at=proof.at))
+        return out
+
+    def due(self, targets: Iterable[NodeName], *, own: Heartbeat | None, book: HeartbeatBook, beacon: str,
+            now: float) -> dict[NodeName, ExchangeReason]:
+        """The targets due a statement exchange this period, with why
+        (:func:`edgewatch.core.cadence.exchange_reason`); ``own``: our current statement, ``book``:
+        the statements we hold, ``beacon``: the beacon value we hold ("" none)."""
+        out = {}
+        for peer in targets:
+            proof = self._proofs.get(peer)
+            held = book.get(peer)
+            reason = exchange_reason(
+                by_datagram=proof is not None,
+                told_current=own is not None and self._told.get(peer) == own.order,
+                hold_theirs=proof is not None and held is not None
+                and held.heartbeat.seq & 0xFFFF == proof.statement,
+                since_exchange_s=max(0.0, now - self._exchanged_at.get(peer, -math.inf)),
+                refresh_s=self.refresh_s,
+                beacon_wanted=bool(beacon) and held is not None and not held.heartbeat.cloud_ok
+                and held.heartbeat.beacon != beacon and self._beacon_told.get(peer) != beacon)
+            if reason is not None:
+                out[peer] = reason
+        return out
+
+    def v5_listening(self, targets: Iterable[NodeName], *, now: float) -> bool:
+        """Whether a target the datagrams do not speak for answered an exchange within two statement
+        refreshes before ``now``: an agent older than v6 that needs a new statement every period
+        (its vote TTL runs from each receipt). A dead target does not count."""
+        hold = 2 * self.refresh_s
+        return any(now - self._v5_heard_at.get(p, -math.inf) <= hold for p in targets if p not in self.by_datagram)
+
+    def told(self, peer: NodeName, own: Heartbeat | None, *, beacon: str, now: float) -> None:
+        """An exchange with ``peer`` succeeded at ``now``: it holds ``own``, we hold its newest, it
+        was offered our ``beacon``."""
+        if peer not in self.by_datagram:
+            self._v5_heard_at[peer] = now
+        if own is not None:
+            self._told[peer] = own.order
+            self._exchanged_at[peer] = now
+            self._beacon_told[peer] = beacon
+
+    def retain(self, peers: Collection[NodeName]) -> None:
+        """Forget the peers not in ``peers`` (no longer watched)."""
+        for table in (self._told, self._exchanged_at, self._proofs, self._beacon_told, self._v5_heard_at):
+            for peer in [p for p in table if p not in peers]:
+                del table[peer]
