@@ -38,11 +38,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def peer_exchange(config: AgentConfig, *, membership: FixedMembership,
-                  metrics: AgentMetrics | None = None) -> PeerExchange:
-    """The exchange of ``config.node`` (its test key, link up), kubelet healthy, knowing its group."""
+def peer_exchange(config: AgentConfig, *, membership: FixedMembership, metrics: AgentMetrics | None = None,
+                  link: SimpleNamespace | None = None) -> PeerExchange:
+    """The exchange of ``config.node`` (its test key; ``link``, up by default: a ``SimpleNamespace(up=...)``
+    the caller may flip), kubelet healthy, knowing its group."""
     peers = PeerExchange(me=config.node, config=config, keyring=ring(config.node), membership=membership,  # type: ignore[arg-type]
-                         metrics=metrics or AgentMetrics(CollectorRegistry()), link=SimpleNamespace(up=True))
+                         metrics=metrics or AgentMetrics(CollectorRegistry()),
+                         link=link if link is not None else SimpleNamespace(up=True))
     peers.kubelet_ok = True
     peers.refresh_group(now=time.monotonic())  # know the group before the first request
     return peers

@@ -341,13 +341,16 @@ def exchange(src: PeerExchange, dst: PeerExchange, nonce: str) -> tuple[Any, Any
 def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
     """The controller's beacon token rides in an envelope only until the peer signs with its value:
     a-1 holds the token, a-2 does not; a-2 adopts it from a-1's first envelope, and once a-1 holds
-    a heartbeat of a-2 naming it, a-1 sends none. A newer beacon goes out again."""
+    a heartbeat of a-2 naming it, a-1 sends none. A newer beacon goes out again only to a peer cut
+    off from the cloud (a connected one watches the beacon itself)."""
     from edgewatch.core.beacon import Beacon, sign_beacon
     from edgewatch.core.identity import NodeKey
 
     controller = NodeKey.generate()
+    b_link = types.SimpleNamespace(up=True)
     a = peer_exchange(AgentConfig(node=A, identity_file=Path("/nonexistent")), membership=FixedMembership(ADDRESSES))
-    b = peer_exchange(AgentConfig(node=B, identity_file=Path("/nonexistent")), membership=FixedMembership(ADDRESSES))
+    b = peer_exchange(AgentConfig(node=B, identity_file=Path("/nonexistent")), membership=FixedMembership(ADDRESSES),
+                      link=b_link)
     for p in (a, b):
         p.beacon.trust(controller.public_raw)
     first = sign_beacon(Beacon(generation=1, value="1" * 32), controller)
@@ -361,6 +364,10 @@ def test_the_beacon_token_goes_only_to_a_peer_that_does_not_hold_it() -> None:
     second = sign_beacon(Beacon(generation=2, value="2" * 32), controller)
     assert a.beacon.offer(second)
     request, _ = exchange(a, b, "3" * 32)
+    assert request.beacon == "" and b.beacon.token == first  # a-2 is connected: it reads the beacon itself
+    b_link.up = False
+    exchange(b, a, "4" * 32)  # a-2 now says it is cut off
+    request, _ = exchange(a, b, "5" * 32)
     assert request.beacon == second and b.beacon.token == second  # a newer beacon goes out again
 
 

@@ -75,13 +75,15 @@ BIND_RETRY_S = 10.0
 @dataclass(frozen=True)
 class Proof:
     """A peer's latest datagram that proved it alive: when it arrived (this node's monotonic
-    seconds) and what it said (its kubelet's and cloud link's health, the low 16 bits of the number
-    of its newest signed statement)."""
+    seconds), its epoch (new at each start of its agent and each new session with this node), and
+    what it said (its kubelet's and cloud link's health, the low 16 bits of the number of the
+    statement in which what it says last changed)."""
 
     at: float
     kubelet_ok: bool
     cloud_ok: bool
     statement: int
+    epoch: int
 
 
 class ExchangeKeyView(Protocol):
@@ -255,9 +257,9 @@ class LivenessEndpoint:
     def _admit(self, peer: NodeName, fields: Liveness) -> None:
         session, admission = self._session(peer).admit(fields)
         self._sessions[peer] = session
-        if admission.alive:
+        if admission.alive and session.high == fields.seq:  # the newest only: a late one says older things
             self._proofs[peer] = Proof(at=self._clock(), kubelet_ok=fields.kubelet_ok, cloud_ok=fields.cloud_ok,
-                                       statement=fields.statement)
+                                       statement=fields.statement, epoch=fields.epoch)
         self._events.datagram_received("alive" if admission.alive else "new" if admission.new else "replayed")
 
     def alive_within(self, seconds: float) -> frozenset[NodeName]:

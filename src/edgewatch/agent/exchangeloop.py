@@ -207,9 +207,7 @@ class ExchangeLoop:
             return
         peers = self.peers
         addresses = {p: a for p in peers.last_targets if (a := self._roster.address_of(p)) is not None}
-        own = peers.own
-        self._liveness.send(addresses, statement=own.seq if own is not None else 0, kubelet_ok=peers.kubelet_ok,
-                            cloud_ok=self._link.up)
+        self._liveness.send(addresses, statement=peers.announced, kubelet_ok=peers.kubelet_ok, cloud_ok=self._link.up)
         self._metrics.liveness_peers_alive.set(len(self._liveness.alive_within(2 * self.period_s)))
 
     def update_duties(self) -> None:

@@ -20,10 +20,11 @@ class AgentMetrics:
     Attributes:
         probes: each period's evidence about a peer, by ``result``: a v5 exchange (ok, failed,
             rejected, no_address, unencodable) or, for a peer whose liveness datagrams speak for it,
-            their judgement (datagram_ok, datagram_missed).
+            their judgement (datagram_ok; fallback_ok: no datagram proof, but the TCP exchange made
+            for it succeeded; datagram_missed).
         statement_exchanges: statement exchanges started, by ``reason`` (``v5``: every period to a
-            peer the datagrams do not speak for; ``changed``, ``pull``, ``refresh``:
-            ``edgewatch.core.cadence``).
+            peer the datagrams do not speak for; ``changed``, ``pull``, ``beacon``, ``refresh``,
+            ``fallback``: ``edgewatch.core.cadence``).
         messages: messages received, by ``result`` (accepted or a ``RejectReason`` value).
         relayed: relayed heartbeats received, by ``result`` (new, duplicate, older or a reason).
         verdict: 1 for the current verdict of each ``node`` (labels node, verdict).

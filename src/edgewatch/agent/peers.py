@@ -62,6 +62,7 @@ from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
+from edgewatch.core.cadence import ExchangeReason
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
@@ -156,7 +157,9 @@ class PeerExchange:
         self._signed_at = 0.0  # monotonic time our current heartbeat was signed
         self._own_content: tuple[object, ...] | None = None  # what our current heartbeat says
         self.cadence = StatementCadence(period_s=config.votes.exchange_period_s,
-                                        refresh_s=config.wire.statement_refresh_s)
+                                        refresh_s=config.wire.statement_refresh_s,
+                                        anti_entropy_s=config.wire.anti_entropy_s)
+        self.announced = self.seq  # our statement in which what we say last changed (datagrams name it)
         self.kubelet_ok = False
         self.own: Heartbeat | None = None
         self.decisions: dict[NodeName, Decision] = {}
@@ -303,8 +306,10 @@ class PeerExchange:
                 and now_mono - self._signed_at < self.config.wire.statement_refresh_s):
             self.book.confirm(self.me, statement=self.own.seq, now=now_mono)
             return self.own
-        self._own_content = content
         self.seq += 1
+        if content != self._own_content:
+            self._own_content = content
+            self.announced = self.seq
         self.own = sign_heartbeat(origin=self.me, incarnation=self.incarnation, seq=self.seq,
                                   kubelet_ok=self.kubelet_ok, cloud_ok=cloud_ok, alive=alive, dead=dead,
                                   keyring=self._keyring, beacon=self.beacon.value, carrier=self.carrier or "")
@@ -353,11 +358,11 @@ class PeerExchange:
         """The controller's beacon token to put into an envelope to ``peer``: none when the latest
         heartbeat ``peer`` sent this agent itself names the beacon this agent holds (the peer adopted
         that token: it signs with its value), else this agent's token. A cut-off or restarted peer
-        names an older beacon, or none, and gets the token; a connected one gets it once per
-        beacon instead of in every envelope (about 180 bytes each)."""
+        names an older beacon, or none, and gets the token; a connected one gets it only while it
+        names none (it watches the beacon itself), instead of in every envelope (about 180 bytes)."""
         direct = self._direct.get(peer)  # what the peer itself signed, not what a relay says it did
         held = self.beacon.value
-        if held and direct is not None and direct.beacon == held:
+        if held and direct is not None and (direct.beacon == held or (direct.cloud_ok and direct.beacon)):
             return ""
         return self.beacon.token
 
@@ -443,32 +448,43 @@ class PeerExchange:
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
         self._absorb(env, now_mono=time.monotonic(), direct=True)
-        self.cadence.told(peer, self.own, beacon=self.beacon.value, now=time.monotonic())
+        self.cadence.told(peer, (self.incarnation, self.announced), beacon=self.beacon.value, now=time.monotonic())
         return "ok"
 
     async def run_period(self, session: aiohttp.ClientSession, *, leader: NodeName | None = None,
                          proofs: LivenessProofs | None = None) -> dict[NodeName, Decision]:
         """One exchange period: choose the targets, judge the datagrams of those they speak for
         (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off,
-        see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`),
-        decide. Returns the decisions."""
+        see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`; with
+        each peer whose datagram proof is missing too, as a TCP probe), record one piece of evidence
+        per datagram peer, decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         targets = self.targets(now=now_mono)
         self.last_targets = tuple(targets)
         cadence = self.cadence
         cadence.start_period(targets, proofs, now=now_mono)
-        for judged in cadence.judgements(now=now_mono):
-            self.metrics.probes.labels(result="datagram_ok" if judged.ok else "datagram_missed").inc()
-            self.record(judged.peer, ok=judged.ok, now=now_mono, datagram=True)
-            if judged.ok:
-                self.book.confirm(judged.peer, statement=judged.statement, now=judged.at)
-        self.sign_own(now_mono=now_mono, leader=leader, every_period=cadence.v5_listening(targets, now=now_mono))
-        due = cadence.due(targets, own=self.own, book=self.book, beacon=self.beacon.value, now=now_mono)
+        judged = cadence.judgements(now=now_mono)
+        self.sign_own(now_mono=now_mono, leader=leader,
+                      every_period=cadence.v5_listening(self.near.intersection(targets), now=now_mono))
+        due = cadence.due(targets, announced=(self.incarnation, self.announced), book=self.book,
+                          beacon=self.beacon.value, now=now_mono)
+        for missed in (j.peer for j in judged if not j.ok):
+            due.setdefault(missed, ExchangeReason.FALLBACK)
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
-        if due:
-            await asyncio.gather(*(self.exchange(session, peer) for peer in sorted(due)))
+        peers = sorted(due)
+        answered = dict(zip(peers, await asyncio.gather(*(self.exchange(session, p) for p in peers)), strict=True))
+        for judgement in judged:
+            peer = judgement.peer
+            direct = self._direct.get(peer)
+            fallback = answered.get(peer, False) and direct is not None and direct.kubelet_ok
+            ok = judgement.ok or fallback
+            result = "datagram_ok" if judgement.ok else "fallback_ok" if fallback else "datagram_missed"
+            self.metrics.probes.labels(result=result).inc()
+            self.record(peer, ok=ok, now=now_mono, datagram=True)
+            if judgement.ok and cadence.holds_theirs(peer, self.book):
+                self.book.confirm(peer, statement=judgement.statement, now=judgement.at)
         return self.decide(now=time.monotonic())
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:
@@ -547,7 +563,8 @@ class PeerExchange:
             return web.Response(status=503, text="not ready")
         answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
                                    reply_to=env.nonce, version=env.version)  # the request's: its sender reads it
-        self.cadence.told(env.sender, self.own, beacon=self.beacon.value, now=time.monotonic())
+        self.cadence.told(env.sender, (self.incarnation, self.announced), beacon=self.beacon.value,
+                          now=time.monotonic())
         return web.Response(body=answer, content_type="application/octet-stream")
 
     def _count_refused(self, request: web.Request, exc: Rejected) -> None:

@@ -24,10 +24,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgewatch.core.book import HeartbeatBook
+from edgewatch.core.book import HeartbeatBook, holds
 from edgewatch.core.cadence import ExchangeReason, datagram_success, exchange_reason
 from edgewatch.core.types import NodeName
-from edgewatch.core.wire import Heartbeat
 
 __all__ = ["PROOF_WINDOW_PERIODS", "Judgement", "LivenessProofs", "Proof", "StatementCadence"]
 
@@ -51,7 +50,12 @@ class Proof(Protocol):
 
     @property
     def statement(self) -> int:
-        """The low 16 bits of the number of the peer's newest signed statement."""
+        """The low 16 bits of the number of the statement in which what the peer says last changed."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """The peer's datagram epoch (new at each start of its agent)."""
         ...
 
 
@@ -80,33 +84,47 @@ class StatementCadence:
     Args (keyword-only):
         period_s: the exchange period, seconds (the proof window is
             :data:`PROOF_WINDOW_PERIODS` of it).
-        refresh_s: ``wire.statement_refresh_s``, seconds: the slow refresh of statement exchanges;
-            a peer whose datagrams fell silent for twice this long gets v5 again.
+        refresh_s: ``wire.statement_refresh_s``, seconds: a peer whose datagrams fell silent for
+            twice this long gets v5 again.
+        anti_entropy_s: ``wire.anti_entropy_s``, seconds: a statement exchange with each peer at
+            least this often, even when nothing changed.
     """
 
-    def __init__(self, *, period_s: float, refresh_s: float) -> None:
-        if not period_s > 0 or not refresh_s > 0:
-            raise ValueError("period_s and refresh_s must be > 0 seconds")
+    def __init__(self, *, period_s: float, refresh_s: float, anti_entropy_s: float) -> None:
+        if not period_s > 0 or not refresh_s > 0 or not anti_entropy_s > 0:
+            raise ValueError("period_s, refresh_s and anti_entropy_s must be > 0 seconds")
         self.window_s = PROOF_WINDOW_PERIODS * period_s
         self.refresh_s = refresh_s
+        self.anti_entropy_s = anti_entropy_s
         self.by_datagram: frozenset[NodeName] = frozenset()
         self._proofs: dict[NodeName, Proof] = {}
         self._told: dict[NodeName, tuple[int, int]] = {}      # peer -> the order of ours it holds
         self._exchanged_at: dict[NodeName, float] = {}        # peer -> last successful exchange
         self._beacon_told: dict[NodeName, str] = {}           # peer -> our beacon at that exchange
         self._v5_heard_at: dict[NodeName, float] = {}         # peer -> last exchange while not by datagram
+        self._epoch_told: dict[NodeName, int] = {}            # peer -> its datagram epoch at that exchange
+        self._silent: frozenset[NodeName] = frozenset()      # targets whose datagrams fell silent
+        self._v5_tried_at: dict[NodeName, float] = {}         # silent peer -> its last v5 probe
 
     def start_period(self, targets: Iterable[NodeName], proofs: LivenessProofs | None, *, now: float) -> None:
         """Settle this period's :attr:`by_datagram`: the targets whose datagram proved them alive at
-        most ``2 * refresh_s`` seconds before ``now`` (``proofs`` None: none, v5 only)."""
+        most ``2 * refresh_s`` seconds before ``now`` (``proofs`` None: none, v5 only). A target
+        whose last proof is older fell silent (dead, gone back to an older agent, or its datagrams
+        filtered): while its v5 exchanges fail too it gets one every ``refresh_s`` instead of every
+        period; one that answers gets them every period again; it is back by datagram at its first
+        proof."""
         self._proofs = {}
+        silent = set()
         if proofs is not None:
             hold = 2 * self.refresh_s
             for peer in targets:
                 proof = proofs.last_proof(peer)
                 if proof is not None and now - proof.at <= hold:
                     self._proofs[peer] = proof
+                elif proof is not None:
+                    silent.add(peer)
         self.by_datagram = frozenset(self._proofs)
+        self._silent = frozenset(silent)
 
     def judgements(self, *, now: float) -> list[Judgement]:
         """One :class:`Judgement` per peer of :attr:`by_datagram`, sorted by peer."""
@@ -118,24 +136,39 @@ class StatementCadence:
             out.append(Judgement(peer=peer, ok=ok, statement=proof.statement, at=proof.at))
         return out
 
-    def due(self, targets: Iterable[NodeName], *, own: Heartbeat | None, book: HeartbeatBook, beacon: str,
+    def holds_theirs(self, peer: NodeName, book: HeartbeatBook) -> bool:
+        """Whether ``book`` holds what ``peer``'s latest proof says it says: a statement at least as
+        new as the one it names (``edgewatch.core.book.holds``), fetched while its datagrams had
+        that same epoch (16 bits say nothing across a restart of its agent; a new epoch needs one
+        exchange first)."""
+        proof = self._proofs.get(peer)
+        held = book.get(peer)
+        return (proof is not None and held is not None and self._epoch_told.get(peer) == proof.epoch
+                and holds(held.heartbeat.seq, proof.statement))
+
+    def due(self, targets: Iterable[NodeName], *, announced: tuple[int, int], book: HeartbeatBook, beacon: str,
             now: float) -> dict[NodeName, ExchangeReason]:
         """The targets due a statement exchange this period, with why
-        (:func:`edgewatch.core.cadence.exchange_reason`); ``own``: our current statement, ``book``:
-        the statements we hold, ``beacon``: the beacon value we hold ("" none)."""
+        (:func:`edgewatch.core.cadence.exchange_reason`); ``announced``: the ``(incarnation, seq)``
+        of our statement in which what we say last changed, ``book``: the statements we hold,
+        ``beacon``: the beacon value we hold ("" none)."""
         out = {}
         for peer in targets:
             proof = self._proofs.get(peer)
             held = book.get(peer)
             reason = exchange_reason(
                 by_datagram=proof is not None,
-                told_current=own is not None and self._told.get(peer) == own.order,
-                hold_theirs=proof is not None and held is not None
-                and held.heartbeat.seq & 0xFFFF == proof.statement,
+                told_current=self._told.get(peer) == announced,
+                hold_theirs=self.holds_theirs(peer, book),
                 since_exchange_s=max(0.0, now - self._exchanged_at.get(peer, -math.inf)),
-                refresh_s=self.refresh_s,
+                refresh_s=self.anti_entropy_s,
                 beacon_wanted=bool(beacon) and held is not None and not held.heartbeat.cloud_ok
                 and held.heartbeat.beacon != beacon and self._beacon_told.get(peer) != beacon)
+            if reason is ExchangeReason.V5 and peer in self._silent \
+                    and now - self._v5_heard_at.get(peer, -math.inf) > 2 * self.refresh_s:
+                if now - self._v5_tried_at.get(peer, -math.inf) < self.refresh_s:
+                    continue
+                self._v5_tried_at[peer] = now
             if reason is not None:
                 out[peer] = reason
         return out
@@ -147,18 +180,24 @@ class StatementCadence:
         hold = 2 * self.refresh_s
         return any(now - self._v5_heard_at.get(p, -math.inf) <= hold for p in targets if p not in self.by_datagram)
 
-    def told(self, peer: NodeName, own: Heartbeat | None, *, beacon: str, now: float) -> None:
-        """An exchange with ``peer`` succeeded at ``now``: it holds ``own``, we hold its newest, it
-        was offered our ``beacon``."""
+    def told(self, peer: NodeName, announced: tuple[int, int], *, beacon: str, now: float) -> None:
+        """An exchange with ``peer`` succeeded at ``now``: it holds our statement ``announced``
+        (``(incarnation, seq)``) or a later one of the same content, we hold its newest, it was
+        offered our ``beacon``."""
         if peer not in self.by_datagram:
             self._v5_heard_at[peer] = now
-        if own is not None:
-            self._told[peer] = own.order
-            self._exchanged_at[peer] = now
-            self._beacon_told[peer] = beacon
+        self._told[peer] = announced
+        self._exchanged_at[peer] = now
+        self._beacon_told[peer] = beacon
+        proof = self._proofs.get(peer)
+        if proof is not None:
+            self._epoch_told[peer] = proof.epoch
+        else:
+            self._epoch_told.pop(peer, None)
 
     def retain(self, peers: Collection[NodeName]) -> None:
         """Forget the peers not in ``peers`` (no longer watched)."""
-        for table in (self._told, self._exchanged_at, self._proofs, self._beacon_told, self._v5_heard_at):
+        for table in (self._told, self._exchanged_at, self._proofs, self._beacon_told, self._v5_heard_at,
+                      self._epoch_told, self._v5_tried_at):
             for peer in [p for p in table if p not in peers]:
                 del table[peer]

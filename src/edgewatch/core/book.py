@@ -23,7 +23,7 @@ from edgewatch.core.quorum import Vote
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import MAX_AGE_S, Heartbeat
 
-__all__ = ["BookEntry", "Freshness", "HeartbeatBook", "select_relays"]
+__all__ = ["BookEntry", "Freshness", "HeartbeatBook", "holds", "select_relays"]
 
 
 
@@ -135,14 +135,16 @@ class HeartbeatBook:
         return Freshness.NEW
 
     def confirm(self, origin: NodeName, *, statement: int, now: float) -> bool:
-        """Record that ``origin`` said at ``now`` (local seconds) that its newest statement is number
-        ``statement`` (the low 16 bits of its ``seq``, as a liveness datagram carries it). True if
-        that is the statement held: its vote then counts from ``now``
-        (:meth:`votes`). False (nothing changes) if another or none is held: the caller fetches it.
-        Raises ValueError if ``now`` is not finite."""
+        """Record that ``origin`` said at ``now`` (local seconds) that what it says last changed in
+        its statement number ``statement`` (the low 16 bits of a ``seq``, as a liveness datagram
+        carries it). True if the statement held is that one or a later one (:func:`holds`): its
+        vote then counts from ``now`` (:meth:`votes`). False (nothing changes) if it is older or
+        none is held: the caller fetches it. The caller makes sure the held statement is of the
+        origin's current incarnation (16 bits say nothing across a restart). Raises ValueError if
+        ``now`` is not finite."""
         t = finite_seconds("now", now)
         entry = self._entries.get(origin)
-        if entry is None or entry.heartbeat.seq & 0xFFFF != statement & 0xFFFF:
+        if entry is None or not holds(entry.heartbeat.seq, statement):
             return False
         if t > entry.confirmed_at:
             self._entries[origin] = dataclasses.replace(entry, confirmed_at=t)
@@ -169,6 +171,13 @@ class HeartbeatBook:
         holds (:meth:`confirm`) (feed to :func:`~edgewatch.core.quorum.decide`,
         which drops expired ones: the vote TTL runs on the receiver's clock)."""
         return {o: e.heartbeat.vote(observed_at=max(e.received_at, e.confirmed_at)) for o, e in self._entries.items()}
+
+
+def holds(held_seq: int, named: int) -> bool:
+    """Whether a statement numbered ``held_seq`` is the statement a liveness datagram names by the
+    low 16 bits ``named``, or a later one: serial number arithmetic on 16 bits (RFC 1982), so
+    correct while the two are less than 32,768 statements apart."""
+    return (held_seq - named) & 0xFFFF < 0x8000
 
 
 def select_relays(

@@ -5,7 +5,9 @@ What it is for
     Under v5 every period carried a whole signed envelope to each neighbour: liveness and the
     statement in one message. Under v6 liveness rides a 36-byte datagram each period
     (:mod:`edgewatch.core.liveness`) and the statement (the Ed25519-signed heartbeat the controller
-    counts) is exchanged only when one side has a statement the other lacks, or as a slow refresh.
+    counts) is exchanged only when one side says something the other has not heard, or as a slow
+    anti-entropy repair. Each datagram names the statement in which what its sender says last
+    changed; a receiver holding that one or a later one holds what the sender says.
     These are the rules, pure, so the agent (``edgewatch.agent.peers``) and the tests share them.
 
 Rules
@@ -17,15 +19,19 @@ Rules
       trip moves both); when it is cut off from the cloud and names an older controller beacon than
       ours, which it has not been offered yet (``beacon``: a cut-off node's statements count at the
       controller only while the beacon they name is recent, and its neighbours are where it gets
-      one); else every ``refresh_s`` seconds (``refresh``). A connected node's statement does not
-      change for a new beacon alone (the agent signs it again on the refresh), so beacons do not
-      set every pair exchanging at each beacon period.
+      one); else every ``refresh_s`` seconds (``refresh``: the agent passes ``wire.anti_entropy_s``).
+      A connected node's statement says nothing new when it only names a newer beacon (the agent
+      signs it again on its own timer for its evidence, and does not announce it), so beacons do
+      not set every pair exchanging at each beacon period.
     * :func:`datagram_success`: one period's detector evidence from datagrams is a success iff the
       peer's latest proof of life (a datagram echoing one of this node's recent seqs) arrived at
       most ``window_s`` seconds ago and says its kubelet is healthy, the same test a v5 answer met
       (an answer whose heartbeat said kubelet down was a failed probe). A proof is at most one
       period old when nothing is lost, so a window of 1.5 periods tolerates half a period of jitter
-      and turns each lost datagram into about one failed period, as a lost v5 exchange was.
+      and turns each lost datagram into about one failed period, as a lost v5 exchange was. A
+      period without one makes the agent exchange with the peer over TCP at once (``fallback``),
+      and that exchange's success counts instead: a flood or a filter that stops only the
+      datagrams costs the v5 exchange, never a false verdict.
 
 Limits: pure; times are the caller's monotonic seconds. Sources: SWIM (Das et al. 2002:
 membership updates piggybacked on, and separate from, the failure detector's probes);
@@ -53,6 +59,9 @@ class ExchangeReason(enum.StrEnum):
     """It is cut off and names an older beacon than ours, not offered to it yet."""
     REFRESH = "refresh"
     """Nothing changed, but ``refresh_s`` seconds passed since the last exchange."""
+    FALLBACK = "fallback"
+    """Its datagram proof of life is missing this period: the exchange is a TCP probe too
+    (memberlist's TCP fallback ping), so lost or flooded datagrams alone fail no live peer."""
 
 
 def exchange_reason(*, by_datagram: bool, told_current: bool, hold_theirs: bool, since_exchange_s: float,

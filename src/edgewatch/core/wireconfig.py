@@ -108,13 +108,21 @@ class WireConfig:
     """Requests one source may send at once before its rate applies."""
 
     statement_refresh_s: float = 10.0
-    """Longest an agent keeps its signed statement unchanged, and longest between two statement
-    exchanges with a neighbour whose liveness datagrams speak for it (peer protocol v6,
-    :mod:`edgewatch.core.cadence`); a statement that changes is signed and sent at once. Default
-    10 s: twice the controller's beacon period (while the cloud link is up each new beacon changes
-    the statement anyway), so the refresh is what a cut-off node with nothing new to say sends; a
-    held statement is then at most about 10 s old, well inside ``heartbeat_max_age_s`` (it must be
-    at most half of it)."""
+    """Longest an agent keeps its signed statement unchanged (peer protocol v6,
+    :mod:`edgewatch.core.cadence`); a statement whose votes, links or carrier change is signed and
+    sent to the neighbours at once, one that only names a newer controller beacon is signed on this
+    timer and not sent (the neighbours' datagrams confirm the one they hold). Default 10 s: the
+    statement in this node's evidence then names a beacon at most 15 s old (with the controller's
+    5 s beacon period), inside the controller's 30 s evidence TTL with a 10 s evidence write
+    interval; a statement a neighbour fetches is at most about 10 s old, well inside
+    ``heartbeat_max_age_s`` (it must be at most half of it). A neighbour whose datagrams fell silent
+    for twice this long gets the v5 exchange every period again."""
+
+    anti_entropy_s: float = 60.0
+    """Longest between two statement exchanges with a neighbour whose datagrams speak for it, even
+    when neither side's statement changed (memberlist's push-pull anti-entropy, 30 s there): repairs
+    whatever a lost message left behind. Default 60 s: about 4 KiB per node per minute in a pool
+    of 5 (one HTTP exchange per pair, either side starting it)."""
 
     def __post_init__(self) -> None:
         positive_int("max_bytes", self.max_bytes, 256)
@@ -134,6 +142,7 @@ class WireConfig:
         if 1 + self.max_relays > MAX_HEARTBEATS_PER_ENVELOPE:
             raise ValueError(f"1 + max_relays must be <= {MAX_HEARTBEATS_PER_ENVELOPE}")
         refresh = positive_seconds("statement_refresh_s", self.statement_refresh_s)
+        positive_seconds("anti_entropy_s", self.anti_entropy_s)
         if refresh > max_age / 2:
             raise ValueError("statement_refresh_s must be <= heartbeat_max_age_s / 2")
         if relay_age > max_age:
