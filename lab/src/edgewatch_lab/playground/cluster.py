@@ -301,7 +301,7 @@ class PlaygroundCluster:
         config = install.edgewatch_config(grouping=sc.topology.grouping, coordinators=coordinators,
                                           out_of_service_pools=sc.out_of_service_pools())
         args = [f"--autonomy={sc.timings.autonomy_s:g}"]
-        if release is None:  # releases before this checkout's (0.1.0) have no --node-monitor-grace
+        if release is None:  # the releases before this checkout's (0.1.0, 0.2.0) have no --node-monitor-grace
             args.append(f"--node-monitor-grace={sc.timings.node_monitor_grace_s:g}")
         return install.install(
             method, workdir=self.workdir, kubectl=self.cp.kubectl, helm=ensure_helm,
