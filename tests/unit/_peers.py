@@ -8,13 +8,15 @@ import time
 from collections.abc import Mapping
 from types import SimpleNamespace
 
+import aiohttp
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from _keys import ring
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
-from edgewatch.agent.peers import PeerExchange
+from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.core.types import NodeName
 
 
@@ -48,3 +50,23 @@ def peer_exchange(config: AgentConfig, *, membership: FixedMembership, metrics: 
     peers.kubelet_ok = True
     peers.refresh_group(now=time.monotonic())  # know the group before the first request
     return peers
+
+
+async def serve(peers: PeerExchange, address: str, port: int) -> tuple[web.AppRunner, aiohttp.ClientSession]:
+    """Serve ``peers``' exchange endpoint on ``address:port`` and open a client session that sends
+    from ``address`` (peers bind a sender to its address), as the agent's peer server and exchange
+    loop do; close both with :func:`close`."""
+    app = web.Application()
+    app.router.add_post(EXCHANGE_PATH, peers.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, address, port).start()
+    return runner, aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(address, 0)))
+
+
+async def close(runner: web.AppRunner | None, session: aiohttp.ClientSession | None) -> None:
+    """Close what :func:`serve` opened (either may be None: not started)."""
+    if session is not None:
+        await session.close()
+    if runner is not None:
+        await runner.cleanup()

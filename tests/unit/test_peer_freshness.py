@@ -25,7 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from _keys import ring
-from _peers import FixedMembership, free_port, peer_exchange
+from _peers import FixedMembership, close, free_port, peer_exchange, serve
 
 from edgewatch.agent import peers as peers_module
 from edgewatch.agent.config import AgentConfig
@@ -50,18 +50,10 @@ class Node:
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post(EXCHANGE_PATH, self.peers.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, ADDRESSES[self.name], self.config.port).start()
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(ADDRESSES[self.name], 0)))
+        self.runner, self.session = await serve(self.peers, ADDRESSES[self.name], self.config.port)
 
     async def stop(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-        if self.runner is not None:
-            await self.runner.cleanup()
+        await close(self.runner, self.session)
 
     async def period(self) -> None:
         assert self.session is not None

@@ -9,7 +9,11 @@ fifth of the deployed period so a node's death is seen within seconds)."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import math
+import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -20,12 +24,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from _keys import ring
-from _peers import FixedMembership, free_port, peer_exchange
+from _peers import FixedMembership, close, free_port, peer_exchange, serve
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.datagrams import LivenessEndpoint
 from edgewatch.agent.metrics import AgentMetrics
-from edgewatch.agent.peers import EXCHANGE_PATH
 from edgewatch.agent.statementcadence import StatementCadence
 from edgewatch.core.book import HeartbeatBook, holds
 from edgewatch.core.cadence import ExchangeReason, datagram_success, exchange_reason
@@ -185,29 +188,22 @@ class Agent:
         self.peers = peer_exchange(self.config, membership=FixedMembership(group), metrics=self.metrics)
         self.exchange_key = (exchange_key or ExchangeKey.derived_from(NodeKey.generate())) if datagrams else None
         self.liveness: LivenessEndpoint | None = None
+        self.datagrams = _Tally()
         self.runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, keys: dict[NodeName, bytes]) -> None:
-        app = web.Application()
-        app.router.add_post(EXCHANGE_PATH, self.peers.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, ADDRESSES[self.name], self.port).start()
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(ADDRESSES[self.name], 0)))
+        self.runner, self.session = await serve(self.peers, ADDRESSES[self.name], self.port)
         if self.exchange_key is not None:
             view = type("Keys", (), {"exchange_key_of": staticmethod(lambda n: keys.get(n))})()
             self.liveness = LivenessEndpoint(me=self.name, key=self.exchange_key, keys=view,
-                                             host=ADDRESSES[self.name], port=self.port, events=_Quiet())
+                                             host=ADDRESSES[self.name], port=self.port, events=self.datagrams)
             await self.liveness.start()
 
     async def stop(self) -> None:
         if self.liveness is not None:
             self.liveness.close()
-        if self.session is not None:
-            await self.session.close()
-        if self.runner is not None:
-            await self.runner.cleanup()
+        await close(self.runner, self.session)
 
     async def period(self) -> None:
         """What ``ExchangeLoop.run`` does in one period, without the kubelet and the cloud."""
@@ -227,16 +223,21 @@ class Agent:
         return detector.state(now=asyncio.get_running_loop().time()) if detector else Health.UNKNOWN
 
 
-class _Quiet:
+class _Tally:
+    """The liveness endpoint's events, counted (``LivenessEvents``)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received: collections.Counter[str] = collections.Counter()
+
     def datagram_sent(self) -> None:
-        pass
+        self.sent += 1
 
     def datagram_received(self, result: str) -> None:
-        pass
+        self.received[result] += 1
 
 
 def _free_port_on_all() -> int:
-    import socket
     while True:
         port = free_port()
         try:
@@ -259,6 +260,17 @@ async def _agents(names: tuple[NodeName, ...], **kwargs: object) -> list[Agent]:
     return agents
 
 
+@contextlib.asynccontextmanager
+async def _running(names: tuple[NodeName, ...], **kwargs: object) -> AsyncIterator[list[Agent]]:
+    """:func:`_agents`, each stopped on the way out (also one a test stopped already)."""
+    agents = await _agents(names, **kwargs)
+    try:
+        yield agents
+    finally:
+        for agent in agents:
+            await agent.stop()
+
+
 async def _run(agents: list[Agent], periods: int) -> None:
     for _ in range(periods):
         await asyncio.gather(*(a.period() for a in agents))
@@ -266,26 +278,23 @@ async def _run(agents: list[Agent], periods: int) -> None:
 
 
 async def test_datagrams_take_over_and_statements_stop_flowing_while_nothing_changes() -> None:
-    a, b = await _agents((A, B))
-    try:
+    async with _running((A, B)) as (a, b):
         await _run([a, b], 6)
         assert a.peers.cadence.by_datagram == {B} and b.peers.cadence.by_datagram == {A}
         assert a.health_of(B) is Health.ALIVE and b.health_of(A) is Health.ALIVE
         before = sum(a.exchanges(r.value) for r in ExchangeReason)
+        sent, alive = a.datagrams.sent, b.datagrams.received["alive"]
         await _run([a, b], 15)  # 3 s and more, inside the 10 s refresh
         steady = sum(a.exchanges(r.value) for r in ExchangeReason) - before
         assert steady <= 1, f"{steady} statement exchanges while nothing changed"
+        assert a.datagrams.sent - sent == 15 and b.datagrams.received["alive"] - alive >= 13  # liveness rode on them
         assert a.health_of(B) is Health.ALIVE and b.health_of(A) is Health.ALIVE
         # the vote each holds stays current: the datagrams confirm the statement held
         assert a.peers.decide(now=asyncio.get_running_loop().time())[B].verdict.value == "healthy"
-    finally:
-        for agent in (a, b):
-            await agent.stop()
 
 
 async def test_a_dead_peer_is_found_by_datagram_silence_and_the_change_is_sent_at_once() -> None:
-    a, b, c = await _agents((A, B, C))
-    try:
+    async with _running((A, B, C)) as (a, b, c):
         await _run([a, b, c], 6)
         assert a.health_of(C) is Health.ALIVE
         await c.stop()
@@ -299,9 +308,6 @@ async def test_a_dead_peer_is_found_by_datagram_silence_and_the_change_is_sent_a
         assert a.exchanges("changed") > changed  # a-1's statement now names a-3 dead: sent to a-2 at once
         held = b.peers.book.get(A)
         assert held is not None and C in held.heartbeat.dead
-    finally:
-        for agent in (a, b, c):
-            await agent.stop()
 
 
 async def test_an_agent_without_datagrams_gets_the_v5_exchange_every_period() -> None:
@@ -321,8 +327,7 @@ async def test_an_agent_without_datagrams_gets_the_v5_exchange_every_period() ->
 
 
 async def test_a_statement_signed_again_with_nothing_new_is_not_sent_but_stays_confirmed() -> None:
-    a, b = await _agents((A, B), refresh_s=1.0)
-    try:
+    async with _running((A, B), refresh_s=1.0) as (a, b):
         await _run([a, b], 6)
         before = sum(a.exchanges(r.value) + b.exchanges(r.value) for r in ExchangeReason)
         seq, held = a.peers.seq, b.peers.book.get(A).heartbeat.seq  # type: ignore[union-attr]
@@ -331,26 +336,18 @@ async def test_a_statement_signed_again_with_nothing_new_is_not_sent_but_stays_c
         assert sum(a.exchanges(r.value) + b.exchanges(r.value) for r in ExchangeReason) == before
         assert b.peers.book.get(A).heartbeat.seq == held  # not fetched: a-1 says nothing new
         assert b.peers.decide(now=asyncio.get_running_loop().time())[A].verdict.value == "healthy"
-    finally:
-        for agent in (a, b):
-            await agent.stop()
 
 
 async def test_anti_entropy_exchanges_statements_on_its_slow_timer() -> None:
-    a, b = await _agents((A, B), anti_entropy_s=1.0)
-    try:
+    async with _running((A, B), anti_entropy_s=1.0) as (a, b):
         await _run([a, b], 6)
         before = a.exchanges("refresh") + b.exchanges("refresh")
         await _run([a, b], 15)  # at least 3 s
         assert 2 <= a.exchanges("refresh") + b.exchanges("refresh") - before <= 6  # one per pair a second
-    finally:
-        for agent in (a, b):
-            await agent.stop()
 
 
 async def test_a_dead_peer_does_not_set_the_survivors_signing_every_period() -> None:
-    a, b, c = await _agents((A, B, C), refresh_s=1.0)
-    try:
+    async with _running((A, B, C), refresh_s=1.0) as (a, b, c):
         await _run([a, b, c], 6)
         await c.stop()
         await _run([a, b], 20)  # 4 s: a-3 dead, and out of the datagram peers after 2 refreshes
@@ -361,14 +358,11 @@ async def test_a_dead_peer_does_not_set_the_survivors_signing_every_period() -> 
         assert a.exchanges("changed") - before <= 2 * 3  # to a-2 and (failing) to a-3
         # the dead peer gets a v5 probe a refresh (in case it is an older agent now), not one a period
         assert 1 <= a.exchanges("v5") - v5 <= 3
-    finally:
-        for agent in (a, b, c):
-            await agent.stop()
 
 
 async def test_a_restarted_peer_is_fetched_again_even_when_its_statement_number_collides() -> None:
-    a, b = await _agents((A, B))
-    try:
+    async with _running((A, B)) as agents:
+        a, b = agents
         await _run([a, b], 6)
         old = a.peers.book.get(B).heartbeat  # type: ignore[union-attr]
         await b.stop()
@@ -376,22 +370,19 @@ async def test_a_restarted_peer_is_fetched_again_even_when_its_statement_number_
         # statement numbers start where the old run's held one is, so 16 bits cannot tell them apart
         again = Agent(B, b.port, group={A: ADDRESSES[A], B: ADDRESSES[B]}, exchange_key=b.exchange_key)
         again.peers.seq = again.peers.announced = old.seq - 1
+        agents.append(again)  # stopped on the way out too
         await again.start({A: a.exchange_key.public_raw})  # type: ignore[union-attr]
         b = again
         await _run([a, b], 6)
         held = a.peers.book.get(B).heartbeat  # type: ignore[union-attr]
         assert held.incarnation == b.peers.incarnation != old.incarnation
-    finally:
-        for agent in (a, b):
-            await agent.stop()
 
 
 async def test_a_peer_whose_datagrams_stop_but_answers_over_tcp_is_never_failed() -> None:
     """What a flood of a node's UDP port, or a filter on it, does: no datagram proof either way.
     Each missed proof makes the exchange a TCP probe at once, and after two refreshes of silence
     the peer is on the v5 exchange every period; it is ALIVE all along."""
-    a, b = await _agents((A, B), refresh_s=1.0)
-    try:
+    async with _running((A, B), refresh_s=1.0) as (a, b):
         await _run([a, b], 6)
         assert a.peers.cadence.by_datagram == {B}
         b.liveness.close()  # type: ignore[union-attr]
@@ -402,6 +393,3 @@ async def test_a_peer_whose_datagrams_stop_but_answers_over_tcp_is_never_failed(
         assert seen == {Health.ALIVE}
         assert B not in a.peers.cadence.by_datagram and a.exchanges("fallback") >= 3
         assert a.peers.decide(now=asyncio.get_running_loop().time())[B].verdict.value == "healthy"
-    finally:
-        for agent in (a, b):
-            await agent.stop()

@@ -275,7 +275,7 @@ class PeerExchange:
         ttl = self.config.votes.vote_ttl_s
         out = {}
         for entry in self.book.entries():
-            if now - max(entry.received_at, entry.confirmed_at) <= ttl:
+            if now - entry.voted_at <= ttl:
                 hb = entry.heartbeat
                 out[hb.origin] = PeerReport(cloud_ok=hb.cloud_ok, kubelet_ok=hb.kubelet_ok, carrier=hb.carrier)
         return out

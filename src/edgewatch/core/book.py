@@ -56,6 +56,12 @@ class BookEntry:
     statement (a peer protocol v6 liveness datagram naming its number; local monotonic seconds)."""
 
     @property
+    def voted_at(self) -> float:
+        """When its vote counts from (local seconds): its receipt, or its origin's later
+        confirmation that it still holds (:meth:`HeartbeatBook.confirm`)."""
+        return max(self.received_at, self.confirmed_at)
+
+    @property
     def heard_at(self) -> float:
         """The later of :attr:`signed_at` and :attr:`confirmed_at`: the origin's last sign of life
         as seen from here, and the time its vote counts from."""
@@ -170,7 +176,7 @@ class HeartbeatBook:
         receipt time, or at its origin's later confirmation that it still
         holds (:meth:`confirm`) (feed to :func:`~edgewatch.core.quorum.decide`,
         which drops expired ones: the vote TTL runs on the receiver's clock)."""
-        return {o: e.heartbeat.vote(observed_at=max(e.received_at, e.confirmed_at)) for o, e in self._entries.items()}
+        return {o: e.heartbeat.vote(observed_at=e.voted_at) for o, e in self._entries.items()}
 
 
 def holds(held_seq: int, named: int) -> bool:
