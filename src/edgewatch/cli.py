@@ -125,6 +125,11 @@ def main() -> None:
 @click.option("--peer-max-stranger-connections", type=int, default=64, show_default=True,
               help="Connections all strangers (neither this node nor a group member: scrapers, pods, the LAN) "
                    "may hold open together; this node and its peers are never refused by this bound.")
+@click.option("--peer-kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True,
+              help="The peers' kubelet port: a dead vote on a neighbour whose kubelet accepts a TCP connection "
+                   "here (its agent is down, not the node), or never did (the check cannot tell), is marked "
+                   "unconfirmed, and the controller then waits for that node's Lease; 0: no such check (every "
+                   "dead vote unconfirmed).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
 def agent(**opts: object) -> None:
@@ -177,6 +182,10 @@ def rotate_key(identity_file: Path) -> None:
               help="kube-controller-manager's --node-monitor-grace-period in this cluster, seconds (stock: 40 "
                    "before Kubernetes 1.32, 50 since). At least 20: the carry bound (5 s past the control plane's "
                    "clock) must never hide a live node's own renewals past it.")
+@click.option("--challenge-timeout", type=float, default=2.0, show_default=True,
+              help="Seconds a node its peers see dead has to answer the controller's challenge (a beacon naming "
+                   "it) over its own cloud link before it is failed without waiting for its Lease to go overdue; "
+                   "0: no challenges (a dead node is failed 2-12 s later, by the kubelet's phase).")
 @click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")
 @click.option("--workers", type=int, default=8, show_default=True,
               help="Nodes reconciled at once (one node is never handled by two at a time).")

@@ -72,6 +72,24 @@ BEACON_ANNOTATION = f"{DOMAIN}/beacon"
 BEACON_KEY_ANNOTATION = f"{DOMAIN}/beacon-key"
 """The controller's beacon public key, base64 of the raw 32 bytes."""
 
+CHALLENGE_ANNOTATION = f"{DOMAIN}/challenge"
+"""On the beacon Lease: the nodes this beacon challenges, comma-separated node names (absent: none).
+A challenged node's agent signs a statement naming this beacon at once and writes it to its evidence
+Lease, proving over its own cloud link that it is alive after the beacon was issued
+(edgewatch.controller.challenges). Only a hint to write sooner: the proof is the signed statement."""
+
+ANSWERS_CHALLENGES_ANNOTATION = f"{DOMAIN}/answers-challenges"
+"""On an evidence Lease: ``"v1:<incarnation>"`` when the node's agent answers the beacon's challenges
+and confirms its dead votes (the incarnation of its statements: an agent of an earlier release that
+keeps the annotation after a rollback signs another incarnation, so its mark no longer counts). The
+controller challenges a node only if it and every member of its group with a statement carry a
+current mark, so an agent that never answers is not failed for it."""
+
+UNCONFIRMED_DEAD_ANNOTATION = f"{DOMAIN}/unconfirmed-dead"
+"""On an evidence Lease: the neighbours its agent votes dead without confirming it, comma-separated
+node names (absent: none): their kubelet port answers (agent down, host up) or never answered lately
+(edgewatch.core.hostalive). The controller does not fail such a node on an unanswered challenge."""
+
 CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
 """On the beacon Lease: how far past its renewTime an agent's carried renewTime may be, a Go duration
 in whole seconds (edgewatch.carryahead). Agents before the control-plane clock capped their carried

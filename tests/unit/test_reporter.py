@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
@@ -22,8 +23,9 @@ from edgewatch.core.beacon import Beacon, BeaconHolder, sign_beacon
 from edgewatch.core.identity import NodeKey
 from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, sign_heartbeat
-from edgewatch.names import (BEACON_ANNOTATION, BEACON_KEY_ANNOTATION, BEACON_LEASE_NAME, EVIDENCE_ANNOTATION,
-                             IDENTITY_NAMESPACE)
+from edgewatch.names import (ANSWERS_CHALLENGES_ANNOTATION, BEACON_ANNOTATION, BEACON_KEY_ANNOTATION,
+                             BEACON_LEASE_NAME, CHALLENGE_ANNOTATION, EVIDENCE_ANNOTATION, IDENTITY_NAMESPACE,
+                             UNCONFIRMED_DEAD_ANNOTATION)
 
 ME, PEER = NodeName("r-1"), NodeName("r-2")
 
@@ -36,6 +38,7 @@ class Said:
 
     def __init__(self, own: Heartbeat | None = None, carried: Sequence[Heartbeat] = ()) -> None:
         self.own, self.carried = own, carried
+        self.unconfirmed: frozenset[NodeName] = frozenset()
 
     def own_statement(self) -> Heartbeat | None:
         return self.own
@@ -43,10 +46,14 @@ class Said:
     def carried_statements(self) -> Sequence[Heartbeat]:
         return self.carried
 
+    def unconfirmed_dead(self) -> frozenset[NodeName]:
+        return self.unconfirmed
+
 
 def hb(origin: NodeName, beacon: str, *, dead: tuple[str, ...] = (), seq: int = 1) -> Heartbeat:
+    alive = [n for n in (ME, PEER) if n not in dead]
     return sign_heartbeat(origin=origin, incarnation=1, seq=seq, kubelet_ok=True, cloud_ok=origin == ME,
-                          alive=[ME, PEER], dead=[NodeName(d) for d in dead], keyring=ring(origin), beacon=beacon)
+                          alive=alive, dead=[NodeName(d) for d in dead], keyring=ring(origin), beacon=beacon)
 
 
 async def test_writes_on_change_and_refresh_with_one_request_each() -> None:
@@ -80,6 +87,28 @@ async def test_writes_on_change_and_refresh_with_one_request_each() -> None:
     assert wanted is not None and await rep.write(*wanted, now=20.0) == "ok"
     calls = [c[0] for c in kube.calls if c[1] == "Lease"]
     assert calls == ["get", "create", "replace", "replace"], calls  # one request per write after the first
+
+
+async def test_unconfirmed_dead_votes_are_written_at_once_and_removed_when_confirmed() -> None:
+    kube = FakeKube()
+    key = NodeKey.generate()
+    holder = BeaconHolder()
+    holder.trust(key.public_raw)
+    holder.offer(sign_beacon(Beacon(1, "a" * 32), key))
+    state = Said(hb(ME, holder.value, dead=(PEER,)))
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=state, link=UP)  # type: ignore[arg-type]
+    wanted = rep.due(now=0.0)
+    assert wanted is not None and await rep.write(*wanted, now=0.0) == "ok"
+    assert UNCONFIRMED_DEAD_ANNOTATION not in kube.obj("Lease", ME, IDENTITY_NAMESPACE)["metadata"]["annotations"]
+    state.unconfirmed = frozenset({PEER})  # its kubelet port answers: a change, written at once
+    wanted = rep.due(now=1.0)
+    assert wanted is not None and await rep.write(*wanted, now=1.0) == "ok"
+    annotations = kube.obj("Lease", ME, IDENTITY_NAMESPACE)["metadata"]["annotations"]
+    assert annotations[UNCONFIRMED_DEAD_ANNOTATION] == PEER
+    state.unconfirmed = frozenset()
+    wanted = rep.due(now=2.0)
+    assert wanted is not None and await rep.write(*wanted, now=2.0) == "ok"
+    assert UNCONFIRMED_DEAD_ANNOTATION not in kube.obj("Lease", ME, IDENTITY_NAMESPACE)["metadata"]["annotations"]
 
 
 async def test_a_conflict_reads_the_lease_again() -> None:
@@ -131,6 +160,69 @@ async def test_the_beacon_lease_is_followed_counted_and_kept_when_deleted() -> N
         assert recorded.watch_events == ["beacon", "beacon"]
         assert holder.token == tokens[1] and holder.trusted_key == key.public_raw  # deleted: nothing changes
         assert [c[0] for c in kube.calls if c[1] == "Lease" and c[0] in ("list", "watch")] == ["list", "watch"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class Signing(Said):
+    """A node that signs on demand with the holder's newest beacon (the exchange loop's ``sign_now``)."""
+
+    def __init__(self, holder: BeaconHolder) -> None:
+        super().__init__()
+        self.holder, self.seq = holder, 0
+
+    def sign_now(self) -> Heartbeat | None:
+        if self.own is None:
+            return None
+        self.seq += 1
+        self.own = hb(ME, self.holder.value, seq=self.seq + 1)
+        return self.own
+
+
+async def test_a_beacon_naming_this_node_is_answered_at_once_with_that_beacon() -> None:
+    """The controller's challenge: the answer is written without waiting for the tick (10 s here),
+    names the challenging beacon and says the agent answers challenges; a beacon naming others is
+    not answered, nor the same challenge twice."""
+    kube = FakeKube()
+    key = NodeKey.generate()
+    tokens = [sign_beacon(Beacon(g, f"{g:032x}"), key) for g in (1, 2, 3)]
+
+    def issue(token: str, challenged: str | None) -> None:
+        annotations = {BEACON_KEY_ANNOTATION: base64.b64encode(key.public_raw).decode(), BEACON_ANNOTATION: token}
+        if challenged is not None:
+            annotations[CHALLENGE_ANNOTATION] = challenged
+        kube.put("Lease", {"metadata": {"name": BEACON_LEASE_NAME, "namespace": "edgewatch",
+                                        "annotations": annotations}, "spec": {}})
+
+    def written() -> dict[str, str]:
+        leases = [o for (kind, _ns, _n), o in kube.objects.items() if kind == "Lease" and o["metadata"]["name"] == ME]
+        return leases[0]["metadata"]["annotations"] if leases else {}
+
+    holder, recorded = BeaconHolder(), Recorded()
+    state = Signing(holder)
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=state, link=UP,  # type: ignore[arg-type]
+                           retry_s=0.01, tick_s=10.0, events=recorded)
+    issue(tokens[0], None)
+    task = asyncio.create_task(rep.run())
+    try:
+        await _wait(lambda: holder.token == tokens[0])
+        state.own = hb(ME, holder.value)
+        issue(tokens[1], f"{PEER},other")
+        await _wait(lambda: holder.token == tokens[1])
+        await asyncio.sleep(0.2)
+        assert rep.writes == 0  # others challenged: nothing to answer
+        issue(tokens[2], f"{PEER},{ME}")
+        await _wait(lambda: rep.writes == 1, timeout_s=2.0)
+        annotations = written()
+        assert annotations[ANSWERS_CHALLENGES_ANNOTATION] == "v1:1"  # the incarnation of its statements
+        statements = json.loads(annotations[EVIDENCE_ANNOTATION])
+        assert f"{3:032x}" in json.dumps(statements)  # the answer names the challenging beacon
+        assert recorded.evidence_writes == ["ok"]
+        kube.put("Lease", copy.deepcopy(kube.objects[("Lease", "edgewatch", BEACON_LEASE_NAME)]))  # the same again
+        await asyncio.sleep(0.2)
+        assert rep.writes == 1
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -38,6 +38,15 @@ class AgentConfig:
             http://127.0.0.1:10248/healthz).
         probe_timeout_s: timeout of one peer exchange, seconds (default 0.8 s: a LAN answers in
             milliseconds; the slack absorbs a busy node without calling it dead).
+        peer_kubelet_port: the kubelet server port of the peers (default 10250, kubelet's ``--port``,
+            Kubernetes docs "Ports and Protocols"; 0 = off). Once a period the agent makes one TCP
+            connect (handshake only, no credentials) to it on each neighbour its failure detector
+            stopped seeing alive in the last 20 s, and once a minute on each other one. A dead vote on a neighbour
+            whose port answers (its agent is down, not its host) or never answered (the check
+            cannot tell) is *unconfirmed*: the evidence Lease says so, and the controller does not
+            fail that node on an unanswered challenge, only once its kubelet's Lease is overdue
+            (``edgewatch.agent.hostcheck``, ``edgewatch.core.hostalive``). Off: every dead vote is
+            unconfirmed (no fast failing of the nodes this agent votes dead).
         rings: rings of the monitoring topology (``edgewatch.core.topology``, default 3) used only
             when the membership has no grouping config (tests, the simulator); deployed agents and
             the controller both take ``monitoringRings`` from the ``edgewatch-config`` ConfigMap.
@@ -81,6 +90,7 @@ class AgentConfig:
     namespace: str = "edgewatch"
     kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
     probe_timeout_s: float = 0.8
+    peer_kubelet_port: int = 10250
     rings: int = DEFAULT_RINGS
     publish_refresh_s: float = 15.0
     carry_interval_s: float = 5.0
@@ -105,6 +115,9 @@ class AgentConfig:
             raise ValueError(f"port out of range: {self.port}")
         if not 0 <= self.pool_cache_port < 65536 or (self.pool_cache_port and self.pool_cache_port == self.port):
             raise ValueError(f"pool cache port out of range or equal to the peer port: {self.pool_cache_port}")
+        if isinstance(self.peer_kubelet_port, bool) or not isinstance(self.peer_kubelet_port, int) \
+                or not 0 <= self.peer_kubelet_port < 65536:
+            raise ValueError(f"peer_kubelet_port out of range (0 = off): {self.peer_kubelet_port!r}")
         if self.probe_timeout_s <= 0 or self.probe_timeout_s >= self.votes.exchange_period_s * 2:
             raise ValueError("probe_timeout_s must be > 0 and below two exchange periods")
         if isinstance(self.rings, bool) or not isinstance(self.rings, int) or self.rings < 1:

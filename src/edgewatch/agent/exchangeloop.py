@@ -146,6 +146,19 @@ class ExchangeLoop:
         """This node's newest signed heartbeat (the reporter's ``Statements``)."""
         return self.peers.own
 
+    def unconfirmed_dead(self) -> frozenset[NodeName]:
+        """The neighbours this node votes dead without its host checks confirming it (the
+        reporter's ``Statements``; ``edgewatch.agent.hostcheck``)."""
+        return self.peers.unconfirmed_dead
+
+    def sign_now(self) -> Heartbeat | None:
+        """Sign this node's statement now with the newest beacon (the reporter's answer to a
+        controller's challenge; the peer exchange's ``sign_own``, out of period); None before the
+        first period."""
+        if self.peers.own is None:
+            return None
+        return self.peers.sign_own(now_mono=time.monotonic(), leader=self._pool.pool_leader())
+
     def carried_statements(self) -> list[Heartbeat]:
         """The newest signed heartbeats of the cut-off peers whose statements we carry, by name."""
         out = []

@@ -63,8 +63,11 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
               cloud_up_after: int = 2, pool_cache_address: str = "127.0.0.1",
               pool_cache_port: int = DEFAULT_POOL_CACHE_PORT, peer_request_timeout: float = 3.0,
               peer_idle_timeout: float = 30.0, peer_max_connections_per_source: int = 8,
-              peer_max_stranger_connections: int = 64, coordinator_certificate: bool = False) -> int:
-    """Run the agent; returns the exit code (2 for invalid settings)."""
+              peer_max_stranger_connections: int = 64, coordinator_certificate: bool = False,
+              peer_kubelet_port: int = 10250) -> int:
+    """Run the agent; returns the exit code (2 for invalid settings). ``peer_kubelet_port``: the
+    peers' kubelet server port checked before a silent neighbour is voted dead (0 = off;
+    ``AgentConfig.peer_kubelet_port``)."""
     configure_logging(level=log_level, json_logs=log_format == "json")
     tls_files = (coordinator_ca, coordinator_cert, coordinator_key)
     if any(tls_files) and not all(tls_files):
@@ -76,7 +79,7 @@ def run_agent(*, node: str, identity_file: Path, kubeconfig: str | None, listen_
         config = AgentConfig(node=node_name(node), identity_file=identity_file, kubeconfig=kubeconfig,
                              listen_address=listen_address, port=port, namespace=namespace,
                              kubelet_healthz_url=kubelet_healthz_url, coordinator_url=coordinator_url, pool=pool,
-                             state_dir=state_dir, probe_timeout_s=probe_timeout,
+                             state_dir=state_dir, probe_timeout_s=probe_timeout, peer_kubelet_port=peer_kubelet_port,
                              votes=VoteConfig(exchange_period_s=exchange_period, vote_ttl_s=vote_ttl),
                              cloud_link=CloudLinkConfig(interval_s=cloud_interval, timeout_s=cloud_timeout,
                                                         down_after=cloud_down_after, up_after=cloud_up_after),

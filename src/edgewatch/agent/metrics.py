@@ -68,6 +68,9 @@ class AgentMetrics:
             periods.
         control_plane_clock_reads: reads of kube-controller-manager's leader Lease while carrying,
             by ``outcome`` (``edgewatch.agent.clockreader``).
+        host_checks: TCP connects to the kubelet server port of neighbours the failure detector does
+            not see alive, by ``result`` (``open``: the host is alive; ``refused``; ``timeout``;
+            ``unreachable``: another socket error; ``edgewatch.agent.hostcheck``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -123,12 +126,19 @@ class AgentMetrics:
         self.control_plane_clock_reads = Counter("edgewatch_agent_control_plane_clock_reads",
                                                  "Reads of kube-controller-manager's leader Lease, by outcome.",
                                                  ["outcome"], registry=registry)
+        self.host_checks = Counter("edgewatch_agent_host_checks",
+                                   "Connects to silent neighbours' kubelet server port, by result.", ["result"],
+                                   registry=registry)
 
     # -- the parts' events (edgewatch.agent.ports and the protocols of the parts' own modules) ---------
 
     def control_plane_clock_read(self, outcome: str) -> None:
         """One read of the control plane's clock (``control_plane_clock_reads``)."""
         self.control_plane_clock_reads.labels(outcome=outcome).inc()
+
+    def host_checked(self, result: str) -> None:
+        """One connect to a neighbour's kubelet server port ended with ``result`` (``host_checks``)."""
+        self.host_checks.labels(result=result).inc()
 
     def watch_event_received(self, resource: str) -> None:
         """One API watch event on ``resource`` (``watch_events``)."""

@@ -15,7 +15,10 @@ names only those neighbours; the verdict is counted over who reaches whom
 (``edgewatch.core.reach``). A node that reaches fewer than two of its neighbours also probes
 ``wire.fallback_probes`` random other members per period (SWIM's indirect probing, simplified), so a
 node whose neighbours all sit across a partition is still found by its own side; such a contact
-counts only if both ends name each other alive.
+counts only if both ends name each other alive. A dead vote on a neighbour whose kubelet port
+answers a TCP connect (its agent is down, not its host), or never did (the check cannot tell), is
+*unconfirmed* (``agent.hostcheck``): the evidence Lease says so, and the controller does not fail
+that node on an unanswered challenge.
 
 What it is handed: this node's signer (its keyring), the group and its addresses
 (:class:`GroupView`: the membership), this node's cloud link
@@ -59,6 +62,7 @@ import aiohttp
 from aiohttp import web
 
 from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.hostcheck import HostChecks
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
@@ -167,6 +171,8 @@ class PeerExchange:
         self.ring: dict[NodeName, frozenset[NodeName]] = {me: frozenset()}
         self.near: frozenset[NodeName] = frozenset()  # our neighbours in the topology
         self._rings = 0  # rings the topology was computed with
+        self.hosts = HostChecks.of_agent(config, events=metrics)  # neighbours' kubelet ports
+        self.unconfirmed_dead: frozenset[NodeName] = frozenset()  # dead votes the host checks do not confirm
         self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
         self.carrier: NodeName | None = None
         self.periods = 0
@@ -286,7 +292,8 @@ class PeerExchange:
         what it says is unchanged and it is younger than ``wire.statement_refresh_s``.
 
         Its vote names this node and the peers it watches: neighbours alive or dead as their
-        detectors say (suspect: neither), fallback contacts only when alive. With the cloud link
+        detectors say (suspect: neither), fallback contacts only when alive; the dead votes the host
+        checks do not confirm (``self.hosts``) are kept in ``unconfirmed_dead``. With the cloud link
         down it names a carrier (:func:`edgewatch.core.duties.choose_carrier`): ``leader``, the pool
         leader while the pool coordinator carries heartbeats, if given."""
         alive, dead = [self.me] if self.kubelet_ok else [], [] if self.kubelet_ok else [self.me]
@@ -296,6 +303,7 @@ class PeerExchange:
                 alive.append(peer)
             elif health is Health.DEAD and peer in self.near:
                 dead.append(peer)
+        self.unconfirmed_dead = self.hosts.unconfirmed(self.near.intersection(dead), now=now_mono)
         cloud_ok = self._link.up
         self.carrier = choose_carrier(me=self.me, cloud_ok=cloud_ok, reachable=self.reachable(now=now_mono),
                                       reports=self.reports(now=now_mono), leader=leader)
@@ -456,8 +464,9 @@ class PeerExchange:
         """One exchange period: choose the targets, judge the datagrams of those they speak for
         (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off,
         see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`; with
-        each peer whose datagram proof is missing too, as a TCP probe), record one piece of evidence
-        per datagram peer, decide. Returns the decisions."""
+        each peer whose datagram proof is missing too, as a TCP probe) while checking the kubelet
+        port of the neighbours due (``self.hosts.due``), record one piece of evidence per datagram
+        peer, decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         targets = self.targets(now=now_mono)
@@ -474,7 +483,10 @@ class PeerExchange:
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         peers = sorted(due)
-        answered = dict(zip(peers, await asyncio.gather(*(self.exchange(session, p) for p in peers)), strict=True))
+        hosts = self.hosts.due({p: (a, self._detector(p, now_mono).state(now=now_mono) is Health.ALIVE)
+                                for p in self.near if (a := self.membership.address_of(p)) is not None}, now=now_mono)
+        *results, _ = await asyncio.gather(*(self.exchange(session, p) for p in peers), self.hosts.check(hosts))
+        answered = dict(zip(peers, results, strict=True))
         for judgement in judged:
             peer = judgement.peer
             direct = self._direct.get(peer)

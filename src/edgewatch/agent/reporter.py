@@ -16,6 +16,14 @@ Two loops:
   (:func:`edgewatch.core.evidence.encode_evidence`). It writes when what the statements *say*
   changes (not their seq) and at least every ``refresh_s`` with a current beacon, so a quiet node
   costs one small write per ``refresh_s`` (the kubelet's own Lease: one per 10 s).
+* **Challenge.** A beacon Lease that names this node in ``edgewatch.io/challenge`` (the controller
+  suspects it dead: ``edgewatch.controller.challenges``) makes the agent sign a statement with that
+  beacon at once (:meth:`Statements.sign_now`) and write it without waiting for the tick, whatever
+  the link monitor says (the challenge came over the link), again until it is written or
+  :data:`ANSWER_WITHIN_S` has passed. Each evidence write says the agent answers challenges
+  (``edgewatch.io/answers-challenges: v1:<incarnation>``) and names the neighbours it votes dead
+  without confirming it (``edgewatch.io/unconfirmed-dead``, :meth:`Statements.unconfirmed_dead`).
+  Cost: one signature and one write per challenge of this node.
 
 Every write is bounded by ``timeout_s`` and carries the resourceVersion of the Lease as the last
 write returned it (one request per write; a conflict makes the next tick read it again). Errors are
@@ -37,7 +45,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from edgewatch.agent.cloudclock import CloudClock
 from edgewatch.agent.ports import CloudLinkView, Unobserved, WatchEvents
@@ -49,12 +57,15 @@ from edgewatch.core.wire import Heartbeat
 from edgewatch.kube.api import ApiError, AsyncClient, HttpError, Lease, LeaseSpec, ObjectMeta
 from edgewatch.carryahead import FALLBACK_AHEAD_S, parse_ahead
 from edgewatch.names import (
+    ANSWERS_CHALLENGES_ANNOTATION,
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
     BEACON_LEASE_NAME,
     CARRY_AHEAD_ANNOTATION,
+    CHALLENGE_ANNOTATION,
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
+    UNCONFIRMED_DEAD_ANNOTATION,
 )
 from edgewatch.kube.errors import is_conflict, is_not_found
 from edgewatch.statefile import replace_file
@@ -67,6 +78,11 @@ __all__ = ["EvidenceReporter", "ReporterEvents", "Statements", "write_due"]
 _KEY_FILE = "controller-beacon.key"
 
 
+ANSWER_WITHIN_S: Final = 2.0
+"""How long the agent tries to write a challenge's answer, seconds (the controller's default
+``--challenge-timeout``): a failed write is tried again after 0.05, 0.1, 0.2 ... s."""
+
+
 class Statements(Protocol):
     """What this node states now: its own newest signed heartbeat, and the newest heartbeats of the
     cut-off peers whose statements it carries (the agent's exchange loop)."""
@@ -77,6 +93,15 @@ class Statements(Protocol):
 
     def carried_statements(self) -> Sequence[Heartbeat]:
         """The newest heartbeats of the cut-off peers this node carries (empty: none)."""
+        ...
+
+    def unconfirmed_dead(self) -> frozenset[NodeName]:
+        """The neighbours this node votes dead without confirming it (``edgewatch.agent.hostcheck``)."""
+        ...
+
+    def sign_now(self) -> Heartbeat | None:
+        """Sign this node's statement now, with the newest beacon (a controller's challenge); None
+        before the first exchange period."""
         ...
 
 
@@ -98,13 +123,14 @@ def _content(hb: Heartbeat) -> tuple[object, ...]:
 
 
 def write_due(*, last: tuple[tuple[object, ...], str, float] | None, own: Heartbeat, carried: list[Heartbeat],
-              now: float, refresh_s: float) -> tuple[object, ...] | None:
+              now: float, refresh_s: float, unconfirmed: frozenset[str] = frozenset()) -> tuple[object, ...] | None:
     """The content to write now, or None (pure; the reporter's rule, also run by ``edgewatch sim``).
 
     ``last`` is ``(content, beacon, time)`` of the last write; times in seconds on one clock. Due
-    when what decides changed (:func:`_content`), or after ``refresh_s`` once the beacon moved on.
+    when what decides changed (:func:`_content`, and the ``unconfirmed`` dead votes), or after
+    ``refresh_s`` once the beacon moved on.
     """
-    content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
+    content = (_content(own), tuple(sorted(_content(hb) for hb in carried)), tuple(sorted(unconfirmed)))
     if last is not None and last[0] == content and (now - last[2] < refresh_s or own.beacon == last[1]):
         return None
     return content
@@ -159,6 +185,8 @@ class EvidenceReporter:
         self.idle_timeout_s = idle_timeout_s
         self._written: tuple[tuple[object, ...], str, float] | None = None  # (content, beacon, monotonic)
         self._lease: Lease | None = None  # the evidence Lease as the apiserver returned our last write
+        self._challenged = asyncio.Event()  # a beacon named this node: answer at once
+        self._challenge_token = ""  # the token of the last beacon that named this node
         self.writes = 0
         self._load_key()
 
@@ -205,7 +233,12 @@ class EvidenceReporter:
             except (binascii.Error, ValueError) as exc:
                 log.warning("the beacon Lease's key is not an Ed25519 key: %s", exc)
                 return
-        self.beacon.offer(annotations.get(BEACON_ANNOTATION, ""))
+        token = annotations.get(BEACON_ANNOTATION, "")
+        self.beacon.offer(token)
+        named = annotations.get(CHALLENGE_ANNOTATION, "")
+        if named and token != self._challenge_token and self.node in named.split(","):
+            self._challenge_token = token
+            self._challenged.set()
 
     async def _watch_beacon(self) -> None:
         """The beacon Lease (field selector ``metadata.name``), each change adopted
@@ -226,7 +259,8 @@ class EvidenceReporter:
         if own is None or not own.beacon:
             return None
         carried = [hb for hb in self._statements.carried_statements() if hb.origin != self.node]
-        if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s) is None:
+        if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s,
+                     unconfirmed=self._statements.unconfirmed_dead()) is None:
             return None
         return own, carried
 
@@ -239,6 +273,9 @@ class EvidenceReporter:
             log.warning("evidence too large, carrying fewer: %s", exc)
             text = encode_evidence(own)
         now_text = dt.datetime.now(dt.UTC)
+        unconfirmed = frozenset(self._statements.unconfirmed_dead())
+        marks = {ANSWERS_CHALLENGES_ANNOTATION: f"v1:{own.incarnation}",
+                 UNCONFIRMED_DEAD_ANNOTATION: ",".join(sorted(unconfirmed)) or None}
         try:
             async with asyncio.timeout(self.timeout_s):
                 try:
@@ -251,10 +288,13 @@ class EvidenceReporter:
                     self._lease = await self.client.create(Lease(
                         metadata=ObjectMeta(name=self.node, namespace=self.namespace,
                                             labels={"app.kubernetes.io/part-of": "edgewatch"},
-                                            annotations={EVIDENCE_ANNOTATION: text}),
+                                            annotations={EVIDENCE_ANNOTATION: text, **{
+                                                k: v for k, v in marks.items() if v is not None}}),
                         spec=LeaseSpec(holderIdentity=self.node, renewTime=now_text)))
                 else:
-                    lease.metadata.annotations = {**(lease.metadata.annotations or {}), EVIDENCE_ANNOTATION: text}
+                    kept = {k: v for k, v in (lease.metadata.annotations or {}).items() if k not in marks}
+                    lease.metadata.annotations = {**kept, EVIDENCE_ANNOTATION: text,
+                                                  **{k: v for k, v in marks.items() if v is not None}}
                     if lease.spec is None:
                         lease.spec = LeaseSpec()
                     lease.spec.holderIdentity = self.node
@@ -274,14 +314,44 @@ class EvidenceReporter:
             self._lease = None
             log.info("writing the evidence of %s failed: %s", self.node, exc or type(exc).__name__)
             return "failed"
-        content = (_content(own), tuple(sorted(_content(hb) for hb in carried)))
+        content = (_content(own), tuple(sorted(_content(hb) for hb in carried)), tuple(sorted(unconfirmed)))
         self._written = (content, own.beacon, time.monotonic() if now is None else now)
         self.writes += 1
         return "ok"
 
+    async def answer_challenge(self) -> str | None:
+        """Sign a statement with the newest beacon now and write it (the challenge's answer), again
+        after a failed write until one succeeds or :data:`ANSWER_WITHIN_S` has passed; returns the
+        last write's result, or None when there is nothing to sign yet."""
+        own = self._statements.sign_now()
+        if own is None or not own.beacon:
+            log.info("challenged before the first period: nothing to sign yet", extra={"kind": "challenge"})
+            return None
+        carried = [hb for hb in self._statements.carried_statements() if hb.origin != self.node]
+        started, pause = time.monotonic(), 0.05
+        while True:
+            result = await self.write(own, carried)
+            if result == "ok" or time.monotonic() - started + pause >= ANSWER_WITHIN_S:
+                break
+            self._observer.evidence_written(result)
+            await asyncio.sleep(pause)  # a conflict re-reads the Lease on the next try
+            pause *= 2
+        log.info("answered the controller's challenge: %s", result, extra={"kind": "challenge", "result": result})
+        return result
+
     async def _report_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.tick_s)
+            try:
+                async with asyncio.timeout(self.tick_s):
+                    await self._challenged.wait()
+            except TimeoutError:
+                pass
+            if self._challenged.is_set():
+                self._challenged.clear()
+                result = await self.answer_challenge()
+                if result is not None:
+                    self._observer.evidence_written(result)
+                continue
             if not self._link.up:
                 continue
             now = time.monotonic()

@@ -9,7 +9,9 @@ heartbeat. edgewatch combines two views of each node (``edgewatch.controller.vie
 * the **cloud view**, from the node's Lease in ``kube-node-lease``: ``OK`` (a renewal by the node
   itself, observed within the grace, even if carried renewals came after it), ``DELEGATED`` (a renewal by a peer carrying the current
   ``edgewatch.io/delegate-heartbeat`` mark: the node is alive but cannot reach the cloud), ``LOST``
-  (no fresh renewal, or only the controller's own autonomy hold);
+  (no fresh renewal, or only the controller's own autonomy hold, or — while its peers' verified
+  verdict is UNHEALTHY — a challenge through the beacon left unanswered past its deadline: a dead node
+  cannot sign a statement naming a beacon issued after its death, ``edgewatch.controller.challenges``);
 * the **edge view**, from the verdict the controller verified itself
   (:class:`~edgewatch.controller.model.VerifiedVerdict`: the strict majority of the node's group's
   signed statements, counted by the controller, ``edgewatch.controller.verified``): ``HEALTHY``,
@@ -124,6 +126,7 @@ from edgewatch.controller.model import (
     OUT_OF_SERVICE_TAINT,
     STATE_ANNOTATION,
     UNREACHABLE_SINCE_ANNOTATION,
+    ChallengeSnapshot,
     CloudView,
     ControllerConfig,
     EdgeView,
@@ -136,6 +139,7 @@ from edgewatch.controller.model import (
     VerifiedVerdict,
 )
 from edgewatch.controller.views import (
+    challenge_deadline,
     cloud_view,
     decide_state,
     edge_unknown_since,
@@ -169,12 +173,15 @@ def _recorded_state(annotations: Mapping[str, str]) -> tuple[NodeState, str | No
 
 
 def _outage_since(
-    *, annotations: Mapping[str, str], lease: LeaseSnapshot | None, now: float, grace_s: float
+    *, annotations: Mapping[str, str], lease: LeaseSnapshot | None, now: float, grace_s: float,
+    challenged_at: float | None = None,
 ) -> tuple[float, str, bool, str | None]:
     """Start of the current outage: ``(since, annotation text, recorded history trusted, warning)``.
 
     Whole seconds, rounded up, so the value survives the RFC 3339 round trip through the annotation and
-    never makes an outage look longer than it is.
+    never makes an outage look longer than it is. ``challenged_at``: the deadline of the unanswered
+    challenge that made the cloud view LOST (the outage began then; rounded down, so a FAILED node is
+    acted on at once rather than up to a second later).
     """
     raw = annotations.get(UNREACHABLE_SINCE_ANNOTATION)
     parsed: float | None = None
@@ -188,13 +195,20 @@ def _outage_since(
             if parsed > math.ceil(now):
                 warning = f"annotation {UNREACHABLE_SINCE_ANNOTATION}={raw!r} is in the future; re-derived"
                 parsed = None
+    if challenged_at is not None:
+        since = float(math.floor(challenged_at))
+        if parsed is not None and parsed == since:
+            return since, raw, True, warning  # type: ignore[return-value]
+        return since, format_rfc3339(since), False, warning
     if lease is not None and lease.observed_at is not None and not lease.first_sight and not is_delegated(lease):
         # The controller saw the node renew its own Lease at observed_at, so it was connected then and
         # the outage began when that renewal went overdue. An annotation saying otherwise is left from
         # an earlier outage.
         since = float(math.ceil(lease.observed_at + grace_s))
-        if parsed is not None and parsed == since:
-            return since, raw, True, warning  # type: ignore[return-value]
+        if parsed is not None and lease.observed_at < parsed <= since:
+            # Recorded after the renewal was seen: this outage, begun early by an unanswered
+            # challenge (or this very value); it stays the outage's start once the renewal is overdue.
+            return parsed, raw, True, warning  # type: ignore[return-value]
         return since, format_rfc3339(since), False, warning
     if parsed is not None:
         return parsed, raw, True, warning  # type: ignore[return-value]
@@ -273,6 +287,7 @@ def plan(
     now: float,
     config: ControllerConfig,
     out_of_service_pool: bool = False,
+    challenge: ChallengeSnapshot | None = None,
 ) -> NodePlan:
     """Decide the desired end state of ``node`` at ``now`` (seconds since the epoch, controller clock;
     the snapshots' observation times and the verdict's times are on the same clock). ``verdict``: the
@@ -288,6 +303,13 @@ def plan(
     With the switch on, a node FAILED on verified evidence alone — edge view UNHEALTHY and cloud view
     LOST — also gets Kubernetes' out-of-service taint; in any other case it is planned absent.
 
+    ``challenge``: the node's challenge through the beacon (``edgewatch.controller.challenges``), if
+    any. While the edge view is UNHEALTHY and the cloud view OK, an unanswered challenge past its
+    deadline (:func:`~edgewatch.controller.views.challenge_deadline`) makes the cloud view LOST: the
+    node is FAILED without waiting for its last renewal to go overdue. Never the out-of-service taint
+    on that ground alone (that waits for the Lease itself: force-detaching the volumes of a node
+    whose kubelet may still run is the one act not undone by its coming back).
+
     Pure: no clock, no I/O, never raises on bad annotations (they produce ``warnings``).
     """
     warnings: list[str] = []
@@ -297,20 +319,29 @@ def plan(
     grace = lease_grace_s(lease=lease, config=config)
     cloud = cloud_view(lease=lease, now=now, grace_s=grace, trust_first_sight=recorded is NodeState.NORMAL)
     edge = edge_view(verdict=verdict, now=now, ttl_s=config.edge_view_ttl_s)
+    # (time, open): the plan changes at `time` (closed: from `time` on; open: right after `time`).
+    pending: list[tuple[float, bool]] = []
+    challenged_at: float | None = None
+    if cloud is CloudView.OK and edge is EdgeView.UNHEALTHY:
+        deadline = challenge_deadline(challenge=challenge, lease=lease)
+        if deadline is not None and now >= deadline:
+            cloud, challenged_at = CloudView.LOST, deadline
+        elif deadline is not None:
+            pending.append((deadline, False))
     table_state = decide_state(cloud, edge)
     autonomy, warning = autonomy_duration(annotations=node.annotations, config=config)
     if warning:
         warnings.append(warning)
 
-    # (time, open): the plan changes at `time` (closed: from `time` on; open: right after `time`).
-    pending: list[tuple[float, bool]] = []
     if cloud is not CloudView.LOST:
         assert lease is not None and lease.observed_at is not None
         pending.append((lease.observed_at + grace, True))
         if is_delegated(lease) and lease.own_observed_at is not None and lease.own_observed_at + grace > now:
             pending.append((lease.own_observed_at + grace, True))  # a carried renewal's OK ends there
 
-    views = f"cloud view {cloud.value} ({_lease_text(lease, now)}, grace {grace:g} s), edge view {edge.value}"
+    challenge_text = "" if challenged_at is None else f", challenge unanswered since {_fmt_time(challenged_at)}"
+    views = (f"cloud view {cloud.value} ({_lease_text(lease, now)}, grace {grace:g} s{challenge_text}), "
+             f"edge view {edge.value}")
 
     since: float | None = None
     since_text: str | None = None
@@ -322,7 +353,7 @@ def plan(
         detail = "the node renews its own lease"
     else:
         since, since_text, trusted, warning = _outage_since(
-            annotations=node.annotations, lease=lease, now=now, grace_s=grace
+            annotations=node.annotations, lease=lease, now=now, grace_s=grace, challenged_at=challenged_at
         )
         if warning:
             warnings.append(warning)
@@ -371,7 +402,7 @@ def plan(
     # Verified evidence both ways: a majority of the peers saw it dead AND its own heartbeat is gone
     # (not carried: a cut-off node is alive; not unknown: no evidence is no proof of death).
     out_of_service = (switch and effective is NodeState.FAILED and edge is EdgeView.UNHEALTHY
-                      and cloud is CloudView.LOST)
+                      and cloud is CloudView.LOST and challenged_at is None)
     if out_of_service:
         detail += "; out of service (volumes force-detached)"
     taints = _desired_taints(effective, node.taints, now, out_of_service=out_of_service)

@@ -11,12 +11,16 @@ Leases.
   needs it), so every replica signs with the same key and agents cut off from the cloud keep
   trusting beacons across a controller fail-over. Generations grow: ``max(previous + 1, now in
   ms)``, previous read from the Lease, so agents (which adopt only larger generations) follow a
-  new leader at once.
+  new leader at once. A challenge waiting for a beacon (``edgewatch.controller.challenges``) gets
+  one at once, which names the challenged nodes (``edgewatch.io/challenge``).
 * **Informers** (:class:`EvidenceInformer`): list+watch of the ConfigMaps (keys) and Leases
   (evidence) in ``edgewatch-nodes``. A key change re-verifies the evidence already seen (a statement
   refused for an unknown key may verify now).
-* **Recount**: every ``recount_s`` the verified verdicts are recounted; nodes whose verdict changed
-  go to the reconciler's queue (``on_change``).
+* **Recount**: every ``recount_s``, and :data:`RECOUNT_GAP_S` after new evidence came in, the verified
+  verdicts are recounted; nodes whose verdict changed go to the reconciler's queue (``on_change``).
+  The early recount takes a dead node's verdict to the decision ~0.5 s sooner on average; it costs
+  at most one recount of the changed groups per gap (each evidence Lease is written every 10 s, so
+  at 1,000 nodes about 100 come in a second and every gap has some).
 
 Only the leader runs this (it runs inside the reconciler). Every API call is bounded; errors are
 logged and retried, never fatal.
@@ -27,30 +31,35 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import datetime as dt
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgewatch.core.types import is_decimal
+from edgewatch.controller.challenges import Challenges
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.beacon import Beacon, sign_beacon
 from edgewatch.core.identity import NodeKey
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Lease, LeaseSpec, ObjectMeta, Secret
 from edgewatch.carryahead import format_ahead
 from edgewatch.names import (
+    ANSWERS_CHALLENGES_ANNOTATION,
     BEACON_ANNOTATION,
     BEACON_KEY_ANNOTATION,
     BEACON_LEASE_NAME,
     CARRY_AHEAD_ANNOTATION,
+    CHALLENGE_ANNOTATION,
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
     KEY_RECORD_KEY,
+    UNCONFIRMED_DEAD_ANNOTATION,
 )
 from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
 from edgewatch.kube.informer import Informer, InformerConfig
@@ -69,6 +78,14 @@ within seconds of an apiserver restart; client-go's default cap is 30 s)."""
 log = logging.getLogger(__name__)
 
 BEACON_SECRET_NAME = "edgewatch-beacon-key"
+
+RECOUNT_GAP_S: Final = 0.25
+"""How long after new evidence the verdicts are recounted, seconds: evidence arriving meanwhile is
+counted together."""
+
+MIN_BEACON_GAP_S: Final = 0.2
+"""Shortest time between two beacons, seconds: challenges asked meanwhile share the next one, and a
+failing write is not retried in a tight loop."""
 _T = TypeVar("_T")
 
 
@@ -133,12 +150,16 @@ class BeaconIssuer:
         carry_ahead_s: how far past the beacon's renewTime an agent's carried renewTime may be, whole
             seconds (``edgewatch.carryahead``), published with every beacon for the carry-clock
             admission policy and the agents; None publishes nothing (the policy then refuses carries).
+        challenges: the open challenges (``edgewatch.controller.challenges``): a challenge waiting
+            for a beacon gets one at once, naming its node (``edgewatch.io/challenge``), at most one
+            beacon every :data:`MIN_BEACON_GAP_S`; None: beacons on the period only.
     """
 
     def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
                  namespace: str = "edgewatch", period_s: float = 5.0, api_timeout_s: float = 10.0,
-                 carry_ahead_s: int | None = None) -> None:
+                 carry_ahead_s: int | None = None, challenges: Challenges | None = None) -> None:
         self.client = client
+        self.challenges = challenges
         self.carry_ahead_s = carry_ahead_s
         self.verified = verified
         self.clock = clock
@@ -173,8 +194,14 @@ class BeaconIssuer:
             self.generation = max(self.generation, int(previous))
         beacon = Beacon(generation=max(self.generation + 1, time.time_ns() // 1_000_000),
                         value=secrets.token_hex(16))
-        self.verified.beacons.record(beacon.value, at=self.clock())
+        recorded_at = self.clock()
+        self.verified.beacons.record(beacon.value, at=recorded_at)
         annotations[BEACON_ANNOTATION] = sign_beacon(beacon, self.key)
+        challenged = self.challenges.waiting() if self.challenges is not None else []
+        if challenged:
+            annotations[CHALLENGE_ANNOTATION] = ",".join(challenged)
+        else:
+            annotations.pop(CHALLENGE_ANNOTATION, None)
         annotations[BEACON_KEY_ANNOTATION] = base64.b64encode(self.key.public_raw).decode("ascii")
         if self.carry_ahead_s is not None:
             annotations[CARRY_AHEAD_ANNOTATION] = format_ahead(self.carry_ahead_s)
@@ -194,6 +221,11 @@ class BeaconIssuer:
             await _bounded(self.client.replace(lease), self.api_timeout_s)
         self.generation = beacon.generation
         self.issued += 1
+        if self.challenges is not None:
+            if challenged:
+                log.info("beacon %d challenges %s", beacon.generation, ", ".join(challenged),
+                         extra={"kind": "challenge", "nodes": challenged})
+            self.challenges.issued(challenged, recorded_at=recorded_at, written_at=self.clock())
 
     async def run(self) -> None:
         """Load the key, then issue a beacon every ``period_s`` until cancelled."""
@@ -208,7 +240,14 @@ class BeaconIssuer:
                 await self.issue()
             except API_ERRORS as exc:
                 log.info("issuing a beacon failed: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.period_s)
+                await asyncio.sleep(1.0)  # a failing write is not retried at the challenge pace
+            await asyncio.sleep(MIN_BEACON_GAP_S)
+            if self.challenges is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.period_s - MIN_BEACON_GAP_S):
+                        await self.challenges.wanted.wait()  # a challenge waits: its beacon now
+            else:
+                await asyncio.sleep(self.period_s - MIN_BEACON_GAP_S)
 
 
 class EvidenceInformer:
@@ -225,12 +264,16 @@ class EvidenceInformer:
             ``idle_timeout_s``; default 150 s).
         api_timeout_s: seconds each list page may take (the informer's ``request_timeout_s``;
             default 10 s, as the informer's own default).
+        challenges: told which agents answer challenges (their evidence Lease's
+            ``edgewatch.io/answers-challenges``) and of each new evidence of a node (None: nobody).
     """
 
     def __init__(self, *, client: AsyncClient, verified: VerifiedEdge, clock: Callable[[], float],
                  on_change: Callable[[str], None], namespace: str = IDENTITY_NAMESPACE, recount_s: float = 1.0,
-                 watch_timeout_s: float = 150.0, api_timeout_s: float = 10.0) -> None:
+                 watch_timeout_s: float = 150.0, api_timeout_s: float = 10.0,
+                 challenges: Challenges | None = None) -> None:
         self.client = client
+        self.challenges = challenges
         self.verified = verified
         self.clock = clock
         self.on_change = on_change
@@ -240,6 +283,7 @@ class EvidenceInformer:
         self.informer_config = controller_informer_config(api_timeout_s=api_timeout_s,
                                                           watch_timeout_s=watch_timeout_s)
         self._texts: dict[str, str] = {}  # writer -> its last evidence text
+        self._news = asyncio.Event()  # new evidence since the last recount
 
     def on_keys(self, op: str, cm: ConfigMap) -> None:
         """A key record event."""
@@ -257,11 +301,21 @@ class EvidenceInformer:
         name = lease.metadata.name
         if op == "DELETED":
             self._texts.pop(name, None)
+            if self.challenges is not None:
+                self.challenges.answers(name, mark=None)
+                self.challenges.unconfirmed(name, None)
             return
-        text = (lease.metadata.annotations or {}).get(EVIDENCE_ANNOTATION, "")
+        annotations = lease.metadata.annotations or {}
+        text = annotations.get(EVIDENCE_ANNOTATION, "")
+        if self.challenges is not None:
+            self.challenges.answers(name, mark=annotations.get(ANSWERS_CHALLENGES_ANNOTATION))
+            self.challenges.unconfirmed(name, annotations.get(UNCONFIRMED_DEAD_ANNOTATION))
         if text and self._texts.get(name) != text:
             self._texts[name] = text
-            self.verified.apply_evidence(name, text)
+            if "new" in self.verified.apply_evidence(name, text):
+                self._news.set()
+            if self.challenges is not None:
+                self.challenges.statement_came(name)
 
     async def _informer(self, resource: ApiResource, model: Any, on_event: Callable[[str, Any], None]) -> None:
         """The cloud door's informer over ``resource`` in our namespace; a re-list hands over
@@ -273,7 +327,11 @@ class EvidenceInformer:
 
     async def _recount(self) -> None:
         while True:
-            await asyncio.sleep(self.recount_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.recount_s):
+                    await self._news.wait()
+                    await asyncio.sleep(RECOUNT_GAP_S)
+            self._news.clear()
             for node in sorted(self.verified.recount_all(now=self.clock())):
                 self.on_change(node)
 

@@ -76,6 +76,9 @@ class ControllerMetrics:
                                          registry=registry)
         self.evidence = Counter("edgewatch_controller_evidence", "Signed statements and key records looked at, by "
                                 "result.", ["result"], registry=registry)
+        self.challenges = Counter("edgewatch_controller_challenges", "Challenges through the beacon by outcome: "
+                                  "issued, answered (the node proved itself alive), unanswered (failed without "
+                                  "waiting for its Lease).", ["result"], registry=registry)
         self.roster_writes = Counter("edgewatch_controller_roster_writes", "Group roster writes by result.",
                                      ["result"], registry=registry)
         self.reconciles_skipped = Counter("edgewatch_controller_reconciles_skipped",

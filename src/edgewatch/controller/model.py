@@ -34,6 +34,7 @@ __all__ = [
     "OUT_OF_SERVICE_TAINT",
     "STATE_ANNOTATION",
     "UNREACHABLE_SINCE_ANNOTATION",
+    "ChallengeSnapshot",
     "CloudView",
     "ControllerConfig",
     "EdgeView",
@@ -184,6 +185,24 @@ def _check_instant(name: str, value: float | None) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ChallengeSnapshot:
+    """A challenge the controller put to a node through its beacon (``edgewatch.controller.challenges``),
+    as :func:`edgewatch.controller.decision.plan` takes it. Times on the controller's clock, seconds.
+
+    * ``issued_at``: when the controller recorded the challenging beacon (before writing it); a
+      statement naming it, or a later beacon, was signed after this moment.
+    * ``deadline``: when an unanswered challenge makes the node's cloud view LOST: the beacon's
+      write returned plus ``ControllerConfig.challenge_timeout_s``.
+    * ``answered``: the controller verified the node's own statement naming that beacon or a later
+      one, with its kubelet healthy.
+    """
+
+    issued_at: float
+    deadline: float
+    answered: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifiedVerdict:
     """A node's edge verdict as the controller verified it itself: the strict majority of its group's
     signed statements, each naming a beacon the controller issued (``edgewatch.controller.verified``).
@@ -316,6 +335,14 @@ class ControllerConfig:
     #: behind a failure detector with hysteresis (``edgewatch.core.detector``) — so waiting longer only
     #: keeps a dead node's pods out of service.
     failed_confirm_s: float = 0.0
+    #: How long a node challenged through the beacon has to answer, seconds: 2 s. When a majority of its
+    #: peers see a node dead while its own Lease renewal is still fresh (the kubelet renews every 10 s,
+    #: so a dead node's renewal stays fresh up to 12 s), the controller names it on a new beacon; a live
+    #: agent answers with a statement naming that beacon over its own cloud link within a few hundred
+    #: milliseconds (a watch event, one signature, one Lease write). Unanswered by then, the node's
+    #: cloud view is LOST without waiting for the renewal to go overdue
+    #: (``edgewatch.controller.challenges``). 0 turns challenges off.
+    challenge_timeout_s: float = 2.0
     #: What to do without edge evidence. Default AUTONOMY: keep pods for ``autonomy_s``, then fail.
     unknown_policy: UnknownPolicy = UnknownPolicy.AUTONOMY
     #: Default autonomy time under AUTONOMY: 300 s, the same as the 300 s ``tolerationSeconds`` that the
@@ -351,6 +378,7 @@ class ControllerConfig:
         _check_seconds("confirm_s", self.confirm_s, allow_zero=True)
         _check_seconds("overdue_slack_s", self.overdue_slack_s, allow_zero=True)
         _check_seconds("failed_confirm_s", self.failed_confirm_s, allow_zero=True)
+        _check_seconds("challenge_timeout_s", self.challenge_timeout_s, allow_zero=True)
         _check_seconds("autonomy_s", self.autonomy_s, allow_zero=True)
         object.__setattr__(self, "unknown_policy", UnknownPolicy(self.unknown_policy))
 

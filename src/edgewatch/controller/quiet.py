@@ -33,6 +33,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from edgewatch.controller.model import (
+    ChallengeSnapshot,
     CloudView,
     ControllerConfig,
     LeaseSnapshot,
@@ -97,15 +98,17 @@ class PlanInputs:
     verdict: Hashable
     config: ControllerConfig
     out_of_service_pool: bool = False  # the node's pool is in outOfServicePools (plan's switch)
+    challenge: ChallengeSnapshot | None = None  # the node's challenge through the beacon (plan's)
 
 
 def plan_inputs(*, node: NodeSnapshot, lease: LeaseSnapshot | None, verdict: VerifiedVerdict | None,
-                config: ControllerConfig, now: float, out_of_service_pool: bool = False) -> PlanInputs:
+                config: ControllerConfig, now: float, out_of_service_pool: bool = False,
+                challenge: ChallengeSnapshot | None = None) -> PlanInputs:
     """The inputs of ``plan(node=node, lease=lease, verdict=verdict, now=now, config=config,
-    out_of_service_pool=out_of_service_pool)``."""
+    out_of_service_pool=out_of_service_pool, challenge=challenge)``."""
     return PlanInputs(name=node.name, annotations=node.annotations, taints=node.taints, lease=lease,
                       verdict=verdict_key(verdict, now=now, ttl_s=config.edge_view_ttl_s), config=config,
-                      out_of_service_pool=out_of_service_pool)
+                      out_of_service_pool=out_of_service_pool, challenge=challenge)
 
 
 def still_holds(*, made: PlanInputs, due_at: float | None, inputs: PlanInputs, now: float) -> bool:
@@ -120,6 +123,8 @@ def renewed(made: PlanInputs, *, before: LeaseSnapshot, after: LeaseSnapshot) ->
     Lease ``after`` (whose deadline replaces the plan's), or None when ``made`` was not made from the
     renewal ``before`` (then the next look plans again)."""
     lease = made.lease
+    if made.challenge is not None:
+        return None  # a renewal may answer the challenge: plan again
     if lease is None or (lease.renew_time, lease.annotations, lease.holder, lease.duration_s) != (
             before.renew_time, before.annotations, before.holder, before.duration_s):
         return None

@@ -86,6 +86,7 @@ from edgewatch.controller.model import (
 )
 from edgewatch.controller.edgecondition import VERDICT_MESSAGE_REFRESH_S, ShownConditions  # re-exported
 from edgewatch.controller.evictions import PodEvictor
+from edgewatch.controller.challenges import Challenges
 from edgewatch.controller.evidence import (CONTROLLER_BACKOFF_MAX_S, BeaconIssuer, EvidenceInformer,
                                           controller_informer_config)
 from edgewatch.controller.nodeinformer import SharedNodeInformer
@@ -199,12 +200,16 @@ class Reconciler:
         self._unproven: dict[str, tuple[str, float, bool]] = {}
         self.verified = verified if verified is not None else VerifiedEdge(
             ttl_s=evidence_ttl_s, on_result=lambda r: metrics.evidence.labels(result=r).inc())
+        self.challenges = Challenges(timeout_s=config.challenge_timeout_s, on_due=self.queue.add,
+                                     on_result=lambda r: metrics.challenges.labels(result=r).inc(),
+                                     incarnation_of=self.verified.incarnation_of, group_of=self.verified.group_of)
         self.beacons = BeaconIssuer(client=client, verified=self.verified, clock=self.clock, namespace=namespace,
                                     period_s=beacon_period_s, api_timeout_s=api_timeout_s,
-                                    carry_ahead_s=config.carry_ahead_s)
+                                    carry_ahead_s=config.carry_ahead_s, challenges=self.challenges)
         self.evidence = EvidenceInformer(client=client, verified=self.verified, clock=self.clock,
                                          on_change=self.queue.add, namespace=identity_namespace,
-                                         watch_timeout_s=watch_timeout_s, api_timeout_s=api_timeout_s)
+                                         watch_timeout_s=watch_timeout_s, api_timeout_s=api_timeout_s,
+                                         challenges=self.challenges)
         self.rosters = RosterPublisher(client=client, namespace=namespace, grouping=lambda: self.coverage.config,
                                        api_timeout_s=api_timeout_s,
                                        on_write=lambda r: metrics.roster_writes.labels(result=r).inc())
@@ -288,6 +293,7 @@ class Reconciler:
         self.shown.forget(name)
         self.observations.forget(name=name)
         self._unproven.pop(name, None)
+        self.challenges.forget(name)
 
     def pool_of(self, name: str) -> str | None:
         """The pool (label ``edgewatch.io/pool``) of a covered node, or None: whose CA signs its certificate."""
@@ -426,8 +432,9 @@ class Reconciler:
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
+        challenge = self.challenges.snapshot(name, own=self.verified.newest(name), now=now)
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
-                             out_of_service_pool=oos_pool)
+                             out_of_service_pool=oos_pool, challenge=challenge)
         if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
             self.metrics.plans_reused.inc()
             held = self.plans.get(name)
@@ -436,7 +443,8 @@ class Reconciler:
                                        active=agent_silent(cloud=held.cloud, own_statement=own is not None))
             return sooner(self.plans.due_in(name, now), requeue_proof)
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
-                 out_of_service_pool=oos_pool)
+                 out_of_service_pool=oos_pool, challenge=challenge)
+        self.challenges.consider(name, p, episode=None if verdict is None else verdict.since, now=now)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)

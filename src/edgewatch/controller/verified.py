@@ -240,6 +240,15 @@ class VerifiedEdge:
         self._last_recount = now
         return changed
 
+    def newest(self, node: str) -> Statement | None:
+        """``node``'s newest verified statement, fresh or not (None: none held)."""
+        return self.book.get(NodeName(node))
+
+    def incarnation_of(self, node: str) -> int | None:
+        """The incarnation of ``node``'s newest verified statement (None: none held)."""
+        st = self.book.get(NodeName(node))
+        return None if st is None else st.heartbeat.incarnation
+
     def own_life(self, node: str, *, now: float) -> Statement | None:
         """``node``'s own fresh signed statement with a working kubelet (its proof of life, which a
         carried Lease renewal needs), or None."""

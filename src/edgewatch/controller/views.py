@@ -14,6 +14,7 @@ Pure functions: no clock (``now`` is passed in), no I/O. Times in seconds.
 from __future__ import annotations
 
 from edgewatch.controller.model import (
+    ChallengeSnapshot,
     CloudView,
     ControllerConfig,
     EdgeView,
@@ -26,6 +27,7 @@ from edgewatch.leasemark import mark_is_current
 from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
 __all__ = [
+    "challenge_deadline",
     "cloud_view",
     "decide_state",
     "edge_unknown_since",
@@ -85,6 +87,27 @@ def is_held_by_controller(lease: LeaseSnapshot | None) -> bool:
     if lease is None or not is_delegated(lease):
         return False
     return lease.annotations.get(DELEGATED_VIA_ANNOTATION) == "autonomy"
+
+
+def challenge_deadline(*, challenge: ChallengeSnapshot | None, lease: LeaseSnapshot | None) -> float | None:
+    """When an unanswered challenge makes the node's cloud view LOST (controller clock, seconds), or
+    None: no challenge, or it is answered, or the node's own renewal was seen at or after the challenge
+    was issued (its kubelet answered it; ``lease.observed_at`` for an own renewal, else
+    ``lease.own_observed_at``).
+
+    The rule behind it: a beacon is random and recorded on the controller's clock before it is
+    written (``edgewatch.core.beacon``), so only a node alive after ``issued_at`` can sign a statement
+    naming it; the node's own Lease renewal proves life only up to when the controller saw it. A
+    dead node's renewal stays fresh for up to one renew interval plus the slack (12 s,
+    :func:`lease_grace_s`); a challenge ends that wait once the node has had
+    ``ControllerConfig.challenge_timeout_s`` to answer. Pure."""
+    if challenge is None or challenge.answered:
+        return None
+    if lease is not None and lease.observed_at is not None:
+        own = lease.own_observed_at if is_delegated(lease) else lease.observed_at
+        if own is not None and own >= challenge.issued_at:
+            return None
+    return challenge.deadline
 
 
 def unproven_carry(*, node: str, lease: LeaseSnapshot | None, own_carrier: str | None) -> str | None:

@@ -4,8 +4,10 @@ For each simulated node it registers the Node (addresses, capacity, a Ready cond
 node's Lease in ``kube-node-lease`` at kubelet's rate (40 s duration, renewed every 10 s;
 Kubernetes docs, "Nodes"), re-posts NodeStatus when the API's copy differs from what the node knows (as after
 kube-controller-manager marked it Unknown) or every ``status_report_s``, serves ``/healthz`` on the
-node's address, marks the pods bound to it Running and Ready (so Services get endpoints), and
-completes their deletion (a real kubelet deletes with grace 0 once containers are gone).
+node's address, listens on its server port (10250: the TCP handshake answers, as peers' edgewatch
+agents check before voting a silent node dead), marks the pods bound to it Running and Ready (so
+Services get endpoints), and completes their deletion (a real kubelet deletes with grace 0 once
+containers are gone).
 
 Many nodes fit in one process (``KubeletFleet`` shares one API client and one pod watch) for scale
 runs; the playground runs one fleet of one node per network namespace
@@ -75,6 +77,12 @@ class KubeletSimConfig:
             pod would wait for its next watch event, which may never come.
         healthz_port: port of the /healthz endpoint on the node's address (kubelet 10248);
             None = no endpoint.
+        server_port: kubelet's server port on the node's address (kubelet ``--port`` 10250, the
+            Node's ``daemonEndpoints.kubeletEndpoint.Port``; Kubernetes docs "Ports and
+            Protocols"): a listener that completes the TCP handshake and closes each connection
+            at once (no HTTPS behind it), so a node's peers find its host alive exactly while its
+            simulated kubelet runs. None = no listener. Nodes of a fleet sharing an address share
+            the first one's listener.
     """
 
     lease_duration_s: int = 40
@@ -85,6 +93,7 @@ class KubeletSimConfig:
     request_timeout_s: float = 5.0
     pod_retry_s: float = 2.0
     healthz_port: int | None = 10248
+    server_port: int | None = 10250
 
 
 @dataclass(frozen=True)
@@ -198,6 +207,8 @@ class _SimKubelet:
         self.clock_dir = clock_dir
         self.alive = asyncio.Event()
         self.alive.set()
+        self.killed = asyncio.Event()  # set while killed (the complement of ``alive``)
+        self._server: asyncio.Server | None = None  # the server port's listener while alive
         self._pod_ips: dict[str, str] = {}
         self._last_status_post = 0.0
 
@@ -205,6 +216,40 @@ class _SimKubelet:
         if uid not in self._pod_ips:
             self._pod_ips[uid] = f"10.244.{self.node.index}.{len(self._pod_ips) % 250 + 2}"
         return self._pod_ips[uid]
+
+    def kill(self) -> None:
+        """Stop this kubelet as if its machine died: its loops idle and its server port closes now."""
+        self.alive.clear()
+        self.killed.set()
+        if self._server is not None:
+            self._server.close()
+
+    def revive(self) -> None:
+        """Start this kubelet again (its server port opens again in :meth:`server_port_loop`)."""
+        self.killed.clear()
+        self.alive.set()
+
+    async def server_port_loop(self, port: int) -> None:
+        """Listen on ``<node address>:port`` while the node is alive: every connection is closed as
+        soon as it is accepted (a peer's check needs only the handshake). The listener closes when
+        the node is killed and when this loop is cancelled (the fleet stopped), and opens again on
+        revive. An address and port that cannot be bound (taken, e.g. by a real kubelet) is logged
+        and not served; never raises."""
+        while True:
+            await self.alive.wait()
+            try:
+                server = await asyncio.start_server(_hang_up, self.node.address, port)
+            except OSError as exc:
+                log.warning("node %s: cannot listen on %s:%d (%s); its kubelet server port is not simulated",
+                            self.node.name, self.node.address, port, exc)
+                return
+            self._server = server
+            try:
+                if self.alive.is_set():  # not killed while the listener was being opened
+                    await self.killed.wait()
+            finally:
+                self._server = None
+                server.close()
 
     def now(self) -> dt.datetime:
         """The node's wall clock: the true time plus its skew (``--clock-dir``), if any."""
@@ -320,12 +365,13 @@ class KubeletFleet:
         self.registered = asyncio.Event()
 
     def kill(self, name: str) -> None:
-        """Stop the named node's kubelet (its loops idle; /healthz answers 503)."""
-        self.kubelets[name].alive.clear()
+        """Stop the named node's kubelet (its loops idle; /healthz answers 503; its server port
+        closes)."""
+        self.kubelets[name].kill()
 
     def revive(self, name: str) -> None:
-        """Restart the named node's kubelet."""
-        self.kubelets[name].alive.set()
+        """Restart the named node's kubelet (its server port opens again)."""
+        self.kubelets[name].revive()
 
     async def run(self) -> None:
         """Register the nodes, then renew leases, post status and handle pods until cancelled."""
@@ -343,6 +389,12 @@ class KubeletFleet:
                     tg.create_task(kubelet.runner.run())
             if self.config.healthz_port is not None:
                 tg.create_task(self._serve_healthz())
+            if self.config.server_port is not None:
+                served: set[str] = set()
+                for kubelet in self.kubelets.values():
+                    if kubelet.node.address not in served:  # one listener an address
+                        served.add(kubelet.node.address)
+                        tg.create_task(kubelet.server_port_loop(self.config.server_port))
 
     async def _retry(self, action: Any) -> None:
         while True:
@@ -424,6 +476,15 @@ class KubeletFleet:
                 await runner.cleanup()
 
 
+async def _hang_up(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close an accepted connection at once (the simulated server port answers the handshake only)."""
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+
+
 def make_client(kubeconfig: str, *, timeout_s: float) -> AsyncClient:
     """An AsyncClient for ``kubeconfig`` with a timeout on every request (watches excepted)."""
     return api_client(kubeconfig, timeout_s=timeout_s)
@@ -436,7 +497,7 @@ async def _main(args: argparse.Namespace) -> None:
     import yaml
 
     labels = dict(kv.split("=", 1) for kv in args.label)
-    config = KubeletSimConfig(healthz_port=args.healthz_port or None)
+    config = KubeletSimConfig(healthz_port=args.healthz_port or None, server_port=args.server_port or None)
     taints = tuple(tuple(t.rsplit(":", 1)) for t in args.taint)
     client = make_client(args.kubeconfig, timeout_s=config.request_timeout_s)
     clock_dir = Path(args.clock_dir) if args.clock_dir else None
@@ -464,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--label", action="append", default=[], help="extra Node label k=v (repeatable)")
     parser.add_argument("--taint", action="append", default=[], help="register with taint key:Effect (repeatable)")
     parser.add_argument("--healthz-port", type=int, default=10248, help="0 = no /healthz endpoint")
+    parser.add_argument("--server-port", type=int, default=10250,
+                        help="kubelet's server port on --address (handshake only); 0 = no listener")
     parser.add_argument("--run-image", action="append", default=[],
                         help="run the pods whose image starts with this as processes (repeatable)")
     parser.add_argument("--node-root", default="", help="the node's root folder (hostPath volumes, pod folders)")
