@@ -89,12 +89,18 @@ async def test_writes_on_change_and_refresh_with_one_request_each() -> None:
     assert calls == ["get", "create", "replace", "replace"], calls  # one request per write after the first
 
 
-async def test_unconfirmed_dead_votes_are_written_at_once_and_removed_when_confirmed() -> None:
-    kube = FakeKube()
+def _holding_a_beacon() -> BeaconHolder:
+    """A beacon holder that trusts a new controller key and holds its beacon 1."""
     key = NodeKey.generate()
     holder = BeaconHolder()
     holder.trust(key.public_raw)
     holder.offer(sign_beacon(Beacon(1, "a" * 32), key))
+    return holder
+
+
+async def test_unconfirmed_dead_votes_are_written_at_once_and_removed_when_confirmed() -> None:
+    kube = FakeKube()
+    holder = _holding_a_beacon()
     state = Said(hb(ME, holder.value, dead=(PEER,)))
     rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=state, link=UP)  # type: ignore[arg-type]
     wanted = rep.due(now=0.0)
@@ -113,10 +119,7 @@ async def test_unconfirmed_dead_votes_are_written_at_once_and_removed_when_confi
 
 async def test_a_conflict_reads_the_lease_again() -> None:
     kube = FakeKube()
-    key = NodeKey.generate()
-    holder = BeaconHolder()
-    holder.trust(key.public_raw)
-    holder.offer(sign_beacon(Beacon(1, "a" * 32), key))
+    holder = _holding_a_beacon()
     own = hb(ME, holder.value)
     rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=Said(own), link=UP)  # type: ignore[arg-type]
     assert await rep.write(own, []) == "ok"

@@ -63,6 +63,7 @@ from aiohttp import web
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.hostcheck import HostChecks
+from edgewatch.agent.httpbody import read_body
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
@@ -591,21 +592,6 @@ class PeerExchange:
                     extra={"kind": "rejected", "remote": request.remote, "reason": reason})
         self.metrics.messages.labels(result=reason).inc()
         return web.Response(status=status, text=f"rejected: {reason}\n")
-
-
-async def read_body(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    """The whole body, or its first ``limit + 1`` bytes if it is longer (the caller then refuses it
-    as oversized). ``StreamReader.read(n)`` returns only what is buffered — part of a body sent in
-    several TCP segments — so read until EOF or past the limit."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = await stream.read(limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _host(address: str) -> str:
