@@ -182,8 +182,8 @@ def rotate_key(identity_file: Path) -> None:
               help="kube-controller-manager's --node-monitor-grace-period in this cluster, seconds (stock: 40 "
                    "before Kubernetes 1.32, 50 since). At least 20: the carry bound (5 s past the control plane's "
                    "clock) must never hide a live node's own renewals past it.")
-@click.option("--challenge-timeout", type=float, default=2.0, show_default=True,
-              help="Seconds a node its peers see dead has to answer the controller's challenge (a beacon naming "
+@click.option("--challenge-timeout", type=float, default=1.5, show_default=True,
+              help="Seconds a node its peers see dead or suspect has to answer the controller's challenge (a beacon naming "
                    "it) over its own cloud link before it is failed without waiting for its Lease to go overdue; "
                    "0: no challenges (a dead node is failed 2-12 s later, by the kubelet's phase).")
 @click.option("--resync", type=float, default=30.0, show_default=True, help="Seconds between full resyncs.")

@@ -90,6 +90,12 @@ UNCONFIRMED_DEAD_ANNOTATION = f"{DOMAIN}/unconfirmed-dead"
 node names (absent: none): their kubelet port answers (agent down, host up) or never answered lately
 (edgewatch.core.hostalive). The controller does not fail such a node on an unanswered challenge."""
 
+SUSPECTS_ANNOTATION = f"{DOMAIN}/suspects"
+"""On an evidence Lease: the neighbours its agent suspects dead, comma-separated node names (absent:
+none): failing two periods, their kubelet port no longer answering (edgewatch.core.suspicion). When
+a strict majority of a node's peers suspect it, the controller challenges it; an unrefuted suspicion
+counts as a dead vote once the challenge goes unanswered (SWIM's suspicion subprotocol)."""
+
 CARRY_AHEAD_ANNOTATION = f"{DOMAIN}/carry-ahead"
 """On the beacon Lease: how far past its renewTime an agent's carried renewTime may be, a Go duration
 in whole seconds (edgewatch.carryahead). Agents before the control-plane clock capped their carried

@@ -25,7 +25,7 @@ from edgewatch.core.types import NodeName
 from edgewatch.core.wire import Heartbeat, sign_heartbeat
 from edgewatch.names import (ANSWERS_CHALLENGES_ANNOTATION, BEACON_ANNOTATION, BEACON_KEY_ANNOTATION,
                              BEACON_LEASE_NAME, CHALLENGE_ANNOTATION, EVIDENCE_ANNOTATION, IDENTITY_NAMESPACE,
-                             UNCONFIRMED_DEAD_ANNOTATION)
+                             SUSPECTS_ANNOTATION, UNCONFIRMED_DEAD_ANNOTATION)
 
 ME, PEER = NodeName("r-1"), NodeName("r-2")
 
@@ -39,6 +39,7 @@ class Said:
     def __init__(self, own: Heartbeat | None = None, carried: Sequence[Heartbeat] = ()) -> None:
         self.own, self.carried = own, carried
         self.unconfirmed: frozenset[NodeName] = frozenset()
+        self.suspects: frozenset[NodeName] = frozenset()
 
     def own_statement(self) -> Heartbeat | None:
         return self.own
@@ -48,6 +49,9 @@ class Said:
 
     def unconfirmed_dead(self) -> frozenset[NodeName]:
         return self.unconfirmed
+
+    def suspected(self) -> frozenset[NodeName]:
+        return self.suspects
 
 
 def hb(origin: NodeName, beacon: str, *, dead: tuple[str, ...] = (), seq: int = 1) -> Heartbeat:
@@ -115,6 +119,32 @@ async def test_unconfirmed_dead_votes_are_written_at_once_and_removed_when_confi
     wanted = rep.due(now=2.0)
     assert wanted is not None and await rep.write(*wanted, now=2.0) == "ok"
     assert UNCONFIRMED_DEAD_ANNOTATION not in kube.obj("Lease", ME, IDENTITY_NAMESPACE)["metadata"]["annotations"]
+
+
+async def test_suspicions_are_written_as_soon_as_news_comes_not_at_the_tick() -> None:
+    kube = FakeKube()
+    holder = _holding_a_beacon()
+    state = Said(hb(ME, holder.value))
+    news = asyncio.Event()
+    rep = EvidenceReporter(client=kube, node=ME, beacon=holder, statements=state, link=UP,  # type: ignore[arg-type]
+                           tick_s=30.0, news=news)
+
+    def suspects() -> str | None:
+        return kube.obj("Lease", ME, IDENTITY_NAMESPACE)["metadata"]["annotations"].get(SUSPECTS_ANNOTATION)
+
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(rep._report_loop())
+        news.set()  # the first statement: written at once though the tick is 30 s
+        await _wait(lambda: rep.writes == 1)
+        assert suspects() is None
+        state.suspects = frozenset({PEER})
+        news.set()
+        await _wait(lambda: suspects() == PEER)
+        state.suspects = frozenset()
+        news.set()
+        await _wait(lambda: rep.writes == 3)
+        assert suspects() is None
+        task.cancel()
 
 
 async def test_a_conflict_reads_the_lease_again() -> None:

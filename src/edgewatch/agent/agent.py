@@ -176,14 +176,15 @@ class Agent:
             clock=self.cloud_clock, namespace=config.namespace, api_timeout_s=config.api_timeout_s,
             node_certificate=CertificateFiles.under(config.state_dir) if config.state_dir is not None else None,
             certificate_always=config.coordinator_client_certificate)
+        news = asyncio.Event()  # the exchange loop wakes the reporter: new suspicions are written at once
         self.exchange = ExchangeLoop(
             node=config.node, listen_address=config.listen_address, kubelet_healthz_url=config.kubelet_healthz_url,
             period_s=config.votes.exchange_period_s, peers=self.peers, roster=self.membership, link=self.link,
-            pool=self.coordinators, metrics=self.metrics, liveness=self.liveness)
+            pool=self.coordinators, metrics=self.metrics, liveness=self.liveness, news=news)
         self.reporter = EvidenceReporter(
             client=client, node=config.node, beacon=self.beacon, statements=self.exchange, link=self.link,
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,
-            timeout_s=config.api_timeout_s, events=self.metrics, cloud_clock=self.cloud_clock)
+            timeout_s=config.api_timeout_s, events=self.metrics, cloud_clock=self.cloud_clock, news=news)
         # the control plane's clock (kube-controller-manager's leader Lease), read only while carrying
         self.clock_reader = ControlPlaneClockReader(client=client, clock=self.cloud_clock, wanted=self.carries,
                                                     events=self.metrics, timeout_s=config.api_timeout_s)

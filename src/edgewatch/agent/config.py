@@ -11,6 +11,7 @@ from edgewatch.agent.cloudlink import CloudLinkConfig
 from edgewatch.agent.coordinator import CoordinatorTLS
 from edgewatch.agent.peerserver import PeerServerConfig
 from edgewatch.core.detector import DetectorConfig
+from edgewatch.core.suspicion import SuspicionConfig
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.topology import DEFAULT_RINGS
 from edgewatch.core.types import NodeName
@@ -80,6 +81,10 @@ class AgentConfig:
             deadline of a whole request (default 3 s), the idle time of a keep-alive connection
             (30 s), connections per source (8) and of strangers in all (64); each default and why
             in ``edgewatch.agent.peerserver.PeerServerConfig``.
+        suspicion: when a silent neighbour is named on the evidence Lease as suspected, so that
+            the controller challenges it before the failure detector's DEAD (1.5 s of silence and
+            two failed periods on a clean link; each default and why in
+            ``edgewatch.core.suspicion.SuspicionConfig``).
     """
 
     node: NodeName
@@ -105,6 +110,7 @@ class AgentConfig:
     coordinator_client_certificate: bool = False
     coordinator_certificate_lifetime_s: int = 86400
     detector: DetectorConfig = field(default_factory=DetectorConfig)
+    suspicion: SuspicionConfig = field(default_factory=SuspicionConfig)
     votes: VoteConfig = field(default_factory=VoteConfig)
     wire: WireConfig = field(default_factory=WireConfig)
     cloud_link: CloudLinkConfig = field(default_factory=CloudLinkConfig)

@@ -15,8 +15,10 @@ period per checking neighbour in that node's kubelet log while that node's agent
 one a minute per neighbour otherwise.
 
 Which neighbours (:meth:`HostChecks.due`): every period, each neighbour the failure detector has not
-seen ALIVE for at most :data:`SILENT_EVERY_PERIOD_S`; every :data:`REVERIFY_S`, each other one (the
-check works for that host, which a confirmed dead vote needs).
+seen ALIVE for at most :data:`SILENT_EVERY_PERIOD_S` (the caller also names one whose datagram is
+missing again after a failed period: a suspicion, ``edgewatch.core.suspicion``, needs the check of
+that very period); every :data:`REVERIFY_S`, each other one (the check works for that host, which
+a confirmed dead vote or suspicion needs).
 
 Cost: one TCP handshake (3 packets, then FIN; a SYN and an RST when refused, about 120 bytes) per
 period per neighbour that went silent in the last 20 s (a detector starts SUSPECT, so also each
@@ -36,7 +38,13 @@ from typing import Final, Protocol
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.core.checks import positive_seconds
-from edgewatch.core.hostalive import HOST_VERIFY_S, confirms_dead, host_known_alive, host_window_s
+from edgewatch.core.hostalive import (
+    HOST_VERIFY_S,
+    confirms_dead,
+    confirms_suspicion,
+    host_known_alive,
+    host_window_s,
+)
 from edgewatch.core.types import NodeName
 
 __all__ = ["DEFAULT_TIMEOUT_S", "REVERIFY_S", "SILENT_EVERY_PERIOD_S", "HostCheckEvents", "HostChecks",
@@ -119,6 +127,7 @@ class HostChecks:
         self._events = events
         self._clock = clock
         self._answered: dict[NodeName, float] = {}  # peer -> monotonic time its port last answered
+        self._failed: dict[NodeName, float] = {}  # peer -> monotonic time a check of its port last failed
         self._tried: dict[NodeName, float] = {}  # peer -> monotonic time of its last once-a-minute check
         self._silent_since: dict[NodeName, float] = {}  # peer not ALIVE -> since when (monotonic s)
         self._unconfirmed: set[NodeName] = set()  # dead votes named unconfirmed at the last signing
@@ -144,8 +153,10 @@ class HostChecks:
         detector sees it ALIVE); ``now``: monotonic s): each one not ALIVE, and each ALIVE one not
         checked for :data:`REVERIFY_S`. What is kept of peers no longer neighbours is dropped (memory
         stays bounded by the neighbours). Empty when off."""
-        for gone in [p for p in (*self._answered, *self._tried, *self._silent_since) if p not in neighbours]:
+        for gone in [p for p in (*self._answered, *self._failed, *self._tried, *self._silent_since)
+                     if p not in neighbours]:
             self._answered.pop(gone, None)
+            self._failed.pop(gone, None)
             self._tried.pop(gone, None)
             self._silent_since.pop(gone, None)
         if not self.enabled:
@@ -176,6 +187,8 @@ class HostChecks:
                       extra={"kind": "host_check", "peer": peer, "result": result})
             if result == "open":
                 self._answered[peer] = self._clock()
+            else:
+                self._failed[peer] = self._clock()
 
     def answered_at(self, peer: NodeName) -> float | None:
         """Monotonic time (seconds) ``peer``'s kubelet port last answered; None if never (or it is
@@ -186,6 +199,15 @@ class HostChecks:
         """Whether ``peer``'s kubelet port answered within the window before ``now`` (monotonic s;
         ``edgewatch.core.hostalive.host_known_alive``)."""
         return host_known_alive(answered_at=self._answered.get(peer), now=now, window_s=self.window_s)
+
+    def confirm_suspicions(self, suspected: Iterable[NodeName], *, now: float) -> frozenset[NodeName]:
+        """Of the neighbours this agent suspects (``suspected``), those whose suspicion its checks
+        confirm at ``now`` (monotonic s; ``edgewatch.core.hostalive.confirms_suspicion``): the port
+        answered within :data:`HOST_VERIFY_S` and a check since has failed. Empty when off."""
+        if not self.enabled:
+            return frozenset()
+        return frozenset(p for p in suspected if confirms_suspicion(
+            answered_at=self._answered.get(p), failed_at=self._failed.get(p), now=now, window_s=self.window_s))
 
     def unconfirmed(self, dead: Iterable[NodeName], *, now: float) -> frozenset[NodeName]:
         """Of the neighbours this agent votes dead (``dead``), those whose death its checks do not

@@ -1,24 +1,23 @@
-"""Peer checks and vote exchange over the node network (port 51005): the I/O around
+"""Peer checks and statement exchange over the node network (port 51005): the I/O around
 ``edgewatch.core.detector``, ``edgewatch.core.wire`` and ``edgewatch.core.quorum``.
 
-Every exchange period (1 s) the agent signs its heartbeat — its own kubelet's health, its own cloud
-link, and its vote: which peers its failure detector sees alive and dead — and POSTs an envelope
-(its heartbeat plus a few relayed ones) to each target peer; the peer answers with its own
-envelope. A target counts alive only if it answers with a valid, signed envelope whose own
-heartbeat reports its kubelet healthy; a timeout, a refused connection or a rejected answer is a
-failed probe. Inbound envelopes are evidence too (the sender reached us).
+Every exchange period (1 s) each neighbour proves itself alive by a liveness datagram
+(``agent.datagrams``); the signed statement — this node's kubelet and cloud link, and its vote:
+which peers its failure detector sees alive and dead — travels in an HTTP exchange only when due
+(``edgewatch.core.cadence``), and to a neighbour whose datagram is missing, as a TCP probe. A peer
+without datagrams (an agent older than v6) gets the exchange every period. A target counts alive
+only if it proves itself by datagram or answers with a valid, signed envelope whose own heartbeat
+reports its kubelet healthy.
 
 Targets: this node's neighbours in the group's monitoring topology (``edgewatch.core.topology``:
-every peer in groups of up to ``2 * rings + 1``, at most ``2 * rings`` beyond), every period, so
-messages per node per period stay constant (12 with 3 rings) as the group grows. The heartbeat
-names only those neighbours; the verdict is counted over who reaches whom
-(``edgewatch.core.reach``). A node that reaches fewer than two of its neighbours also probes
-``wire.fallback_probes`` random other members per period (SWIM's indirect probing, simplified), so a
-node whose neighbours all sit across a partition is still found by its own side; such a contact
-counts only if both ends name each other alive. A dead vote on a neighbour whose kubelet port
-answers a TCP connect (its agent is down, not its host), or never did (the check cannot tell), is
-*unconfirmed* (``agent.hostcheck``): the evidence Lease says so, and the controller does not fail
-that node on an unanswered challenge.
+every peer in groups of up to ``2 * rings + 1``, at most ``2 * rings`` beyond); the verdict is
+counted over who reaches whom (``edgewatch.core.reach``). A node that reaches fewer than two of its
+neighbours also probes ``wire.fallback_probes`` random other members per period (SWIM's indirect
+probing, simplified); such a contact counts only if both ends name each other alive. A dead vote on
+a neighbour whose kubelet port answers a TCP connect (its agent is down, not its host), or never did
+(the check cannot tell), is *unconfirmed* (``agent.hostcheck``); a neighbour failing two periods
+whose port stopped answering is *suspected* (``edgewatch.core.suspicion``): the evidence Lease names
+both, for the controller's challenges.
 
 What it is handed: this node's signer (its keyring), the group and its addresses
 (:class:`GroupView`: the membership), this node's cloud link
@@ -41,11 +40,8 @@ own envelope, so the requester's probe of us still succeeds while nothing of its
 
 Clocks: none but this node's monotonic clock. Freshness of a peer's message is proven by the reply
 binding (an answer carries the nonce of our request) or by its per-sender epoch and sequence number
-(``edgewatch.core.wire.ReplayGuard``); votes expire ``vote_ttl_s`` after local receipt; relayed
-heartbeats carry their age, summed hop by hop from each hop's monotonic clock. The agent's epoch is
-its start time in ns (``time.time_ns``), a number peers compare only with this agent's own earlier
-epochs — if the wall clock went back across a restart, our first answer to each peer's probe proves
-the new epoch.
+(``edgewatch.core.wire.ReplayGuard``); votes expire ``vote_ttl_s`` after local receipt. The epoch
+(``time.time_ns`` at start) is compared only with this agent's own earlier epochs.
 """
 
 from __future__ import annotations
@@ -69,6 +65,7 @@ from edgewatch.agent.ports import CloudLinkView
 from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
 from edgewatch.core.cadence import ExchangeReason
 from edgewatch.core.detector import DetectorConfig, PeerDetector
+from edgewatch.core.suspicion import suspects
 from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
 from edgewatch.core.reach import decide_reach
@@ -174,6 +171,7 @@ class PeerExchange:
         self._rings = 0  # rings the topology was computed with
         self.hosts = HostChecks.of_agent(config, events=metrics)  # neighbours' kubelet ports
         self.unconfirmed_dead: frozenset[NodeName] = frozenset()  # dead votes the host checks do not confirm
+        self.suspected: frozenset[NodeName] = frozenset()  # neighbours suspected, confirmed by the host checks
         self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
         self.carrier: NodeName | None = None
         self.periods = 0
@@ -466,8 +464,9 @@ class PeerExchange:
         (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off,
         see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`; with
         each peer whose datagram proof is missing too, as a TCP probe) while checking the kubelet
-        port of the neighbours due (``self.hosts.due``), record one piece of evidence per datagram
-        peer, decide. Returns the decisions."""
+        port of the neighbours due (``self.hosts.due``; also one whose proof is missing again after a
+        failed period), record one piece of evidence per datagram peer, note the neighbours suspected
+        (``edgewatch.core.suspicion``) whose host checks confirm it, decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         targets = self.targets(now=now_mono)
@@ -484,7 +483,9 @@ class PeerExchange:
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         peers = sorted(due)
-        hosts = self.hosts.due({p: (a, self._detector(p, now_mono).state(now=now_mono) is Health.ALIVE)
+        failing = {j.peer for j in judged if not j.ok and self._detector(j.peer, now_mono).snapshot.consecutive_failures}
+        hosts = self.hosts.due({p: (a, p not in failing and self._detector(p, now_mono).state(now=now_mono)
+                                    is Health.ALIVE)
                                 for p in self.near if (a := self.membership.address_of(p)) is not None}, now=now_mono)
         *results, _ = await asyncio.gather(*(self.exchange(session, p) for p in peers), self.hosts.check(hosts))
         answered = dict(zip(peers, results, strict=True))
@@ -498,7 +499,11 @@ class PeerExchange:
             self.record(peer, ok=ok, now=now_mono, datagram=True)
             if judgement.ok and cadence.holds_theirs(peer, self.book):
                 self.book.confirm(peer, statement=judgement.statement, now=judgement.at)
-        return self.decide(now=time.monotonic())
+        now = time.monotonic()
+        self.suspected = self.hosts.confirm_suspicions(
+            (p for p in self.near if suspects(self._detector(p, now).snapshot, detector=self.detector_config(),
+                                              config=self.config.suspicion, now=now)), now=now)
+        return self.decide(now=now)
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:
         """Count the local verdicts on this node and the peers it watches from the statements held

@@ -21,9 +21,11 @@ Two loops:
   beacon at once (:meth:`Statements.sign_now`) and write it without waiting for the tick, whatever
   the link monitor says (the challenge came over the link), again until it is written or
   :data:`ANSWER_WITHIN_S` has passed. Each evidence write says the agent answers challenges
-  (``edgewatch.io/answers-challenges: v1:<incarnation>``) and names the neighbours it votes dead
-  without confirming it (``edgewatch.io/unconfirmed-dead``, :meth:`Statements.unconfirmed_dead`).
-  Cost: one signature and one write per challenge of this node.
+  (``edgewatch.io/answers-challenges: v1:<incarnation>``), names the neighbours it votes dead
+  without confirming it (``edgewatch.io/unconfirmed-dead``, :meth:`Statements.unconfirmed_dead`)
+  and those it suspects dead (``edgewatch.io/suspects``, :meth:`Statements.suspected`: written as
+  soon as the exchange loop sets ``news``, not at the next tick). Cost: one signature and one
+  write per challenge of this node; one write per change of its suspicions.
 
 Every write is bounded by ``timeout_s`` and carries the resourceVersion of the Lease as the last
 write returned it (one request per write; a conflict makes the next tick read it again). Errors are
@@ -65,6 +67,7 @@ from edgewatch.names import (
     CHALLENGE_ANNOTATION,
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
+    SUSPECTS_ANNOTATION,
     UNCONFIRMED_DEAD_ANNOTATION,
 )
 from edgewatch.kube.errors import is_conflict, is_not_found
@@ -79,8 +82,9 @@ _KEY_FILE = "controller-beacon.key"
 
 
 ANSWER_WITHIN_S: Final = 2.0
-"""How long the agent tries to write a challenge's answer, seconds (the controller's default
-``--challenge-timeout``): a failed write is tried again after 0.05, 0.1, 0.2 ... s."""
+"""How long the agent tries to write a challenge's answer, seconds (past the controller's default
+``--challenge-timeout``, 1.5 s: an answer that comes late still ends the challenge, and the node
+is back at once): a failed write is tried again after 0.05, 0.1, 0.2 ... s."""
 
 
 class Statements(Protocol):
@@ -97,6 +101,10 @@ class Statements(Protocol):
 
     def unconfirmed_dead(self) -> frozenset[NodeName]:
         """The neighbours this node votes dead without confirming it (``edgewatch.agent.hostcheck``)."""
+        ...
+
+    def suspected(self) -> frozenset[NodeName]:
+        """The neighbours this node suspects dead (``edgewatch.core.suspicion``)."""
         ...
 
     def sign_now(self) -> Heartbeat | None:
@@ -123,17 +131,24 @@ def _content(hb: Heartbeat) -> tuple[object, ...]:
 
 
 def write_due(*, last: tuple[tuple[object, ...], str, float] | None, own: Heartbeat, carried: list[Heartbeat],
-              now: float, refresh_s: float, unconfirmed: frozenset[str] = frozenset()) -> tuple[object, ...] | None:
+              now: float, refresh_s: float, unconfirmed: frozenset[str] = frozenset(),
+              suspected: frozenset[str] = frozenset()) -> tuple[object, ...] | None:
     """The content to write now, or None (pure; the reporter's rule, also run by ``edgewatch sim``).
 
     ``last`` is ``(content, beacon, time)`` of the last write; times in seconds on one clock. Due
-    when what decides changed (:func:`_content`, and the ``unconfirmed`` dead votes), or after
-    ``refresh_s`` once the beacon moved on.
+    when what decides changed (:func:`_content`, the ``unconfirmed`` dead votes, the ``suspected``
+    neighbours), or after ``refresh_s`` once the beacon moved on.
     """
-    content = (_content(own), tuple(sorted(_content(hb) for hb in carried)), tuple(sorted(unconfirmed)))
+    content = _written_content(own, carried, unconfirmed, suspected)
     if last is not None and last[0] == content and (now - last[2] < refresh_s or own.beacon == last[1]):
         return None
     return content
+
+
+def _written_content(own: Heartbeat, carried: list[Heartbeat], unconfirmed: frozenset[str],
+                     suspected: frozenset[str]) -> tuple[object, ...]:
+    return (_content(own), tuple(sorted(_content(hb) for hb in carried)), tuple(sorted(unconfirmed)),
+            tuple(sorted(suspected)))
 
 
 class EvidenceReporter:
@@ -161,13 +176,16 @@ class EvidenceReporter:
             metric; :class:`ReporterEvents`; default: nobody).
         cloud_clock: where the beacon Lease's renewTime is noted (the controller's clock, which
             carried renewals are written in).
+        news: set by the exchange loop when what the Lease says may have changed: compared at
+            once, not at the next tick (None: ticks only).
     """
 
     def __init__(self, *, client: AsyncClient, node: NodeName, beacon: BeaconHolder, statements: Statements,
                  link: CloudLinkView, config_namespace: str = "edgewatch", namespace: str = IDENTITY_NAMESPACE,
                  state_dir: Path | None = None, refresh_s: float = 10.0, tick_s: float = 0.5,
                  timeout_s: float = 5.0, retry_s: float = 2.0, idle_timeout_s: float = 150.0,
-                 events: ReporterEvents | None = None, cloud_clock: CloudClock | None = None) -> None:
+                 events: ReporterEvents | None = None, cloud_clock: CloudClock | None = None,
+                 news: asyncio.Event | None = None) -> None:
         self.client = client
         self.cloud_clock = cloud_clock if cloud_clock is not None else CloudClock()
         self.node = node
@@ -185,7 +203,8 @@ class EvidenceReporter:
         self.idle_timeout_s = idle_timeout_s
         self._written: tuple[tuple[object, ...], str, float] | None = None  # (content, beacon, monotonic)
         self._lease: Lease | None = None  # the evidence Lease as the apiserver returned our last write
-        self._challenged = asyncio.Event()  # a beacon named this node: answer at once
+        self._wake = news if news is not None else asyncio.Event()  # a challenge, or news: look at once
+        self._challenged = False  # a beacon named this node: answer at once
         self._challenge_token = ""  # the token of the last beacon that named this node
         self.writes = 0
         self._load_key()
@@ -238,7 +257,8 @@ class EvidenceReporter:
         named = annotations.get(CHALLENGE_ANNOTATION, "")
         if named and token != self._challenge_token and self.node in named.split(","):
             self._challenge_token = token
-            self._challenged.set()
+            self._challenged = True
+            self._wake.set()
 
     async def _watch_beacon(self) -> None:
         """The beacon Lease (field selector ``metadata.name``), each change adopted
@@ -260,7 +280,7 @@ class EvidenceReporter:
             return None
         carried = [hb for hb in self._statements.carried_statements() if hb.origin != self.node]
         if write_due(last=self._written, own=own, carried=carried, now=now, refresh_s=self.refresh_s,
-                     unconfirmed=self._statements.unconfirmed_dead()) is None:
+                     unconfirmed=self._statements.unconfirmed_dead(), suspected=self._statements.suspected()) is None:
             return None
         return own, carried
 
@@ -274,8 +294,10 @@ class EvidenceReporter:
             text = encode_evidence(own)
         now_text = dt.datetime.now(dt.UTC)
         unconfirmed = frozenset(self._statements.unconfirmed_dead())
+        suspected = frozenset(self._statements.suspected())
         marks = {ANSWERS_CHALLENGES_ANNOTATION: f"v1:{own.incarnation}",
-                 UNCONFIRMED_DEAD_ANNOTATION: ",".join(sorted(unconfirmed)) or None}
+                 UNCONFIRMED_DEAD_ANNOTATION: ",".join(sorted(unconfirmed)) or None,
+                 SUSPECTS_ANNOTATION: ",".join(sorted(suspected)) or None}
         try:
             async with asyncio.timeout(self.timeout_s):
                 try:
@@ -314,7 +336,7 @@ class EvidenceReporter:
             self._lease = None
             log.info("writing the evidence of %s failed: %s", self.node, exc or type(exc).__name__)
             return "failed"
-        content = (_content(own), tuple(sorted(_content(hb) for hb in carried)), tuple(sorted(unconfirmed)))
+        content = _written_content(own, carried, unconfirmed, suspected)
         self._written = (content, own.beacon, time.monotonic() if now is None else now)
         self.writes += 1
         return "ok"
@@ -343,11 +365,12 @@ class EvidenceReporter:
         while True:
             try:
                 async with asyncio.timeout(self.tick_s):
-                    await self._challenged.wait()
+                    await self._wake.wait()
             except TimeoutError:
                 pass
-            if self._challenged.is_set():
-                self._challenged.clear()
+            self._wake.clear()
+            if self._challenged:
+                self._challenged = False
                 result = await self.answer_challenge()
                 if result is not None:
                     self._observer.evidence_written(result)

@@ -15,9 +15,10 @@ Why
     (:func:`edgewatch.controller.views.challenge_deadline`) and the table fails the node.
 
 Who is challenged
-    A node whose plan has the cloud view OK and the edge view UNHEALTHY, once per verdict episode
-    (the verdict's ``since``) and at most once per :data:`BACKOFF_S`, and only if
-    (:meth:`Challenges.eligible`):
+    A node whose plan has the cloud view OK and that a strict majority of its peers vote dead or
+    *suspect* (``edgewatch.io/suspects`` on their evidence Leases, ``edgewatch.core.suspicion``:
+    about 2 s of silence, where a dead vote takes 5 s), once per such episode and at most once per
+    :data:`BACKOFF_S`, and only if (:meth:`Challenges.eligible`):
 
     * its agent answers challenges, and so does every member of its group that has a statement:
       the mark ``edgewatch.io/answers-challenges: v1:<incarnation>`` on each evidence Lease (only
@@ -33,6 +34,10 @@ Who is challenged
     * at most a third of its group (at least one node: itself) is suspected at once (an unhealthy-zone rule,
       as kube-controller-manager's ``--unhealthy-zone-threshold``): a LAN-wide fault, a firewall
       change, is not met with a storm of challenges whose stragglers would be failed.
+
+    Unanswered, the suspicions count as the suspecting peers' dead votes
+    (``VerifiedEdge.verdict(count_suspicions=True)``): the node is failed about 2 s + the timeout
+    after its death, not 5 s + the timeout. Answered, they count for nothing.
 
     An answer, once verified, stands for the challenge (a later statement saying the kubelet is
     sick does not undo it); a claim of an unconfirmed dead vote counts as an answer.
@@ -127,7 +132,7 @@ class Challenges:
         self._open: dict[str, _Challenge] = {}
         self._answering: dict[str, int] = {}  # node -> the incarnation its answers-challenges mark names
         self._unconfirmed: dict[str, frozenset[str]] = {}  # writer -> the dead votes it cannot confirm
-        self._suspected: set[str] = set()  # nodes planned with the cloud view OK and the edge view UNHEALTHY
+        self._suspected: set[str] = set()  # nodes planned with the cloud view OK, voted dead or suspected
         self._last_issued: dict[str, float] = {}  # node -> when it was last challenged
 
     # -- inputs --------------------------------------------------------------------------------------
@@ -166,15 +171,18 @@ class Challenges:
         """Whether a peer names ``node`` a dead vote it cannot confirm."""
         return any(node in names for names in self._unconfirmed.values())
 
-    def consider(self, node: str, plan: NodePlan, *, episode: float | None, now: float) -> None:
+    def consider(self, node: str, plan: NodePlan, *, episode: float | None, now: float,
+                 accused: bool = False) -> None:
         """Look at ``node``'s new plan at ``now`` (controller clock, seconds): ask for a challenge when
-        its peers see it dead while its own renewal is fresh (``episode``: the UNHEALTHY verdict's
-        ``since``) and it is :meth:`eligible`; forget it once the edge view is no longer UNHEALTHY."""
-        if plan.edge is EdgeView.UNHEALTHY and plan.cloud is CloudView.OK:  # failed ones no longer count
+        its peers see it dead, or suspect it (``accused``: ``VerifiedEdge.accused``, SWIM's
+        suspicion), while its own renewal is fresh (``episode``: since when) and it is
+        :meth:`eligible`; forget it once it is neither."""
+        suspected = accused or plan.edge is EdgeView.UNHEALTHY
+        if suspected and plan.cloud is CloudView.OK:  # failed ones no longer count
             self._suspected.add(node)
         else:
             self._suspected.discard(node)
-        if plan.edge is not EdgeView.UNHEALTHY:
+        if not suspected:
             self._drop(node)
             return
         held = self._open.get(node)

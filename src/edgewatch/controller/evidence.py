@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgewatch.core.types import is_decimal
-from edgewatch.controller.challenges import Challenges
+from edgewatch.controller.challenges import Challenges, parse_names
 from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.core.beacon import Beacon, sign_beacon
 from edgewatch.core.identity import NodeKey
@@ -59,6 +59,7 @@ from edgewatch.names import (
     EVIDENCE_ANNOTATION,
     IDENTITY_NAMESPACE,
     KEY_RECORD_KEY,
+    SUSPECTS_ANNOTATION,
     UNCONFIRMED_DEAD_ANNOTATION,
 )
 from edgewatch.kube.errors import API_ERRORS, is_conflict, is_not_found
@@ -304,12 +305,16 @@ class EvidenceInformer:
             if self.challenges is not None:
                 self.challenges.answers(name, mark=None)
                 self.challenges.unconfirmed(name, None)
+            if self.verified.set_suspicions(name, frozenset()):
+                self._news.set()
             return
         annotations = lease.metadata.annotations or {}
         text = annotations.get(EVIDENCE_ANNOTATION, "")
         if self.challenges is not None:
             self.challenges.answers(name, mark=annotations.get(ANSWERS_CHALLENGES_ANNOTATION))
             self.challenges.unconfirmed(name, annotations.get(UNCONFIRMED_DEAD_ANNOTATION))
+        if self.verified.set_suspicions(name, parse_names(annotations.get(SUSPECTS_ANNOTATION))):
+            self._news.set()
         if text and self._texts.get(name) != text:
             self._texts[name] = text
             if "new" in self.verified.apply_evidence(name, text):

@@ -95,7 +95,7 @@ def run_controller(*, kubeconfig: str | None, namespace: str, identity: str | No
                    edge_ttl: float, unknown_policy: str, autonomy: float, resync: float, workers: int,
                    api_timeout: float, metrics_address: str, metrics_port: int, log_level: str,
                    log_format: str, coordinator_image: str = "", pod_name: str | None = None,
-                   node_monitor_grace: float = 40.0, challenge_timeout: float = 2.0) -> int:
+                   node_monitor_grace: float = 40.0, challenge_timeout: float = 1.5) -> int:
     """Run the controller until SIGTERM; returns the exit code (2 for invalid settings).
 
     Durations in seconds; see ``edgewatch controller --help`` for each setting.

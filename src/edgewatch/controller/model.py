@@ -335,14 +335,16 @@ class ControllerConfig:
     #: behind a failure detector with hysteresis (``edgewatch.core.detector``) — so waiting longer only
     #: keeps a dead node's pods out of service.
     failed_confirm_s: float = 0.0
-    #: How long a node challenged through the beacon has to answer, seconds: 2 s. When a majority of its
-    #: peers see a node dead while its own Lease renewal is still fresh (the kubelet renews every 10 s,
+    #: How long a node challenged through the beacon has to answer, seconds: 1.5 s. When a majority of its
+    #: peers see a node dead or suspect it (``edgewatch.core.suspicion``) while its own Lease renewal is still fresh (the kubelet renews every 10 s,
     #: so a dead node's renewal stays fresh up to 12 s), the controller names it on a new beacon; a live
     #: agent answers with a statement naming that beacon over its own cloud link within a few hundred
     #: milliseconds (a watch event, one signature, one Lease write). Unanswered by then, the node's
     #: cloud view is LOST without waiting for the renewal to go overdue
-    #: (``edgewatch.controller.challenges``). 0 turns challenges off.
-    challenge_timeout_s: float = 2.0
+    #: (``edgewatch.controller.challenges``). 1.5 s leaves a live agent several tries (the lab answers in
+    #: about 20 ms; each retry of a lost TCP segment costs 0.2 s or more) while a kill is failed within
+    #: 5 s of its death (1-3 s to the suspicion). 0 turns challenges off.
+    challenge_timeout_s: float = 1.5
     #: What to do without edge evidence. Default AUTONOMY: keep pods for ``autonomy_s``, then fail.
     unknown_policy: UnknownPolicy = UnknownPolicy.AUTONOMY
     #: Default autonomy time under AUTONOMY: 300 s, the same as the 300 s ``tolerationSeconds`` that the

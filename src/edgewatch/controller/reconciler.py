@@ -421,7 +421,8 @@ class Reconciler:
             return await self._release(node)
         # The edge view is the verdict the controller verified itself, never the EdgeHealthy condition
         # on the Node (that is our output); a delegate mark needs the node's own word.
-        verdict = self.verified.verdict(name)
+        challenge = self.challenges.snapshot(name, own=self.verified.newest(name), now=now)
+        verdict = self.verified.verdict(name, count_suspicions=challenge is not None and not challenge.answered)
         requeue_proof: float | None = None
         own = None
         if lease_snap is not None:
@@ -432,7 +433,6 @@ class Reconciler:
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
-        challenge = self.challenges.snapshot(name, own=self.verified.newest(name), now=now)
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
                              out_of_service_pool=oos_pool, challenge=challenge)
         if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
@@ -444,7 +444,8 @@ class Reconciler:
             return sooner(self.plans.due_in(name, now), requeue_proof)
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
                  out_of_service_pool=oos_pool, challenge=challenge)
-        self.challenges.consider(name, p, episode=None if verdict is None else verdict.since, now=now)
+        accused = self.verified.accused(name)  # since when: the episode (every UNHEALTHY node is accused)
+        self.challenges.consider(name, p, episode=accused, accused=accused is not None, now=now)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)

@@ -87,6 +87,8 @@ class VerifiedEdge:
         self._groups: dict[NodeName, frozenset[NodeName]] | None = None
         self._verdicts: dict[NodeName, CountedVerdict] = {}
         self._dirty: set[NodeName] = set()  # nodes whose group must be recounted
+        self._suspicions: dict[NodeName, frozenset[NodeName]] = {}  # writer -> the neighbours it suspects
+        self._accused: dict[NodeName, float] = {}  # node -> since when its count with suspicions is UNHEALTHY
         self._last_recount: float | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
@@ -112,6 +114,8 @@ class VerifiedEdge:
         if labels is None:
             if self._labels.pop(node, None) is not None:
                 self._verdicts.pop(node, None)
+                self._accused.pop(node, None)
+                self._suspicions.pop(node, None)
                 self.book.forget(node)
                 self._regroup()
             return
@@ -175,6 +179,46 @@ class VerifiedEdge:
             self.on_result(result)
         return results
 
+    def set_suspicions(self, writer: str, names: frozenset[str]) -> bool:
+        """The neighbours ``writer`` suspects dead, from its own evidence Lease's
+        ``edgewatch.io/suspects`` (empty: none; ``edgewatch.core.suspicion``). They count only in
+        :meth:`accused`, only while ``writer``'s statement counts, and only as its vote: one
+        writer's suspicions are one vote. Returns whether they changed (then its group is recounted
+        at the next :meth:`recount`)."""
+        if not is_node_name(writer):
+            return False
+        node = NodeName(writer)
+        new = frozenset(NodeName(n) for n in names if is_node_name(n) and n != writer)
+        if self._suspicions.get(node, frozenset()) == new:
+            return False
+        if new:
+            self._suspicions[node] = new
+        else:
+            self._suspicions.pop(node, None)
+        self._dirty.add(node)
+        return True
+
+    def _with_suspicions(self, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *, now: float,
+                         ring: Mapping[NodeName, frozenset[NodeName]],
+                         plain: dict[NodeName, Decision]) -> dict[NodeName, Decision]:
+        """The group's decisions with each member's suspicions counted as dead votes of its own
+        statement (``plain``, the count without them, when no member suspects anyone in it). A
+        suspicion is current (its Lease was just written), so it counts as newer than the suspected
+        node's own statement (:func:`edgewatch.core.reach.decide_reach` lets newer dead votes of
+        its neighbours supersede a node's last word) without making a stale statement fresh."""
+        merged = {}
+        for observer, names in self._suspicions.items():
+            vote = votes.get(observer)
+            named = names & group
+            if observer in group and vote is not None and named:
+                latest = max((votes[n].observed_at for n in named if n in votes), default=vote.observed_at)
+                at = max(vote.observed_at, min(latest + 1e-3, vote.observed_at + self.ttl_s))
+                merged[observer] = Vote(observer=observer, observed_at=at, alive=vote.alive - named,
+                                        dead=vote.dead | named)
+        if not merged:
+            return plain
+        return verified_decisions(group=group, votes={**votes, **merged}, now=now, ttl_s=self.ttl_s, ring=ring)
+
     # -- outputs -----------------------------------------------------------------------------------
 
     def group_of(self, node: NodeName) -> frozenset[NodeName] | None:
@@ -202,6 +246,7 @@ class VerifiedEdge:
         subjects |= set(self._labels) - set(self._verdicts)
         votes = self.book.votes()
         counted: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
+        accused: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
         changed: set[NodeName] = set()
         for node in subjects:
             group = self.group_of(node)
@@ -212,7 +257,14 @@ class VerifiedEdge:
                 if ring is None:
                     ring = self._rings[group] = dict(neighbours(group, k=self.grouping.rings))
                 counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
+                accused[group] = self._with_suspicions(group, votes, now=now, ring=ring, plain=counted[group])
                 self._horizon[group] = _next_change(group, votes, now=now, ttl_s=self.ttl_s)
+            if accused[group][node].verdict is Verdict.UNHEALTHY:
+                if node not in self._accused:
+                    self._accused[node] = now
+                    changed.add(node)
+            elif self._accused.pop(node, None) is not None:
+                changed.add(node)
             decision = counted[group][node]
             held = self._verdicts.get(node)
             if held is None or held.decision != decision:
@@ -225,14 +277,26 @@ class VerifiedEdge:
         """The last count of ``node`` (None before the first recount), with its votes and message."""
         return self._verdicts.get(NodeName(node))
 
-    def verdict(self, node: str) -> VerifiedVerdict | None:
+    def verdict(self, node: str, *, count_suspicions: bool = False) -> VerifiedVerdict | None:
         """``node``'s verified verdict as the decision core takes it (None before the first count):
         its ``counted_at`` is the last :meth:`recount_all`, when every statement behind the verdict
-        passed the evidence TTL (None if only :meth:`recount` ran: never counts as fresh)."""
+        passed the evidence TTL (None if only :meth:`recount` ran: never counts as fresh). With
+        ``count_suspicions`` (the node was challenged and has not answered: SWIM's unrefuted
+        suspicion), UNHEALTHY since :meth:`accused` if it is accused."""
         held = self._verdicts.get(NodeName(node))
         if held is None:
             return None
+        accused = self._accused.get(NodeName(node)) if count_suspicions else None
+        if accused is not None and held.decision.verdict is not Verdict.UNHEALTHY:
+            return VerifiedVerdict(verdict=Verdict.UNHEALTHY, since=accused, counted_at=self._last_recount)
         return VerifiedVerdict(verdict=held.decision.verdict, since=held.since, counted_at=self._last_recount)
+
+    def accused(self, node: str) -> float | None:
+        """Since when (controller clock, seconds) a strict majority of ``node``'s group sees it dead
+        counting each member's suspicions (:meth:`set_suspicions`) as dead votes; None: not so (as
+        of the last recount). Every UNHEALTHY node is accused; an accused one is challenged
+        (``edgewatch.controller.challenges``)."""
+        return self._accused.get(NodeName(node))
 
     def recount_all(self, *, now: float) -> set[NodeName]:
         """:meth:`recount` and remember when (the freshness of every verdict it gave)."""

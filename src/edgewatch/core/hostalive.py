@@ -38,7 +38,8 @@ from typing import Final
 
 from edgewatch.core.checks import finite_seconds, positive_seconds
 
-__all__ = ["HOST_VERIFY_S", "HOST_WINDOW_PERIODS", "confirms_dead", "host_known_alive", "host_window_s"]
+__all__ = ["HOST_VERIFY_S", "HOST_WINDOW_PERIODS", "confirms_dead", "confirms_suspicion", "host_known_alive",
+           "host_window_s"]
 
 HOST_WINDOW_PERIODS: Final = 3
 """Exchange periods an answer of a neighbour's kubelet port counts (see the module docstring)."""
@@ -88,3 +89,26 @@ def confirms_dead(*, answered_at: float | None, now: float, window_s: float, ver
     if host_known_alive(answered_at=answered_at, now=now, window_s=window_s) or answered_at is None:
         return False
     return now - answered_at <= verify
+
+
+def confirms_suspicion(*, answered_at: float | None, failed_at: float | None, now: float, window_s: float,
+                       verify_s: float = HOST_VERIFY_S) -> bool:
+    """Whether a suspicion of a neighbour (``edgewatch.core.suspicion``) is confirmed at ``now``:
+    its kubelet port answered at ``answered_at``, at most ``verify_s`` seconds before ``now`` (the
+    check works for that host), and a later check failed at ``failed_at``, at most ``window_s``
+    seconds before ``now`` (it does not answer now). Faster than :func:`confirms_dead`, which
+    waits ``window_s`` after the last answer: a suspicion is only a request for a challenge the
+    node can refute, and the check is repeated every period while the neighbour is silent, so an
+    answer after ``failed_at`` withdraws it. None: never (in this agent's run). Monotonic seconds.
+
+    Raises:
+        ValueError: if ``window_s`` or ``verify_s`` is not a finite number > 0, or a time is not
+            finite.
+    """
+    window = positive_seconds("window_s", window_s)
+    verify = positive_seconds("verify_s", verify_s)
+    at = finite_seconds("now", now)
+    if answered_at is None or failed_at is None:
+        return False
+    answered, failed = finite_seconds("answered_at", answered_at), finite_seconds("failed_at", failed_at)
+    return answered < failed and at - answered <= verify and at - failed <= window

@@ -1,0 +1,270 @@
+"""Suspicion, the refutable verdict that lets the controller challenge a node before its peers'
+dead votes: the pure rule (edgewatch.core.suspicion, properties), the host check's confirmation
+(edgewatch.core.hostalive.confirms_suspicion), a real peer exchange on loopback whose neighbour is
+killed, and the controller's count with suspicions (edgewatch.controller.verified.VerifiedEdge.accused)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _peers import FixedMembership, close, free_port, peer_exchange, serve
+from test_verified import B1, B2, Fleet
+
+from edgewatch.agent.config import AgentConfig
+from edgewatch.controller.challenges import Challenges
+from edgewatch.controller.model import CloudView, EdgeView
+from edgewatch.core.detector import DetectorConfig, evaluate, initial_state, record
+from edgewatch.core.hostalive import confirms_suspicion
+from edgewatch.core.quorum import VoteConfig
+from edgewatch.core.suspicion import SuspicionConfig, suspects, suspicion_failures
+from edgewatch.core.types import Health, NodeName, Verdict
+
+DET = DetectorConfig()
+SUS = SuspicionConfig()
+
+# -- the rule ------------------------------------------------------------------------------------------
+
+events = st.lists(st.tuples(st.booleans(), st.floats(min_value=0.0, max_value=3.0)), max_size=60)
+
+
+def _run(history: list[tuple[bool, float]]):  # type: ignore[no-untyped-def]
+    state, now = initial_state(now=0.0), 0.0
+    for ok, gap in history:
+        now += gap
+        state = record(state, ok=ok, config=DET, now=now)
+    return state, now
+
+
+@given(events, st.floats(min_value=0.0, max_value=10.0))
+def test_a_dead_peer_is_suspected_and_a_suspected_one_failed_twice_after_being_heard(
+        history: list[tuple[bool, float]], later: float) -> None:
+    state, now = _run(history)
+    at = now + later
+    suspected = suspects(state, detector=DET, config=SUS, now=at)
+    if evaluate(state, config=DET, now=at) is Health.DEAD:
+        assert suspected
+    elif suspected:
+        assert state.last_success_at is not None and state.consecutive_failures >= SUS.min_failures
+
+
+@given(st.integers(min_value=0, max_value=40), st.floats(min_value=0.0, max_value=60.0))
+def test_a_peer_never_heard_is_suspected_only_once_the_detector_votes_it_dead(failures: int, at: float) -> None:
+    state = initial_state(now=0.0)
+    for i in range(failures):
+        state = record(state, ok=False, config=DET, now=float(i))
+    now = max(at, float(failures))
+    assert suspects(state, detector=DET, config=SUS, now=now) == (evaluate(state, config=DET, now=now) is Health.DEAD)
+
+
+def test_on_a_clean_link_the_second_failed_period_suspects_three_periods_before_dead() -> None:
+    state = record(initial_state(now=0.0), ok=True, config=DET, now=10.0)  # the last period it answered
+    state = record(state, ok=False, config=DET, now=11.0)
+    assert not suspects(state, detector=DET, config=SUS, now=11.9)  # one lost period never suspects
+    state = record(state, ok=False, config=DET, now=12.0)
+    assert suspects(state, detector=DET, config=SUS, now=12.0)  # silent 2 s > 1.5 s, two failures
+    assert evaluate(state, config=DET, now=12.0) is Health.SUSPECT  # the detector abstains
+    for t in (13.0, 14.0, 15.0):
+        state = record(state, ok=False, config=DET, now=t)
+    assert evaluate(state, config=DET, now=15.1) is Health.DEAD  # 5 s of silence for a dead vote
+
+
+def test_a_recovering_peer_is_no_longer_suspected() -> None:
+    state = record(initial_state(now=0.0), ok=True, config=DET, now=0.0)
+    for t in range(1, 8):
+        state = record(state, ok=False, config=DET, now=float(t))
+    assert suspects(state, detector=DET, config=SUS, now=8.0)
+    state = record(state, ok=True, config=DET, now=8.0)
+    assert not suspects(state, detector=DET, config=SUS, now=8.0)
+
+
+@given(st.floats(min_value=0.0, max_value=1.0), st.floats(min_value=0.0, max_value=1.0))
+def test_a_lossier_link_needs_more_failures_never_fewer_than_two_nor_more_than_for_dead(
+        low: float, high: float) -> None:
+    low, high = min(low, high), max(low, high)
+    k_low = suspicion_failures(detector=DET, config=SUS, repeat=low)
+    k_high = suspicion_failures(detector=DET, config=SUS, repeat=high)
+    assert SUS.min_failures <= k_low <= k_high <= DET.max_dead_failures
+    if 0.0 < high < 1.0:
+        assert high ** (k_high - 1) <= SUS.max_false * (1 + 1e-9) or k_high == DET.max_dead_failures
+
+
+def test_at_thirty_percent_loss_each_way_about_nine_failures_suspect() -> None:
+    assert suspicion_failures(detector=DET, config=SUS, repeat=0.0) == 2
+    assert suspicion_failures(detector=DET, config=SUS, repeat=0.4) == 9
+
+
+@pytest.mark.parametrize("kwargs", [{"after_s": 0.0}, {"after_s": float("nan")}, {"min_failures": 1},
+                                    {"max_false": 0.0}, {"max_false": 1.0}, {"min_failures": True}])
+def test_bad_thresholds_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SuspicionConfig(**kwargs)  # type: ignore[arg-type]
+
+
+# -- the host check's confirmation ---------------------------------------------------------------------
+
+times = st.floats(min_value=-1e6, max_value=1e6)
+
+
+@given(times, times, st.floats(min_value=0.0, max_value=1e3), st.floats(min_value=0.01, max_value=10.0))
+def test_a_suspicion_is_confirmed_only_by_a_fresh_failure_after_an_answer_within_the_verify_time(
+        answered: float, failed: float, age: float, window: float) -> None:
+    now = max(answered, failed) + age
+    confirmed = confirms_suspicion(answered_at=answered, failed_at=failed, now=now, window_s=window, verify_s=300.0)
+    assert confirmed == (answered < failed and now - answered <= 300.0 and now - failed <= window)
+    assert not confirms_suspicion(answered_at=None, failed_at=failed, now=now, window_s=window)
+    assert not confirms_suspicion(answered_at=answered, failed_at=None, now=now, window_s=window)
+
+
+# -- a real peer exchange whose neighbour is killed ----------------------------------------------------
+
+A, B = NodeName("s-1"), NodeName("s-2")
+ADDRESSES = {A: "127.0.0.51", B: "127.0.0.52"}
+PERIOD_S = 0.2
+
+
+def _free_port_on_all() -> int:
+    while True:
+        port = free_port()
+        try:
+            for address in ADDRESSES.values():
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+            return port
+        except OSError:
+            continue
+
+
+async def _hang_up(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def _listening(address: str, port: int) -> AsyncIterator[asyncio.Server]:
+    server = await asyncio.start_server(_hang_up, address, port)
+    try:
+        yield server
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _config(node: NodeName, *, peer_port: int, kubelet_port: int) -> AgentConfig:
+    return AgentConfig(node=node, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[node], port=peer_port,
+                       peer_kubelet_port=kubelet_port, probe_timeout_s=0.15,
+                       votes=VoteConfig(exchange_period_s=PERIOD_S, vote_ttl_s=1.0),
+                       detector=DetectorConfig(suspect_timeout_s=0.6, dead_timeout_s=1.0),
+                       suspicion=SuspicionConfig(after_s=0.3))
+
+
+@pytest.mark.parametrize("host_dies", [True, False], ids=["node killed", "agent down, kubelet up"])
+async def test_a_killed_neighbour_is_suspected_two_periods_after_its_death_before_any_dead_vote(
+        host_dies: bool) -> None:
+    """Both agents exchange on loopback (v5 exchanges every period: no datagrams here); s-2's kubelet
+    port is a plain listener. Killed (its agent and its port gone), s-2 is suspected by s-1 within
+    three periods while s-1's detector still abstains; with its port still answering (its agent
+    down, not its host) it never is."""
+    peer_port, kubelet_port = _free_port_on_all(), _free_port_on_all()
+    a = peer_exchange(_config(A, peer_port=peer_port, kubelet_port=kubelet_port), membership=FixedMembership(ADDRESSES))
+    b = peer_exchange(_config(B, peer_port=peer_port, kubelet_port=kubelet_port), membership=FixedMembership(ADDRESSES))
+    runner_a, session_a = await serve(a, ADDRESSES[A], peer_port)
+    runner_b, session_b = await serve(b, ADDRESSES[B], peer_port)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            kubelet = await stack.enter_async_context(_listening(ADDRESSES[B], kubelet_port))
+            for _ in range(6):  # both alive: s-1 hears s-2 and checks its kubelet port once
+                await asyncio.gather(a.run_period(session_a), b.run_period(session_b))
+                await asyncio.sleep(PERIOD_S)
+            assert a.detectors[B].state(now=time.monotonic()) is Health.ALIVE and a.suspected == frozenset()
+            assert a.hosts.answered_at(B) is not None
+            await close(runner_b, session_b)  # s-2's agent dies
+            runner_b = session_b = None
+            if host_dies:
+                kubelet.close()
+                await kubelet.wait_closed()
+            periods = 0
+            while a.suspected != {B} and periods < 8:
+                await a.run_period(session_a)
+                periods += 1
+                await asyncio.sleep(PERIOD_S)
+        if host_dies:
+            assert a.suspected == {B} and periods <= 3
+            assert a.detectors[B].state(now=time.monotonic()) is not Health.DEAD  # the dead vote comes later
+        else:
+            assert a.suspected == frozenset() and periods == 8
+    finally:
+        await close(runner_a, session_a)
+        await close(runner_b, session_b)
+
+
+# -- the controller's count with suspicions ------------------------------------------------------------
+
+def _fleet() -> Fleet:
+    f = Fleet(["n1", "n2", "n3", "n4", "n5"])
+    f.edge.beacons.record(B1, at=100.0)
+    for n in ("n1", "n2", "n3", "n4", "n5"):
+        f.write(n, f.stmt(n, alive=("n1", "n2", "n3", "n4", "n5")))
+    f.edge.recount_all(now=100.0)
+    return f
+
+
+def test_a_majority_of_suspicions_accuses_a_node_one_writer_does_not() -> None:
+    f = _fleet()
+    for writer in ("n1", "n2"):
+        assert f.edge.set_suspicions(writer, frozenset({"n5"}))
+        assert not f.edge.set_suspicions(writer, frozenset({"n5"}))  # no change
+    assert NodeName("n5") not in f.edge.recount_all(now=101.0) and f.edge.accused("n5") is None  # 2 of 5
+    f.edge.set_suspicions("n3", frozenset({"n5", "n3", "bad name!"}))  # itself and a bad name: ignored
+    assert NodeName("n5") in f.edge.recount_all(now=102.0)
+    assert f.edge.accused("n5") == 102.0 and f.edge.accused("n1") is None
+    assert f.edge.verdict("n5").verdict is Verdict.HEALTHY  # type: ignore[union-attr]  # the votes alone
+    challenged = f.edge.verdict("n5", count_suspicions=True)
+    assert challenged is not None and challenged.verdict is Verdict.UNHEALTHY and challenged.since == 102.0
+    f.edge.set_suspicions("n3", frozenset())  # withdrawn
+    assert NodeName("n5") in f.edge.recount_all(now=103.0) and f.edge.accused("n5") is None
+
+
+def test_suspicions_count_only_while_their_writers_statements_do() -> None:
+    f = _fleet()
+    for writer in ("n1", "n2", "n3"):
+        f.edge.set_suspicions(writer, frozenset({"n5"}))
+    f.edge.recount_all(now=101.0)
+    assert f.edge.accused("n5") == 101.0
+    f.edge.recount_all(now=131.0)  # the statements' beacon is older than the 30 s TTL: no vote counts
+    assert f.edge.accused("n5") is None
+
+
+def test_a_dead_vote_majority_is_accused_from_the_same_count() -> None:
+    f = _fleet()
+    f.edge.beacons.record(B2, at=100.5)
+    for n in ("n1", "n2", "n3"):
+        f.write(n, f.stmt(n, beacon=B2, alive=("n1", "n2", "n3", "n4"), dead=("n5",)))
+    f.edge.recount_all(now=101.0)
+    assert f.edge.verdict("n5").verdict is Verdict.UNHEALTHY and f.edge.accused("n5") == 101.0  # type: ignore[union-attr]
+
+
+class _Planned:
+    def __init__(self, cloud: CloudView, edge: EdgeView) -> None:
+        self.cloud, self.edge = cloud, edge
+
+
+def test_an_accused_node_whose_votes_are_not_unhealthy_is_challenged() -> None:
+    book = Challenges(timeout_s=1.5, on_due=lambda _n: None, incarnation_of=lambda _n: 7,
+                      group_of=lambda _n: frozenset({"n1"}))
+    book.answers("n1", mark="v1:7")
+    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=None, now=100.0)  # type: ignore[arg-type]
+    assert book.waiting() == []
+    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=100.0, now=100.0,  # type: ignore[arg-type]
+                  accused=True)
+    assert book.waiting() == ["n1"]
+    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=None, now=101.0)  # type: ignore[arg-type]
+    assert book.waiting() == []  # the suspicion was withdrawn before the beacon: dropped
