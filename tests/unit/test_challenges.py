@@ -211,11 +211,13 @@ def test_a_challenge_is_asked_once_per_episode_issued_on_a_beacon_and_answered()
     ask(book)
     assert book.waiting() == []  # the same episode: not again
     snap = book.snapshot("n1", own=statement("n1", at=95.0), now=101.0)
-    assert snap == ChallengeSnapshot(issued_at=100.2, deadline=102.3, answered=False)
+    assert snap == ChallengeSnapshot(issued_at=100.2, deadline=102.3, answered=False, since=100.0)
     book.statement_came("n1")
     assert due == ["n1", "n1"]  # planned again on news of it
-    assert not book.snapshot("n1", own=statement("n1", at=100.2, kubelet_ok=False), now=101.0).answered  # type: ignore[union-attr]
-    snap = book.snapshot("n1", own=statement("n1", at=100.2), now=101.0)
+    assert not book.snapshot("n1", own=statement("n1", at=100.1), now=101.0).answered  # type: ignore[union-attr]
+    # a statement naming the beacon answers whatever it says of the kubelet: the agent, so the host,
+    # is alive, and a kubelet restarting is left to the Lease path
+    snap = book.snapshot("n1", own=statement("n1", at=100.2, kubelet_ok=False), now=101.0)
     assert snap is not None and snap.answered and results == ["issued", "answered"]
     later_sick = statement("n1", at=105.0, kubelet_ok=False)
     assert book.snapshot("n1", own=later_sick, now=106.0).answered  # type: ignore[union-attr]  # it stands
@@ -228,7 +230,7 @@ def test_an_unanswered_challenge_is_counted_once_and_forgotten_with_the_verdict(
     ask(book, episode=1.0, now=1.0)
     book.issued(["n1"], recorded_at=1.0, written_at=1.1)
     for now in (3.2, 3.5):
-        assert book.snapshot("n1", own=None, now=now) == ChallengeSnapshot(issued_at=1.0, deadline=3.1)
+        assert book.snapshot("n1", own=None, now=now) == ChallengeSnapshot(issued_at=1.0, deadline=3.1, since=1.0)
     assert results == ["issued", "unanswered"]
     ask(book, plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY), episode=1.0, now=4.0)
     assert book.snapshot("n1", own=None, now=4.0) is not None  # failed on it: kept while the verdict holds

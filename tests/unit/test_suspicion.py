@@ -22,12 +22,15 @@ from test_verified import B1, B2, Fleet
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.controller.challenges import Challenges
-from edgewatch.controller.model import CloudView, EdgeView
-from edgewatch.core.detector import DetectorConfig, evaluate, initial_state, record
+from edgewatch.controller.model import ChallengeSnapshot, CloudView, EdgeView, LeaseSnapshot, VerifiedVerdict
+from edgewatch.controller.views import challenged_verdict
+from edgewatch.agent.suspecting import Suspicions
+from edgewatch.core.detector import DetectorConfig, PeerDetector, evaluate, initial_state, record
 from edgewatch.core.hostalive import confirms_suspicion
 from edgewatch.core.quorum import VoteConfig
 from edgewatch.core.suspicion import SuspicionConfig, suspects, suspicion_failures
 from edgewatch.core.types import Health, NodeName, Verdict
+from edgewatch.timefmt import format_micro_time
 
 DET = DetectorConfig()
 SUS = SuspicionConfig()
@@ -184,7 +187,7 @@ async def test_a_killed_neighbour_is_suspected_two_periods_after_its_death_befor
             for _ in range(6):  # both alive: s-1 hears s-2 and checks its kubelet port once
                 await asyncio.gather(a.run_period(session_a), b.run_period(session_b))
                 await asyncio.sleep(PERIOD_S)
-            assert a.detectors[B].state(now=time.monotonic()) is Health.ALIVE and a.suspected == frozenset()
+            assert a.detectors[B].state(now=time.monotonic()) is Health.ALIVE and a.suspicions.current == frozenset()
             assert a.hosts.answered_at(B) is not None
             await close(runner_b, session_b)  # s-2's agent dies
             runner_b = session_b = None
@@ -192,15 +195,15 @@ async def test_a_killed_neighbour_is_suspected_two_periods_after_its_death_befor
                 kubelet.close()
                 await kubelet.wait_closed()
             periods = 0
-            while a.suspected != {B} and periods < 8:
+            while a.suspicions.current != {B} and periods < 8:
                 await a.run_period(session_a)
                 periods += 1
                 await asyncio.sleep(PERIOD_S)
         if host_dies:
-            assert a.suspected == {B} and periods <= 3
+            assert a.suspicions.current == {B} and periods <= 3
             assert a.detectors[B].state(now=time.monotonic()) is not Health.DEAD  # the dead vote comes later
         else:
-            assert a.suspected == frozenset() and periods == 8
+            assert a.suspicions.current == frozenset() and periods == 8
     finally:
         await close(runner_a, session_a)
         await close(runner_b, session_b)
@@ -227,18 +230,37 @@ def test_a_majority_of_suspicions_accuses_a_node_one_writer_does_not() -> None:
     assert NodeName("n5") in f.edge.recount_all(now=102.0)
     assert f.edge.accused("n5") == 102.0 and f.edge.accused("n1") is None
     assert f.edge.verdict("n5").verdict is Verdict.HEALTHY  # type: ignore[union-attr]  # the votes alone
-    challenged = f.edge.verdict("n5", count_suspicions=True)
-    assert challenged is not None and challenged.verdict is Verdict.UNHEALTHY and challenged.since == 102.0
     f.edge.set_suspicions("n3", frozenset())  # withdrawn
     assert NodeName("n5") in f.edge.recount_all(now=103.0) and f.edge.accused("n5") is None
 
 
-def test_suspicions_count_only_while_their_writers_statements_do() -> None:
+def test_one_liar_and_one_honest_suspicion_are_two_claims_not_a_majority() -> None:
+    """The reach count would let two newer dead claims supersede a silent node's last statement and
+    count the abstainers of their component as dead votes; accusations are direct claims only."""
+    f = _fleet()
+    f.edge.beacons.record(B2, at=100.5)
+    for n in ("n1", "n2", "n3"):  # the honest neighbours abstain on n5 (its agent is silent)
+        f.write(n, f.stmt(n, beacon=B2, alive=("n1", "n2", "n3", "n4")))
+    for writer in ("n1", "n4"):  # n4 lies; n1's check of n5's kubelet port was black-holed
+        f.edge.set_suspicions(writer, frozenset({"n5"}))
+    f.edge.recount_all(now=101.0)
+    assert f.edge.accused("n5") is None
+
+
+def test_suspicions_count_only_with_the_statement_they_were_written_with_while_it_is_fresh() -> None:
     f = _fleet()
     for writer in ("n1", "n2", "n3"):
         f.edge.set_suspicions(writer, frozenset({"n5"}))
     f.edge.recount_all(now=101.0)
     assert f.edge.accused("n5") == 101.0
+    f.edge.beacons.record(B2, at=101.5)  # n3 is cut off: a peer carries a newer statement of it
+    f.write("n4", f.stmt("n4", beacon=B2, alive=("n1", "n2", "n3", "n4", "n5")),
+            f.stmt("n3", beacon=B2, seq=2, alive=("n1", "n2", "n4", "n5"), cloud_ok=False))
+    f.edge.recount_all(now=102.0)
+    assert f.edge.accused("n5") is None  # n3's Lease still says it suspects n5, of an older statement
+    f = _fleet()
+    for writer in ("n1", "n2", "n3"):
+        f.edge.set_suspicions(writer, frozenset({"n5"}))
     f.edge.recount_all(now=131.0)  # the statements' beacon is older than the 30 s TTL: no vote counts
     assert f.edge.accused("n5") is None
 
@@ -250,6 +272,34 @@ def test_a_dead_vote_majority_is_accused_from_the_same_count() -> None:
         f.write(n, f.stmt(n, beacon=B2, alive=("n1", "n2", "n3", "n4"), dead=("n5",)))
     f.edge.recount_all(now=101.0)
     assert f.edge.verdict("n5").verdict is Verdict.UNHEALTHY and f.edge.accused("n5") == 101.0  # type: ignore[union-attr]
+
+
+# -- the verdict under a challenge ---------------------------------------------------------------------
+
+def _verdict(v: Verdict) -> VerifiedVerdict:
+    return VerifiedVerdict(verdict=v, since=50.0, counted_at=104.0)
+
+
+@pytest.mark.parametrize(("counted", "challenge", "renewed", "expected"), [
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.UNHEALTHY),
+    (None, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.UNHEALTHY),
+    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.HEALTHY),
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, answered=True, since=101.0), None,
+     Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), 102.5, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, None, None, Verdict.UNKNOWN),
+], ids=["unrefuted", "never counted", "a majority sees it alive", "answered", "renewed since", "no challenge"])
+def test_an_unrefuted_challenge_is_an_unhealthy_verdict_until_answer_renewal_or_a_live_majority(
+        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, expected: Verdict) -> None:
+    lease = None if renewed is None else LeaseSnapshot(renew_time=format_micro_time(renewed), observed_at=renewed,
+                                                       duration_s=40.0)
+    out = challenged_verdict(verdict=None if counted is None else _verdict(counted), challenge=challenge, lease=lease)
+    if counted is None and challenge is None:
+        assert out is None
+    else:
+        assert out is not None and out.verdict is expected
+    if expected is Verdict.UNHEALTHY and counted is not Verdict.UNHEALTHY:
+        assert out is not None and out.since == 101.0 and out.counted_at == (None if counted is None else 104.0)
 
 
 class _Planned:
@@ -268,3 +318,33 @@ def test_an_accused_node_whose_votes_are_not_unhealthy_is_challenged() -> None:
     assert book.waiting() == ["n1"]
     book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=None, now=101.0)  # type: ignore[arg-type]
     assert book.waiting() == []  # the suspicion was withdrawn before the beacon: dropped
+
+
+# -- the agent's suspicions ------------------------------------------------------------------------------
+
+class _AllConfirmed:
+    """Host checks that confirm every suspicion asked about (the rule is tested above)."""
+
+    def confirm_suspicions(self, suspected: list[NodeName], *, now: float) -> frozenset[NodeName]:
+        return frozenset(suspected)
+
+
+def _failing_detector() -> PeerDetector:
+    detector = PeerDetector(config=DET, now=0.0)
+    detector.record(True, now=10.0)
+    detector.record(False, now=11.0)
+    detector.record(False, now=12.0)
+    return detector
+
+
+def test_a_neighbour_whose_agent_still_speaks_is_not_suspected_while_its_kubelet_restarts() -> None:
+    """Its datagrams say the kubelet is down, so the detector counts failures; but its agent is alive
+    (its host is not dead): no suspicion, and the node is left to the Lease path."""
+    suspicions = Suspicions(config=SUS, hosts=_AllConfirmed())  # type: ignore[arg-type]
+    detectors = {B: _failing_detector()}
+    suspicions.heard(B, at=11.5)  # a datagram with its kubelet flag down
+    assert suspicions.update(detectors, [B], now=12.5) == frozenset()
+    assert suspicions.update(detectors, [B], now=13.1) == {B}  # silent for more than 1.5 s
+    suspicions.heard(B, at=13.2)
+    assert suspicions.update(detectors, [B], now=13.3) == frozenset() == suspicions.current
+    assert suspicions.update(detectors, [], now=20.0) == frozenset()  # no longer a neighbour: forgotten

@@ -157,7 +157,7 @@ class ExchangeLoop:
     def suspected(self) -> frozenset[NodeName]:
         """The neighbours this node suspects dead, confirmed by its host checks (the reporter's
         ``Statements``; ``edgewatch.core.suspicion``)."""
-        return self.peers.suspected
+        return self.peers.suspicions.current
 
     def sign_now(self) -> Heartbeat | None:
         """Sign this node's statement now with the newest beacon (the reporter's answer to a
@@ -201,10 +201,10 @@ class ExchangeLoop:
                         source = wanted
                         session = peer_session(source)
                     self.peers.kubelet_ok = await self.kubelet_ok(local)
-                    suspected = self.peers.suspected
+                    suspected = self.peers.suspicions.current
                     decisions = await self.peers.run_period(session, leader=self._pool.pool_leader(),
                                                             proofs=self._liveness)
-                    if self._news is not None and self.peers.suspected != suspected:
+                    if self._news is not None and self.peers.suspicions.current != suspected:
                         self._news.set()
                     self.send_liveness()
                     self.update_duties()

@@ -66,8 +66,8 @@ cheap (one handshake a minute per neighbour)."""
 
 SILENT_EVERY_PERIOD_S: Final = 20.0
 """How long a neighbour that stopped being ALIVE has its kubelet port checked every period, seconds:
-past its DEAD verdict (about 6 s) and the controller's challenge (2 s more), with room for a slow
-count; after that once every :data:`REVERIFY_S`, so a node dead for good costs its neighbours one
+past its suspicion (about 2 s), its DEAD verdict (about 6 s) and the controller's challenge (1.5 s
+more), with room for a slow count; after that once every :data:`REVERIFY_S`, so a node dead for good costs its neighbours one
 handshake a minute, not one a period."""
 
 

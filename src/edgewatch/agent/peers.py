@@ -62,10 +62,10 @@ from edgewatch.agent.hostcheck import HostChecks
 from edgewatch.agent.httpbody import read_body
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
+from edgewatch.agent.suspecting import Suspicions
 from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
 from edgewatch.core.cadence import ExchangeReason
 from edgewatch.core.detector import DetectorConfig, PeerDetector
-from edgewatch.core.suspicion import suspects
 from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
 from edgewatch.core.reach import decide_reach
@@ -170,8 +170,8 @@ class PeerExchange:
         self.near: frozenset[NodeName] = frozenset()  # our neighbours in the topology
         self._rings = 0  # rings the topology was computed with
         self.hosts = HostChecks.of_agent(config, events=metrics)  # neighbours' kubelet ports
+        self.suspicions = Suspicions(config=config.suspicion, hosts=self.hosts)
         self.unconfirmed_dead: frozenset[NodeName] = frozenset()  # dead votes the host checks do not confirm
-        self.suspected: frozenset[NodeName] = frozenset()  # neighbours suspected, confirmed by the host checks
         self.contacts: dict[NodeName, float] = {}  # fallback contacts: peer -> last direct evidence (monotonic s)
         self.carrier: NodeName | None = None
         self.periods = 0
@@ -491,6 +491,7 @@ class PeerExchange:
         answered = dict(zip(peers, results, strict=True))
         for judgement in judged:
             peer = judgement.peer
+            self.suspicions.heard(peer, at=judgement.at)  # a datagram, whatever its kubelet flag
             direct = self._direct.get(peer)
             fallback = answered.get(peer, False) and direct is not None and direct.kubelet_ok
             ok = judgement.ok or fallback
@@ -499,10 +500,10 @@ class PeerExchange:
             self.record(peer, ok=ok, now=now_mono, datagram=True)
             if judgement.ok and cadence.holds_theirs(peer, self.book):
                 self.book.confirm(peer, statement=judgement.statement, now=judgement.at)
+        for peer in (p for p, ok in answered.items() if ok):
+            self.suspicions.heard(peer, at=now_mono)
         now = time.monotonic()
-        self.suspected = self.hosts.confirm_suspicions(
-            (p for p in self.near if suspects(self._detector(p, now).snapshot, detector=self.detector_config(),
-                                              config=self.config.suspicion, now=now)), now=now)
+        self.suspicions.update(self.detectors, self.near, now=now)
         return self.decide(now=now)
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:

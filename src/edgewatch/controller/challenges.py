@@ -237,17 +237,20 @@ class Challenges:
     def snapshot(self, node: str, *, own: Statement | None, now: float) -> ChallengeSnapshot | None:
         """``node``'s challenge as the plan takes it (None: none issued). ``own``: the node's newest
         verified statement (``VerifiedEdge.newest``); it answers if it names the challenging beacon
-        or a later one (its beacon time at or after ``issued_at``) and says its kubelet is healthy.
-        An answer stands once seen; a peer's claim that the node's death is unconfirmed counts as
-        one (:meth:`vouched`)."""
+        or a later one (its beacon time at or after ``issued_at``), whatever it says of its kubelet:
+        its agent is alive, so its host is, and a kubelet restarting (its Lease renewals pause for a
+        few seconds) is left to the Lease path, as a node whose agent is down is. An answer stands
+        once seen; a peer's claim that the node's death is unconfirmed counts as one
+        (:meth:`vouched`)."""
         held = self._open.get(node)
         if held is None or held.issued_at is None or held.deadline is None:
             return None
-        if own is not None and own.at >= held.issued_at and own.heartbeat.kubelet_ok:
+        if own is not None and own.at >= held.issued_at:
             held.answered = True
         answered = held.answered or self.vouched(node)
         outcome = "answered" if answered else "unanswered" if now >= held.deadline else None
         if outcome is not None and held.outcome != outcome:
             held.outcome = outcome
             self.on_result(outcome)
-        return ChallengeSnapshot(issued_at=held.issued_at, deadline=held.deadline, answered=answered)
+        return ChallengeSnapshot(issued_at=held.issued_at, deadline=held.deadline, answered=answered,
+                                 since=held.episode)

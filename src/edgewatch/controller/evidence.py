@@ -313,14 +313,14 @@ class EvidenceInformer:
         if self.challenges is not None:
             self.challenges.answers(name, mark=annotations.get(ANSWERS_CHALLENGES_ANNOTATION))
             self.challenges.unconfirmed(name, annotations.get(UNCONFIRMED_DEAD_ANNOTATION))
-        if self.verified.set_suspicions(name, parse_names(annotations.get(SUSPECTS_ANNOTATION))):
-            self._news.set()
         if text and self._texts.get(name) != text:
             self._texts[name] = text
             if "new" in self.verified.apply_evidence(name, text):
                 self._news.set()
             if self.challenges is not None:
                 self.challenges.statement_came(name)
+        if self.verified.set_suspicions(name, parse_names(annotations.get(SUSPECTS_ANNOTATION))):
+            self._news.set()  # bound to the statement just taken in
 
     async def _informer(self, resource: ApiResource, model: Any, on_event: Callable[[str, Any], None]) -> None:
         """The cloud door's informer over ``resource`` in our namespace; a re-list hands over

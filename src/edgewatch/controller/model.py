@@ -194,12 +194,16 @@ class ChallengeSnapshot:
     * ``deadline``: when an unanswered challenge makes the node's cloud view LOST: the beacon's
       write returned plus ``ControllerConfig.challenge_timeout_s``.
     * ``answered``: the controller verified the node's own statement naming that beacon or a later
-      one, with its kubelet healthy.
+      one (its agent is alive after the challenge, whatever its kubelet says).
+    * ``since``: since when its peers accused it (their dead votes or suspicions,
+      ``VerifiedEdge.accused``): the edge verdict while the challenge is in force
+      (:func:`edgewatch.controller.views.challenged_verdict`). None: not known.
     """
 
     issued_at: float
     deadline: float
     answered: bool = False
+    since: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -107,7 +107,7 @@ from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue, sooner
 from edgewatch.kube.leases import RenewOutcome, hold_renewal
 from edgewatch.controller.quiet import only_renewed, plan_inputs
-from edgewatch.controller.views import lease_grace_s, unproven_carry
+from edgewatch.controller.views import challenged_verdict, lease_grace_s, unproven_carry
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import MonotonicClock, format_micro_time
@@ -422,7 +422,6 @@ class Reconciler:
         # The edge view is the verdict the controller verified itself, never the EdgeHealthy condition
         # on the Node (that is our output); a delegate mark needs the node's own word.
         challenge = self.challenges.snapshot(name, own=self.verified.newest(name), now=now)
-        verdict = self.verified.verdict(name, count_suspicions=challenge is not None and not challenge.answered)
         requeue_proof: float | None = None
         own = None
         if lease_snap is not None:
@@ -432,6 +431,7 @@ class Reconciler:
                 lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
+        verdict = challenged_verdict(verdict=self.verified.verdict(name), challenge=challenge, lease=lease_snap)
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
                              out_of_service_pool=oos_pool, challenge=challenge)
@@ -444,8 +444,9 @@ class Reconciler:
             return sooner(self.plans.due_in(name, now), requeue_proof)
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
                  out_of_service_pool=oos_pool, challenge=challenge)
-        accused = self.verified.accused(name)  # since when: the episode (every UNHEALTHY node is accused)
-        self.challenges.consider(name, p, episode=accused, accused=accused is not None, now=now)
+        accused = self.verified.accused(name)  # since when: the episode, else the verdict's
+        self.challenges.consider(name, p, episode=accused if accused is not None else verdict and verdict.since,
+                                 accused=accused is not None, now=now)
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)

@@ -38,7 +38,7 @@ from edgewatch.core.beacon import BeaconLog
 from edgewatch.core.evidence import EvidenceBook, Statement, decode_evidence, verified_decisions
 from edgewatch.core.grouping import GroupingConfig, groups
 from edgewatch.core.identity import KeyRecordError, PublicKeys
-from edgewatch.core.quorum import Decision, Vote
+from edgewatch.core.quorum import Decision, Vote, is_fresh, majority
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import NodeName, Verdict, is_node_name
 from edgewatch.core.wire import Rejected, RejectReason
@@ -87,7 +87,8 @@ class VerifiedEdge:
         self._groups: dict[NodeName, frozenset[NodeName]] | None = None
         self._verdicts: dict[NodeName, CountedVerdict] = {}
         self._dirty: set[NodeName] = set()  # nodes whose group must be recounted
-        self._suspicions: dict[NodeName, frozenset[NodeName]] = {}  # writer -> the neighbours it suspects
+        # writer -> (incarnation, seq) of the own statement its suspicions were written with, and them
+        self._suspicions: dict[NodeName, tuple[tuple[int, int] | None, frozenset[NodeName]]] = {}
         self._accused: dict[NodeName, float] = {}  # node -> since when its count with suspicions is UNHEALTHY
         self._last_recount: float | None = None
 
@@ -181,43 +182,46 @@ class VerifiedEdge:
 
     def set_suspicions(self, writer: str, names: frozenset[str]) -> bool:
         """The neighbours ``writer`` suspects dead, from its own evidence Lease's
-        ``edgewatch.io/suspects`` (empty: none; ``edgewatch.core.suspicion``). They count only in
-        :meth:`accused`, only while ``writer``'s statement counts, and only as its vote: one
-        writer's suspicions are one vote. Returns whether they changed (then its group is recounted
-        at the next :meth:`recount`)."""
+        ``edgewatch.io/suspects`` (empty: none; ``edgewatch.core.suspicion``), taken after that
+        Lease's statements (:meth:`apply_evidence`): they are bound to ``writer``'s newest statement
+        then, and count in :meth:`accused` only while that statement is its newest and fresh (a
+        writer cut off since, whose Lease keeps its last annotation, stops counting when a peer
+        carries a newer statement of it, or when its own goes stale). Returns whether they changed
+        (then its group is recounted at the next :meth:`recount`)."""
         if not is_node_name(writer):
             return False
         node = NodeName(writer)
         new = frozenset(NodeName(n) for n in names if is_node_name(n) and n != writer)
-        if self._suspicions.get(node, frozenset()) == new:
+        entry = (self._statement_key(node), new) if new else None
+        if self._suspicions.get(node) == entry:
             return False
-        if new:
-            self._suspicions[node] = new
+        if entry is not None:
+            self._suspicions[node] = entry
         else:
             self._suspicions.pop(node, None)
         self._dirty.add(node)
         return True
 
-    def _with_suspicions(self, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *, now: float,
-                         ring: Mapping[NodeName, frozenset[NodeName]],
-                         plain: dict[NodeName, Decision]) -> dict[NodeName, Decision]:
-        """The group's decisions with each member's suspicions counted as dead votes of its own
-        statement (``plain``, the count without them, when no member suspects anyone in it). A
-        suspicion is current (its Lease was just written), so it counts as newer than the suspected
-        node's own statement (:func:`edgewatch.core.reach.decide_reach` lets newer dead votes of
-        its neighbours supersede a node's last word) without making a stale statement fresh."""
-        merged = {}
-        for observer, names in self._suspicions.items():
-            vote = votes.get(observer)
-            named = names & group
-            if observer in group and vote is not None and named:
-                latest = max((votes[n].observed_at for n in named if n in votes), default=vote.observed_at)
-                at = max(vote.observed_at, min(latest + 1e-3, vote.observed_at + self.ttl_s))
-                merged[observer] = Vote(observer=observer, observed_at=at, alive=vote.alive - named,
-                                        dead=vote.dead | named)
-        if not merged:
-            return plain
-        return verified_decisions(group=group, votes={**votes, **merged}, now=now, ttl_s=self.ttl_s, ring=ring)
+    def _statement_key(self, node: NodeName) -> tuple[int, int] | None:
+        held = self.book.get(node)
+        return None if held is None else (held.heartbeat.incarnation, held.heartbeat.seq)
+
+    def _accusations(self, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *, now: float) -> dict[NodeName, int]:
+        """Per member of ``group``: how many *other* members with a fresh statement name it dead in
+        that statement or suspect it in the Lease write that carried it (direct claims only, never
+        the reach count's components: one liar and one honest suspicion are two, not a majority)."""
+        counts: dict[NodeName, int] = {}
+        for member in group:
+            vote = votes.get(member)
+            if vote is None or not is_fresh(vote, now=now, vote_ttl_s=self.ttl_s):
+                continue
+            named = set(vote.dead)
+            held = self._suspicions.get(member)
+            if held is not None and held[0] == self._statement_key(member):
+                named |= held[1]
+            for subject in named & group - {member}:
+                counts[subject] = counts.get(subject, 0) + 1
+        return counts
 
     # -- outputs -----------------------------------------------------------------------------------
 
@@ -246,7 +250,7 @@ class VerifiedEdge:
         subjects |= set(self._labels) - set(self._verdicts)
         votes = self.book.votes()
         counted: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
-        accused: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
+        accused: dict[frozenset[NodeName], dict[NodeName, int]] = {}
         changed: set[NodeName] = set()
         for node in subjects:
             group = self.group_of(node)
@@ -257,9 +261,9 @@ class VerifiedEdge:
                 if ring is None:
                     ring = self._rings[group] = dict(neighbours(group, k=self.grouping.rings))
                 counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
-                accused[group] = self._with_suspicions(group, votes, now=now, ring=ring, plain=counted[group])
+                accused[group] = self._accusations(group, votes, now=now)
                 self._horizon[group] = _next_change(group, votes, now=now, ttl_s=self.ttl_s)
-            if accused[group][node].verdict is Verdict.UNHEALTHY:
+            if accused[group].get(node, 0) >= majority(len(group)):
                 if node not in self._accused:
                     self._accused[node] = now
                     changed.add(node)
@@ -277,25 +281,21 @@ class VerifiedEdge:
         """The last count of ``node`` (None before the first recount), with its votes and message."""
         return self._verdicts.get(NodeName(node))
 
-    def verdict(self, node: str, *, count_suspicions: bool = False) -> VerifiedVerdict | None:
+    def verdict(self, node: str) -> VerifiedVerdict | None:
         """``node``'s verified verdict as the decision core takes it (None before the first count):
         its ``counted_at`` is the last :meth:`recount_all`, when every statement behind the verdict
-        passed the evidence TTL (None if only :meth:`recount` ran: never counts as fresh). With
-        ``count_suspicions`` (the node was challenged and has not answered: SWIM's unrefuted
-        suspicion), UNHEALTHY since :meth:`accused` if it is accused."""
+        passed the evidence TTL (None if only :meth:`recount` ran: never counts as fresh)."""
         held = self._verdicts.get(NodeName(node))
         if held is None:
             return None
-        accused = self._accused.get(NodeName(node)) if count_suspicions else None
-        if accused is not None and held.decision.verdict is not Verdict.UNHEALTHY:
-            return VerifiedVerdict(verdict=Verdict.UNHEALTHY, since=accused, counted_at=self._last_recount)
         return VerifiedVerdict(verdict=held.decision.verdict, since=held.since, counted_at=self._last_recount)
 
     def accused(self, node: str) -> float | None:
-        """Since when (controller clock, seconds) a strict majority of ``node``'s group sees it dead
-        counting each member's suspicions (:meth:`set_suspicions`) as dead votes; None: not so (as
-        of the last recount). Every UNHEALTHY node is accused; an accused one is challenged
-        (``edgewatch.controller.challenges``)."""
+        """Since when (controller clock, seconds) a strict majority of ``node``'s group, other
+        members with a fresh statement, each name it dead or suspect it (:meth:`set_suspicions`);
+        None: not so (as of the last recount). Such a node is challenged
+        (``edgewatch.controller.challenges``); direct claims only, so in a ring group larger than
+        ``2 * rings + 1`` only the dead votes' reach count gets a node challenged."""
         return self._accused.get(NodeName(node))
 
     def recount_all(self, *, now: float) -> set[NodeName]:

@@ -28,6 +28,7 @@ from edgewatch.names import DELEGATED_BY_ANNOTATION, DELEGATED_VIA_ANNOTATION
 
 __all__ = [
     "challenge_deadline",
+    "challenged_verdict",
     "cloud_view",
     "decide_state",
     "edge_unknown_since",
@@ -108,6 +109,25 @@ def challenge_deadline(*, challenge: ChallengeSnapshot | None, lease: LeaseSnaps
         if own is not None and own >= challenge.issued_at:
             return None
     return challenge.deadline
+
+
+def challenged_verdict(*, verdict: VerifiedVerdict | None, challenge: ChallengeSnapshot | None,
+                       lease: LeaseSnapshot | None) -> VerifiedVerdict | None:
+    """The edge verdict the plan takes for a node under a challenge: UNHEALTHY since the peers
+    accused it (``challenge.since``) while the challenge is in force (:func:`challenge_deadline` is
+    not None: unanswered, no own renewal since) and the counted ``verdict`` is not HEALTHY; else
+    ``verdict``. So a suspicion the node does not refute counts as a dead vote (SWIM's suspicion
+    subprotocol), and withdrawing it does not undo the challenge: only the node's answer, its own
+    renewal or a majority seeing it alive does (a single liar who accused and then withdrew
+    cannot flip a dead node back to normal). Freshness is the counted verdict's (``counted_at``).
+    Pure."""
+    if (challenge is None or challenge.since is None or challenge_deadline(challenge=challenge, lease=lease) is None
+            or (verdict is not None and verdict.verdict is Verdict.HEALTHY)):
+        return verdict
+    if verdict is not None and verdict.verdict is Verdict.UNHEALTHY:
+        return verdict
+    return VerifiedVerdict(verdict=Verdict.UNHEALTHY, since=challenge.since,
+                           counted_at=None if verdict is None else verdict.counted_at)
 
 
 def unproven_carry(*, node: str, lease: LeaseSnapshot | None, own_carrier: str | None) -> str | None:
