@@ -225,7 +225,8 @@ def test_a_majority_of_suspicions_accuses_a_node_one_writer_does_not() -> None:
     for writer in ("n1", "n2"):
         assert f.edge.set_suspicions(writer, frozenset({"n5"}))
         assert not f.edge.set_suspicions(writer, frozenset({"n5"}))  # no change
-    assert NodeName("n5") not in f.edge.recount_all(now=101.0) and f.edge.accused("n5") is None  # 2 of 5
+    f.edge.recount_all(now=101.0)
+    assert f.edge.accused("n5") is None and not f.edge.seen_alive("n5")  # 2 of 5 suspect it, 2 name it alive
     f.edge.set_suspicions("n3", frozenset({"n5", "n3", "bad name!"}))  # itself and a bad name: ignored
     assert NodeName("n5") in f.edge.recount_all(now=102.0)
     assert f.edge.accused("n5") == 102.0 and f.edge.accused("n1") is None
@@ -280,20 +281,24 @@ def _verdict(v: Verdict) -> VerifiedVerdict:
     return VerifiedVerdict(verdict=v, since=50.0, counted_at=104.0)
 
 
-@pytest.mark.parametrize(("counted", "challenge", "renewed", "expected"), [
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.UNHEALTHY),
-    (None, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.UNHEALTHY),
-    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, Verdict.HEALTHY),
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, answered=True, since=101.0), None,
+@pytest.mark.parametrize(("counted", "challenge", "renewed", "seen_alive", "expected"), [
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
+    (None, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
+    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
+    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, True, Verdict.HEALTHY),
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, answered=True, since=101.0), None, False,
      Verdict.UNKNOWN),
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), 102.5, Verdict.UNKNOWN),
-    (Verdict.UNKNOWN, None, None, Verdict.UNKNOWN),
-], ids=["unrefuted", "never counted", "a majority sees it alive", "answered", "renewed since", "no challenge"])
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), 102.5, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, None, None, False, Verdict.UNKNOWN),
+], ids=["unrefuted", "never counted", "reach-healthy by its own last word", "a majority names it alive",
+        "answered", "renewed since", "no challenge"])
 def test_an_unrefuted_challenge_is_an_unhealthy_verdict_until_answer_renewal_or_a_live_majority(
-        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, expected: Verdict) -> None:
+        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, seen_alive: bool,
+        expected: Verdict) -> None:
     lease = None if renewed is None else LeaseSnapshot(renew_time=format_micro_time(renewed), observed_at=renewed,
                                                        duration_s=40.0)
-    out = challenged_verdict(verdict=None if counted is None else _verdict(counted), challenge=challenge, lease=lease)
+    out = challenged_verdict(verdict=None if counted is None else _verdict(counted), challenge=challenge,
+                             lease=lease, seen_alive=seen_alive)
     if counted is None and challenge is None:
         assert out is None
     else:
@@ -302,22 +307,14 @@ def test_an_unrefuted_challenge_is_an_unhealthy_verdict_until_answer_renewal_or_
         assert out is not None and out.since == 101.0 and out.counted_at == (None if counted is None else 104.0)
 
 
-class _Planned:
-    def __init__(self, cloud: CloudView, edge: EdgeView) -> None:
-        self.cloud, self.edge = cloud, edge
-
-
-def test_an_accused_node_whose_votes_are_not_unhealthy_is_challenged() -> None:
-    book = Challenges(timeout_s=1.5, on_due=lambda _n: None, incarnation_of=lambda _n: 7,
-                      group_of=lambda _n: frozenset({"n1"}))
-    book.answers("n1", mark="v1:7")
-    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=None, now=100.0)  # type: ignore[arg-type]
-    assert book.waiting() == []
-    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=100.0, now=100.0,  # type: ignore[arg-type]
-                  accused=True)
-    assert book.waiting() == ["n1"]
-    book.consider("n1", _Planned(CloudView.OK, EdgeView.HEALTHY), episode=None, now=101.0)  # type: ignore[arg-type]
-    assert book.waiting() == []  # the suspicion was withdrawn before the beacon: dropped
+def test_a_node_a_majority_names_alive_directly_is_seen_alive_its_own_word_is_not_enough() -> None:
+    f = _fleet()
+    assert f.edge.seen_alive("n5")  # all four others name it alive
+    f.edge.beacons.record(B2, at=100.5)
+    for n in ("n1", "n2", "n3"):  # they stop naming it alive; its own last statement still names them
+        f.write(n, f.stmt(n, beacon=B2, alive=("n1", "n2", "n3", "n4")))
+    f.edge.recount_all(now=101.0)
+    assert not f.edge.seen_alive("n5") and f.edge.verdict("n5").verdict is Verdict.HEALTHY  # type: ignore[union-attr]
 
 
 # -- the agent's suspicions ------------------------------------------------------------------------------
@@ -348,3 +345,16 @@ def test_a_neighbour_whose_agent_still_speaks_is_not_suspected_while_its_kubelet
     suspicions.heard(B, at=13.2)
     assert suspicions.update(detectors, [B], now=13.3) == frozenset() == suspicions.current
     assert suspicions.update(detectors, [], now=20.0) == frozenset()  # no longer a neighbour: forgotten
+
+
+def test_a_neighbour_missing_again_is_suspected_before_its_fallback_probe_ends() -> None:
+    suspicions = Suspicions(config=SUS, hosts=_AllConfirmed())  # type: ignore[arg-type]
+    detector = PeerDetector(config=DET, now=0.0)
+    detector.record(True, now=10.0)
+    detector.record(False, now=11.0)  # one failed period
+    suspicions.heard(B, at=9.9)
+    assert suspicions.update({B: detector}, [B], now=12.05) == frozenset()
+    assert suspicions.update({B: detector}, [B], now=12.05, missing=[B]) == {B}  # as if the 2nd failure were in
+    detector.record(True, now=12.6)  # the fallback answered after all
+    suspicions.heard(B, at=12.6)
+    assert suspicions.update({B: detector}, [B], now=12.6) == frozenset()

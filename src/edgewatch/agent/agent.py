@@ -168,19 +168,19 @@ class Agent:
                                        state_dir=config.state_dir, events=self.metrics, exchange_key=self.exchange_key)
         self.liveness = LivenessEndpoint(me=config.node, key=self.exchange_key, keys=self.identity,
                                          host=config.listen_address, port=config.port, events=self.metrics)
+        news = asyncio.Event()  # the peer exchange wakes the reporter: new suspicions are written at once
         self.peers = PeerExchange(me=config.node, config=config, keyring=self.keyring, membership=self.membership,
-                                  metrics=self.metrics, link=self.link, beacon=self.beacon)
+                                  metrics=self.metrics, link=self.link, beacon=self.beacon, news=news)
         self.coordinators = CoordinatorRunner(
             node=config.node, url=config.coordinator_url, pool=config.pool, tls=config.coordinator_tls, kube=client,
             registry=self.registry, link=self.link, verdicts=self.peers, signer=self.keyring, settings=self.membership,
             clock=self.cloud_clock, namespace=config.namespace, api_timeout_s=config.api_timeout_s,
             node_certificate=CertificateFiles.under(config.state_dir) if config.state_dir is not None else None,
             certificate_always=config.coordinator_client_certificate)
-        news = asyncio.Event()  # the exchange loop wakes the reporter: new suspicions are written at once
         self.exchange = ExchangeLoop(
             node=config.node, listen_address=config.listen_address, kubelet_healthz_url=config.kubelet_healthz_url,
             period_s=config.votes.exchange_period_s, peers=self.peers, roster=self.membership, link=self.link,
-            pool=self.coordinators, metrics=self.metrics, liveness=self.liveness, news=news)
+            pool=self.coordinators, metrics=self.metrics, liveness=self.liveness)
         self.reporter = EvidenceReporter(
             client=client, node=config.node, beacon=self.beacon, statements=self.exchange, link=self.link,
             config_namespace=config.namespace, namespace=config.identity_namespace, state_dir=config.state_dir,

@@ -109,14 +109,12 @@ class ExchangeLoop:
         metrics: ``period_seconds``, ``carrying`` and the per-node ``verdict``/``peer_health``.
         liveness: v6 liveness datagrams sent each period to the peers of the exchange (None: none).
         kubelet_timeout_s: bound of one kubelet probe, seconds (default 0.5 s).
-        news: set when the neighbours suspected change after a period (the reporter's wake-up:
-            a suspicion is written at once, not at its next tick; None: nobody).
     """
 
     def __init__(self, *, node: NodeName, listen_address: str, kubelet_healthz_url: str, period_s: float,
                  peers: PeerExchange, roster: RosterView, link: CloudLinkView, pool: PoolCoverage,
                  metrics: AgentMetrics, liveness: LivenessSender | None = None,
-                 kubelet_timeout_s: float = 0.5, news: asyncio.Event | None = None) -> None:
+                 kubelet_timeout_s: float = 0.5) -> None:
         self.node = node
         self.listen_address = listen_address
         self.kubelet_healthz_url = kubelet_healthz_url
@@ -128,7 +126,6 @@ class ExchangeLoop:
         self._pool = pool
         self._metrics = metrics
         self._liveness = liveness
-        self._news = news
         self.duties: Duties | None = None
         # The statements of the cut-off peers that named us go into our evidence whichever path
         # carries their Lease: the controller needs the node's own signed word either way.
@@ -201,11 +198,8 @@ class ExchangeLoop:
                         source = wanted
                         session = peer_session(source)
                     self.peers.kubelet_ok = await self.kubelet_ok(local)
-                    suspected = self.peers.suspicions.current
                     decisions = await self.peers.run_period(session, leader=self._pool.pool_leader(),
                                                             proofs=self._liveness)
-                    if self._news is not None and self.peers.suspicions.current != suspected:
-                        self._news.set()
                     self.send_liveness()
                     self.update_duties()
                     self.export(decisions)

@@ -51,7 +51,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 import aiohttp
@@ -123,12 +123,14 @@ class PeerExchange:
         link: this node's own cloud link (stated in every heartbeat).
         rng: randomness for target and relay choice (seedable in tests).
         beacon: the controller beacon this agent signs with and passes on (its own by default).
+        news: set when the neighbours suspected change (the evidence reporter writes at once).
     """
 
     def __init__(self, *, me: NodeName, config: AgentConfig, keyring: Signer, membership: GroupView,
                  metrics: AgentMetrics, link: CloudLinkView, rng: random.Random | None = None,
-                 beacon: BeaconHolder | None = None) -> None:
+                 beacon: BeaconHolder | None = None, news: asyncio.Event | None = None) -> None:
         self.me = me
+        self.news = news
         self.config = config
         self._keyring = keyring
         self.membership = membership
@@ -466,7 +468,8 @@ class PeerExchange:
         each peer whose datagram proof is missing too, as a TCP probe) while checking the kubelet
         port of the neighbours due (``self.hosts.due``; also one whose proof is missing again after a
         failed period), record one piece of evidence per datagram peer, note the neighbours suspected
-        (``edgewatch.core.suspicion``) whose host checks confirm it, decide. Returns the decisions."""
+        (``edgewatch.core.suspicion``) whose host checks confirm it (signing again when they change,
+        so the statement written with them no longer names them alive), decide. Returns the decisions."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         targets = self.targets(now=now_mono)
@@ -483,11 +486,17 @@ class PeerExchange:
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         peers = sorted(due)
-        failing = {j.peer for j in judged if not j.ok and self._detector(j.peer, now_mono).snapshot.consecutive_failures}
+        missed = {j.peer for j in judged if not j.ok}
+        self._suspect(leader=leader, missing=missed)  # on the host checks of earlier periods
+        failing = {p for p in missed if self.suspicions.worth_checking(self._detector(p, now_mono))}
         hosts = self.hosts.due({p: (a, p not in failing and self._detector(p, now_mono).state(now=now_mono)
                                     is Health.ALIVE)
                                 for p in self.near if (a := self.membership.address_of(p)) is not None}, now=now_mono)
-        *results, _ = await asyncio.gather(*(self.exchange(session, p) for p in peers), self.hosts.check(hosts))
+        async def check_hosts() -> None:  # then suspect at once: this period's fallbacks may still hang
+            await self.hosts.check(hosts)
+            self._suspect(leader=leader, missing=missed)
+
+        *results, _ = await asyncio.gather(*(self.exchange(session, p) for p in peers), check_hosts())
         answered = dict(zip(peers, results, strict=True))
         for judgement in judged:
             peer = judgement.peer
@@ -502,9 +511,18 @@ class PeerExchange:
                 self.book.confirm(peer, statement=judgement.statement, now=judgement.at)
         for peer in (p for p, ok in answered.items() if ok):
             self.suspicions.heard(peer, at=now_mono)
-        now = time.monotonic()
-        self.suspicions.update(self.detectors, self.near, now=now)
-        return self.decide(now=now)
+        self._suspect(leader=leader)
+        return self.decide(now=time.monotonic())
+
+    def _suspect(self, *, leader: NodeName | None, missing: Collection[NodeName] = ()) -> None:
+        """Update the neighbours suspected (``missing``: those whose datagram is missing again this
+        period, judged as if their fallback failed too); on a change sign again, so the statement
+        written with them no longer names them alive, and tell the reporter."""
+        now, before = time.monotonic(), self.suspicions.current
+        if self.suspicions.update(self.detectors, self.near, now=now, missing=missing) != before:
+            self.sign_own(now_mono=now, leader=leader, every_period=False)
+            if self.news is not None:
+                self.news.set()
 
     def decide(self, *, now: float) -> dict[NodeName, Decision]:
         """Count the local verdicts on this node and the peers it watches from the statements held

@@ -11,7 +11,11 @@ A neighbour is suspected iff, at the end of a period:
   a node to the Lease path rather than challenge it;
 * its kubelet port answered a check of this agent within 5 minutes and a check since has failed
   (``edgewatch.agent.hostcheck``, ``edgewatch.core.hostalive.confirms_suspicion``): an answering
-  port means the agent is down, not the host.
+  port means the agent is down, not the host. A neighbour missing a datagram is checked as soon as
+  one more failure would suspect it (:meth:`Suspicions.worth_checking`), and a suspicion is looked
+  at three times a period: at its start (on earlier checks), when this period's checks end, and at
+  its end (its TCP fallbacks settled). On a clean link a kill is suspected at the start of the
+  second period that misses its datagram: 1.5-3.5 s after it (a datagram counts for 1.5 periods).
 
 Each change is logged at info level (``kind`` ``suspected`` / ``suspicion_withdrawn``). Memory: one
 time per neighbour. Monotonic seconds throughout.
@@ -21,11 +25,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from edgewatch.agent.hostcheck import HostChecks
-from edgewatch.core.detector import PeerDetector
-from edgewatch.core.suspicion import SuspicionConfig, suspects
+from edgewatch.core.detector import PeerDetector, record
+from edgewatch.core.suspicion import SuspicionConfig, suspects, suspicion_failures
 from edgewatch.core.types import NodeName
 
 __all__ = ["Suspicions"]
@@ -53,18 +57,34 @@ class Suspicions:
         if at > self._heard.get(peer, -math.inf):
             self._heard[peer] = at
 
+    def worth_checking(self, detector: PeerDetector) -> bool:
+        """Whether a neighbour whose datagram is missing this period is worth a kubelet-port check
+        now: one more failure after this one would suspect it (on a clean link, from its first
+        missed period, so the check confirms by the second; on a lossy one only near the count,
+        so loss does not turn into handshakes)."""
+        state = detector.snapshot
+        needed = suspicion_failures(detector=detector.config, config=self.config, repeat=state.repeat)
+        return state.consecutive_failures + 2 >= needed
+
     def update(self, detectors: Mapping[NodeName, PeerDetector], neighbours: Iterable[NodeName], *,
-               now: float) -> frozenset[NodeName]:
-        """The neighbours suspected at ``now`` (also kept in :attr:`current`); what is kept of peers
-        no longer ``neighbours`` is dropped."""
+               now: float, missing: Collection[NodeName] = ()) -> frozenset[NodeName]:
+        """The neighbours suspected at ``now`` (also kept in :attr:`current`); ``missing``: those
+        whose datagram is missing again this period, judged as if that period's failure were
+        recorded already (its TCP fallback may hang up to the probe timeout; if it succeeds, the
+        next update withdraws the suspicion). What is kept of peers no longer ``neighbours`` is
+        dropped."""
         near = frozenset(neighbours)
         for gone in [p for p in self._heard if p not in near]:
             del self._heard[gone]
         candidates = []
         for peer in sorted(near):
             detector = detectors.get(peer)
-            if (detector is not None and now - self._heard.get(peer, -math.inf) > self.config.after_s
-                    and suspects(detector.snapshot, detector=detector.config, config=self.config, now=now)):
+            if detector is None or now - self._heard.get(peer, -math.inf) <= self.config.after_s:
+                continue
+            state = detector.snapshot
+            if peer in missing:
+                state = record(state, ok=False, config=detector.config, now=now)
+            if suspects(state, detector=detector.config, config=self.config, now=now):
                 candidates.append(peer)
         new = self.hosts.confirm_suspicions(candidates, now=now)
         for peer in sorted(new - self.current):

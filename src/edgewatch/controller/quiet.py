@@ -99,16 +99,18 @@ class PlanInputs:
     config: ControllerConfig
     out_of_service_pool: bool = False  # the node's pool is in outOfServicePools (plan's switch)
     challenge: ChallengeSnapshot | None = None  # the node's challenge through the beacon (plan's)
+    accused: float | None = None  # since when its peers accuse it (VerifiedEdge.accused: the challenge book's)
 
 
 def plan_inputs(*, node: NodeSnapshot, lease: LeaseSnapshot | None, verdict: VerifiedVerdict | None,
                 config: ControllerConfig, now: float, out_of_service_pool: bool = False,
-                challenge: ChallengeSnapshot | None = None) -> PlanInputs:
+                challenge: ChallengeSnapshot | None = None, accused: float | None = None) -> PlanInputs:
     """The inputs of ``plan(node=node, lease=lease, verdict=verdict, now=now, config=config,
-    out_of_service_pool=out_of_service_pool, challenge=challenge)``."""
+    out_of_service_pool=out_of_service_pool, challenge=challenge)``, and ``accused``, which the
+    challenge book reads beside the plan (a new accusation is looked at at once)."""
     return PlanInputs(name=node.name, annotations=node.annotations, taints=node.taints, lease=lease,
                       verdict=verdict_key(verdict, now=now, ttl_s=config.edge_view_ttl_s), config=config,
-                      out_of_service_pool=out_of_service_pool, challenge=challenge)
+                      out_of_service_pool=out_of_service_pool, challenge=challenge, accused=accused)
 
 
 def still_holds(*, made: PlanInputs, due_at: float | None, inputs: PlanInputs, now: float) -> bool:
@@ -129,4 +131,5 @@ def renewed(made: PlanInputs, *, before: LeaseSnapshot, after: LeaseSnapshot) ->
             before.renew_time, before.annotations, before.holder, before.duration_s):
         return None
     return PlanInputs(name=made.name, annotations=made.annotations, taints=made.taints, lease=after,
-                      verdict=made.verdict, config=made.config, out_of_service_pool=made.out_of_service_pool)
+                      verdict=made.verdict, config=made.config, out_of_service_pool=made.out_of_service_pool,
+                      accused=made.accused)

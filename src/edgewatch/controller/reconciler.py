@@ -431,10 +431,12 @@ class Reconciler:
                 lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
-        verdict = challenged_verdict(verdict=self.verified.verdict(name), challenge=challenge, lease=lease_snap)
+        verdict = challenged_verdict(verdict=self.verified.verdict(name), challenge=challenge, lease=lease_snap,
+                                     seen_alive=self.verified.seen_alive(name))
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
+        accused = self.verified.accused(name)  # since when: the challenge's episode, else the verdict's
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
-                             out_of_service_pool=oos_pool, challenge=challenge)
+                             out_of_service_pool=oos_pool, challenge=challenge, accused=accused)
         if self.plans.holds(name, inputs, now):  # nothing new, nothing due: the last plan stands
             self.metrics.plans_reused.inc()
             held = self.plans.get(name)
@@ -444,7 +446,6 @@ class Reconciler:
             return sooner(self.plans.due_in(name, now), requeue_proof)
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
                  out_of_service_pool=oos_pool, challenge=challenge)
-        accused = self.verified.accused(name)  # since when: the episode, else the verdict's
         self.challenges.consider(name, p, episode=accused if accused is not None else verdict and verdict.since,
                                  accused=accused is not None, now=now)
         for warning in p.warnings:

@@ -89,7 +89,8 @@ class VerifiedEdge:
         self._dirty: set[NodeName] = set()  # nodes whose group must be recounted
         # writer -> (incarnation, seq) of the own statement its suspicions were written with, and them
         self._suspicions: dict[NodeName, tuple[tuple[int, int] | None, frozenset[NodeName]]] = {}
-        self._accused: dict[NodeName, float] = {}  # node -> since when its count with suspicions is UNHEALTHY
+        self._accused: dict[NodeName, float] = {}  # node -> since when a majority claims it dead or suspects it
+        self._seen_alive: set[NodeName] = set()  # nodes a majority of others directly name alive
         self._last_recount: float | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
@@ -116,6 +117,7 @@ class VerifiedEdge:
             if self._labels.pop(node, None) is not None:
                 self._verdicts.pop(node, None)
                 self._accused.pop(node, None)
+                self._seen_alive.discard(node)
                 self._suspicions.pop(node, None)
                 self.book.forget(node)
                 self._regroup()
@@ -206,11 +208,15 @@ class VerifiedEdge:
         held = self.book.get(node)
         return None if held is None else (held.heartbeat.incarnation, held.heartbeat.seq)
 
-    def _accusations(self, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *, now: float) -> dict[NodeName, int]:
+    def _accusations(self, group: frozenset[NodeName], votes: Mapping[NodeName, Vote], *,
+                     now: float) -> tuple[dict[NodeName, int], dict[NodeName, int]]:
         """Per member of ``group``: how many *other* members with a fresh statement name it dead in
-        that statement or suspect it in the Lease write that carried it (direct claims only, never
-        the reach count's components: one liar and one honest suspicion are two, not a majority)."""
+        that statement or suspect it in the Lease write that carried it, and how many name it alive
+        without suspecting it (direct claims only, never the reach count's components: one liar and
+        one honest suspicion are two, not a majority; and a silent node's own last statement does
+        not make the neighbours it names reach it)."""
         counts: dict[NodeName, int] = {}
+        alive: dict[NodeName, int] = {}
         for member in group:
             vote = votes.get(member)
             if vote is None or not is_fresh(vote, now=now, vote_ttl_s=self.ttl_s):
@@ -221,7 +227,9 @@ class VerifiedEdge:
                 named |= held[1]
             for subject in named & group - {member}:
                 counts[subject] = counts.get(subject, 0) + 1
-        return counts
+            for subject in vote.alive & group - named - {member}:
+                alive[subject] = alive.get(subject, 0) + 1
+        return counts, alive
 
     # -- outputs -----------------------------------------------------------------------------------
 
@@ -250,7 +258,7 @@ class VerifiedEdge:
         subjects |= set(self._labels) - set(self._verdicts)
         votes = self.book.votes()
         counted: dict[frozenset[NodeName], dict[NodeName, Decision]] = {}
-        accused: dict[frozenset[NodeName], dict[NodeName, int]] = {}
+        accused: dict[frozenset[NodeName], tuple[dict[NodeName, int], dict[NodeName, int]]] = {}
         changed: set[NodeName] = set()
         for node in subjects:
             group = self.group_of(node)
@@ -263,7 +271,11 @@ class VerifiedEdge:
                 counted[group] = verified_decisions(group=group, votes=votes, now=now, ttl_s=self.ttl_s, ring=ring)
                 accused[group] = self._accusations(group, votes, now=now)
                 self._horizon[group] = _next_change(group, votes, now=now, ttl_s=self.ttl_s)
-            if accused[group].get(node, 0) >= majority(len(group)):
+            claims, alive = accused[group]
+            if (alive.get(node, 0) >= majority(len(group))) != (node in self._seen_alive):
+                self._seen_alive ^= {node}
+                changed.add(node)
+            if claims.get(node, 0) >= majority(len(group)):
                 if node not in self._accused:
                     self._accused[node] = now
                     changed.add(node)
@@ -297,6 +309,12 @@ class VerifiedEdge:
         (``edgewatch.controller.challenges``); direct claims only, so in a ring group larger than
         ``2 * rings + 1`` only the dead votes' reach count gets a node challenged."""
         return self._accused.get(NodeName(node))
+
+    def seen_alive(self, node: str) -> bool:
+        """Whether a strict majority of ``node``'s group, others with a fresh statement, each name it
+        alive (and do not suspect it) directly, as of the last recount: a challenge that ``node``
+        does not answer then does not fail it (cut off from the cloud, alive on its LAN)."""
+        return NodeName(node) in self._seen_alive
 
     def recount_all(self, *, now: float) -> set[NodeName]:
         """:meth:`recount` and remember when (the freshness of every verdict it gave)."""

@@ -112,17 +112,18 @@ def challenge_deadline(*, challenge: ChallengeSnapshot | None, lease: LeaseSnaps
 
 
 def challenged_verdict(*, verdict: VerifiedVerdict | None, challenge: ChallengeSnapshot | None,
-                       lease: LeaseSnapshot | None) -> VerifiedVerdict | None:
+                       lease: LeaseSnapshot | None, seen_alive: bool) -> VerifiedVerdict | None:
     """The edge verdict the plan takes for a node under a challenge: UNHEALTHY since the peers
     accused it (``challenge.since``) while the challenge is in force (:func:`challenge_deadline` is
-    not None: unanswered, no own renewal since) and the counted ``verdict`` is not HEALTHY; else
-    ``verdict``. So a suspicion the node does not refute counts as a dead vote (SWIM's suspicion
+    not None: unanswered, no own renewal since) and no strict majority of its group directly names
+    it alive (``seen_alive``, ``VerifiedEdge.seen_alive``: not the reach count's HEALTHY, which a
+    silent node's own last statement can give it); else ``verdict``. So a suspicion the node does not refute counts as a dead vote (SWIM's suspicion
     subprotocol), and withdrawing it does not undo the challenge: only the node's answer, its own
     renewal or a majority seeing it alive does (a single liar who accused and then withdrew
     cannot flip a dead node back to normal). Freshness is the counted verdict's (``counted_at``).
     Pure."""
-    if (challenge is None or challenge.since is None or challenge_deadline(challenge=challenge, lease=lease) is None
-            or (verdict is not None and verdict.verdict is Verdict.HEALTHY)):
+    if (challenge is None or challenge.since is None or seen_alive
+            or challenge_deadline(challenge=challenge, lease=lease) is None):
         return verdict
     if verdict is not None and verdict.verdict is Verdict.UNHEALTHY:
         return verdict
