@@ -138,7 +138,7 @@ def test_only_pools_opted_in_are_out_of_service_and_statefulsets_are_optional():
 def test_node_failure_and_pool_split_targets():
     nf = load_scenario("node-failure")
     assert not nf.pool("a").coordinator
-    assert _entry(nf, ["a-3"]) == {"detected_within_s": 12, "evicted_within_s": 13, "state_at_end": "failed"}
+    assert _entry(nf, ["a-3"]) == {"detected_within_s": 10, "evicted_within_s": 11, "state_at_end": "failed"}
     assert _entry(nf, ["a-1", "a-2", "a-4", "a-5"])["evictions"] == 0
     lan_cut = next(st for st in nf.steps if st.action == "split")  # a-5 cut from its LAN only: challenged, kept
     assert lan_cut.sides == [["a-1", "a-2", "a-3", "a-4"], ["a-5"]] and not any(st.action == "cut-cloud" for st in nf.steps)

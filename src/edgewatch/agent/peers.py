@@ -19,13 +19,9 @@ a neighbour whose kubelet port answers a TCP connect (its agent is down, not its
 whose port stopped answering is *suspected* (``edgewatch.core.suspicion``): the evidence Lease names
 both, for the controller's challenges.
 
-What it is handed: this node's signer (its keyring), the group and its addresses
-(:class:`GroupView`: the membership), this node's cloud link
-(:class:`edgewatch.agent.ports.CloudLinkView`), the beacon holder, the metrics. What it offers the
-agent's other parts: the newest heartbeats (the book), each peer's last sign of life
-(:meth:`PeerExchange.life_sign`, for the carrier), the local verdicts
-(:meth:`PeerExchange.verdict_of`, for the pool coordinator). The pool leader a cut-off node names as
-its carrier is handed to each period (:meth:`PeerExchange.run_period`), not read back.
+What it is handed: this node's signer, the group and its addresses (:class:`GroupView`), its cloud
+link, the beacon holder, the metrics. What it offers: the newest heartbeats (the book), each peer's
+last sign of life (:meth:`PeerExchange.life_sign`), the local verdicts (:meth:`PeerExchange.verdict_of`).
 
 The HTTP server around :meth:`PeerExchange.handle` — connection bounds per source and of
 strangers, the read deadline of a whole request — is ``edgewatch.agent.peerserver``.
@@ -463,13 +459,11 @@ class PeerExchange:
     async def run_period(self, session: aiohttp.ClientSession, *, leader: NodeName | None = None,
                          proofs: LivenessProofs | None = None) -> dict[NodeName, Decision]:
         """One exchange period: choose the targets, judge the datagrams of those they speak for
-        (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off,
-        see :meth:`sign_own`), exchange statements where due (:mod:`edgewatch.core.cadence`; with
-        each peer whose datagram proof is missing too, as a TCP probe) while checking the kubelet
-        port of the neighbours due (``self.hosts.due``; also one whose proof is missing again after a
-        failed period), record one piece of evidence per datagram peer, note the neighbours suspected
-        (``edgewatch.core.suspicion``) whose host checks confirm it (signing again when they change,
-        so the statement written with them no longer names them alive), decide. Returns the decisions."""
+        (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off),
+        exchange statements where due (:mod:`edgewatch.core.cadence`; with each peer whose datagram
+        proof is missing too, as a TCP probe) while checking the kubelet port of the neighbours due
+        (``self.hosts.due``, ``self.suspicions.worth_checking``), record one piece of evidence per
+        datagram peer, decide; suspicions are looked at three times (``agent.suspecting``)."""
         now_mono = time.monotonic()
         self.refresh_group(now=now_mono)
         targets = self.targets(now=now_mono)
@@ -481,17 +475,18 @@ class PeerExchange:
                       every_period=cadence.v5_listening(self.near.intersection(targets), now=now_mono))
         due = cadence.due(targets, announced=(self.incarnation, self.announced), book=self.book,
                           beacon=self.beacon.value, now=now_mono)
-        for missed in (j.peer for j in judged if not j.ok):
-            due.setdefault(missed, ExchangeReason.FALLBACK)
+        missed = {j.peer for j in judged if not j.ok}
+        for peer in missed:
+            due.setdefault(peer, ExchangeReason.FALLBACK)
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         peers = sorted(due)
-        missed = {j.peer for j in judged if not j.ok}
         self._suspect(leader=leader, missing=missed)  # on the host checks of earlier periods
         failing = {p for p in missed if self.suspicions.worth_checking(self._detector(p, now_mono))}
         hosts = self.hosts.due({p: (a, p not in failing and self._detector(p, now_mono).state(now=now_mono)
                                     is Health.ALIVE)
                                 for p in self.near if (a := self.membership.address_of(p)) is not None}, now=now_mono)
+
         async def check_hosts() -> None:  # then suspect at once: this period's fallbacks may still hang
             await self.hosts.check(hosts)
             self._suspect(leader=leader, missing=missed)
@@ -515,9 +510,8 @@ class PeerExchange:
         return self.decide(now=time.monotonic())
 
     def _suspect(self, *, leader: NodeName | None, missing: Collection[NodeName] = ()) -> None:
-        """Update the neighbours suspected (``missing``: those whose datagram is missing again this
-        period, judged as if their fallback failed too); on a change sign again, so the statement
-        written with them no longer names them alive, and tell the reporter."""
+        """Update the suspicions (``missing``: datagram missing this period); on a change sign again
+        (the statement written with them must not name them alive) and tell the reporter."""
         now, before = time.monotonic(), self.suspicions.current
         if self.suspicions.update(self.detectors, self.near, now=now, missing=missing) != before:
             self.sign_own(now_mono=now, leader=leader, every_period=False)
