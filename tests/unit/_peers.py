@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import SimpleNamespace
 
 import aiohttp
@@ -16,6 +18,7 @@ from _keys import ring
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.exchangeserver import ExchangeServer
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.core.types import NodeName
 
@@ -40,6 +43,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_on(addresses: Iterable[str]) -> int:
+    """A TCP port free on every one of ``addresses`` just now."""
+    while True:
+        port = free_port()
+        try:
+            for address in addresses:
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+            return port
+        except OSError:
+            continue
+
+
+async def _hang_up(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def listening(address: str, port: int) -> AsyncIterator[asyncio.Server]:
+    """A plain listener on ``address:port`` that hangs up at once (a stand-in for a kubelet's server
+    port); closed on exit."""
+    server = await asyncio.start_server(_hang_up, address, port)
+    try:
+        yield server
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 def peer_exchange(config: AgentConfig, *, membership: FixedMembership, metrics: AgentMetrics | None = None,
                   link: SimpleNamespace | None = None) -> PeerExchange:
     """The exchange of ``config.node`` (its test key; ``link``, up by default: a ``SimpleNamespace(up=...)``
@@ -57,7 +89,7 @@ async def serve(peers: PeerExchange, address: str, port: int) -> tuple[web.AppRu
     from ``address`` (peers bind a sender to its address), as the agent's peer server and exchange
     loop do; close both with :func:`close`."""
     app = web.Application()
-    app.router.add_post(EXCHANGE_PATH, peers.handle)
+    app.router.add_post(EXCHANGE_PATH, ExchangeServer(peers=peers).handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, address, port).start()

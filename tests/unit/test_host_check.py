@@ -9,8 +9,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -19,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from _peers import FixedMembership, free_port, peer_exchange
+from _peers import FixedMembership, free_port_on, peer_exchange
+from _peers import listening as kubelet_listener
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.hostcheck import DEFAULT_TIMEOUT_S, REVERIFY_S, SILENT_EVERY_PERIOD_S, HostChecks, connect_once
@@ -80,30 +79,7 @@ def test_bad_times_are_refused(kwargs: dict[str, float | None]) -> None:
 
 def _free_port_on_all() -> int:
     """A TCP port free on every test address just now."""
-    while True:
-        port = free_port()
-        try:
-            for address in ADDRESSES.values():
-                with socket.socket() as probe:
-                    probe.bind((address, port))
-            return port
-        except OSError:
-            continue
-
-
-async def _hang_up(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    writer.close()
-
-
-@contextlib.asynccontextmanager
-async def _kubelet_port(address: str, port: int) -> AsyncIterator[None]:
-    """A plain listener standing in for a kubelet's server port."""
-    server = await asyncio.start_server(_hang_up, address, port)
-    try:
-        yield
-    finally:
-        server.close()
-        await server.wait_closed()
+    return free_port_on(ADDRESSES.values())
 
 
 class _Tally:
@@ -117,7 +93,7 @@ class _Tally:
 async def test_a_connect_says_open_or_refused_and_never_raises() -> None:
     port = _free_port_on_all()
     assert await connect_once(host=ADDRESSES[B], port=port, timeout_s=0.5) == "refused"
-    async with _kubelet_port(ADDRESSES[B], port):
+    async with kubelet_listener(ADDRESSES[B], port):
         assert await connect_once(host=ADDRESSES[B], port=port, timeout_s=0.5) == "open"
     # TCP to a multicast address: Linux refuses it at once (ENETUNREACH)
     assert await connect_once(host="224.0.0.1", port=port, timeout_s=0.5) == "unreachable"
@@ -128,7 +104,7 @@ async def test_checks_remember_answers_and_confirm_a_death_only_after_the_port_a
     port, clock = _free_port_on_all(), [100.0]
     tally = _Tally()
     checks = HostChecks(port=port, period_s=1.0, events=tally, clock=lambda: clock[0])
-    async with _kubelet_port(ADDRESSES[B], port):
+    async with kubelet_listener(ADDRESSES[B], port):
         await checks.check({B: ADDRESSES[B], A: ADDRESSES[A]})
     assert sorted(tally.results) == ["open", "refused"]
     assert checks.answered_at(B) == 100.0 and checks.answered_at(A) is None
@@ -215,7 +191,7 @@ async def test_a_neighbour_whose_agent_is_down_but_whose_kubelet_port_answers_is
     unconfirmed, so the controller keeps the node on the Lease path."""
     peer_port, kubelet_port = _free_port_on_all(), _free_port_on_all()
     node = _Node(peer_port=peer_port, kubelet_port=kubelet_port)
-    async with _kubelet_port(ADDRESSES[B], kubelet_port):
+    async with kubelet_listener(ADDRESSES[B], kubelet_port):
         await node.until_dead()
     own = node.peers.own
     assert own is not None and B in own.dead and B not in own.alive
@@ -226,7 +202,7 @@ async def test_a_neighbour_whose_agent_is_down_but_whose_kubelet_port_answers_is
 async def test_a_neighbour_whose_kubelet_port_answered_and_then_fell_silent_is_confirmed_dead() -> None:
     peer_port, kubelet_port = _free_port_on_all(), _free_port_on_all()
     node = _Node(peer_port=peer_port, kubelet_port=kubelet_port)
-    async with _kubelet_port(ADDRESSES[B], kubelet_port), \
+    async with kubelet_listener(ADDRESSES[B], kubelet_port), \
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(ADDRESSES[A], 0))) as session:
         await node.peers.run_period(session)  # the port answers once: the check works for h-2
     await node.until_dead()
@@ -241,7 +217,7 @@ async def test_without_an_answer_ever_the_dead_vote_is_unconfirmed(listening: bo
     node = _Node(peer_port=peer_port, kubelet_port=0 if listening else kubelet_port)
     async with contextlib.AsyncExitStack() as stack:
         if listening:  # a kubelet answers, but the agent does not look
-            await stack.enter_async_context(_kubelet_port(ADDRESSES[B], kubelet_port))
+            await stack.enter_async_context(kubelet_listener(ADDRESSES[B], kubelet_port))
         await node.until_dead()
     own = node.peers.own
     assert own is not None and B in own.dead and B not in own.alive

@@ -323,10 +323,10 @@ def exchange(src: PeerExchange, dst: PeerExchange, nonce: str) -> tuple[Any, Any
     for p in (src, dst):
         p.sign_own(now_mono=now)
     request = dst.decode(src.envelope_for(dst.me, now_mono=now, nonce=nonce), sender_allowed=lambda s: s == src.me)
-    dst._absorb(request, now_mono=now, direct=True)
+    dst.absorb(request, now_mono=now, direct=True)
     raw = dst.envelope_for(src.me, now_mono=now, nonce="f" + nonce[1:], reply_to=nonce)
     answer = src.decode(raw, sender_allowed=lambda s: s == dst.me, reply_to=nonce)
-    src._absorb(answer, now_mono=now, direct=True)
+    src.absorb(answer, now_mono=now, direct=True)
     return request, answer
 
 

@@ -26,6 +26,7 @@ from _keys import ring
 
 from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.exchangeserver import ExchangeServer
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.agent.peerserver import REFUSED_ANSWER, KnownSources, PeerServer, PeerServerConfig
 from edgewatch.core.roster import Roster
@@ -59,7 +60,7 @@ class Lab:
         peers = PeerExchange(me=ME, config=agent_config, keyring=ring(ME), membership=FakeMembership(),  # type: ignore[arg-type]
                              metrics=self.metrics, link=SimpleNamespace(up=True))
         app = web.Application()
-        app.router.add_post(EXCHANGE_PATH, peers.handle)
+        app.router.add_post(EXCHANGE_PATH, ExchangeServer(peers=peers).handle)
         app.router.add_get("/healthz", _ok)
         self.server = PeerServer(app=app, config=config, host=HOST, port=self.port, known=lambda a: a in known,
                                  metrics=self.metrics)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -17,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _peers import FixedMembership, close, free_port, peer_exchange, serve
+from _peers import FixedMembership, close, free_port_on, listening, peer_exchange, serve
 from test_verified import B1, B2, Fleet
 
 from edgewatch.agent.config import AgentConfig
@@ -136,29 +134,7 @@ PERIOD_S = 0.2
 
 
 def _free_port_on_all() -> int:
-    while True:
-        port = free_port()
-        try:
-            for address in ADDRESSES.values():
-                with socket.socket() as probe:
-                    probe.bind((address, port))
-            return port
-        except OSError:
-            continue
-
-
-async def _hang_up(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    writer.close()
-
-
-@contextlib.asynccontextmanager
-async def _listening(address: str, port: int) -> AsyncIterator[asyncio.Server]:
-    server = await asyncio.start_server(_hang_up, address, port)
-    try:
-        yield server
-    finally:
-        server.close()
-        await server.wait_closed()
+    return free_port_on(ADDRESSES.values())
 
 
 def _config(node: NodeName, *, peer_port: int, kubelet_port: int) -> AgentConfig:
@@ -183,7 +159,7 @@ async def test_a_killed_neighbour_is_suspected_two_periods_after_its_death_befor
     runner_b, session_b = await serve(b, ADDRESSES[B], peer_port)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            kubelet = await stack.enter_async_context(_listening(ADDRESSES[B], kubelet_port))
+            kubelet = await stack.enter_async_context(listening(ADDRESSES[B], kubelet_port))
             for _ in range(6):  # both alive: s-1 hears s-2 and checks its kubelet port once
                 await asyncio.gather(a.run_period(session_a), b.run_period(session_b))
                 await asyncio.sleep(PERIOD_S)

@@ -21,6 +21,7 @@ from _keys import ring
 from _peers import FixedMembership, free_port, peer_exchange
 
 from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.exchangeserver import ExchangeServer
 from edgewatch.agent.peers import EXCHANGE_PATH, PeerExchange
 from edgewatch.core.protocol import envelope_magic
 from edgewatch.core.types import NodeName
@@ -76,7 +77,7 @@ async def net() -> AsyncIterator[Net]:
     port = free_port()
     me, new, old = _agent(ME, port), _agent(NEW, port), OldPeer()
     runners = []
-    for address, handler in ((ADDRESSES[NEW], new.handle), (ADDRESSES[OLD], old.handle)):
+    for address, handler in ((ADDRESSES[NEW], ExchangeServer(peers=new).handle), (ADDRESSES[OLD], old.handle)):
         app = web.Application()
         app.router.add_post(EXCHANGE_PATH, handler)
         runner = web.AppRunner(app)

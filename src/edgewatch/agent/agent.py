@@ -82,6 +82,7 @@ from edgewatch.agent.config import AgentConfig
 from edgewatch.agent.coordinating import CoordinatorRunner, Target
 from edgewatch.agent.datagrams import LivenessEndpoint
 from edgewatch.waits import stop_task
+from edgewatch.agent.exchangeserver import ExchangeServer
 from edgewatch.agent.exchangeloop import ExchangeLoop
 from edgewatch.agent.identity import IdentityKeeper
 from edgewatch.agent.membership import Membership
@@ -317,7 +318,7 @@ class Agent:
         """The peer port's server (``edgewatch.agent.peerserver``: connection bounds, read deadline)
         with the exchange and the ops endpoints."""
         app = web.Application(client_max_size=self.config.wire.max_bytes + 1024)
-        app.router.add_post(EXCHANGE_PATH, self.peers.handle)
+        app.router.add_post(EXCHANGE_PATH, ExchangeServer(peers=self.peers).handle)
         self.ops.add_routes(app)
         server = PeerServer(app=app, config=self.config.server, host=self.config.listen_address, port=self.config.port,
                             known=KnownSources(membership=self.membership, extra=(self.config.listen_address,)),

@@ -23,16 +23,9 @@ What it is handed: this node's signer, the group and its addresses (:class:`Grou
 link, the beacon holder, the metrics. What it offers: the newest heartbeats (the book), each peer's
 last sign of life (:meth:`PeerExchange.life_sign`), the local verdicts (:meth:`PeerExchange.verdict_of`).
 
-The HTTP server around :meth:`PeerExchange.handle` — connection bounds per source and of
-strangers, the read deadline of a whole request — is ``edgewatch.agent.peerserver``.
-
-Untrusted input: every inbound message goes through ``decode_envelope`` (size limit, MAC over the
-bytes before parsing, schema, receiver, sender bound to the source address = the sender Node's
-InternalIP, reply binding, per-sender replay guard). A rejection is a log line, a metric
-(``edgewatch_agent_messages_received_total{result=<reason>}``) and a 400/403/413 answer; never a
-crash and never a state change. A request refused only by the replay guard (``replayed`` or
-``unconfirmed``: e.g. the first requests of a peer that just restarted) is answered with 409 and our
-own envelope, so the requester's probe of us still succeeds while nothing of its message is used.
+The server side of the exchange (answering a peer's POST) is ``edgewatch.agent.exchangeserver``; the
+HTTP server around it — connection bounds per source and of strangers, the read deadline of a
+whole request — is ``edgewatch.agent.peerserver``.
 
 Clocks: none but this node's monotonic clock. Freshness of a peer's message is proven by the reply
 binding (an answer carries the nonce of our request) or by its per-sender epoch and sequence number
@@ -66,7 +59,6 @@ from edgewatch.core.duties import PeerReport, choose_carrier
 from edgewatch.core.quorum import Decision
 from edgewatch.core.reach import decide_reach
 from edgewatch.core.beacon import BeaconHolder
-from edgewatch.core.ratelimit import RateLimiter
 from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName, Verdict
@@ -89,9 +81,6 @@ EXCHANGE_PATH = "/v1/exchange"
 REFUSED_HEADER = "X-Edgewatch-Refused"
 """Header of a 409 answer: why our request was refused (the body is still the peer's envelope)."""
 
-_FORBIDDEN = frozenset({RejectReason.BAD_SIGNATURE, RejectReason.UNKNOWN_KEY, RejectReason.UNSIGNED,
-                        RejectReason.SENDER_MISMATCH, RejectReason.REPLAYED})
-_GUARD_REASONS = frozenset({RejectReason.REPLAYED, RejectReason.UNCONFIRMED})
 
 
 class GroupView(Protocol):
@@ -135,8 +124,6 @@ class PeerExchange:
         self.rng = rng or random.Random()
         self.beacon = beacon if beacon is not None else BeaconHolder()
         wire = config.wire
-        self.limiter = RateLimiter(rate_per_s=wire.rate_per_source_s, burst=wire.rate_burst)
-        self._limited_logged: dict[str, float] = {}
         self.book = HeartbeatBook(max_origins=wire.book_max_origins)
         self.guard = ReplayGuard(window=wire.replay_window, max_senders=wire.replay_max_senders,
                                  retired_epochs=wire.replay_retired_epochs)
@@ -200,7 +187,7 @@ class PeerExchange:
 
     def record(self, peer: NodeName, *, ok: bool, now: float, datagram: bool = False) -> None:
         """Feed one piece of direct evidence about a group peer into its detector (a success after
-        the peer showed a new incarnation ends an outage, not loss: see ``_absorb``). Evidence
+        the peer showed a new incarnation ends an outage, not loss: see ``absorb``). Evidence
         about a peer that is neither a neighbour nor a contact makes it a contact (a member probing
         us because it lost its neighbours), up to ``wire.max_contacts``. For a peer whose liveness
         datagrams speak for it (``cadence.by_datagram``) only their evidence (``datagram``) reaches the
@@ -220,7 +207,7 @@ class PeerExchange:
         if ok:
             self._restarted.discard(peer)
 
-    def _absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
+    def absorb(self, env: DecodedEnvelope, *, now_mono: float, direct: bool) -> None:
         """Offer an accepted envelope's heartbeats to the book (received now, with the ages they
         came with); count direct/relayed evidence."""
         own = env.own
@@ -452,7 +439,7 @@ class PeerExchange:
             log.debug("%s refused our request (%s) but answered", peer, refused[:40])
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
-        self._absorb(env, now_mono=time.monotonic(), direct=True)
+        self.absorb(env, now_mono=time.monotonic(), direct=True)
         self.cadence.told(peer, (self.incarnation, self.announced), beacon=self.beacon.value, now=time.monotonic())
         return "ok"
 
@@ -543,74 +530,6 @@ class PeerExchange:
         (``BookEntry.heard_at``); None if no heartbeat of it is held."""
         entry = self.book.get(node)
         return entry.heard_at if entry is not None else None
-
-    # -- the server side -------------------------------------------------------------------------------
-
-    async def handle(self, request: web.Request) -> web.Response:
-        """POST /v1/exchange: absorb the sender's envelope and answer with ours."""
-        remote = request.remote or ""
-        now = time.monotonic()
-        if not self.limiter.allow(remote, now=now):
-            self.metrics.messages.labels(result="rate_limited").inc()
-            if now - self._limited_logged.get(remote, -3600.0) >= 60.0:  # one line a minute per source
-                self._limited_logged[remote] = now
-                if len(self._limited_logged) > 1_000:
-                    self._limited_logged.clear()
-                log.warning("peer requests from %s over %g/s: refusing them (429)", remote,
-                            self.config.wire.rate_per_source_s, extra={"kind": "rate_limited", "remote": remote})
-            return web.Response(status=429, text="rate limited\n")
-        limit = self.config.wire.max_bytes
-        if request.content_length is not None and request.content_length > limit:
-            return self._reject(request, "oversized", f"{request.content_length} bytes", status=413)
-        try:
-            raw = await read_body(request.content, limit)
-        except ConnectionError:  # closed under us: by the client, or by the peer server's read deadline
-            return web.Response(status=408, text="request not read in time\n")
-        except web.RequestPayloadError as exc:  # e.g. a broken chunked encoding
-            return self._reject(request, "malformed", f"body: {exc}"[:200], status=400)
-        peer_address = request.remote or ""
-
-        def bound(sender: NodeName) -> bool:
-            # The sender must be a member of our group, talking from its own InternalIP.
-            return sender in self.group and self.membership.address_of(sender) == peer_address
-
-        try:
-            env = self.decode(raw, sender_allowed=bound)
-        except Rejected as exc:
-            if exc.answer_to is not None and exc.reason in _GUARD_REASONS and self.own is not None:
-                # Authentic and from the right address, refused only by the replay guard: answer
-                # anyway (the sender's probe of us is genuine evidence for it), use nothing of it.
-                self._count_refused(request, exc)
-                sender, nonce = exc.answer_to
-                answer = self.envelope_for(sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
-                                           reply_to=nonce, version=exc.answer_version)
-                return web.Response(status=409, body=answer, content_type="application/octet-stream",
-                                    headers={REFUSED_HEADER: exc.reason.value})
-            status = 403 if exc.reason in _FORBIDDEN else 400
-            return self._reject(request, exc.reason.value, exc.detail, status=status)
-        self.metrics.messages.labels(result="accepted").inc()
-        self._absorb(env, now_mono=time.monotonic(), direct=True)
-        if self.own is None:
-            return web.Response(status=503, text="not ready")
-        answer = self.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
-                                   reply_to=env.nonce, version=env.version)  # the request's: its sender reads it
-        self.cadence.told(env.sender, (self.incarnation, self.announced), beacon=self.beacon.value,
-                          now=time.monotonic())
-        return web.Response(body=answer, content_type="application/octet-stream")
-
-    def _count_refused(self, request: web.Request, exc: Rejected) -> None:
-        # An unconfirmed epoch is the normal first second after a peer restarts: not a warning.
-        level = logging.INFO if exc.reason is RejectReason.UNCONFIRMED else logging.WARNING
-        log.log(level, "message from %s refused: %s (%s); answered", request.remote, exc.reason.value, exc.detail,
-                extra={"kind": "rejected", "remote": request.remote, "reason": exc.reason.value})
-        self.metrics.messages.labels(result=exc.reason.value).inc()
-
-    def _reject(self, request: web.Request, reason: str, detail: str, *, status: int) -> web.Response:
-        log.warning("message from %s rejected: %s (%s)", request.remote, reason, detail,
-                    extra={"kind": "rejected", "remote": request.remote, "reason": reason})
-        self.metrics.messages.labels(result=reason).inc()
-        return web.Response(status=status, text=f"rejected: {reason}\n")
-
 
 def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address

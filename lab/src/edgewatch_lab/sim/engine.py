@@ -257,12 +257,12 @@ class Simulation:
             self._exchange_wire(a, b)
             return
         assert sender.own is not None
-        receiver._absorb(_handed(sender.own, a, b), now_mono=self._local(b), direct=True)
+        receiver.absorb(_handed(sender.own, a, b), now_mono=self._local(b), direct=True)
         self.net.count(b)
         if receiver.own is None or not self.net.delivers(b, a):  # not ready yet (503), or the answer lost
             sender.record(b, ok=False, now=self._local(a))
             return
-        sender._absorb(_handed(receiver.own, b, a), now_mono=self._local(a), direct=True)
+        sender.absorb(_handed(receiver.own, b, a), now_mono=self._local(a), direct=True)
 
     def _exchange_wire(self, a: NodeName, b: NodeName) -> None:
         sender, receiver = self.nodes[a].agent, self.nodes[b].agent
@@ -277,7 +277,7 @@ class Simulation:
                 return
             reply_to = exc.answer_to[1]  # refused by the replay guard only: answered anyway (409)
         else:
-            receiver._absorb(env, now_mono=self._local(b), direct=True)
+            receiver.absorb(env, now_mono=self._local(b), direct=True)
             reply_to = env.nonce
         if receiver.own is None:  # its first period has not come yet: 503
             sender.record(b, ok=False, now=self._local(a))
@@ -293,7 +293,7 @@ class Simulation:
         except Rejected:
             sender.record(b, ok=False, now=self._local(a))
             return
-        sender._absorb(back, now_mono=self._local(a), direct=True)
+        sender.absorb(back, now_mono=self._local(a), direct=True)
 
     # -- cloud: uploads and the controller's count ------------------------------------------------
 
