@@ -144,7 +144,9 @@ def test_builtin_scenario_meets_its_expectations(name: str, baseline: bool, bina
         refused = [a for a in alerts if a["alertname"] == "EdgewatchEvidenceRefused"]
         assert not refused, f"{name}: evidence refused: {refused}"
     failed = [f"{e.description}: {e.detail}" for e in result.expectations if not e.passed]
-    assert not failed, f"{name}: " + "; ".join(failed) + f" (logs: {result.logs[:1]})"
+    blind = result.report.get("observer_errors", [])
+    assert not failed, (f"{name}: " + "; ".join(failed) + f" (logs: {result.logs[:1]}; the observer's "
+                        f"failed polls: {len(blind)}, first {blind[:3]})")
     if not baseline:
         assert result.install["method"] == method, f"{name}: installed {result.install}, not with {method}"
         if method == "helm":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -53,7 +54,21 @@ def cluster(binaries) -> Iterator[PlaygroundCluster]:  # type: ignore[no-untyped
         yield c
 
 
+def _exists(c: PlaygroundCluster, kind: str, name: str, namespace: str) -> bool:
+    assert c.cp is not None
+    try:
+        c.cp.kubectl("get", kind, name, "-n", namespace, "-o", "name")
+    except subprocess.CalledProcessError:  # not there yet (or a failed read): poll again
+        return False
+    return True
+
+
 def test_a_stolen_token_cannot_write_a_verdict_or_another_nodes_objects(cluster: PlaygroundCluster) -> None:
+    # The objects under attack must exist first: a patch of a missing object is a 404 whether or
+    # not the policy would refuse it. (EdgeHealthy can be True on the others' evidence before
+    # a-2's agent wrote its own Lease.)
+    wait(lambda: _exists(cluster, "lease", "a-2", IDENTITY_NAMESPACE)
+         and _exists(cluster, "configmap", "a-2", IDENTITY_NAMESPACE), 60, "a-2's evidence Lease and key record")
     attacker = Attacker(cluster)
 
     async def attempts() -> list[str]:

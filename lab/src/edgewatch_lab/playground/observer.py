@@ -63,7 +63,9 @@ class NodeView:
     state: str = "normal"
     ready: str = "?"
     edge: str = "-"
-    pods: int = 0
+    #: Pods bound to the node (not being deleted) at the last successful poll; None: no poll
+    #: has succeeded yet (not "no pods").
+    pods: int | None = None
     taints: frozenset[str] = frozenset()
     delegate: str = "-"
 
@@ -110,8 +112,9 @@ class Observer:
                 EndpointSlice, namespace=self.namespace, labels={"kubernetes.io/service-name": self.service})]
             pods = [p async for p in self.client.list(Pod, namespace=self.namespace)]
             leases = [x async for x in self.client.list(Lease, namespace=NODE_LEASE_NAMESPACE)]
-        except API_ERRORS:
+        except API_ERRORS as exc:
             self.errors += 1
+            self.recording.observer_errors.append((self.now(), f"{type(exc).__name__}: {exc}"[:200]))
             return
         t = self.now()
         marks: dict[str, list[str]] = {}

@@ -232,6 +232,9 @@ class Recording:
     #: deleting the install and ``edgewatch uninstall`` printed and took, and what of edgewatch was
     #: left at the end (``left``); None: no uninstall step ran.
     uninstall: dict[str, Any] | None = None
+    #: ``(t, "what failed")`` for each of the observer's polls that failed (an API error or a
+    #: timeout): what happened then is missing from this recording.
+    observer_errors: list[tuple[float, str]] = field(default_factory=list)
 
     def add_node(self, name: str, pool: str) -> NodeRecord:
         rec = self.nodes[name] = NodeRecord(name=name, pool=pool)
@@ -266,6 +269,7 @@ class Recording:
             nodes[name] = NodeRecord(**rec)
         data = dict(data)
         data["live_ready"] = [(float(t), int(n)) for t, n in data.get("live_ready", [])]
+        data["observer_errors"] = [(float(t), str(w)) for t, w in data.get("observer_errors", [])]
         data["coordinators"] = {pool: CoordinatorSeries(**{k: [list(r) for r in v] for k, v in series.items()})
                                 for pool, series in data.get("coordinators", {}).items()}
         data["statefulsets"] = {name: StatefulSetSeries(node=series["node"], pods=[dict(e) for e in series["pods"]])

@@ -351,7 +351,7 @@ class ScenarioPlayer:
             short = ",".join(sorted(x.replace("node.kubernetes.io/", "").replace("edgewatch.io/", "ew/")
                                     for x in v.taints)) or "-"
             table.add_row(name, rec.pool, Text(v.state, style=STATE_STYLE.get(v.state, "")), v.ready, v.edge,
-                          str(v.pods), str(len(rec.evictions)), short)
+                          "?" if v.pods is None else str(v.pods), str(len(rec.evictions)), short)
         lines = [Text(f"  t={f['t']:6.1f}  {f['action']}  "
                       f"{' '.join(str(v) for k, v in f.items() if k not in ('t', 'action', 'done_at'))}")
                  for f in self.recording.faults[-6:]]
