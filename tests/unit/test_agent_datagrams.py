@@ -215,3 +215,72 @@ async def test_a_taken_port_is_retried_and_never_fatal(monkeypatch: pytest.Monke
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert a._transport is None  # noqa: SLF001 - closed on the way out
+
+
+# -- statement datagrams ---------------------------------------------------------------------------------
+
+class Sink:
+    def __init__(self) -> None:
+        self.got: list[tuple[NodeName, bytes, float, int]] = []
+
+    def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
+        self.got.append((peer, statement, age_s, epoch))
+
+
+class StatementTally(Tally):
+    def __init__(self) -> None:
+        super().__init__()
+        self.statements_sent = 0
+
+    def statement_datagram_sent(self) -> None:
+        self.statements_sent += 1
+
+
+def _statement(key: bytes, *, epoch: int, echo_epoch: int, echo: int, body: bytes = b'{"v":4}', kind: int = 0x80,
+               domain: bytes = b"edgewatch/statement-datagram/v6", age_ms: int = 250) -> bytes:
+    """A statement datagram laid out by hand (docs: edgewatch.core.statementdatagram)."""
+    head = struct.pack(">BBHIIII", 6, kind, 0, epoch, echo_epoch, echo, age_ms) + body
+    return head + hmac.new(key, domain + b"\x00" + head, hashlib.sha256).digest()[:16]
+
+
+async def test_statement_datagrams_authentic_and_recent_reach_the_sink_and_nothing_else_does() -> None:
+    from edgewatch.core.pairkey import derive_pair_keys
+
+    port = _free_udp_port()
+    xa, xb = ExchangeKey.derived_from(NodeKey.generate()), ExchangeKey.derived_from(NodeKey.generate())
+    ta, tb, sink = StatementTally(), StatementTally(), Sink()
+    a = LivenessEndpoint(me=A, key=xa, keys=Keys({B: xb.public_raw}), host=ADDR[A], port=port, events=ta)
+    b = LivenessEndpoint(me=B, key=xb, keys=Keys({A: xa.public_raw}), host=ADDR[B], port=port, events=tb,
+                         statements=sink)
+    await a.start()
+    await b.start()
+    try:
+        assert not a.push_statement(B, b'{"v":4}', age_s=0.0)  # not heard b-2 yet
+        await _periods(a, b, 8)
+        assert a.push_statement(B, b'{"v":4}', age_s=0.25) and ta.statements_sent == 1
+        await asyncio.sleep(0.05)
+        assert [(p, s, age) for p, s, age, _ in sink.got] == [(A, b'{"v":4}', 0.25)]
+        # a-1 compromised: it holds the a-1 -> b-2 key and b-2's seqs it has heard
+        a_to_b = derive_pair_keys(me=A, my_key=xa, peer=B, peer_public_raw=xb.public_raw).send
+        b_to_a = derive_pair_keys(me=B, my_key=xb, peer=A, peer_public_raw=xa.public_raw).send
+        session = a._sessions[B]  # what a-1 has heard of b-2: its epoch and highest seq
+        recent = {"epoch": session.my_epoch, "echo_epoch": session.their_epoch, "echo": session.high}
+        before = dict(tb.received)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((ADDR[A], 0))
+            s.sendto(_statement(a_to_b, **{**recent, "echo": session.high - 5}), (ADDR[B], port))  # recorded earlier
+            s.sendto(_statement(a_to_b, **{**recent, "echo_epoch": session.their_epoch ^ 1}), (ADDR[B], port))
+            s.sendto(_statement(a_to_b, **recent, domain=b"edgewatch/liveness/v6"), (ADDR[B], port))
+            s.sendto(_statement(b_to_a, **recent), (ADDR[B], port))                   # b-2's own, reflected
+            s.sendto(_statement(a_to_b, **recent, kind=0x81), (ADDR[B], port))
+            s.sendto(_statement(a_to_b, **recent, body=b"x" * 1_200), (ADDR[B], port))
+            s.sendto(_statement(a_to_b, **recent, body=b'{"v":5}'), (ADDR[B], port))  # authentic, recent
+        await asyncio.sleep(0.1)
+        new = {k: tb.received[k] - before.get(k, 0) for k in tb.received if tb.received[k] != before.get(k, 0)}
+        assert new == {"stale_echo": 2, "bad_signature": 2, "malformed": 1, "oversized": 1, "statement": 1}
+        assert [s for _, s, _, _ in sink.got] == [b'{"v":4}', b'{"v":5}']
+        await _periods(a, b, 1)  # liveness goes on
+        assert b.alive_within(1) == {A}
+    finally:
+        a.close()
+        b.close()

@@ -176,8 +176,9 @@ class Agent:
 
     def __init__(self, name: NodeName, port: int, *, group: dict[NodeName, str], refresh_s: float = 10.0,
                  anti_entropy_s: float = 60.0, datagrams: bool = True,
-                 exchange_key: ExchangeKey | None = None) -> None:
+                 exchange_key: ExchangeKey | None = None, push: bool = True) -> None:
         self.name = name
+        self.push = push
         self.port = port
         self.config = AgentConfig(
             node=name, identity_file=Path("/nonexistent"), listen_address=group[name], port=port,
@@ -197,7 +198,8 @@ class Agent:
         if self.exchange_key is not None:
             view = type("Keys", (), {"exchange_key_of": staticmethod(lambda n: keys.get(n))})()
             self.liveness = LivenessEndpoint(me=self.name, key=self.exchange_key, keys=view,
-                                             host=ADDRESSES[self.name], port=self.port, events=self.datagrams)
+                                             host=ADDRESSES[self.name], port=self.port, events=self.datagrams,
+                                             statements=self.peers)
             await self.liveness.start()
 
     async def stop(self) -> None:
@@ -208,7 +210,8 @@ class Agent:
     async def period(self) -> None:
         """What ``ExchangeLoop.run`` does in one period, without the kubelet and the cloud."""
         assert self.session is not None
-        await self.peers.run_period(self.session, proofs=self.liveness)
+        await self.peers.run_period(self.session, proofs=self.liveness,
+                                    pusher=self.liveness if self.push else None)
         if self.liveness is not None:
             self.liveness.send({p: ADDRESSES[p] for p in self.peers.last_targets},
                                statement=self.peers.announced, kubelet_ok=True, cloud_ok=True)
@@ -228,6 +231,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.sent = 0
+        self.statements_sent = 0
         self.received: collections.Counter[str] = collections.Counter()
 
     def datagram_sent(self) -> None:
@@ -235,6 +239,9 @@ class _Tally:
 
     def datagram_received(self, result: str) -> None:
         self.received[result] += 1
+
+    def statement_datagram_sent(self) -> None:
+        self.statements_sent += 1
 
 
 def _free_port_on_all() -> int:

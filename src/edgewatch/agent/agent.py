@@ -167,11 +167,12 @@ class Agent:
                                      state_dir=config.state_dir, events=self.metrics)
         self.identity = IdentityKeeper(client=client, keyring=self.keyring, namespace=config.identity_namespace,
                                        state_dir=config.state_dir, events=self.metrics, exchange_key=self.exchange_key)
-        self.liveness = LivenessEndpoint(me=config.node, key=self.exchange_key, keys=self.identity,
-                                         host=config.listen_address, port=config.port, events=self.metrics)
         news = asyncio.Event()  # the peer exchange wakes the reporter: new suspicions are written at once
         self.peers = PeerExchange(me=config.node, config=config, keyring=self.keyring, membership=self.membership,
                                   metrics=self.metrics, link=self.link, beacon=self.beacon, news=news)
+        self.liveness = LivenessEndpoint(me=config.node, key=self.exchange_key, keys=self.identity,
+                                         host=config.listen_address, port=config.port, events=self.metrics,
+                                         statements=self.peers)
         self.coordinators = CoordinatorRunner(
             node=config.node, url=config.coordinator_url, pool=config.pool, tls=config.coordinator_tls, kube=client,
             registry=self.registry, link=self.link, verdicts=self.peers, signer=self.keyring, settings=self.membership,

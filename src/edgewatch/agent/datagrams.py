@@ -1,5 +1,6 @@
 """The UDP side of the peer port: peer protocol v6's liveness datagrams (``docs/protocol-v6.md``),
-sent to each neighbour every period; the HTTP side carries the signed statements.
+sent to each neighbour every period, and its statement datagrams, pushed when a statement is due;
+the HTTP side carries the statements otherwise (a pull, a fallback probe, a beacon, v5).
 
 What it is for
     Each period the agent sends every peer it exchanges with one 36-byte datagram
@@ -19,6 +20,14 @@ Who a datagram is from
     another's InternalIP), the datagram is tried under each one's key and the MAC says who sent it
     (``address_conflict`` is logged): a member cannot capture another's datagrams, or forge them by
     spoofing its address (it does not hold that pair's key).
+
+Statement datagrams
+    :meth:`LivenessEndpoint.push_statement` sends a peer this node's signed statement in one
+    datagram (:mod:`edgewatch.core.statementdatagram`) MAC'd with the same pair key (another
+    domain), echoing the peer's latest liveness seq; it needs a session that has heard the peer.
+    A received one (any size but 36 bytes) is checked (source, MAC, then an echo of one of this
+    node's last :data:`~edgewatch.core.statementdatagram.STATEMENT_ECHO_WINDOW` seqs) and handed
+    to the :class:`StatementSink` (the peer exchange decodes and verifies the statement).
 
 Sessions
     Each new session with a peer starts with a new random epoch of this node (one per session, not
@@ -53,20 +62,29 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from edgewatch.agent.peerserver import canonical_address
 from edgewatch.core.liveness import DATAGRAM_SIZE, Liveness, PeerSession, open_datagram, seal
 from edgewatch.core.pairkey import ExchangeKey, PairKeys, derive_pair_keys
 from edgewatch.core.rejection import Rejected, RejectReason
+from edgewatch.core.statementdatagram import (
+    MAX_SIZE,
+    STATEMENT_ECHO_WINDOW,
+    StatementDatagram,
+    open_statement,
+    seal_statement,
+)
 from edgewatch.core.types import NodeName
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents", "Proof"]
+_Fields = TypeVar("_Fields", Liveness, StatementDatagram)
+
+__all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents", "Proof", "StatementSink"]
 
 RECEIVE_RESULTS = ("alive", "new", "replayed", "unknown_source", "no_key", "bad_signature", "malformed",
-                   "oversized", "version")
+                   "oversized", "version", "statement", "stale_echo")
 BIND_RETRY_S = 10.0
 """Seconds between two attempts to bind the UDP port after a failure."""
 """Every ``result`` a received datagram is counted under (:meth:`LivenessEvents.datagram_received`)."""
@@ -102,7 +120,21 @@ class LivenessEvents(Protocol):
         ...
 
     def datagram_received(self, result: str) -> None:
-        """One datagram arrived and was judged ``result`` (one of :data:`RECEIVE_RESULTS`)."""
+        """One datagram arrived and was judged ``result`` (one of :data:`RECEIVE_RESULTS`;
+        ``statement``: an authentic, recent statement datagram handed to the sink)."""
+        ...
+
+    def statement_datagram_sent(self) -> None:
+        """One statement datagram was handed to the kernel."""
+        ...
+
+
+class StatementSink(Protocol):
+    """Where authentic statement datagrams go (``edgewatch.agent.peers.PeerExchange``)."""
+
+    def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
+        """``peer`` pushed ``statement`` (its signed heartbeat's JSON, not yet parsed or verified),
+        ``age_s`` seconds old when sent, from its liveness epoch ``epoch``. Must not raise."""
         ...
 
 
@@ -129,12 +161,15 @@ class LivenessEndpoint:
         host: the listen address (the peer port's).
         port: the UDP port, the same number as the peer port's TCP one; also where peers listen.
         events: told of each datagram sent and received (:class:`LivenessEvents`).
+        statements: where authentic statement datagrams go (None: counted and dropped).
         clock: monotonic seconds (tests pass their own).
     """
 
     def __init__(self, *, me: NodeName, key: ExchangeKey, keys: ExchangeKeyView, host: str, port: int,
-                 events: LivenessEvents, clock: Callable[[], float] = time.monotonic) -> None:
+                 events: LivenessEvents, statements: StatementSink | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.me = me
+        self._statements = statements
         self.host, self.port = host, port
         self._key = key
         self._keys = keys
@@ -226,33 +261,75 @@ class LivenessEndpoint:
             transport.sendto(seal(fields, key=pair.send), (address, self.port))
             self._events.datagram_sent()
 
+    def push_statement(self, peer: NodeName, statement: bytes, *, age_s: float) -> bool:
+        """Send ``peer`` this node's signed statement (``statement``: its heartbeat's JSON,
+        ``age_s``: seconds since it was signed) in one statement datagram. False, and nothing sent,
+        without a socket, a pair key, a session that has heard the peer, or room in one datagram
+        (the caller exchanges over HTTP instead)."""
+        transport = self._transport
+        address = self._peers.get(peer)
+        pair = self._pair(peer) if address is not None else None
+        session = self._sessions.get(peer)
+        if transport is None or pair is None or session is None or not session.high or address is None:
+            return False
+        try:
+            fields = StatementDatagram(epoch=session.my_epoch, echo_epoch=session.their_epoch, echo=session.high,
+                                       age_ms=min(0xFFFFFFFF, max(0, round(age_s * 1000))), statement=statement)
+        except ValueError:
+            return False
+        transport.sendto(seal_statement(fields, key=pair.send), (address, self.port))
+        self._events.statement_datagram_sent()
+        return True
+
     def received(self, data: bytes, address: str) -> None:
         """Judge one datagram from ``address`` (never raises for any input)."""
         candidates = self._by_address.get(address)
         if candidates is None:
             self._events.datagram_received("unknown_source")
             return
-        if len(data) != DATAGRAM_SIZE:  # before any key is used
-            self._events.datagram_received(RejectReason.OVERSIZED.value if len(data) > DATAGRAM_SIZE
-                                           else RejectReason.MALFORMED.value)
+        if len(data) != DATAGRAM_SIZE:  # told apart by size alone, before any key is used
+            if len(data) > MAX_SIZE:
+                self._events.datagram_received(RejectReason.OVERSIZED.value)
+                return
+            self._statement(candidates, data)
             return
         if len(candidates) > 1 and address not in self._conflicts_logged:
             self._conflicts_logged.add(address)
             log.warning("the roster gives %s one address, %s: their datagrams are told apart by their keys",
                         ", ".join(candidates), address, extra={"kind": "address_conflict", "remote": address})
+        opened = self._authentic(candidates, data, lambda raw, key: open_datagram(raw, key=key))
+        if opened is not None:
+            self._admit(*opened)
+
+    def _authentic(self, candidates: tuple[NodeName, ...], data: bytes,
+                   opener: Callable[[bytes, bytes], _Fields]) -> tuple[NodeName, _Fields] | None:
+        """The first of ``candidates`` under whose receive key ``opener`` accepts ``data``, with
+        the fields; None (counted under the last refusal, or ``no_key``) if none does."""
         reason = "no_key"
         for peer in candidates:
             pair = self._pair(peer)
             if pair is None:
                 continue
             try:
-                fields = open_datagram(data, key=pair.receive)
+                return peer, opener(data, pair.receive)
             except Rejected as exc:
                 reason = exc.reason.value
-                continue
-            self._admit(peer, fields)
-            return
         self._events.datagram_received(reason)
+        return None
+
+    def _statement(self, candidates: tuple[NodeName, ...], data: bytes) -> None:
+        opened = self._authentic(candidates, data, lambda raw, key: open_statement(raw, key=key))
+        if opened is None:
+            return
+        peer, fields = opened
+        session = self._sessions.get(peer)
+        if session is None or not session.echoes_recent(echo_epoch=fields.echo_epoch, echo=fields.echo,
+                                                        echo_window=STATEMENT_ECHO_WINDOW):
+            self._events.datagram_received("stale_echo")
+            return
+        self._events.datagram_received("statement")
+        if self._statements is not None:
+            self._statements.statement_received(peer, fields.statement, age_s=fields.age_s, epoch=fields.epoch)
 
     def _admit(self, peer: NodeName, fields: Liveness) -> None:
         session, admission = self._session(peer).admit(fields)

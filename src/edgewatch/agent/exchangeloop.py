@@ -80,6 +80,10 @@ class LivenessSender(LivenessProofs, Protocol):
         """The peers proven alive by datagram in the last ``seconds`` seconds."""
         ...
 
+    def push_statement(self, peer: NodeName, statement: bytes, *, age_s: float) -> bool:
+        """Send ``peer`` our statement in one datagram (False: it goes by HTTP)."""
+        ...
+
 
 class PoolCoverage(Protocol):
     """The pool coordinator's part in carrying heartbeats (``edgewatch.agent.coordinating``)."""
@@ -199,7 +203,7 @@ class ExchangeLoop:
                         session = peer_session(source)
                     self.peers.kubelet_ok = await self.kubelet_ok(local)
                     decisions = await self.peers.run_period(session, leader=self._pool.pool_leader(),
-                                                            proofs=self._liveness)
+                                                            proofs=self._liveness, pusher=self._liveness)
                     self.send_liveness()
                     self.update_duties()
                     self.export(decisions)

@@ -24,7 +24,11 @@ class AgentMetrics:
             for it succeeded; datagram_missed).
         statement_exchanges: statement exchanges started, by ``reason`` (``v5``: every period to a
             peer the datagrams do not speak for; ``changed``, ``pull``, ``beacon``, ``refresh``,
-            ``fallback``: ``edgewatch.core.cadence``).
+            ``fallback``: ``edgewatch.core.cadence``), whether over HTTP or, for ``changed`` and
+            ``refresh``, pushed one way in a statement datagram.
+        statement_datagrams_sent: those pushed in a statement datagram.
+        statement_datagrams: statements received by datagram, by ``result`` (what the heartbeat
+            book made of them: new, duplicate, older; or a ``RejectReason`` value).
         messages: messages received, by ``result`` (accepted or a ``RejectReason`` value).
         relayed: relayed heartbeats received, by ``result`` (new, duplicate, older or a reason).
         verdict: 1 for the current verdict of each ``node`` (labels node, verdict).
@@ -120,6 +124,13 @@ class AgentMetrics:
                                      registry=registry)
         self.liveness_received = Counter("edgewatch_agent_liveness_datagrams_received",
                                          "Liveness datagrams received, by result.", ["result"], registry=registry)
+        self.statement_datagrams_sent = Counter("edgewatch_agent_statement_datagrams_sent",
+                                                "Statement datagrams sent (a statement pushed instead of an "
+                                                "HTTP exchange).", registry=registry)
+        self.statement_datagrams = Counter("edgewatch_agent_statement_datagrams_received",
+                                           "Statements received by datagram, by what the heartbeat book made "
+                                           "of them (new, duplicate, older) or why refused.", ["result"],
+                                           registry=registry)
         self.liveness_peers_alive = Gauge("edgewatch_agent_liveness_peers_alive",
                                           "Peers proven alive by liveness datagram in the last two periods.",
                                           registry=registry)
@@ -167,6 +178,10 @@ class AgentMetrics:
     def datagram_received(self, result: str) -> None:
         """One liveness datagram was judged ``result`` (``liveness_received``)."""
         self.liveness_received.labels(result=result).inc()
+
+    def statement_datagram_sent(self) -> None:
+        """One statement datagram was sent (``statement_datagrams_sent``)."""
+        self.statement_datagrams_sent.inc()
 
     def cloud_link_changed(self, up: bool) -> None:
         """The own cloud link is now ``up`` (``cloud_link_up``: 1 or 0)."""

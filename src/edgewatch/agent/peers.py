@@ -3,8 +3,10 @@
 
 Every exchange period (1 s) each neighbour proves itself alive by a liveness datagram
 (``agent.datagrams``); the signed statement — this node's kubelet and cloud link, and its vote:
-which peers its failure detector sees alive and dead — travels in an HTTP exchange only when due
-(``edgewatch.core.cadence``), and to a neighbour whose datagram is missing, as a TCP probe. A peer
+which peers its failure detector sees alive and dead — travels only when due
+(``edgewatch.core.cadence``): pushed in one datagram when it changed or for the slow refresh
+(``edgewatch.core.statementdatagram``), else in an HTTP exchange (a pull, a beacon), and to a
+neighbour whose datagram is missing in an HTTP exchange, as a TCP probe. A peer
 without datagrams (an agent older than v6) gets the exchange every period. A target counts alive
 only if it proves itself by datagram or answers with a valid, signed envelope whose own heartbeat
 reports its kubelet healthy.
@@ -36,6 +38,7 @@ binding (an answer carries the nonce of our request) or by its per-sender epoch 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import secrets
@@ -52,7 +55,7 @@ from edgewatch.agent.httpbody import read_body
 from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.ports import CloudLinkView
 from edgewatch.agent.suspecting import Suspicions
-from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence
+from edgewatch.agent.statementcadence import LivenessProofs, StatementCadence, StatementPusher
 from edgewatch.core.cadence import ExchangeReason
 from edgewatch.core.detector import DetectorConfig, PeerDetector
 from edgewatch.core.duties import PeerReport, choose_carrier
@@ -64,6 +67,7 @@ from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.core.versions import PeerVersions
 from edgewatch.core.book import Freshness, HeartbeatBook, select_relays
+from edgewatch.core.heartbeat import decode_heartbeat
 from edgewatch.core.wire import (
     DecodedEnvelope,
     Heartbeat,
@@ -226,6 +230,54 @@ class PeerExchange:
                 continue
             freshness = self.book.offer(result.heartbeat, now=now_mono, age_s=result.age_s)
             self.metrics.relayed.labels(result=str(freshness)).inc()
+
+    def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
+        """A statement ``peer`` pushed by datagram (``agent.datagrams``: authentic under its pair key
+        and recent by its echo), ``age_s`` seconds old when sent, from its liveness ``epoch``:
+        verified (the heartbeat's own signature, its origin the peer, its age within
+        ``heartbeat_max_age_s``) and offered to the book. No detector evidence (its liveness
+        datagrams give that) and no refresh of a statement already held. Counted in
+        ``statement_datagrams``; a refusal is logged. Never raises."""
+        try:
+            if not age_s <= self.config.wire.heartbeat_max_age_s:
+                raise Rejected(RejectReason.STALE, f"a statement {age_s:.1f} s old")
+            try:
+                obj = json.loads(statement)
+            except (ValueError, RecursionError) as exc:
+                raise Rejected(RejectReason.MALFORMED, f"the statement is not JSON: {exc}") from None
+            heartbeat = decode_heartbeat(obj, keyring=self._keyring)
+            if heartbeat.origin != peer:
+                raise Rejected(RejectReason.SENDER_MISMATCH, f"{peer} pushed {heartbeat.origin}'s statement")
+        except Rejected as exc:
+            log.warning("statement datagram from %s refused: %s", peer, exc,
+                        extra={"kind": "rejected", "peer": peer, "reason": str(exc.reason)})
+            self.metrics.statement_datagrams.labels(result=str(exc.reason)).inc()
+            return
+        freshness = self.book.offer(heartbeat, now=time.monotonic(), age_s=age_s)
+        self.metrics.statement_datagrams.labels(result=str(freshness)).inc()
+        if freshness is Freshness.OLDER:
+            return
+        self.cadence.heard_statement(peer, epoch=epoch)
+        direct = self._direct.get(peer)
+        if direct is None or heartbeat.order > direct.order:
+            self._direct[peer] = heartbeat
+
+    def _push(self, due: dict[NodeName, ExchangeReason], *, missed: Collection[NodeName],
+              pusher: StatementPusher | None, now: float) -> None:
+        """Push our statement by datagram to the peers ``due`` a ``changed`` or ``refresh`` exchange
+        whose datagrams speak for them and proved them alive this period; those leave ``due``. A
+        lost push costs the peer's pull (its next datagram from us names a statement it lacks)."""
+        if pusher is None or self.own is None:
+            return
+        body = b""
+        for peer, reason in sorted(due.items()):
+            if reason not in (ExchangeReason.CHANGED, ExchangeReason.REFRESH) or peer in missed \
+                    or peer not in self.cadence.by_datagram:
+                continue
+            body = body or json.dumps(self.own.to_wire(), separators=(",", ":")).encode()
+            if pusher.push_statement(peer, body, age_s=max(0.0, now - self._signed_at)):
+                self.cadence.pushed(peer, (self.incarnation, self.announced), now=now)
+                del due[peer]
 
     # -- the period ----------------------------------------------------------------------------------
 
@@ -444,11 +496,14 @@ class PeerExchange:
         return "ok"
 
     async def run_period(self, session: aiohttp.ClientSession, *, leader: NodeName | None = None,
-                         proofs: LivenessProofs | None = None) -> dict[NodeName, Decision]:
+                         proofs: LivenessProofs | None = None,
+                         pusher: StatementPusher | None = None) -> dict[NodeName, Decision]:
         """One exchange period: choose the targets, judge the datagrams of those they speak for
         (``proofs``; None: v5 only), sign (naming ``leader`` as the carrier if this node is cut off),
-        exchange statements where due (:mod:`edgewatch.core.cadence`; with each peer whose datagram
-        proof is missing too, as a TCP probe) while checking the kubelet port of the neighbours due
+        push our statement by datagram where a ``changed`` or ``refresh`` exchange is due
+        (``pusher``; None: none), exchange statements where due otherwise
+        (:mod:`edgewatch.core.cadence`; with each peer whose datagram proof is missing too, as a
+        TCP probe) while checking the kubelet port of the neighbours due
         (``self.hosts.due``, ``self.suspicions.worth_checking``), record one piece of evidence per
         datagram peer, decide; suspicions are looked at three times (``agent.suspecting``)."""
         now_mono = time.monotonic()
@@ -467,6 +522,7 @@ class PeerExchange:
             due.setdefault(peer, ExchangeReason.FALLBACK)
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
+        self._push(due, missed=missed, pusher=pusher, now=now_mono)
         peers = sorted(due)
         self._suspect(leader=leader, missing=missed)  # on the host checks of earlier periods
         failing = {p for p in missed if self.suspicions.worth_checking(self._detector(p, now_mono))}

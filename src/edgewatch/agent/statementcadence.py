@@ -28,7 +28,7 @@ from edgewatch.core.book import HeartbeatBook, holds
 from edgewatch.core.cadence import ExchangeReason, datagram_success, exchange_reason
 from edgewatch.core.types import NodeName
 
-__all__ = ["PROOF_WINDOW_PERIODS", "Judgement", "LivenessProofs", "Proof", "StatementCadence"]
+__all__ = ["PROOF_WINDOW_PERIODS", "Judgement", "LivenessProofs", "Proof", "StatementCadence", "StatementPusher"]
 
 PROOF_WINDOW_PERIODS = 1.5
 """A peer's datagram proof of life counts as a period's success for this many periods
@@ -64,6 +64,15 @@ class LivenessProofs(Protocol):
 
     def last_proof(self, peer: NodeName) -> Proof | None:
         """``peer``'s latest datagram that proved it alive (None: none yet)."""
+        ...
+
+
+class StatementPusher(Protocol):
+    """Sends a peer our statement in one datagram (``edgewatch.agent.datagrams.LivenessEndpoint``)."""
+
+    def push_statement(self, peer: NodeName, statement: bytes, *, age_s: float) -> bool:
+        """Send ``statement`` (our signed heartbeat's JSON, ``age_s`` seconds old) to ``peer``;
+        False if it cannot go by datagram (the caller exchanges over HTTP)."""
         ...
 
 
@@ -194,6 +203,18 @@ class StatementCadence:
             self._epoch_told[peer] = proof.epoch
         else:
             self._epoch_told.pop(peer, None)
+
+    def pushed(self, peer: NodeName, announced: tuple[int, int], *, now: float) -> None:
+        """Our statement ``announced`` (``(incarnation, seq)``) was pushed to ``peer`` by datagram at
+        ``now``: one way only, so nothing is recorded of theirs or of our beacon. If the datagram
+        is lost, the peer pulls it when our next liveness datagram names it."""
+        self._told[peer] = announced
+        self._exchanged_at[peer] = now
+
+    def heard_statement(self, peer: NodeName, *, epoch: int) -> None:
+        """``peer`` pushed us its statement by datagram from its liveness ``epoch`` (the book took
+        it, or held it): what its proofs of that epoch name is held as after an exchange."""
+        self._epoch_told[peer] = epoch
 
     def retain(self, peers: Collection[NodeName]) -> None:
         """Forget the peers not in ``peers`` (no longer watched)."""

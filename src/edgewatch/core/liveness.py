@@ -195,8 +195,12 @@ class PeerSession:
     def proves_alive(self, fields: Liveness, *, echo_window: int = ECHO_WINDOW) -> bool:
         """True iff ``fields`` echoes this node's current epoch and one of its last ``echo_window``
         sent seqs."""
-        return (fields.echo_epoch == self.my_epoch and fields.echo != 0
-                and self.sent - echo_window < fields.echo <= self.sent)
+        return self.echoes_recent(echo_epoch=fields.echo_epoch, echo=fields.echo, echo_window=echo_window)
+
+    def echoes_recent(self, *, echo_epoch: int, echo: int, echo_window: int = ECHO_WINDOW) -> bool:
+        """True iff ``(echo_epoch, echo)`` names this node's current epoch and one of its last
+        ``echo_window`` sent seqs: whatever carries it was made after this node sent that seq."""
+        return echo_epoch == self.my_epoch and echo != 0 and self.sent - echo_window < echo <= self.sent
 
     def admit(self, fields: Liveness, *, echo_window: int = ECHO_WINDOW) -> tuple[PeerSession, Admission]:
         """Judge an authentic datagram (see the module docstring's freshness rules) and return the

@@ -1,0 +1,158 @@
+"""Statements pushed in one datagram (peer protocol v6): a changed statement and the slow refresh
+go one way by UDP instead of an HTTP exchange; a lost push is pulled; what a compromised member
+can push is verified like any statement.
+
+Two or three real agents' peer exchanges on loopback (their HTTP servers and UDP endpoints on real
+sockets, periods driven as the exchange loop drives them), and :meth:`PeerExchange.statement_received`
+with statements signed here (``sign_heartbeat`` with each node's own test key, or the wrong one)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from _keys import ring
+from _peers import FixedMembership, peer_exchange
+from prometheus_client import CollectorRegistry
+from test_statement_cadence import ADDRESSES, A, B, C, _run, _running
+
+from edgewatch.agent.config import AgentConfig
+from edgewatch.agent.metrics import AgentMetrics
+from edgewatch.agent.peers import PeerExchange
+from edgewatch.core.cadence import ExchangeReason
+from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
+from edgewatch.core.types import Health
+from edgewatch.core.wire import sign_heartbeat
+
+
+def _http_ok(agent) -> float:  # type: ignore[no-untyped-def]
+    return agent.metrics.registry.get_sample_value("edgewatch_agent_probes_total", {"result": "ok"}) or 0.0
+
+
+def _received(agent, result: str) -> float:  # type: ignore[no-untyped-def]
+    value = agent.metrics.registry.get_sample_value("edgewatch_agent_statement_datagrams_received_total",
+                                                    {"result": result})
+    return value or 0.0
+
+
+async def test_a_changed_statement_is_pushed_in_one_datagram_not_an_http_exchange() -> None:
+    async with _running((A, B, C)) as (a, b, c):
+        await _run([a, b, c], 6)
+        assert a.peers.cadence.by_datagram == {B, C}
+        pushes, http_b = a.datagrams.statements_sent, _http_ok(b)
+        await c.stop()
+        for _ in range(25):
+            await _run([a, b], 1)
+            held = b.peers.book.get(A)
+            if held is not None and C in held.heartbeat.dead:
+                break
+        held = b.peers.book.get(A)
+        assert held is not None and C in held.heartbeat.dead  # a-1's vote on a-3 reached a-2 ...
+        assert a.datagrams.statements_sent > pushes            # ... pushed by datagram
+        assert _received(b, "new") >= 1 and b.datagrams.received["statement"] >= 1
+        assert _http_ok(b) == http_b                           # and a-2 opened no HTTP exchange for it
+        assert b.peers.decide(now=asyncio.get_running_loop().time())[A].verdict.value == "healthy"
+
+
+async def test_a_lost_push_is_pulled_over_http_at_the_next_datagram() -> None:
+    async with _running((A, B, C)) as (a, b, c):
+        await _run([a, b, c], 6)
+        assert a.liveness is not None
+        a.liveness.push_statement = lambda peer, statement, *, age_s: True  # type: ignore[method-assign]
+        pulls = b.exchanges(ExchangeReason.PULL.value)
+        await c.stop()
+        for _ in range(25):
+            await _run([a, b], 1)
+            if a.health_of(C) is Health.DEAD:
+                break
+        await _run([a, b], 2)
+        held = b.peers.book.get(A)
+        assert held is not None and C in held.heartbeat.dead
+        assert b.exchanges(ExchangeReason.PULL.value) > pulls  # a-1's datagram named it; a-2 asked
+
+
+async def test_the_refresh_goes_by_datagram_too() -> None:
+    async with _running((A, B), anti_entropy_s=1.0) as (a, b):
+        await _run([a, b], 6)
+        pushes, http = a.datagrams.statements_sent + b.datagrams.statements_sent, _http_ok(a) + _http_ok(b)
+        await _run([a, b], 15)  # at least 3 s: a refresh a second each way
+        assert a.datagrams.statements_sent + b.datagrams.statements_sent - pushes >= 4
+        assert _http_ok(a) + _http_ok(b) - http <= 1
+        assert _received(a, "duplicate") + _received(b, "duplicate") >= 4  # the same statement again
+
+
+async def test_a_push_before_the_peer_was_heard_is_not_sent() -> None:
+    async with _running((A, B)) as (a, b):
+        assert a.liveness is not None
+        assert not a.liveness.push_statement(B, b'{"v":4}', age_s=0.0)  # no session yet: HTTP instead
+        assert a.datagrams.statements_sent == 0
+
+
+# -- what a compromised member can push ------------------------------------------------------------------
+
+def _receiver() -> tuple[PeerExchange, AgentMetrics]:
+    config = AgentConfig(node=B, identity_file=Path("/nonexistent"), listen_address=ADDRESSES[B])
+    metrics = AgentMetrics(CollectorRegistry())
+    peers = peer_exchange(config, membership=FixedMembership({A: ADDRESSES[A], B: ADDRESSES[B], C: ADDRESSES[C]}),
+                          metrics=metrics)
+    return peers, metrics
+
+
+def _json(heartbeat) -> bytes:  # type: ignore[no-untyped-def]
+    return json.dumps(heartbeat.to_wire()).encode()
+
+
+def _count(metrics: AgentMetrics, result: str) -> float:
+    return metrics.registry.get_sample_value("edgewatch_agent_statement_datagrams_received_total",
+                                             {"result": result}) or 0.0
+
+
+def test_a_pushed_statement_is_verified_and_bound_to_its_sender() -> None:
+    peers, metrics = _receiver()
+    own = sign_heartbeat(origin=A, incarnation=1, seq=9, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[C],
+                         keyring=ring(A))
+    peers.statement_received(A, _json(own), age_s=0.5, epoch=77)
+    held = peers.book.get(A)
+    assert held is not None and list(held.heartbeat.dead) == [C]
+    assert _count(metrics, "new") == 1
+    peers.statement_received(A, _json(own), age_s=0.5, epoch=77)  # a copy: held already, nothing refreshed
+    assert _count(metrics, "duplicate") == 1
+
+    # a-1 (compromised) pushes a-3's statement as its own, a statement signed with a key not a-3's,
+    # one too old, and bytes that are not a statement: each refused, the book unchanged
+    other = sign_heartbeat(origin=C, incarnation=1, seq=3, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[],
+                           keyring=ring(C))
+    forger = NodeKeyring(node=C, keys=(NodeKey.generate(),), public=PublicKeys())
+    forged = sign_heartbeat(origin=C, incarnation=1, seq=4, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[B],
+                            keyring=forger)
+    old = sign_heartbeat(origin=A, incarnation=1, seq=10, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[B],
+                         keyring=ring(A))
+    peers.statement_received(A, _json(other), age_s=0.0, epoch=77)
+    peers.statement_received(C, _json(forged), age_s=0.0, epoch=5)
+    peers.statement_received(A, _json(old), age_s=peers.config.wire.heartbeat_max_age_s + 1, epoch=77)
+    peers.statement_received(A, b"\x00not json", age_s=0.0, epoch=77)
+    peers.statement_received(A, b"[" * 5000, age_s=0.0, epoch=77)
+    assert _count(metrics, "sender_mismatch") == 1 and _count(metrics, "stale") == 1
+    assert _count(metrics, "malformed") >= 2
+    assert peers.book.get(C) is None and peers.book.get(A).heartbeat.seq == 9
+
+
+@pytest.mark.parametrize("epoch", [1, 0xFFFFFFFF])
+def test_a_push_marks_what_its_epochs_proofs_name_as_held(epoch: int) -> None:
+    peers, _ = _receiver()
+    own = sign_heartbeat(origin=A, incarnation=1, seq=9, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[],
+                         keyring=ring(A))
+    peers.statement_received(A, _json(own), age_s=0.0, epoch=epoch)
+
+    class Proof:
+        at, kubelet_ok, statement = 10.0, True, 9
+
+    Proof.epoch = epoch  # type: ignore[attr-defined]
+    proofs = type("Proofs", (), {"last_proof": staticmethod(lambda peer: Proof if peer == A else None)})()
+    peers.cadence.start_period([A], proofs, now=10.5)
+    assert peers.cadence.holds_theirs(A, peers.book)
+    Proof.epoch = epoch ^ 1  # type: ignore[attr-defined]  # a restarted agent: an exchange first
+    peers.cadence.start_period([A], proofs, now=11.0)
+    assert not peers.cadence.holds_theirs(A, peers.book)
