@@ -264,23 +264,65 @@ async def test_statement_datagrams_authentic_and_recent_reach_the_sink_and_nothi
         a_to_b = derive_pair_keys(me=A, my_key=xa, peer=B, peer_public_raw=xb.public_raw).send
         b_to_a = derive_pair_keys(me=B, my_key=xb, peer=A, peer_public_raw=xa.public_raw).send
         session = a._sessions[B]  # what a-1 has heard of b-2: its epoch and highest seq
+        pushed = {"epoch": session.my_epoch, "echo_epoch": session.their_epoch, "echo": session.high}
+        await _periods(a, b, 1)
+        session = a._sessions[B]
         recent = {"epoch": session.my_epoch, "echo_epoch": session.their_epoch, "echo": session.high}
         before = dict(tb.received)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((ADDR[A], 0))
             s.sendto(_statement(a_to_b, **{**recent, "echo": session.high - 5}), (ADDR[B], port))  # recorded earlier
             s.sendto(_statement(a_to_b, **{**recent, "echo_epoch": session.their_epoch ^ 1}), (ADDR[B], port))
+            s.sendto(_statement(a_to_b, **pushed, body=b'{"v":6}'), (ADDR[B], port))  # a second on one echo
+            s.sendto(_statement(a_to_b, **{**recent, "epoch": session.my_epoch ^ 1, "echo": session.high}),
+                     (ADDR[B], port))  # not its epoch
             s.sendto(_statement(a_to_b, **recent, domain=b"edgewatch/liveness/v6"), (ADDR[B], port))
             s.sendto(_statement(b_to_a, **recent), (ADDR[B], port))                   # b-2's own, reflected
             s.sendto(_statement(a_to_b, **recent, kind=0x81), (ADDR[B], port))
             s.sendto(_statement(a_to_b, **recent, body=b"x" * 1_200), (ADDR[B], port))
             s.sendto(_statement(a_to_b, **recent, body=b'{"v":5}'), (ADDR[B], port))  # authentic, recent
+            s.sendto(_statement(a_to_b, **recent, body=b'{"v":7}'), (ADDR[B], port))  # again on that echo: a flood
         await asyncio.sleep(0.1)
         new = {k: tb.received[k] - before.get(k, 0) for k in tb.received if tb.received[k] != before.get(k, 0)}
-        assert new == {"stale_echo": 2, "bad_signature": 2, "malformed": 1, "oversized": 1, "statement": 1}
+        assert new == {"stale_echo": 4, "unconfirmed": 1, "bad_signature": 2, "malformed": 1, "oversized": 1,
+                       "statement": 1}
         assert [s for _, s, _, _ in sink.got] == [b'{"v":4}', b'{"v":5}']
         await _periods(a, b, 1)  # liveness goes on
         assert b.alive_within(1) == {A}
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_a_silent_peer_gets_a_datagram_every_few_seconds_until_it_speaks_again() -> None:
+    from edgewatch.agent.datagrams import QUIET_AFTER_S, QUIET_EVERY_S
+
+    now = [1000.0]
+    port = _free_udp_port()
+    xa, xb = ExchangeKey.derived_from(NodeKey.generate()), ExchangeKey.derived_from(NodeKey.generate())
+    ta, tb = Tally(), Tally()
+    a = LivenessEndpoint(me=A, key=xa, keys=Keys({B: xb.public_raw}), host=ADDR[A], port=port, events=ta,
+                         clock=lambda: now[0])
+    b = LivenessEndpoint(me=B, key=xb, keys=Keys({A: xa.public_raw}), host=ADDR[B], port=port, events=tb)
+    await a.start()
+    await b.start()
+    try:
+        await _periods(a, b, 3)
+        assert a.alive_within(10) == {B}
+        sent = ta.sent
+        for _ in range(int(QUIET_AFTER_S) + 10):  # b-2 falls silent (its agent died): a-1 alone, a second a period
+            now[0] += 1.0
+            a.send({B: ADDR[B]}, statement=1, kubelet_ok=True, cloud_ok=True)
+        quiet_periods = 10 + 1
+        assert ta.sent - sent <= int(QUIET_AFTER_S) + quiet_periods // int(QUIET_EVERY_S) + 1
+        assert ta.sent - sent >= int(QUIET_AFTER_S) - 1
+        # b-2 speaks again: a-1 sends every period at once, and the echo proves b-2 alive
+        sent = ta.sent
+        b.send({A: ADDR[A]}, statement=1, kubelet_ok=True, cloud_ok=True)
+        await asyncio.sleep(0.05)
+        now[0] += 1.0
+        await _periods(a, b, 2)
+        assert ta.sent - sent == 2 and A in b.alive_within(10) and B in a.alive_within(10)
     finally:
         a.close()
         b.close()

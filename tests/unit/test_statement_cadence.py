@@ -151,7 +151,7 @@ def test_a_new_datagram_epoch_confirms_nothing_before_an_exchange() -> None:
     cadence.start_period([B], _Proofs(a_2=_Proof(at=10.0, statement=40, epoch=111)), now=10.5)
     assert not cadence.holds_theirs(B, book)  # nothing exchanged in this epoch yet
     assert cadence.due([B], announced=(1, 5), book=book, beacon="", now=10.5) == {B: ExchangeReason.CHANGED}
-    cadence.told(B, (1, 5), beacon="", now=10.6)
+    cadence.told(B, (1, 5), beacon="", now=10.6, theirs=1)
     assert cadence.holds_theirs(B, book)
     assert cadence.due([B], announced=(1, 5), book=book, beacon="", now=11.0) == {}
     # its agent restarted: a new epoch, and its new statement number happens to be the held one's
@@ -400,3 +400,15 @@ async def test_a_peer_whose_datagrams_stop_but_answers_over_tcp_is_never_failed(
         assert seen == {Health.ALIVE}
         assert B not in a.peers.cadence.by_datagram and a.exchanges("fallback") >= 3
         assert a.peers.decide(now=asyncio.get_running_loop().time())[B].verdict.value == "healthy"
+
+
+def test_a_peer_judged_dead_is_tried_once_a_refresh_not_every_period() -> None:
+    cadence = StatementCadence(period_s=1.0, refresh_s=10.0, anti_entropy_s=60.0)
+    tried = []
+    for now in range(30):
+        due = {B: ExchangeReason.FALLBACK, C: ExchangeReason.CHANGED}
+        cadence.spare_dead(due, dead={B} if now < 25 else set(), now=float(now))
+        assert C in due  # alive peers are never spared
+        if B in due:
+            tried.append(now)
+    assert tried == [0, 10, 20, 25, 26, 27, 28, 29]  # back every period once no longer dead

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from edgewatch.agent.metrics import AgentMetrics
 from edgewatch.agent.peers import PeerExchange
 from edgewatch.core.cadence import ExchangeReason
 from edgewatch.core.identity import NodeKey, NodeKeyring, PublicKeys
-from edgewatch.core.types import Health
+from edgewatch.core.envelope import encode_envelope
+from edgewatch.core.types import Health, NodeName
 from edgewatch.core.wire import sign_heartbeat
 
 
@@ -156,3 +159,53 @@ def test_a_push_marks_what_its_epochs_proofs_name_as_held(epoch: int) -> None:
     Proof.epoch = epoch ^ 1  # type: ignore[attr-defined]  # a restarted agent: an exchange first
     peers.cadence.start_period([A], proofs, now=11.0)
     assert not peers.cadence.holds_theirs(A, peers.book)
+
+
+class _Proof:
+    def __init__(self, at: float, statement: int, epoch: int) -> None:
+        self.at, self.kubelet_ok, self.statement, self.epoch = at, True, statement, epoch
+
+
+def _proofs(table: dict[NodeName, _Proof]):  # type: ignore[no-untyped-def]
+    return type("Proofs", (), {"last_proof": staticmethod(lambda peer: table.get(peer))})()
+
+
+def test_a_push_does_not_take_the_place_of_a_pull() -> None:
+    """Our statement changed while we lack the neighbour's newest: the exchange that pushes ours
+    would also fetch theirs, so it goes by HTTP, not one way (found by a red team)."""
+    peers, _ = _receiver()
+    now = time.monotonic()
+    peers.book.offer(sign_heartbeat(origin=C, incarnation=1, seq=500, kubelet_ok=True, cloud_ok=True, alive=[C],
+                                    dead=[], keyring=ring(C)), now=now)
+    peers.cadence.start_period([C], _proofs({C: _Proof(now, 501, 7)}), now=now)  # its proof names 501
+    peers.cadence.heard_statement(C, epoch=7, incarnation=1)
+    peers.sign_own(now_mono=now)
+    due = peers.cadence.due([C], announced=(peers.incarnation, peers.announced), book=peers.book, beacon="", now=now)
+    assert due == {C: ExchangeReason.CHANGED}
+    pushed: list[NodeName] = []
+    pusher = type("Pusher", (), {"push_statement": lambda self, p, s, *, age_s: pushed.append(p) or True})()
+    peers._push(due, missed=(), pusher=pusher, now=now)
+    assert pushed == [] and due == {C: ExchangeReason.CHANGED}
+
+
+def test_a_relayed_statement_of_another_incarnation_is_not_what_the_peers_proofs_confirm() -> None:
+    """A compromised a-1 relays a-3's statement from before a-3's restart with a claimed age of 0:
+    the book may take it, but a-3's own datagrams name the statement a-3 gave us itself (its
+    incarnation), so a-2 pulls the real one instead of confirming the old (found by a red team)."""
+    peers, _ = _receiver()
+    old = sign_heartbeat(origin=C, incarnation=1000, seq=700, kubelet_ok=False, cloud_ok=True, alive=[], dead=[C],
+                         keyring=ring(C))
+    new = sign_heartbeat(origin=C, incarnation=2000, seq=600, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[],
+                         keyring=ring(C))
+    peers.statement_received(C, _json(new), age_s=0.0, epoch=42)
+    raw = encode_envelope(sender=A, receiver=B, epoch=1, seq=1, nonce=secrets.token_hex(16),
+                          own=sign_heartbeat(origin=A, incarnation=5, seq=1, kubelet_ok=True, cloud_ok=True,
+                                             alive=[A], dead=[], keyring=ring(A)),
+                          relayed=[(old, 0.0)], keyring=ring(A), version=5)
+    peers.absorb(peers.decode(raw, sender_allowed=lambda s: s == A), now_mono=time.monotonic() + 0.5, direct=True)
+    later = time.monotonic() + 20
+    peers.cadence.start_period([C], _proofs({C: _Proof(later, 600, 42)}), now=later)
+    assert peers.book.get(C).heartbeat.incarnation == 1000  # type: ignore[union-attr]  # the relay took its place
+    assert not peers.cadence.holds_theirs(C, peers.book)
+    due = peers.cadence.due([C], announced=(peers.incarnation, peers.announced), book=peers.book, beacon="", now=later)
+    assert due[C] in (ExchangeReason.PULL, ExchangeReason.CHANGED)  # an exchange (it fetches a-3's own) either way

@@ -26,8 +26,11 @@ Statement datagrams
     datagram (:mod:`edgewatch.core.statementdatagram`) MAC'd with the same pair key (another
     domain), echoing the peer's latest liveness seq; it needs a session that has heard the peer.
     A received one (any size but 36 bytes) is checked (source, MAC, then an echo of one of this
-    node's last :data:`~edgewatch.core.statementdatagram.STATEMENT_ECHO_WINDOW` seqs) and handed
-    to the :class:`StatementSink` (the peer exchange decodes and verifies the statement).
+    node's last :data:`~edgewatch.core.statementdatagram.STATEMENT_ECHO_WINDOW` seqs, higher than
+    the echo of the peer's last statement taken: at most one per datagram this node sent, so a
+    member cannot make a neighbour verify signatures faster than it sends; ``stale_echo``
+    otherwise), it must come from the peer's confirmed epoch (``unconfirmed`` otherwise), and is
+    handed to the :class:`StatementSink` (the peer exchange decodes and verifies the statement).
 
 Sessions
     Each new session with a peer starts with a new random epoch of this node (one per session, not
@@ -38,7 +41,8 @@ Sessions
 Cost
     Per peer per period one 36-byte datagram each way (64 bytes with UDP and IPv4 headers), one
     HMAC-SHA256 to send and one to check; the pair keys are derived once per peer (one X25519 and
-    one HKDF) and again only when the peer's published exchange key changes.
+    one HKDF) and again only when the peer's published exchange key changes. A peer silent for
+    :data:`QUIET_AFTER_S` gets one every :data:`QUIET_EVERY_S` until it speaks again.
 
 Limits
     Datagrams are sent to the peer port number on every peer (the DaemonSet's hostPort, the same on
@@ -84,10 +88,20 @@ _Fields = TypeVar("_Fields", Liveness, StatementDatagram)
 __all__ = ["ExchangeKeyView", "LivenessEndpoint", "LivenessEvents", "Proof", "StatementSink"]
 
 RECEIVE_RESULTS = ("alive", "new", "replayed", "unknown_source", "no_key", "bad_signature", "malformed",
-                   "oversized", "version", "statement", "stale_echo")
+                   "oversized", "version", "statement", "stale_echo", "unconfirmed")
+"""Every ``result`` a received datagram is counted under (:meth:`LivenessEvents.datagram_received`)."""
 BIND_RETRY_S = 10.0
 """Seconds between two attempts to bind the UDP port after a failure."""
-"""Every ``result`` a received datagram is counted under (:meth:`LivenessEvents.datagram_received`)."""
+QUIET_AFTER_S = 20.0
+"""A peer from which nothing authentic arrived for this many seconds (dead, its agent gone, or
+its datagrams filtered) gets a datagram every :data:`QUIET_EVERY_S` instead of every period: a
+dead neighbour cost each of its neighbours 64 bytes a second. Any authentic datagram from it (a
+restarted agent's new epoch) ends the quiet at once, and the next period's datagram to it is the
+one it echoes: a revived peer proves itself alive one round trip after it speaks. (Its failure
+detector is not involved: a peer whose datagrams are filtered but whose TCP exchanges succeed is
+alive to us and quiet to UDP, which is all UDP can do for it.)"""
+QUIET_EVERY_S = 5.0
+"""Seconds between two datagrams to a quiet peer (see :data:`QUIET_AFTER_S`)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +195,9 @@ class LivenessEndpoint:
         self._by_address: dict[str, tuple[NodeName, ...]] = {}
         self._conflicts_logged: set[str] = set()
         self._proofs: dict[NodeName, Proof] = {}
+        self._heard_at: dict[NodeName, float] = {}         # peer -> its last authentic new datagram
+        self._quiet_sent_at: dict[NodeName, float] = {}    # quiet peer -> our last datagram to it
+        self._statement_echo: dict[NodeName, int] = {}     # peer -> the echo of its last statement taken
         self._transport: asyncio.DatagramTransport | None = None
 
     async def start(self) -> None:
@@ -232,6 +249,7 @@ class LivenessEndpoint:
         session = self._sessions.get(peer)
         if session is None:  # a new epoch per session (module docstring)
             session = self._sessions[peer] = PeerSession(peer=peer, my_epoch=1 + secrets.randbelow(0xFFFFFFFF))
+            self._statement_echo.pop(peer, None)  # echoes of the new epoch start again
         return session
 
     # -- one period ------------------------------------------------------------------------------------
@@ -245,15 +263,17 @@ class LivenessEndpoint:
             by_address[address] = by_address.get(address, ()) + (node,)
         self._by_address = by_address
         self._conflicts_logged &= set(by_address)
-        for table in (self._sessions, self._pairs, self._proofs):
+        for table in (self._sessions, self._pairs, self._proofs, self._heard_at, self._quiet_sent_at,
+                      self._statement_echo):
             for gone in [n for n in table if n not in self._peers]:
                 del table[gone]
         transport = self._transport
         if transport is None:
             return
+        now = self._clock()
         for peer, address in self._peers.items():
             pair = self._pair(peer)
-            if pair is None:
+            if pair is None or self._quiet(peer, now):
                 continue
             session, fields = self._session(peer).next_datagram(statement=statement, kubelet_ok=kubelet_ok,
                                                                  cloud_ok=cloud_ok)
@@ -280,6 +300,19 @@ class LivenessEndpoint:
         transport.sendto(seal_statement(fields, key=pair.send), (address, self.port))
         self._events.statement_datagram_sent()
         return True
+
+    def _quiet(self, peer: NodeName, now: float) -> bool:
+        """Whether to skip ``peer`` this period: nothing authentic from it for :data:`QUIET_AFTER_S`
+        (counted from our first datagram of the session) and our last one to it less than
+        :data:`QUIET_EVERY_S` ago."""
+        heard = self._heard_at.setdefault(peer, now)  # a new session: heard "now", not quiet yet
+        if now - heard < QUIET_AFTER_S:
+            self._quiet_sent_at.pop(peer, None)
+            return False
+        if now - self._quiet_sent_at.get(peer, -QUIET_EVERY_S) < QUIET_EVERY_S:
+            return True
+        self._quiet_sent_at[peer] = now
+        return False
 
     def received(self, data: bytes, address: str) -> None:
         """Judge one datagram from ``address`` (never raises for any input)."""
@@ -324,14 +357,20 @@ class LivenessEndpoint:
         peer, fields = opened
         session = self._sessions.get(peer)
         if session is None or not session.echoes_recent(echo_epoch=fields.echo_epoch, echo=fields.echo,
-                                                        echo_window=STATEMENT_ECHO_WINDOW):
+                                                        echo_window=STATEMENT_ECHO_WINDOW) \
+                or fields.echo <= self._statement_echo.get(peer, 0):
             self._events.datagram_received("stale_echo")
             return
+        if not (session.confirmed and fields.epoch == session.their_epoch):
+            self._events.datagram_received("unconfirmed")
+            return
+        self._statement_echo[peer] = fields.echo
         self._events.datagram_received("statement")
         if self._statements is not None:
             self._statements.statement_received(peer, fields.statement, age_s=fields.age_s, epoch=fields.epoch)
 
     def _admit(self, peer: NodeName, fields: Liveness) -> None:
+        self._heard_at[peer] = self._clock()  # authentic (perhaps a copy: it costs bytes only)
         session, admission = self._session(peer).admit(fields)
         self._sessions[peer] = session
         if admission.alive and session.high == fields.seq:  # the newest only: a late one says older things

@@ -98,7 +98,7 @@ class ExchangeServer:
         answer = self.peers.envelope_for(env.sender, now_mono=time.monotonic(), nonce=secrets.token_hex(16),
                                    reply_to=env.nonce, version=env.version)  # the request's: its sender reads it
         self.peers.cadence.told(env.sender, (self.peers.incarnation, self.peers.announced), beacon=self.peers.beacon.value,
-                          now=time.monotonic())
+                                now=time.monotonic(), theirs=env.own.incarnation)
         return web.Response(body=answer, content_type="application/octet-stream")
 
     def _count_refused(self, request: web.Request, exc: Rejected) -> None:

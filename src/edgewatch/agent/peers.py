@@ -66,6 +66,7 @@ from edgewatch.core.signing import Signer
 from edgewatch.core.topology import neighbours
 from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.core.versions import PeerVersions
+from edgewatch.core.admission import ReportThrottle
 from edgewatch.core.book import Freshness, HeartbeatBook, select_relays
 from edgewatch.core.heartbeat import decode_heartbeat
 from edgewatch.core.wire import (
@@ -165,6 +166,7 @@ class PeerExchange:
         self.carrier: NodeName | None = None
         self.periods = 0
         self.last_targets: tuple[NodeName, ...] = ()  # the peers of the last period's exchange
+        self._refusals = ReportThrottle(interval_s=60.0, max_kinds=wire.replay_max_senders)  # refused pushes
 
     # -- evidence ----------------------------------------------------------------------------------
 
@@ -249,15 +251,16 @@ class PeerExchange:
             if heartbeat.origin != peer:
                 raise Rejected(RejectReason.SENDER_MISMATCH, f"{peer} pushed {heartbeat.origin}'s statement")
         except Rejected as exc:
-            log.warning("statement datagram from %s refused: %s", peer, exc,
-                        extra={"kind": "rejected", "peer": peer, "reason": str(exc.reason)})
             self.metrics.statement_datagrams.labels(result=str(exc.reason)).inc()
+            if (count := self._refusals.note(peer, now=time.monotonic())) is not None:  # a line a minute per peer
+                log.warning("statement datagram from %s refused: %s (%d refused since the last line)", peer, exc,
+                            count, extra={"kind": "rejected", "peer": peer, "reason": str(exc.reason)})
             return
         freshness = self.book.offer(heartbeat, now=time.monotonic(), age_s=age_s)
         self.metrics.statement_datagrams.labels(result=str(freshness)).inc()
         if freshness is Freshness.OLDER:
             return
-        self.cadence.heard_statement(peer, epoch=epoch)
+        self.cadence.heard_statement(peer, epoch=epoch, incarnation=heartbeat.incarnation)
         direct = self._direct.get(peer)
         if direct is None or heartbeat.order > direct.order:
             self._direct[peer] = heartbeat
@@ -272,7 +275,8 @@ class PeerExchange:
         body = b""
         for peer, reason in sorted(due.items()):
             if reason not in (ExchangeReason.CHANGED, ExchangeReason.REFRESH) or peer in missed \
-                    or peer not in self.cadence.by_datagram:
+                    or peer not in self.cadence.by_datagram \
+                    or self.cadence.wants_exchange(peer, book=self.book, beacon=self.beacon.value):
                 continue
             body = body or json.dumps(self.own.to_wire(), separators=(",", ":")).encode()
             if pusher.push_statement(peer, body, age_s=max(0.0, now - self._signed_at)):
@@ -492,7 +496,8 @@ class PeerExchange:
         self.metrics.messages.labels(result="accepted").inc()
         self.metrics.probes.labels(result="ok").inc()
         self.absorb(env, now_mono=time.monotonic(), direct=True)
-        self.cadence.told(peer, (self.incarnation, self.announced), beacon=self.beacon.value, now=time.monotonic())
+        self.cadence.told(peer, (self.incarnation, self.announced), beacon=self.beacon.value, now=time.monotonic(),
+                          theirs=env.own.incarnation)
         return "ok"
 
     async def run_period(self, session: aiohttp.ClientSession, *, leader: NodeName | None = None,
@@ -520,6 +525,8 @@ class PeerExchange:
         missed = {j.peer for j in judged if not j.ok}
         for peer in missed:
             due.setdefault(peer, ExchangeReason.FALLBACK)
+        cadence.spare_dead(due, dead={p for p in due if self._detector(p, now_mono).state(now=now_mono)
+                                      is Health.DEAD}, now=now_mono)
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         self._push(due, missed=missed, pusher=pusher, now=now_mono)

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgewatch.core.book import HeartbeatBook, holds
+from edgewatch.core.book import BookEntry, HeartbeatBook, holds
 from edgewatch.core.cadence import ExchangeReason, datagram_success, exchange_reason
 from edgewatch.core.types import NodeName
 
@@ -112,8 +112,10 @@ class StatementCadence:
         self._beacon_told: dict[NodeName, str] = {}           # peer -> our beacon at that exchange
         self._v5_heard_at: dict[NodeName, float] = {}         # peer -> last exchange while not by datagram
         self._epoch_told: dict[NodeName, int] = {}            # peer -> its datagram epoch at that exchange
+        self._incarnation_told: dict[NodeName, int] = {}      # peer -> the incarnation it gave us then
         self._silent: frozenset[NodeName] = frozenset()      # targets whose datagrams fell silent
         self._v5_tried_at: dict[NodeName, float] = {}         # silent peer -> its last v5 probe
+        self._dead_tried_at: dict[NodeName, float] = {}       # peer judged dead -> its last exchange
 
     def start_period(self, targets: Iterable[NodeName], proofs: LivenessProofs | None, *, now: float) -> None:
         """Settle this period's :attr:`by_datagram`: the targets whose datagram proved them alive at
@@ -149,11 +151,23 @@ class StatementCadence:
         """Whether ``book`` holds what ``peer``'s latest proof says it says: a statement at least as
         new as the one it names (``edgewatch.core.book.holds``), fetched while its datagrams had
         that same epoch (16 bits say nothing across a restart of its agent; a new epoch needs one
-        exchange first)."""
+        exchange first), of the incarnation the peer itself gave us then (a statement of another
+        incarnation that a relay put in the book is not what its proofs name)."""
         proof = self._proofs.get(peer)
         held = book.get(peer)
         return (proof is not None and held is not None and self._epoch_told.get(peer) == proof.epoch
+                and self._incarnation_told.get(peer) == held.heartbeat.incarnation
                 and holds(held.heartbeat.seq, proof.statement))
+
+    def wants_exchange(self, peer: NodeName, *, book: HeartbeatBook, beacon: str) -> bool:
+        """Whether an exchange with ``peer`` would do more than hand it our statement: we lack what
+        its proof names (a pull) or it wants our ``beacon``; a push alone would leave that undone."""
+        held = book.get(peer)
+        return not self.holds_theirs(peer, book) or self._beacon_wanted(peer, held, beacon)
+
+    def _beacon_wanted(self, peer: NodeName, held: BookEntry | None, beacon: str) -> bool:
+        return (bool(beacon) and held is not None and not held.heartbeat.cloud_ok
+                and held.heartbeat.beacon != beacon and self._beacon_told.get(peer) != beacon)
 
     def due(self, targets: Iterable[NodeName], *, announced: tuple[int, int], book: HeartbeatBook, beacon: str,
             now: float) -> dict[NodeName, ExchangeReason]:
@@ -171,8 +185,7 @@ class StatementCadence:
                 hold_theirs=self.holds_theirs(peer, book),
                 since_exchange_s=max(0.0, now - self._exchanged_at.get(peer, -math.inf)),
                 refresh_s=self.anti_entropy_s,
-                beacon_wanted=bool(beacon) and held is not None and not held.heartbeat.cloud_ok
-                and held.heartbeat.beacon != beacon and self._beacon_told.get(peer) != beacon)
+                beacon_wanted=self._beacon_wanted(peer, held, beacon))
             if reason is ExchangeReason.V5 and peer in self._silent \
                     and now - self._v5_heard_at.get(peer, -math.inf) > 2 * self.refresh_s:
                 if now - self._v5_tried_at.get(peer, -math.inf) < self.refresh_s:
@@ -189,10 +202,12 @@ class StatementCadence:
         hold = 2 * self.refresh_s
         return any(now - self._v5_heard_at.get(p, -math.inf) <= hold for p in targets if p not in self.by_datagram)
 
-    def told(self, peer: NodeName, announced: tuple[int, int], *, beacon: str, now: float) -> None:
+    def told(self, peer: NodeName, announced: tuple[int, int], *, beacon: str, now: float, theirs: int) -> None:
         """An exchange with ``peer`` succeeded at ``now``: it holds our statement ``announced``
-        (``(incarnation, seq)``) or a later one of the same content, we hold its newest, it was
-        offered our ``beacon``."""
+        (``(incarnation, seq)``) or a later one of the same content, we hold its newest (of
+        incarnation ``theirs``, the statement it gave in this exchange), it was offered our
+        ``beacon``."""
+        self._incarnation_told[peer] = theirs
         if peer not in self.by_datagram:
             self._v5_heard_at[peer] = now
         self._told[peer] = announced
@@ -204,6 +219,21 @@ class StatementCadence:
         else:
             self._epoch_told.pop(peer, None)
 
+    def spare_dead(self, due: dict[NodeName, ExchangeReason], *, dead: Collection[NodeName], now: float) -> None:
+        """Take out of ``due`` each peer of ``dead`` (its failure detector says DEAD: its datagrams
+        and its TCP exchanges failed for seconds) tried less than ``refresh_s`` before ``now``: a
+        dead neighbour got a TCP connection attempt (a ``changed`` or ``fallback`` exchange) every
+        period until its datagrams had been silent for two refreshes. One a refresh still finds a
+        peer back whose datagrams are filtered; a revived agent's datagrams bring it back sooner."""
+        for peer in list(self._dead_tried_at):
+            if peer not in dead:
+                del self._dead_tried_at[peer]
+        for peer in [p for p in due if p in dead]:
+            if now - self._dead_tried_at.get(peer, -math.inf) < self.refresh_s:
+                del due[peer]
+            else:
+                self._dead_tried_at[peer] = now
+
     def pushed(self, peer: NodeName, announced: tuple[int, int], *, now: float) -> None:
         """Our statement ``announced`` (``(incarnation, seq)``) was pushed to ``peer`` by datagram at
         ``now``: one way only, so nothing is recorded of theirs or of our beacon. If the datagram
@@ -211,14 +241,16 @@ class StatementCadence:
         self._told[peer] = announced
         self._exchanged_at[peer] = now
 
-    def heard_statement(self, peer: NodeName, *, epoch: int) -> None:
-        """``peer`` pushed us its statement by datagram from its liveness ``epoch`` (the book took
-        it, or held it): what its proofs of that epoch name is held as after an exchange."""
+    def heard_statement(self, peer: NodeName, *, epoch: int, incarnation: int) -> None:
+        """``peer`` pushed us its statement (of ``incarnation``) by datagram from its liveness
+        ``epoch`` (the book took it, or held it): what its proofs of that epoch name is held as
+        after an exchange."""
         self._epoch_told[peer] = epoch
+        self._incarnation_told[peer] = incarnation
 
     def retain(self, peers: Collection[NodeName]) -> None:
         """Forget the peers not in ``peers`` (no longer watched)."""
         for table in (self._told, self._exchanged_at, self._proofs, self._beacon_told, self._v5_heard_at,
-                      self._epoch_told, self._v5_tried_at):
+                      self._epoch_told, self._v5_tried_at, self._dead_tried_at, self._incarnation_told):
             for peer in [p for p in table if p not in peers]:
                 del table[peer]
