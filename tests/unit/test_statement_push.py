@@ -9,11 +9,11 @@ with statements signed here (``sign_heartbeat`` with each node's own test key, o
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from _keys import ring
 from _peers import FixedMembership, peer_exchange
@@ -104,7 +104,12 @@ def _receiver() -> tuple[PeerExchange, AgentMetrics]:
 
 
 def _json(heartbeat) -> bytes:  # type: ignore[no-untyped-def]
-    return json.dumps(heartbeat.to_wire()).encode()
+    """The heartbeat in the compact form, laid out here as a plain MessagePack list (not with the
+    encoder under test)."""
+    w = heartbeat.to_wire()
+    return msgspec.msgpack.encode([w["v"], w["origin"], w["incarnation"], w["seq"], w["kubelet_ok"], w["cloud_ok"],
+                                   w["alive"], w["dead"], w["carrier"], bytes.fromhex(w["beacon"]),
+                                   bytes.fromhex(w["key_id"]), bytes.fromhex(w["mac"])])
 
 
 def _count(metrics: AgentMetrics, result: str) -> float:
@@ -135,10 +140,12 @@ def test_a_pushed_statement_is_verified_and_bound_to_its_sender() -> None:
     peers.statement_received(A, _json(other), age_s=0.0, epoch=77)
     peers.statement_received(C, _json(forged), age_s=0.0, epoch=5)
     peers.statement_received(A, _json(old), age_s=peers.config.wire.heartbeat_max_age_s + 1, epoch=77)
-    peers.statement_received(A, b"\x00not json", age_s=0.0, epoch=77)
-    peers.statement_received(A, b"[" * 5000, age_s=0.0, epoch=77)
+    peers.statement_received(A, b"\x00not msgpack", age_s=0.0, epoch=77)
+    peers.statement_received(A, b"\x91" * 5000, age_s=0.0, epoch=77)  # nested one-element arrays
+    peers.statement_received(A, _json(own)[:-1], age_s=0.0, epoch=77)
+    peers.statement_received(A, msgspec.msgpack.encode(own.to_wire()), age_s=0.0, epoch=77)  # a map, not the array
     assert _count(metrics, "sender_mismatch") == 1 and _count(metrics, "stale") == 1
-    assert _count(metrics, "malformed") >= 2
+    assert _count(metrics, "malformed") == 4
     assert peers.book.get(C) is None and peers.book.get(A).heartbeat.seq == 9
 
 

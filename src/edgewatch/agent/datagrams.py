@@ -147,7 +147,8 @@ class StatementSink(Protocol):
     """Where authentic statement datagrams go (``edgewatch.agent.peers.PeerExchange``)."""
 
     def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
-        """``peer`` pushed ``statement`` (its signed heartbeat's JSON, not yet parsed or verified),
+        """``peer`` pushed ``statement`` (its signed heartbeat in ``edgewatch.core.compactstatement``'s
+        form, not yet parsed or verified),
         ``age_s`` seconds old when sent, from its liveness epoch ``epoch``. Must not raise."""
         ...
 
@@ -282,7 +283,7 @@ class LivenessEndpoint:
             self._events.datagram_sent()
 
     def push_statement(self, peer: NodeName, statement: bytes, *, age_s: float) -> bool:
-        """Send ``peer`` this node's signed statement (``statement``: its heartbeat's JSON,
+        """Send ``peer`` this node's signed statement (``statement``: its heartbeat, compact form,
         ``age_s``: seconds since it was signed) in one statement datagram. False, and nothing sent,
         without a socket, a pair key, a session that has heard the peer, or room in one datagram
         (the caller exchanges over HTTP instead)."""

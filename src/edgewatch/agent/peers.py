@@ -38,7 +38,6 @@ binding (an answer carries the nonce of our request) or by its per-sender epoch 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import secrets
@@ -68,6 +67,7 @@ from edgewatch.core.types import Health, NodeName, Verdict
 from edgewatch.core.versions import PeerVersions
 from edgewatch.core.admission import ReportThrottle
 from edgewatch.core.book import Freshness, HeartbeatBook, select_relays
+from edgewatch.core.compactstatement import pack_statement, unpack_statement
 from edgewatch.core.heartbeat import decode_heartbeat
 from edgewatch.core.wire import (
     DecodedEnvelope,
@@ -235,19 +235,15 @@ class PeerExchange:
 
     def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
         """A statement ``peer`` pushed by datagram (``agent.datagrams``: authentic under its pair key
-        and recent by its echo), ``age_s`` seconds old when sent, from its liveness ``epoch``:
-        verified (the heartbeat's own signature, its origin the peer, its age within
+        and recent by its echo; ``edgewatch.core.compactstatement``'s form), ``age_s`` seconds old
+        when sent, from its liveness ``epoch``: verified (the heartbeat's own signature, its origin the peer, its age within
         ``heartbeat_max_age_s``) and offered to the book. No detector evidence (its liveness
         datagrams give that) and no refresh of a statement already held. Counted in
         ``statement_datagrams``; a refusal is logged. Never raises."""
         try:
             if not age_s <= self.config.wire.heartbeat_max_age_s:
                 raise Rejected(RejectReason.STALE, f"a statement {age_s:.1f} s old")
-            try:
-                obj = json.loads(statement)
-            except (ValueError, RecursionError) as exc:
-                raise Rejected(RejectReason.MALFORMED, f"the statement is not JSON: {exc}") from None
-            heartbeat = decode_heartbeat(obj, keyring=self._keyring)
+            heartbeat = decode_heartbeat(unpack_statement(statement), keyring=self._keyring)
             if heartbeat.origin != peer:
                 raise Rejected(RejectReason.SENDER_MISMATCH, f"{peer} pushed {heartbeat.origin}'s statement")
         except Rejected as exc:
@@ -278,7 +274,7 @@ class PeerExchange:
                     or peer not in self.cadence.by_datagram \
                     or self.cadence.wants_exchange(peer, book=self.book, beacon=self.beacon.value):
                 continue
-            body = body or json.dumps(self.own.to_wire(), separators=(",", ":")).encode()
+            body = body or pack_statement(self.own)
             if pusher.push_statement(peer, body, age_s=max(0.0, now - self._signed_at)):
                 self.cadence.pushed(peer, (self.incarnation, self.announced), now=now)
                 del due[peer]

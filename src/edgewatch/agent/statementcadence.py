@@ -71,7 +71,7 @@ class StatementPusher(Protocol):
     """Sends a peer our statement in one datagram (``edgewatch.agent.datagrams.LivenessEndpoint``)."""
 
     def push_statement(self, peer: NodeName, statement: bytes, *, age_s: float) -> bool:
-        """Send ``statement`` (our signed heartbeat's JSON, ``age_s`` seconds old) to ``peer``;
+        """Send ``statement`` (our signed heartbeat, compact form, ``age_s`` seconds old) to ``peer``;
         False if it cannot go by datagram (the caller exchanges over HTTP)."""
         ...
 

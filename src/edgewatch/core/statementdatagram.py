@@ -3,10 +3,11 @@ when what it says changes, and as the slow anti-entropy refresh, instead of an H
 
 What it is for
     An HTTP exchange costs a TCP handshake, two sets of headers, an answer and a teardown (about
-    2.5 KB on the wire for a ~500-byte statement in a pool of 5). A statement travels one way: the
-    sender knows what changed, and a receiver that missed the datagram asks for it over HTTP
-    anyway (each liveness datagram names the sender's statement, :mod:`edgewatch.core.cadence`'s
-    ``pull``). So the push is one datagram, and loss costs one period and an exchange.
+    2.5 KB on the wire for a statement of about 390 bytes of JSON, 145 compact, in a pool of 5).
+    A statement travels one way: the sender knows what changed, and a receiver that missed the
+    datagram asks for it over HTTP anyway (each liveness datagram names the sender's statement,
+    :mod:`edgewatch.core.cadence`'s ``pull``). So the push is one datagram of about 180 bytes (210
+    with UDP and IPv4), and loss costs one period and an exchange.
 
 Layout (big-endian; a fixed 20-byte header, the statement, a 16-byte MAC)::
 
@@ -18,14 +19,15 @@ Layout (big-endian; a fixed 20-byte header, the statement, a 16-byte MAC)::
          8    4 echo_epoch   the receiver's liveness epoch the echo belongs to (non-zero)
         12    4 echo         the highest liveness seq the sender has received from the receiver
         16    4 age_ms       milliseconds since the sender signed the statement
-        20    n statement    the signed heartbeat's JSON object, UTF-8 (``Heartbeat.to_wire``)
+        20    n statement    the signed heartbeat (``edgewatch.core.compactstatement``: MessagePack)
       20+n   16 mac          HMAC-SHA256(direction key, domain || 0x00 || bytes 0..19+n), first 16
 
 Any size from :data:`MIN_SIZE` to :data:`MAX_SIZE` other than the liveness datagram's 36 bytes;
 the receiver tells the two apart by size alone, before a key is used, and checks the MAC (its own
 domain, so neither kind's MAC is valid for the other) before reading a field. The header is fixed
-and packed with :mod:`struct`; the statement is the heartbeat's own JSON, parsed and verified
-(Ed25519) only after the MAC matched, by the same decoder as the HTTP exchange's.
+and packed with :mod:`struct`; the statement, in its compact MessagePack form, is parsed and
+verified (Ed25519, over the heartbeat's JSON object rebuilt from it) only after the MAC matched, by
+the same decoder as the HTTP exchange's.
 
 Freshness
     The echo must name one of the receiver's last :data:`STATEMENT_ECHO_WINDOW` liveness seqs in
@@ -36,7 +38,7 @@ Freshness
 
 Limits: pure. One statement per datagram; :data:`MAX_SIZE` (1,200 bytes) keeps it in one IPv4 or
 IPv6 packet on any link of at least 1,280 bytes (RFC 8200's minimum); a larger statement (a
-neighbour list longer than ~30 names) is not pushed and goes by HTTP. Sources: hashicorp/memberlist
+neighbour list longer than ~60 names) is not pushed and goes by HTTP. Sources: hashicorp/memberlist
 (compact UDP messages, state pushed separately from probes); RFC 2104 / RFC 4868 (truncated HMAC).
 """
 
