@@ -57,7 +57,9 @@ def test_a_changed_field_fails_the_origins_signature() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"", b"\xc1", msgspec.msgpack.encode([4, "x"]), msgspec.msgpack.encode({"v": 4}),
-                                 msgspec.msgpack.encode([True] * 12), b"\x91" * 10_000])
+                                 msgspec.msgpack.encode([True] * 12), b"\x91" * 10_000,
+                                 # a str field of invalid UTF-8 (msgspec raises UnicodeDecodeError)
+                                 b"\x9c\x04\xa3\xed\xa0\x80" + b"\x00" * 10])
 def test_anything_else_is_malformed(raw: bytes) -> None:
     with pytest.raises(Rejected) as refused:
         unpack_statement(raw)

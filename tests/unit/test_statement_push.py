@@ -197,8 +197,9 @@ def test_a_push_does_not_take_the_place_of_a_pull() -> None:
 
 def test_a_relayed_statement_of_another_incarnation_is_not_what_the_peers_proofs_confirm() -> None:
     """A compromised a-1 relays a-3's statement from before a-3's restart with a claimed age of 0:
-    the book may take it, but a-3's own datagrams name the statement a-3 gave us itself (its
-    incarnation), so a-2 pulls the real one instead of confirming the old (found by a red team)."""
+    a relay never moves the book to another incarnation, and a-3's own datagrams name the
+    statement a-3 gave us itself (its incarnation), so a held statement of another incarnation is
+    pulled again, not confirmed (found by two red teams)."""
     peers, _ = _receiver()
     old = sign_heartbeat(origin=C, incarnation=1000, seq=700, kubelet_ok=False, cloud_ok=True, alive=[], dead=[C],
                          keyring=ring(C))
@@ -212,7 +213,29 @@ def test_a_relayed_statement_of_another_incarnation_is_not_what_the_peers_proofs
     peers.absorb(peers.decode(raw, sender_allowed=lambda s: s == A), now_mono=time.monotonic() + 0.5, direct=True)
     later = time.monotonic() + 20
     peers.cadence.start_period([C], _proofs({C: _Proof(later, 600, 42)}), now=later)
-    assert peers.book.get(C).heartbeat.incarnation == 1000  # type: ignore[union-attr]  # the relay took its place
+    assert peers.book.get(C).heartbeat.incarnation == 2000  # type: ignore[union-attr]  # the relay moved nothing
+    assert peers.cadence.holds_theirs(C, peers.book)
+    # and were a statement of another incarnation held anyhow, a-3's proofs would not confirm it
+    peers.book.offer(old, now=time.monotonic() + 1, age_s=0.0)
+    assert peers.book.get(C).heartbeat.incarnation == 1000  # type: ignore[union-attr]
     assert not peers.cadence.holds_theirs(C, peers.book)
     due = peers.cadence.due([C], announced=(peers.incarnation, peers.announced), book=peers.book, beacon="", now=later)
     assert due[C] in (ExchangeReason.PULL, ExchangeReason.CHANGED)  # an exchange (it fetches a-3's own) either way
+
+
+def test_a_relayed_heartbeat_never_moves_its_origin_to_another_incarnation() -> None:
+    from edgewatch.core.book import Freshness, HeartbeatBook
+
+    book = HeartbeatBook()
+    current = sign_heartbeat(origin=C, incarnation=2000, seq=5, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[],
+                             keyring=ring(C))
+    before = sign_heartbeat(origin=C, incarnation=1000, seq=9, kubelet_ok=False, cloud_ok=True, alive=[], dead=[C],
+                            keyring=ring(C))
+    later = sign_heartbeat(origin=C, incarnation=3000, seq=1, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[],
+                           keyring=ring(C))
+    assert book.offer(current, now=100.0, age_s=20.0) is Freshness.NEW
+    assert book.offer(before, now=101.0, age_s=0.0, relayed=True) is Freshness.OLDER
+    assert book.offer(later, now=101.0, age_s=0.0, relayed=True) is Freshness.OLDER  # from the origin only
+    assert book.offer(sign_heartbeat(origin=C, incarnation=2000, seq=6, kubelet_ok=True, cloud_ok=True, alive=[C],
+                                     dead=[], keyring=ring(C)), now=102.0, relayed=True) is Freshness.NEW
+    assert book.offer(later, now=103.0, age_s=0.0) is Freshness.NEW  # the origin itself, after its restart

@@ -230,7 +230,7 @@ class PeerExchange:
             if result.heartbeat is None:
                 self.metrics.relayed.labels(result=str(result.reason)).inc()
                 continue
-            freshness = self.book.offer(result.heartbeat, now=now_mono, age_s=result.age_s)
+            freshness = self.book.offer(result.heartbeat, now=now_mono, age_s=result.age_s, relayed=True)
             self.metrics.relayed.labels(result=str(freshness)).inc()
 
     def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:

@@ -115,9 +115,14 @@ class HeartbeatBook:
         """All entries, sorted by origin."""
         return tuple(self._entries[o] for o in sorted(self._entries))
 
-    def offer(self, heartbeat: Heartbeat, *, now: float, age_s: float = 0.0) -> Freshness:
+    def offer(self, heartbeat: Heartbeat, *, now: float, age_s: float = 0.0, relayed: bool = False) -> Freshness:
         """Offer a verified heartbeat received at ``now`` (local seconds) with
-        reported age ``age_s`` (seconds).
+        reported age ``age_s`` (seconds). ``relayed``: it came from another
+        member than its origin, whose age claim alone would order it against
+        a held heartbeat of another incarnation: such a heartbeat never
+        replaces one held (OLDER), so only the origin itself moves its entry
+        to another incarnation (a relay of a statement from before the
+        origin's restart cannot take the place of its current one).
 
         When the book is full, a NEW origin evicts the least recently
         refreshed entry. Raises ValueError if ``now`` is not finite or
@@ -129,6 +134,8 @@ class HeartbeatBook:
         if current is not None:
             if heartbeat.order == current.heartbeat.order:
                 return Freshness.DUPLICATE
+            if relayed and heartbeat.incarnation != current.heartbeat.incarnation:
+                return Freshness.OLDER
             if heartbeat.incarnation == current.heartbeat.incarnation:
                 if heartbeat.seq < current.heartbeat.seq:
                     return Freshness.OLDER

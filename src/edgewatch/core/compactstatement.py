@@ -89,7 +89,7 @@ def unpack_statement(raw: bytes) -> dict[str, object]:
     """
     try:
         c = _DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.MsgspecError, ValueError) as exc:  # ValueError: UnicodeDecodeError of a str field
         raise Rejected(RejectReason.MALFORMED, f"not a compact statement: {exc}") from None
     return {"v": c.v, "origin": c.origin, "incarnation": c.incarnation, "seq": c.seq, "kubelet_ok": c.kubelet_ok,
             "cloud_ok": c.cloud_ok, "alive": c.alive, "dead": c.dead, "carrier": c.carrier,
