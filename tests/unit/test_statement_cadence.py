@@ -401,14 +401,3 @@ async def test_a_peer_whose_datagrams_stop_but_answers_over_tcp_is_never_failed(
         assert B not in a.peers.cadence.by_datagram and a.exchanges("fallback") >= 3
         assert a.peers.decide(now=asyncio.get_running_loop().time())[B].verdict.value == "healthy"
 
-
-def test_a_peer_judged_dead_is_tried_once_a_refresh_not_every_period() -> None:
-    cadence = StatementCadence(period_s=1.0, refresh_s=10.0, anti_entropy_s=60.0)
-    tried = []
-    for now in range(30):
-        due = {B: ExchangeReason.FALLBACK, C: ExchangeReason.CHANGED}
-        cadence.spare_dead(due, dead={B} if now < 25 else set(), now=float(now))
-        assert C in due  # alive peers are never spared
-        if B in due:
-            tried.append(now)
-    assert tried == [0, 10, 20, 25, 26, 27, 28, 29]  # back every period once no longer dead

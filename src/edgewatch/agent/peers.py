@@ -521,8 +521,6 @@ class PeerExchange:
         missed = {j.peer for j in judged if not j.ok}
         for peer in missed:
             due.setdefault(peer, ExchangeReason.FALLBACK)
-        cadence.spare_dead(due, dead={p for p in due if self._detector(p, now_mono).state(now=now_mono)
-                                      is Health.DEAD}, now=now_mono)
         for reason in due.values():
             self.metrics.statement_exchanges.labels(reason=reason.value).inc()
         self._push(due, missed=missed, pusher=pusher, now=now_mono)

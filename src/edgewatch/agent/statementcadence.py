@@ -115,7 +115,6 @@ class StatementCadence:
         self._incarnation_told: dict[NodeName, int] = {}      # peer -> the incarnation it gave us then
         self._silent: frozenset[NodeName] = frozenset()      # targets whose datagrams fell silent
         self._v5_tried_at: dict[NodeName, float] = {}         # silent peer -> its last v5 probe
-        self._dead_tried_at: dict[NodeName, float] = {}       # peer judged dead -> its last exchange
 
     def start_period(self, targets: Iterable[NodeName], proofs: LivenessProofs | None, *, now: float) -> None:
         """Settle this period's :attr:`by_datagram`: the targets whose datagram proved them alive at
@@ -219,21 +218,6 @@ class StatementCadence:
         else:
             self._epoch_told.pop(peer, None)
 
-    def spare_dead(self, due: dict[NodeName, ExchangeReason], *, dead: Collection[NodeName], now: float) -> None:
-        """Take out of ``due`` each peer of ``dead`` (its failure detector says DEAD: its datagrams
-        and its TCP exchanges failed for seconds) tried less than ``refresh_s`` before ``now``: a
-        dead neighbour got a TCP connection attempt (a ``changed`` or ``fallback`` exchange) every
-        period until its datagrams had been silent for two refreshes. One a refresh still finds a
-        peer back whose datagrams are filtered; a revived agent's datagrams bring it back sooner."""
-        for peer in list(self._dead_tried_at):
-            if peer not in dead:
-                del self._dead_tried_at[peer]
-        for peer in [p for p in due if p in dead]:
-            if now - self._dead_tried_at.get(peer, -math.inf) < self.refresh_s:
-                del due[peer]
-            else:
-                self._dead_tried_at[peer] = now
-
     def pushed(self, peer: NodeName, announced: tuple[int, int], *, now: float) -> None:
         """Our statement ``announced`` (``(incarnation, seq)``) was pushed to ``peer`` by datagram at
         ``now``: one way only, so nothing is recorded of theirs or of our beacon. If the datagram
@@ -251,6 +235,6 @@ class StatementCadence:
     def retain(self, peers: Collection[NodeName]) -> None:
         """Forget the peers not in ``peers`` (no longer watched)."""
         for table in (self._told, self._exchanged_at, self._proofs, self._beacon_told, self._v5_heard_at,
-                      self._epoch_told, self._v5_tried_at, self._dead_tried_at, self._incarnation_told):
+                      self._epoch_told, self._v5_tried_at, self._incarnation_told):
             for peer in [p for p in table if p not in peers]:
                 del table[peer]
