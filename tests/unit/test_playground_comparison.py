@@ -10,7 +10,8 @@ from rich.table import Table
 
 from edgewatch_lab.playground import comparison
 from edgewatch_lab.playground.comparison import SUFFIXES, TITLES, markdown, rows, system_of, table
-from edgewatch_lab.playground.report import SUMMARY_ROWS, Recording, build_report
+from edgewatch_lab.playground.report import Recording, build_report
+from edgewatch_lab.playground.summarytable import SUMMARY_ROWS
 
 LABELS = {key: label for label, key in SUMMARY_ROWS}
 

@@ -13,7 +13,8 @@ import pytest
 
 from edgewatch_lab.playground import install
 from edgewatch_lab.playground.checks import check_expectations
-from edgewatch_lab.playground.report import Recording, build_report, summary_rows
+from edgewatch_lab.playground.report import Recording, build_report
+from edgewatch_lab.playground.summarytable import summary_rows
 from edgewatch_lab.playground.scenario import Scenario, load_scenario, parse_scenario
 from edgewatch_lab.playground.statefulsets import StatefulSetSeries, record_pods, statefulset_outcome
 from edgewatch_lab.testing.workload import APP_LABEL, STATEFULSET_LABEL, pinned_statefulset

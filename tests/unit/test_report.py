@@ -18,11 +18,9 @@ from edgewatch_lab.playground.report import (
     Recording,
     build_report,
     down_intervals,
-    format_summary_table,
     last_renewal_before,
-    summary_markdown,
-    summary_rows,
 )
+from edgewatch_lab.playground.summarytable import format_summary_table, summary_markdown, summary_rows
 from edgewatch_lab.playground.scenario import Scenario, parse_scenario
 
 NODES = ["a-1", "a-2", "a-3", "a-4", "a-5"]

@@ -103,7 +103,7 @@ def _receiver() -> tuple[PeerExchange, AgentMetrics]:
     return peers, metrics
 
 
-def _json(heartbeat) -> bytes:  # type: ignore[no-untyped-def]
+def _compact(heartbeat) -> bytes:  # type: ignore[no-untyped-def]
     """The heartbeat in the compact form, laid out here as a plain MessagePack list (not with the
     encoder under test)."""
     w = heartbeat.to_wire()
@@ -121,11 +121,11 @@ def test_a_pushed_statement_is_verified_and_bound_to_its_sender() -> None:
     peers, metrics = _receiver()
     own = sign_heartbeat(origin=A, incarnation=1, seq=9, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[C],
                          keyring=ring(A))
-    peers.statement_received(A, _json(own), age_s=0.5, epoch=77)
+    peers.statement_received(A, _compact(own), age_s=0.5, epoch=77)
     held = peers.book.get(A)
     assert held is not None and list(held.heartbeat.dead) == [C]
     assert _count(metrics, "new") == 1
-    peers.statement_received(A, _json(own), age_s=0.5, epoch=77)  # a copy: held already, nothing refreshed
+    peers.statement_received(A, _compact(own), age_s=0.5, epoch=77)  # a copy: held already, nothing refreshed
     assert _count(metrics, "duplicate") == 1
 
     # a-1 (compromised) pushes a-3's statement as its own, a statement signed with a key not a-3's,
@@ -137,12 +137,12 @@ def test_a_pushed_statement_is_verified_and_bound_to_its_sender() -> None:
                             keyring=forger)
     old = sign_heartbeat(origin=A, incarnation=1, seq=10, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[B],
                          keyring=ring(A))
-    peers.statement_received(A, _json(other), age_s=0.0, epoch=77)
-    peers.statement_received(C, _json(forged), age_s=0.0, epoch=5)
-    peers.statement_received(A, _json(old), age_s=peers.config.wire.heartbeat_max_age_s + 1, epoch=77)
+    peers.statement_received(A, _compact(other), age_s=0.0, epoch=77)
+    peers.statement_received(C, _compact(forged), age_s=0.0, epoch=5)
+    peers.statement_received(A, _compact(old), age_s=peers.config.wire.heartbeat_max_age_s + 1, epoch=77)
     peers.statement_received(A, b"\x00not msgpack", age_s=0.0, epoch=77)
     peers.statement_received(A, b"\x91" * 5000, age_s=0.0, epoch=77)  # nested one-element arrays
-    peers.statement_received(A, _json(own)[:-1], age_s=0.0, epoch=77)
+    peers.statement_received(A, _compact(own)[:-1], age_s=0.0, epoch=77)
     peers.statement_received(A, msgspec.msgpack.encode(own.to_wire()), age_s=0.0, epoch=77)  # a map, not the array
     assert _count(metrics, "sender_mismatch") == 1 and _count(metrics, "stale") == 1
     assert _count(metrics, "malformed") == 4
@@ -154,7 +154,7 @@ def test_a_push_marks_what_its_epochs_proofs_name_as_held(epoch: int) -> None:
     peers, _ = _receiver()
     own = sign_heartbeat(origin=A, incarnation=1, seq=9, kubelet_ok=True, cloud_ok=True, alive=[A], dead=[],
                          keyring=ring(A))
-    peers.statement_received(A, _json(own), age_s=0.0, epoch=epoch)
+    peers.statement_received(A, _compact(own), age_s=0.0, epoch=epoch)
 
     class Proof:
         at, kubelet_ok, statement = 10.0, True, 9
@@ -205,7 +205,7 @@ def test_a_relayed_statement_of_another_incarnation_is_not_what_the_peers_proofs
                          keyring=ring(C))
     new = sign_heartbeat(origin=C, incarnation=2000, seq=600, kubelet_ok=True, cloud_ok=True, alive=[C], dead=[],
                          keyring=ring(C))
-    peers.statement_received(C, _json(new), age_s=0.0, epoch=42)
+    peers.statement_received(C, _compact(new), age_s=0.0, epoch=42)
     raw = encode_envelope(sender=A, receiver=B, epoch=1, seq=1, nonce=secrets.token_hex(16),
                           own=sign_heartbeat(origin=A, incarnation=5, seq=1, kubelet_ok=True, cloud_ok=True,
                                              alive=[A], dead=[], keyring=ring(A)),

@@ -2,7 +2,7 @@
 summary rows of each run's report in one column per system, for the console and for docs/lab.md.
 
 Pure: reads reports (``edgewatch_lab.playground.report.build_report``), never the API. The rows
-are the report's summary rows (``report.SUMMARY_ROWS``), so every cell is a figure the report
+are the report's summary rows (``summarytable.SUMMARY_ROWS``), so every cell is a figure the report
 itself carries and can be reproduced with ``edgewatch playground run SCENARIO --system S``.
 """
 
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgewatch_lab.playground.report import SUMMARY_ROWS, summary_rows
+from edgewatch_lab.playground.summarytable import SUMMARY_ROWS, summary_rows
 
 #: The systems a scenario runs on, in the order they are shown: edgewatch, SuperEdge's
 #: edge-health, stock Kubernetes (the baseline).

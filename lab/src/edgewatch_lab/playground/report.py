@@ -5,8 +5,8 @@ The runner watches the real apiserver during a scenario and fills a :class:`Reco
 
 * :func:`build_report` turns the recording into the JSON report (plain data, see its docstring);
 * ``edgewatch_lab.playground.checks`` judges a report against the scenario's ``expect`` entries;
-* :func:`format_summary_table` / :func:`summary_markdown` put an edgewatch run and a baseline run
-  (stock Kubernetes) side by side.
+* ``edgewatch_lab.playground.summarytable`` puts an edgewatch run and a baseline run (stock
+  Kubernetes) side by side.
 
 Definitions used by the summary (one place, so docs/lab.md and the tests agree):
 
@@ -36,7 +36,6 @@ scale-downs) is the runner's call; this module only stores and counts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,7 +47,6 @@ from edgewatch_lab.playground.statefulsets import StatefulSetSeries, statefulset
 __all__ = [
     "NodeRecord",
     "Recording",
-    "SUMMARY_ROWS",
     "build_report",
     "detection",
     "detection_target",
@@ -56,17 +54,14 @@ __all__ = [
     "during",
     "evictions_after",
     "is_live",
-    "format_summary_table",
     "last_renewal_before",
     "report_end",
     "round_s",
-    "summary_markdown",
-    "summary_rows",
 ]
 
 REPORT_KEYS = ("scenario", "baseline", "system", "timings", "faults", "nodes", "summary", "identities", "service_endpoints",
                "pool_scope_cloud", "live_ready", "node_costs", "coordinators", "statefulsets", "alerts",
-               "rollouts", "uninstall")
+               "rollouts", "uninstall", "observer_errors")
 
 
 def round_s(x: float) -> float:
@@ -393,6 +388,7 @@ def build_report(recording: Recording) -> dict[str, Any]:
             {**a, "labels": dict(a.get("labels") or {})} for a in recording.alerts],
         "rollouts": [dict(r) for r in recording.rollouts],
         "uninstall": None if recording.uninstall is None else dict(recording.uninstall),
+        "observer_errors": [[t, what] for t, what in recording.observer_errors],
     }
     report["summary"] = _summarize(report)
     return report
@@ -506,96 +502,3 @@ def _pool_scope(report: dict[str, Any], keys: tuple[str, ...]) -> int | None:
 def _node_sort_key(name: str) -> tuple:
     pool, _, n = name.rpartition("-")
     return (pool, int(n)) if n.isdigit() else (name, -1)
-
-
-# --------------------------------------------------------------------------------------------------
-# Side-by-side summary
-
-#: (row label, summary key) in display order.
-SUMMARY_ROWS = (
-    ("evictions on live nodes", "evictions_on_live_nodes"),
-    ("endpoint removals on live nodes", "endpoint_removals_on_live_nodes"),
-    ("killed nodes not evicted", "killed_nodes_not_evicted"),
-    ("max detection s", "max_detection_s"),
-    ("max eviction s", "max_eviction_s"),
-    ("uncovered node: kill -> NotReady s", "max_not_ready_after_kill_s"),
-    ("cloud watch bytes, EndpointSlices+Services", "pool_scope_cloud_bytes"),
-    ("cloud watches open on them at the end", "pool_scope_open_watches"),
-    ("StatefulSet pod of a dead node: kill -> Ready elsewhere s", "max_statefulset_move_s"),
-    ("live nodes that went NotReady", "live_nodes_not_ready"),
-    ("false verdicts on live nodes (failed / unhealthy)", "false_verdicts_on_live_nodes"),
-    ("agent CPU per node, % of a core (median)", "agent_cpu_pct"),
-    ("agent RSS per node, MiB (median)", "agent_rss_mib"),
-    ("sent to peers per node per minute: packets", "peer_packets_per_min"),
-    ("sent to peers per node per minute: TCP connections", "peer_connections_per_min"),
-    ("sent to peers per node per minute: KiB", "peer_kib_per_min"),
-    ("sent to the cloud per node per minute: packets", "cloud_packets_per_min"),
-    ("sent to the cloud per node per minute: KiB", "cloud_kib_per_min"),
-)
-#: Rows shown only when one of the runs measured them (reports older than a row lack its key).
-_OPTIONAL_ROWS = ("pool_scope_cloud_bytes", "pool_scope_open_watches", "max_statefulset_move_s",
-                  "live_nodes_not_ready", "false_verdicts_on_live_nodes", "agent_cpu_pct", "agent_rss_mib",
-                  "peer_packets_per_min", "peer_connections_per_min", "peer_kib_per_min",
-                  "cloud_packets_per_min", "cloud_kib_per_min")
-
-
-def _cell(summary: dict[str, Any] | None, key: str) -> str:
-    if summary is None:
-        return "-"
-    v = summary.get(key)
-    if key == "killed_nodes_not_evicted":
-        v = v or []
-        return f"{len(v)} ({', '.join(v)})" if v else "0"
-    if key == "max_statefulset_move_s" and summary.get("statefulsets_not_moved"):
-        return f"never ({', '.join(summary['statefulsets_not_moved'])})"
-    if key in ("max_detection_s", "max_eviction_s", "max_not_ready_after_kill_s", "max_statefulset_move_s"):
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return "-"
-        text = f"{v:.1f}"
-        if key == "max_detection_s" and summary.get("undetected"):
-            text += f" (undetected: {', '.join(summary['undetected'])})"
-        return text
-    if v is None:
-        return "-"
-    if key == "pool_scope_cloud_bytes":
-        return f"{v / 1024:.0f} KiB"
-    return str(v)
-
-
-def summary_rows(edgewatch_report: dict[str, Any] | None,
-                 baseline_report: dict[str, Any] | None) -> list[tuple[str, str, str]]:
-    """``(label, edgewatch cell, stock Kubernetes cell)`` per summary row; a missing run shows ``-``."""
-    ew = edgewatch_report["summary"] if edgewatch_report else None
-    base = baseline_report["summary"] if baseline_report else None
-    rows = [(label, _cell(ew, key), _cell(base, key)) for label, key in SUMMARY_ROWS]
-    optional = {label for label, key in SUMMARY_ROWS if key in _OPTIONAL_ROWS}
-    return [r for r in rows if r[0] not in optional or r[1:] != ("-", "-")]  # shown when measured
-
-
-def _scenario_name(*reports: dict[str, Any] | None) -> str:
-    names = {r["scenario"] for r in reports if r}
-    return ", ".join(sorted(names))
-
-
-def format_summary_table(edgewatch_report: dict[str, Any] | None,
-                         baseline_report: dict[str, Any] | None):
-    """A ``rich.table.Table``: the summary rows, edgewatch | stock Kubernetes."""
-    from rich.table import Table
-
-    name = _scenario_name(edgewatch_report, baseline_report)
-    table = Table(title=f"scenario {name}" if name else None, header_style="bold")
-    table.add_column("")
-    table.add_column("edgewatch", justify="right")
-    table.add_column("stock Kubernetes", justify="right")
-    for row in summary_rows(edgewatch_report, baseline_report):
-        table.add_row(*row)
-    return table
-
-
-def summary_markdown(edgewatch_report: dict[str, Any] | None,
-                     baseline_report: dict[str, Any] | None) -> str:
-    """The same table in Markdown (for docs/lab.md and the README's key results)."""
-    lines = ["| | edgewatch | stock Kubernetes |", "|---|---:|---:|"]
-    for label, a, b in summary_rows(edgewatch_report, baseline_report):
-        lines.append(f"| {label} | {a} | {b} |")
-    return "\n".join(lines) + "\n"
