@@ -236,8 +236,8 @@ class PeerExchange:
     def statement_received(self, peer: NodeName, statement: bytes, *, age_s: float, epoch: int) -> None:
         """A statement ``peer`` pushed by datagram (``agent.datagrams``: authentic under its pair key
         and recent by its echo; ``edgewatch.core.compactstatement``'s form), ``age_s`` seconds old
-        when sent, from its liveness ``epoch``: verified (the heartbeat's own signature, its origin the peer, its age within
-        ``heartbeat_max_age_s``) and offered to the book. No detector evidence (its liveness
+        when sent, from its liveness ``epoch``: verified (the heartbeat's own signature, its origin
+        the peer, its age within ``heartbeat_max_age_s``) and offered to the book. No detector evidence (its liveness
         datagrams give that) and no refresh of a statement already held. Counted in
         ``statement_datagrams``; a refusal is logged. Never raises."""
         try:
