@@ -146,8 +146,8 @@ class ScenarioPlayer:
         await create_until_done(self.client, sample_service(namespace=WORKLOAD_NAMESPACE), timeout_s=60)
         if self.proxies.dns_nodes:  # what CoreDNS answers with the pods' addresses
             await create_until_done(self.client, sample_headless_service(namespace=WORKLOAD_NAMESPACE), timeout_s=60)
-        await create_until_done(self.client, sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas),
-                                timeout_s=60)
+        deployment = sample_deployment(namespace=WORKLOAD_NAMESPACE, replicas=replicas, strict=True)
+        await create_until_done(self.client, deployment, timeout_s=60)
 
         async def serving() -> bool:
             return len(await ready_endpoints(self.client, namespace=WORKLOAD_NAMESPACE, service="sample")) == replicas

@@ -19,9 +19,16 @@ APP_LABEL = {"app": "sample"}
 STATEFULSET_LABEL = "edgewatch-lab/statefulset"
 
 
-def sample_deployment(*, namespace: str, replicas: int, name: str = "sample") -> Deployment:
-    """A Deployment of ``replicas`` pods spread over nodes (topologySpreadConstraints on hostname,
-    ScheduleAnyway so a short cluster still schedules everything)."""
+def sample_deployment(*, namespace: str, replicas: int, name: str = "sample", strict: bool = False) -> Deployment:
+    """A Deployment of ``replicas`` pods spread over nodes by topologySpreadConstraints on hostname.
+
+    By default the spread is a preference (``ScheduleAnyway``), so a short cluster still schedules
+    everything. ``strict=True`` makes it a rule (``DoNotSchedule``, maxSkew 1) over the nodes whose
+    taints the pods do not tolerate left out (``nodeTaintsPolicy: Honor``, Kubernetes' "Pod Topology
+    Spread Constraints"): every schedulable node then gets its share, which a scenario that kills a
+    node needs (the scheduler's other scores, image locality and free resources, once left a real node
+    with no pods under the preference), while a dead or cut-off node, tainted, does not block the
+    replacements."""
     return Deployment.from_dict({
         "metadata": {"name": name, "namespace": namespace, "labels": APP_LABEL},
         "spec": {
@@ -33,7 +40,9 @@ def sample_deployment(*, namespace: str, replicas: int, name: str = "sample") ->
                     "terminationGracePeriodSeconds": 1,
                     "topologySpreadConstraints": [{
                         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": APP_LABEL},
+                        "whenUnsatisfiable": "DoNotSchedule" if strict else "ScheduleAnyway",
+                        "labelSelector": {"matchLabels": APP_LABEL},
+                        **({"nodeTaintsPolicy": "Honor"} if strict else {}),
                     }],
                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10.2",
                                     "imagePullPolicy": "IfNotPresent",
