@@ -30,7 +30,7 @@ from edgewatch.controller.model import (
     VerifiedVerdict,
 )
 from edgewatch.controller.verified import VerifiedEdge
-from edgewatch.controller.views import challenge_deadline
+from edgewatch.controller.views import challenge_deadline, challenged_verdict, lease_grace_s
 from edgewatch.core.identity import NodeKey
 from edgewatch.core.evidence import Statement
 from edgewatch.core.types import NodeName, Verdict
@@ -108,6 +108,26 @@ def test_an_unanswered_challenge_fails_a_node_its_peers_see_dead_before_its_rene
     assert after.unreachable_since is not None and after.unreachable_since <= T0 + 5.4
 
 
+def test_a_node_challenged_after_its_renewal_went_overdue_is_failed_at_the_deadline_not_before() -> None:
+    """The renewal went overdue just before the peers' suspicions landed: the challenge is still
+    owed its time (no FAILED before the deadline), and the plan comes back at the deadline."""
+    lease = own_lease(T0)
+    grace = lease_grace_s(lease=lease, config=CFG)
+    challenge = ChallengeSnapshot(issued_at=T0 + grace + 0.5, deadline=T0 + grace + 2.0, since=T0 + grace + 0.2)
+
+    def at(now: float):  # type: ignore[no-untyped-def]
+        counted = VerifiedVerdict(verdict=Verdict.HEALTHY, since=T0, counted_at=T0 + grace + 0.9)  # suspected only
+        verdict = challenged_verdict(verdict=counted, challenge=challenge, lease=lease, seen_alive=False, now=now,
+                                     grace_s=grace)
+        return plan(node=node(), lease=lease, verdict=verdict, now=now, config=CFG, challenge=challenge)
+
+    before = at(T0 + grace + 1.0)
+    assert before.cloud is CloudView.LOST and before.state is not NodeState.FAILED
+    assert before.requeue_after_s is not None and before.requeue_after_s <= 1.0 + 1e-6
+    after = at(T0 + grace + 2.0)
+    assert after.edge is EdgeView.UNHEALTHY and after.state is NodeState.FAILED, after.explanation
+
+
 def test_no_out_of_service_taint_on_an_unanswered_challenge_alone() -> None:
     """Force-detaching volumes waits for the Lease itself to go overdue."""
     lease = own_lease(T0)
@@ -173,8 +193,8 @@ def statement(origin: str, *, at: float, kubelet_ok: bool = True, incarnation: i
 class Planned:
     """Just what ``Challenges.consider`` reads of a plan."""
 
-    def __init__(self, cloud: CloudView, edge: EdgeView) -> None:
-        self.cloud, self.edge = cloud, edge
+    def __init__(self, cloud: CloudView, edge: EdgeView, state: NodeState = NodeState.NORMAL) -> None:
+        self.cloud, self.edge, self.state = cloud, edge, state
 
 
 SUSPECTED = Planned(CloudView.OK, EdgeView.UNHEALTHY)
@@ -232,21 +252,30 @@ def test_an_unanswered_challenge_is_counted_once_and_forgotten_with_the_verdict(
     for now in (3.2, 3.5):
         assert book.snapshot("n1", own=None, now=now) == ChallengeSnapshot(issued_at=1.0, deadline=3.1, since=1.0)
     assert results == ["issued", "unanswered"]
-    ask(book, plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY), episode=1.0, now=4.0)
+    ask(book, plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY, NodeState.FAILED), episode=1.0, now=4.0)
     assert book.snapshot("n1", own=None, now=4.0) is not None  # failed on it: kept while the verdict holds
     ask(book, plan=Planned(CloudView.OK, EdgeView.HEALTHY), episode=9.0, now=10.0)
     assert book.snapshot("n1", own=None, now=10.0) is None
 
 
-def test_no_challenge_when_the_cloud_view_is_not_ok_or_challenges_are_off() -> None:
+def test_no_challenge_when_the_node_is_failed_or_carried_or_challenges_are_off() -> None:
     book = book_of(on_due=lambda _n: None)
-    ask(book, plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY))
+    ask(book, plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY, NodeState.FAILED))  # failed on dead votes
     ask(book, plan=Planned(CloudView.DELEGATED, EdgeView.UNHEALTHY))
     assert book.waiting() == []
     off = Challenges(timeout_s=0.0, on_due=lambda _n: None, incarnation_of=lambda _n: 7)
     off.answers("n1", mark="v1:7")
     ask(off)
     assert off.waiting() == []
+
+
+def test_a_suspected_node_whose_renewal_went_overdue_is_challenged_too() -> None:
+    """Its kubelet's renewal went overdue just before its peers' suspicions landed: asked all the
+    same, so its detection does not fall back to the dead votes' longer wait."""
+    book = book_of(on_due=lambda _n: None)
+    book.consider("n1", Planned(CloudView.LOST, EdgeView.UNKNOWN, NodeState.UNKNOWN),  # type: ignore[arg-type]
+                  episode=100.0, accused=True, now=100.0)
+    assert book.waiting() == ["n1"]
 
 
 def test_only_nodes_whose_group_all_answer_with_their_current_incarnation_are_challenged() -> None:
@@ -289,7 +318,7 @@ def test_a_third_of_the_group_suspected_at_once_gets_no_challenge() -> None:
     ask(book, "n1")
     ask(book, "n2")
     assert book.waiting() == ["n1"]
-    ask(book, "n1", plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY))  # n1 failed: no longer suspected
+    ask(book, "n1", plan=Planned(CloudView.LOST, EdgeView.UNHEALTHY, NodeState.FAILED))  # n1 failed: no longer suspected
     ask(book, "n2", episode=101.0)
     assert book.waiting() == ["n1", "n2"]
 

@@ -257,24 +257,35 @@ def _verdict(v: Verdict) -> VerifiedVerdict:
     return VerifiedVerdict(verdict=v, since=50.0, counted_at=104.0)
 
 
-@pytest.mark.parametrize(("counted", "challenge", "renewed", "seen_alive", "expected"), [
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
-    (None, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
-    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, False, Verdict.UNHEALTHY),
-    (Verdict.HEALTHY, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), None, True, Verdict.HEALTHY),
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, answered=True, since=101.0), None, False,
-     Verdict.UNKNOWN),
-    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0), 102.5, False, Verdict.UNKNOWN),
-    (Verdict.UNKNOWN, None, None, False, Verdict.UNKNOWN),
+_CH = ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0)
+
+
+@pytest.mark.parametrize(("counted", "challenge", "renewed", "now", "seen_alive", "expected"), [
+    (Verdict.UNKNOWN, _CH, None, 104.0, False, Verdict.UNHEALTHY),
+    (None, _CH, None, 104.0, False, Verdict.UNHEALTHY),
+    (Verdict.HEALTHY, _CH, None, 104.0, False, Verdict.UNHEALTHY),
+    (Verdict.HEALTHY, _CH, None, 104.0, True, Verdict.HEALTHY),
+    (Verdict.UNKNOWN, ChallengeSnapshot(issued_at=102.0, deadline=103.5, answered=True, since=101.0), None, 104.0,
+     False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, _CH, 102.5, 104.0, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, None, None, 104.0, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, _CH, 95.0, 103.0, False, Verdict.UNHEALTHY),
+    (Verdict.UNKNOWN, _CH, 90.0, 103.0, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, _CH, None, 103.0, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, _CH, 90.0, 103.5, False, Verdict.UNHEALTHY),
 ], ids=["unrefuted", "never counted", "reach-healthy by its own last word", "a majority names it alive",
-        "answered", "renewed since", "no challenge"])
+        "answered", "renewed since", "no challenge", "before the deadline, renewal fresh",
+        "before the deadline, renewal overdue", "before the deadline, no renewal", "at the deadline, overdue"])
 def test_an_unrefuted_challenge_is_an_unhealthy_verdict_until_answer_renewal_or_a_live_majority(
-        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, seen_alive: bool,
-        expected: Verdict) -> None:
+        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, now: float,
+        seen_alive: bool, expected: Verdict) -> None:
+    """Before its deadline the challenge counts only while the node's own renewal is fresh (grace
+    12 s here): with the renewal overdue the cloud view is LOST already, so an early UNHEALTHY would
+    fail the node before it had its time to answer."""
     lease = None if renewed is None else LeaseSnapshot(renew_time=format_micro_time(renewed), observed_at=renewed,
                                                        duration_s=40.0)
     out = challenged_verdict(verdict=None if counted is None else _verdict(counted), challenge=challenge,
-                             lease=lease, seen_alive=seen_alive)
+                             lease=lease, seen_alive=seen_alive, now=now, grace_s=12.0)
     if counted is None and challenge is None:
         assert out is None
     else:

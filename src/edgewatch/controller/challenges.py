@@ -15,7 +15,9 @@ Why
     (:func:`edgewatch.controller.views.challenge_deadline`) and the table fails the node.
 
 Who is challenged
-    A node whose plan has the cloud view OK and that a strict majority of its peers vote dead or
+    A node not yet failed whose plan has the cloud view OK, or LOST (its kubelet's renewal went
+    overdue before the suspicions landed: without a challenge its detection would wait for the dead
+    votes), and that a strict majority of its peers vote dead or
     *suspect* (``edgewatch.io/suspects`` on their evidence Leases, ``edgewatch.core.suspicion``:
     about 2 s of silence, where a dead vote takes 5 s), once per such episode and at most once per
     :data:`BACKOFF_S`, and only if (:meth:`Challenges.eligible`):
@@ -58,7 +60,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from edgewatch.controller.model import ChallengeSnapshot, CloudView, EdgeView, NodePlan
+from edgewatch.controller.model import ChallengeSnapshot, CloudView, EdgeView, NodePlan, NodeState
 from edgewatch.core.evidence import Statement
 from edgewatch.core.types import is_decimal, is_node_name
 
@@ -132,7 +134,7 @@ class Challenges:
         self._open: dict[str, _Challenge] = {}
         self._answering: dict[str, int] = {}  # node -> the incarnation its answers-challenges mark names
         self._unconfirmed: dict[str, frozenset[str]] = {}  # writer -> the dead votes it cannot confirm
-        self._suspected: set[str] = set()  # nodes planned with the cloud view OK, voted dead or suspected
+        self._suspected: set[str] = set()  # nodes not failed nor carried, voted dead or suspected
         self._last_issued: dict[str, float] = {}  # node -> when it was last challenged
 
     # -- inputs --------------------------------------------------------------------------------------
@@ -175,10 +177,11 @@ class Challenges:
                  accused: bool = False) -> None:
         """Look at ``node``'s new plan at ``now`` (controller clock, seconds): ask for a challenge when
         its peers see it dead, or suspect it (``accused``: ``VerifiedEdge.accused``, SWIM's
-        suspicion), while its own renewal is fresh (``episode``: since when) and it is
-        :meth:`eligible`; forget it once it is neither."""
+        suspicion; ``episode``: since when), while it is not failed and not carried (cloud view OK
+        or LOST) and it is :meth:`eligible`; forget it once it is neither."""
         suspected = accused or plan.edge is EdgeView.UNHEALTHY
-        if suspected and plan.cloud is CloudView.OK:  # failed ones no longer count
+        open_question = plan.cloud in (CloudView.OK, CloudView.LOST) and plan.state is not NodeState.FAILED
+        if suspected and open_question:  # failed ones no longer count
             self._suspected.add(node)
         else:
             self._suspected.discard(node)
@@ -188,7 +191,7 @@ class Challenges:
         held = self._open.get(node)
         if held is not None and held.episode == episode:
             return
-        if (plan.cloud is CloudView.OK and self.timeout_s > 0
+        if (open_question and self.timeout_s > 0
                 and now - self._last_issued.get(node, -BACKOFF_S) >= BACKOFF_S and self.eligible(node)):
             self._open[node] = _Challenge(episode=episode)
             self.wanted.set()

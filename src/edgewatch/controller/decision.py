@@ -328,6 +328,10 @@ def plan(
             cloud, challenged_at = CloudView.LOST, deadline
         elif deadline is not None:
             pending.append((deadline, False))
+    elif cloud is CloudView.LOST:  # the challenge's verdict counts from its deadline on (challenged_verdict)
+        deadline = challenge_deadline(challenge=challenge, lease=lease)
+        if deadline is not None and now < deadline:
+            pending.append((deadline, False))
     table_state = decide_state(cloud, edge)
     autonomy, warning = autonomy_duration(annotations=node.annotations, config=config)
     if warning:

@@ -432,7 +432,8 @@ class Reconciler:
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
         verdict = challenged_verdict(verdict=self.verified.verdict(name), challenge=challenge, lease=lease_snap,
-                                     seen_alive=self.verified.seen_alive(name))
+                                     seen_alive=self.verified.seen_alive(name), now=now,
+                                     grace_s=lease_grace_s(lease=lease_snap, config=self.config))
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
         accused = self.verified.accused(name)  # since when: the challenge's episode, else the verdict's
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,

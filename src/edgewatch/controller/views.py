@@ -112,20 +112,32 @@ def challenge_deadline(*, challenge: ChallengeSnapshot | None, lease: LeaseSnaps
 
 
 def challenged_verdict(*, verdict: VerifiedVerdict | None, challenge: ChallengeSnapshot | None,
-                       lease: LeaseSnapshot | None, seen_alive: bool) -> VerifiedVerdict | None:
+                       lease: LeaseSnapshot | None, seen_alive: bool, now: float,
+                       grace_s: float) -> VerifiedVerdict | None:
     """The edge verdict the plan takes for a node under a challenge: UNHEALTHY since the peers
     accused it (``challenge.since``) while the challenge is in force (:func:`challenge_deadline` is
     not None: unanswered, no own renewal since) and no strict majority of its group directly names
     it alive (``seen_alive``, ``VerifiedEdge.seen_alive``: not the reach count's HEALTHY, which a
-    silent node's own last statement can give it); else ``verdict``. So a suspicion the node does not refute counts as a dead vote (SWIM's suspicion
-    subprotocol), and withdrawing it does not undo the challenge: only the node's answer, its own
-    renewal or a majority seeing it alive does (a single liar who accused and then withdrew
-    cannot flip a dead node back to normal). Freshness is the counted verdict's (``counted_at``).
-    Pure."""
-    if (challenge is None or challenge.since is None or seen_alive
-            or challenge_deadline(challenge=challenge, lease=lease) is None):
+    silent node's own last statement can give it); else ``verdict``. So a suspicion the node does
+    not refute counts as a dead vote (SWIM's suspicion subprotocol), and withdrawing it does not
+    undo the challenge: only the node's answer, its own renewal or a majority seeing it alive does
+    (a single liar who accused and then withdrew cannot flip a dead node back to normal).
+    Freshness is the counted verdict's (``counted_at``).
+
+    When: at once while the node's own last renewal is fresh (seen at most ``grace_s`` seconds
+    before ``now``, controller clock): the cloud view then stays OK until the deadline, which the
+    plan waits for. Otherwise (the renewal went overdue before or during the challenge) only from
+    the deadline on: with the cloud view already LOST an UNHEALTHY verdict fails the node at once,
+    and the node is owed its time to answer either way. Pure."""
+    deadline = challenge_deadline(challenge=challenge, lease=lease)
+    if challenge is None or challenge.since is None or seen_alive or deadline is None:
         return verdict
     if verdict is not None and verdict.verdict is Verdict.UNHEALTHY:
+        return verdict
+    own = None
+    if lease is not None and lease.observed_at is not None:
+        own = lease.own_observed_at if is_delegated(lease) else lease.observed_at
+    if now < deadline and not is_fresh(observed_at=own, now=now, grace_s=grace_s):
         return verdict
     return VerifiedVerdict(verdict=Verdict.UNHEALTHY, since=challenge.since,
                            counted_at=None if verdict is None else verdict.counted_at)
