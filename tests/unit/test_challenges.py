@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 from _fakekube import FakeKube
 from _keys import ring
 
-from edgewatch.controller.challenges import BACKOFF_S, MAX_NAMES, MAX_PER_BEACON, Challenges, parse_mark, parse_names
+from edgewatch.controller.challenges import (BACKOFF_S, MAX_NAMES, MAX_PER_BEACON, RECENTLY_OVERDUE_S, Challenges,
+                                             parse_mark, parse_names)
 from edgewatch.controller.decision import plan
 from edgewatch.controller.evidence import BeaconIssuer
 from edgewatch.controller.model import (
     FAILED_TAINT,
+    STATE_ANNOTATION,
     OUT_OF_SERVICE_TAINT,
     ChallengeSnapshot,
     CloudView,
@@ -126,6 +128,22 @@ def test_a_node_challenged_after_its_renewal_went_overdue_is_failed_at_the_deadl
     assert before.requeue_after_s is not None and before.requeue_after_s <= 1.0 + 1e-6
     after = at(T0 + grace + 2.0)
     assert after.edge is EdgeView.UNHEALTHY and after.state is NodeState.FAILED, after.explanation
+
+
+def test_a_renewal_seen_only_at_a_new_leaders_first_look_does_not_fail_a_challenged_node_early() -> None:
+    """A node with a recorded outage (DISCONNECTED) whose kubelet renews again: a new leader's first
+    look does not trust that renewal (cloud view LOST), so a challenge counting at once would fail
+    the node with no time to answer. It counts from the deadline on."""
+    recorded = node({STATE_ANNOTATION: NodeState.DISCONNECTED.value})
+    lease = LeaseSnapshot(renew_time=format_micro_time(T0 - 1.0), observed_at=T0, duration_s=40.0, first_sight=True)
+    grace = lease_grace_s(lease=lease, config=CFG)
+    challenge = ChallengeSnapshot(issued_at=T0 + 1.0, deadline=T0 + 2.5, since=T0 + 0.8)
+    counted = VerifiedVerdict(verdict=Verdict.HEALTHY, since=T0 - 60.0, counted_at=T0 + 0.9)  # suspected only
+    verdict = challenged_verdict(verdict=counted, challenge=challenge, lease=lease, seen_alive=False, now=T0 + 1.2,
+                                 grace_s=grace)
+    early = plan(node=recorded, lease=lease, verdict=verdict, now=T0 + 1.2, config=CFG, challenge=challenge)
+    assert early.cloud is CloudView.LOST and early.state is not NodeState.FAILED, early.explanation
+    assert early.requeue_after_s is not None and early.requeue_after_s <= 1.3 + 1e-6
 
 
 def test_no_out_of_service_taint_on_an_unanswered_challenge_alone() -> None:
@@ -269,13 +287,22 @@ def test_no_challenge_when_the_node_is_failed_or_carried_or_challenges_are_off()
     assert off.waiting() == []
 
 
-def test_a_suspected_node_whose_renewal_went_overdue_is_challenged_too() -> None:
-    """Its kubelet's renewal went overdue just before its peers' suspicions landed: asked all the
-    same, so its detection does not fall back to the dead votes' longer wait."""
+@settings(max_examples=200, deadline=None)
+@given(overdue_for=st.one_of(st.none(), st.floats(min_value=-20.0, max_value=3600.0)))
+def test_a_suspected_node_whose_renewal_just_went_overdue_is_challenged_one_cut_off_is_not(
+        overdue_for: float | None) -> None:
+    """A kill in the last seconds before a renewal finds the renewal overdue just before the
+    suspicions land: asked all the same, so its detection does not wait for the dead votes. A node
+    overdue for longer is cut off from the cloud (it could not answer: the challenge comes over its
+    own link), and one never seen renewing is unknown: for them a suspicion must not stand in for
+    the dead votes."""
     book = book_of(on_due=lambda _n: None)
+    episode = 100.0
     book.consider("n1", Planned(CloudView.LOST, EdgeView.UNKNOWN, NodeState.UNKNOWN),  # type: ignore[arg-type]
-                  episode=100.0, accused=True, now=100.0)
-    assert book.waiting() == ["n1"]
+                  episode=episode, accused=True, now=episode,
+                  overdue_at=None if overdue_for is None else episode - overdue_for)
+    challenged = overdue_for is not None and overdue_for <= RECENTLY_OVERDUE_S
+    assert book.waiting() == (["n1"] if challenged else [])
 
 
 def test_only_nodes_whose_group_all_answer_with_their_current_incarnation_are_challenged() -> None:

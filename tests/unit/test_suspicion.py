@@ -273,17 +273,25 @@ _CH = ChallengeSnapshot(issued_at=102.0, deadline=103.5, since=101.0)
     (Verdict.UNKNOWN, _CH, 90.0, 103.0, False, Verdict.UNKNOWN),
     (Verdict.UNKNOWN, _CH, None, 103.0, False, Verdict.UNKNOWN),
     (Verdict.UNKNOWN, _CH, 90.0, 103.5, False, Verdict.UNHEALTHY),
+    (Verdict.UNKNOWN, _CH, "first sight", 103.0, False, Verdict.UNKNOWN),
+    (Verdict.UNKNOWN, _CH, "first sight", 103.5, False, Verdict.UNHEALTHY),
 ], ids=["unrefuted", "never counted", "reach-healthy by its own last word", "a majority names it alive",
         "answered", "renewed since", "no challenge", "before the deadline, renewal fresh",
-        "before the deadline, renewal overdue", "before the deadline, no renewal", "at the deadline, overdue"])
+        "before the deadline, renewal overdue", "before the deadline, no renewal", "at the deadline, overdue",
+        "before the deadline, a first sight", "at the deadline, a first sight"])
 def test_an_unrefuted_challenge_is_an_unhealthy_verdict_until_answer_renewal_or_a_live_majority(
-        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | None, now: float,
+        counted: Verdict | None, challenge: ChallengeSnapshot | None, renewed: float | str | None, now: float,
         seen_alive: bool, expected: Verdict) -> None:
     """Before its deadline the challenge counts only while the node's own renewal is fresh (grace
-    12 s here): with the renewal overdue the cloud view is LOST already, so an early UNHEALTHY would
-    fail the node before it had its time to answer."""
-    lease = None if renewed is None else LeaseSnapshot(renew_time=format_micro_time(renewed), observed_at=renewed,
-                                                       duration_s=40.0)
+    12 s here) and was seen happen: with the renewal overdue the cloud view is LOST already, and a
+    renewal seen only at a new leader's first look (a node with a recorded outage) may be LOST too,
+    so an early UNHEALTHY would fail the node before it had its time to answer."""
+    if renewed == "first sight":  # the controller's first look, just now; the renewal itself older
+        lease = LeaseSnapshot(renew_time=format_micro_time(60.0), observed_at=101.5, duration_s=40.0,
+                              first_sight=True)
+    else:
+        lease = None if renewed is None else LeaseSnapshot(renew_time=format_micro_time(float(renewed)),
+                                                           observed_at=float(renewed), duration_s=40.0)
     out = challenged_verdict(verdict=None if counted is None else _verdict(counted), challenge=challenge,
                              lease=lease, seen_alive=seen_alive, now=now, grace_s=12.0)
     if counted is None and challenge is None:

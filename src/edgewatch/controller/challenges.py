@@ -15,8 +15,9 @@ Why
     (:func:`edgewatch.controller.views.challenge_deadline`) and the table fails the node.
 
 Who is challenged
-    A node not yet failed whose plan has the cloud view OK, or LOST (its kubelet's renewal went
-    overdue before the suspicions landed: without a challenge its detection would wait for the dead
+    A node not yet failed whose plan has the cloud view OK, or LOST because its own renewal went
+    overdue at most :data:`RECENTLY_OVERDUE_S` before its peers accused it (a kill in the last
+    seconds before a kubelet renewal: without a challenge its detection would wait for the dead
     votes), and that a strict majority of its peers vote dead or
     *suspect* (``edgewatch.io/suspects`` on their evidence Leases, ``edgewatch.core.suspicion``:
     about 2 s of silence, where a dead vote takes 5 s), once per such episode and at most once per
@@ -64,7 +65,8 @@ from edgewatch.controller.model import ChallengeSnapshot, CloudView, EdgeView, N
 from edgewatch.core.evidence import Statement
 from edgewatch.core.types import is_decimal, is_node_name
 
-__all__ = ["BACKOFF_S", "MAX_NAMES", "MAX_PER_BEACON", "Challenges", "parse_mark", "parse_names"]
+__all__ = ["BACKOFF_S", "MAX_NAMES", "MAX_PER_BEACON", "RECENTLY_OVERDUE_S", "Challenges", "parse_mark",
+           "parse_names"]
 
 MAX_PER_BEACON: Final = 100
 """Most nodes one beacon challenges (about 3 KB of names); more wait for the next beacon."""
@@ -72,6 +74,15 @@ MAX_PER_BEACON: Final = 100
 BACKOFF_S: Final = 60.0
 """Shortest time between two challenges of one node, seconds: a node whose verdict flaps (its agent
 silent, its kubelet port opened and closed) costs at most one beacon a minute."""
+
+RECENTLY_OVERDUE_S: Final = 5.0
+"""Longest time, seconds, between a node's own renewal going overdue and its peers' accusation for
+the node to be challenged with its cloud view LOST. A kill's suspicions land 1.5-3.5 s after it, so
+a kill in the last seconds before a renewal finds that renewal overdue by up to about 3.5 s. A node
+overdue for longer is cut off from the cloud (or long dead): the challenge reaches an agent only
+over its own cloud link, so it could not answer, and a suspicion (wrong once in a thousand runs)
+must not stand in for the dead votes (once in a million) that fail a cut-off node. Nor one never
+seen renewing, nor one whose Lease a peer carries (cloud view DELEGATED)."""
 
 MAX_NAMES: Final = 64
 """Most names read from one evidence Lease's ``edgewatch.io/unconfirmed-dead`` (an agent votes on at
@@ -134,7 +145,7 @@ class Challenges:
         self._open: dict[str, _Challenge] = {}
         self._answering: dict[str, int] = {}  # node -> the incarnation its answers-challenges mark names
         self._unconfirmed: dict[str, frozenset[str]] = {}  # writer -> the dead votes it cannot confirm
-        self._suspected: set[str] = set()  # nodes not failed nor carried, voted dead or suspected
+        self._suspected: set[str] = set()  # nodes that could be challenged, voted dead or suspected
         self._last_issued: dict[str, float] = {}  # node -> when it was last challenged
 
     # -- inputs --------------------------------------------------------------------------------------
@@ -174,13 +185,17 @@ class Challenges:
         return any(node in names for names in self._unconfirmed.values())
 
     def consider(self, node: str, plan: NodePlan, *, episode: float | None, now: float,
-                 accused: bool = False) -> None:
+                 accused: bool = False, overdue_at: float | None = None) -> None:
         """Look at ``node``'s new plan at ``now`` (controller clock, seconds): ask for a challenge when
         its peers see it dead, or suspect it (``accused``: ``VerifiedEdge.accused``, SWIM's
-        suspicion; ``episode``: since when), while it is not failed and not carried (cloud view OK
-        or LOST) and it is :meth:`eligible`; forget it once it is neither."""
+        suspicion; ``episode``: since when), while it is not failed and its cloud view is OK, or LOST
+        with its own renewal overdue since ``overdue_at`` at most :data:`RECENTLY_OVERDUE_S` before
+        the episode (``views.own_renewal_overdue_at``; None: never seen), and it is :meth:`eligible`;
+        forget it once it is neither."""
         suspected = accused or plan.edge is EdgeView.UNHEALTHY
-        open_question = plan.cloud in (CloudView.OK, CloudView.LOST) and plan.state is not NodeState.FAILED
+        recently_lost = (plan.cloud is CloudView.LOST and overdue_at is not None and episode is not None
+                         and episode - overdue_at <= RECENTLY_OVERDUE_S)
+        open_question = plan.state is not NodeState.FAILED and (plan.cloud is CloudView.OK or recently_lost)
         if suspected and open_question:  # failed ones no longer count
             self._suspected.add(node)
         else:

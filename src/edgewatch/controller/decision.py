@@ -328,7 +328,7 @@ def plan(
             cloud, challenged_at = CloudView.LOST, deadline
         elif deadline is not None:
             pending.append((deadline, False))
-    elif cloud is CloudView.LOST:  # the challenge's verdict counts from its deadline on (challenged_verdict)
+    else:  # a challenge's verdict may count from its deadline on (views.challenged_verdict)
         deadline = challenge_deadline(challenge=challenge, lease=lease)
         if deadline is not None and now < deadline:
             pending.append((deadline, False))

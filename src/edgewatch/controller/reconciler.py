@@ -107,7 +107,7 @@ from edgewatch.controller.verified import VerifiedEdge
 from edgewatch.controller.workqueue import WorkQueue, sooner
 from edgewatch.kube.leases import RenewOutcome, hold_renewal
 from edgewatch.controller.quiet import only_renewed, plan_inputs
-from edgewatch.controller.views import challenged_verdict, lease_grace_s, unproven_carry
+from edgewatch.controller.views import challenged_verdict, lease_grace_s, own_renewal_overdue_at, unproven_carry
 from edgewatch.kube.api import ApiError, AsyncClient, ConfigMap, Event, Lease, Node, PatchType
 from edgewatch.names import DELEGATED_BY_ANNOTATION, IDENTITY_NAMESPACE, NODE_LEASE_NAMESPACE, POOL_LABEL
 from edgewatch.timefmt import MonotonicClock, format_micro_time
@@ -431,9 +431,9 @@ class Reconciler:
                 lease_snap = dataclasses.replace(lease_snap, delegation_proven=why is None)
             requeue_proof = await self._note_unproven_carry(node, lease_snap, why, now)
         await self._show_verdict(node)
+        grace = lease_grace_s(lease=lease_snap, config=self.config)
         verdict = challenged_verdict(verdict=self.verified.verdict(name), challenge=challenge, lease=lease_snap,
-                                     seen_alive=self.verified.seen_alive(name), now=now,
-                                     grace_s=lease_grace_s(lease=lease_snap, config=self.config))
+                                     seen_alive=self.verified.seen_alive(name), now=now, grace_s=grace)
         oos_pool = pool_out_of_service(labels=snap.labels, pools=self.coverage.out_of_service_pools)
         accused = self.verified.accused(name)  # since when: the challenge's episode, else the verdict's
         inputs = plan_inputs(node=snap, lease=lease_snap, verdict=verdict, config=self.config, now=now,
@@ -448,7 +448,8 @@ class Reconciler:
         p = plan(node=snap, lease=lease_snap, verdict=verdict, now=now, config=self.config,
                  out_of_service_pool=oos_pool, challenge=challenge)
         self.challenges.consider(name, p, episode=accused if accused is not None else verdict and verdict.since,
-                                 accused=accused is not None, now=now)
+                                 accused=accused is not None, now=now,
+                                 overdue_at=own_renewal_overdue_at(lease=lease_snap, grace_s=grace))
         for warning in p.warnings:
             log.warning("node %s: %s", name, warning)
         previous = self.plans.get(name)

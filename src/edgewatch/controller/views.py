@@ -37,6 +37,7 @@ __all__ = [
     "is_fresh",
     "is_held_by_controller",
     "lease_grace_s",
+    "own_renewal_overdue_at",
     "unproven_carry",
 ]
 
@@ -125,22 +126,36 @@ def challenged_verdict(*, verdict: VerifiedVerdict | None, challenge: ChallengeS
     Freshness is the counted verdict's (``counted_at``).
 
     When: at once while the node's own last renewal is fresh (seen at most ``grace_s`` seconds
-    before ``now``, controller clock): the cloud view then stays OK until the deadline, which the
-    plan waits for. Otherwise (the renewal went overdue before or during the challenge) only from
-    the deadline on: with the cloud view already LOST an UNHEALTHY verdict fails the node at once,
-    and the node is owed its time to answer either way. Pure."""
+    before ``now``, controller clock) and was seen happen (not only at the controller's first look,
+    which the plan may not trust): the cloud view then stays OK until the deadline, which the plan
+    waits for. Otherwise (the renewal went overdue before or during the challenge, or is a first
+    sight) only from the deadline on: with the cloud view LOST an UNHEALTHY verdict fails the node
+    at once, and the node is owed its time to answer either way. Pure."""
     deadline = challenge_deadline(challenge=challenge, lease=lease)
     if challenge is None or challenge.since is None or seen_alive or deadline is None:
         return verdict
     if verdict is not None and verdict.verdict is Verdict.UNHEALTHY:
         return verdict
-    own = None
-    if lease is not None and lease.observed_at is not None:
-        own = lease.own_observed_at if is_delegated(lease) else lease.observed_at
-    if now < deadline and not is_fresh(observed_at=own, now=now, grace_s=grace_s):
+    overdue_at = own_renewal_overdue_at(lease=lease, grace_s=grace_s)
+    if now < deadline and (overdue_at is None or now > overdue_at):
         return verdict
     return VerifiedVerdict(verdict=Verdict.UNHEALTHY, since=challenge.since,
                            counted_at=None if verdict is None else verdict.counted_at)
+
+
+def own_renewal_overdue_at(*, lease: LeaseSnapshot | None, grace_s: float) -> float | None:
+    """When the node's own latest renewal stops being fresh (controller clock, seconds): when the
+    controller saw it happen plus ``grace_s``; ``lease.own_observed_at`` under a carried renewal.
+    None: no own renewal seen happen (none, or only at the controller's first look, whose
+    ``observed_at`` is the look, not the renewal: a node cut off for hours looks just renewed to a
+    new leader). Pure."""
+    if lease is None or lease.observed_at is None:
+        return None
+    if is_delegated(lease):
+        own = lease.own_observed_at
+    else:
+        own = None if lease.first_sight else lease.observed_at
+    return None if own is None else own + grace_s
 
 
 def unproven_carry(*, node: str, lease: LeaseSnapshot | None, own_carrier: str | None) -> str | None:
